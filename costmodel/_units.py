@@ -1,0 +1,147 @@
+"""Units: parsing and formatting of sizes, times and bandwidths.
+
+Inside ddltune every quantity is SI: seconds, bytes, bytes/second. These helpers
+convert only at the edges (command line, reports).
+
+Sizes follow nccl-tests' convention for ``-b/-e`` arguments: the suffixes
+``K``, ``M``, ``G`` (and ``T``) are powers of 1024 (``64M`` = 64 × 1024² bytes).
+``KiB``/``MiB``/``GiB`` are accepted as the same, and ``KB``/``MB``/``GB`` as
+powers of 1000 (SI), so that nothing the user types is silently misread.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["parse_bytes", "parse_bytes_list", "format_bytes", "format_seconds", "format_bandwidth"]
+
+_SUFFIX = {
+    "": 1,
+    "B": 1,
+    "K": 1024,
+    "M": 1024**2,
+    "G": 1024**3,
+    "T": 1024**4,
+    "KIB": 1024,
+    "MIB": 1024**2,
+    "GIB": 1024**3,
+    "TIB": 1024**4,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "TB": 1000**4,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_bytes(text: str | int | float, *, name: str = "size", allow_zero: bool = True) -> int:
+    """Parse a byte count such as ``"64M"``, ``"1K"``, ``"1.5G"`` or ``4096``.
+
+    Args:
+        text: the size. Suffixes K, M, G, T (and KiB, MiB, GiB, TiB) are powers
+            of 1024, as in nccl-tests' ``-b``/``-e``; KB, MB, GB, TB are powers
+            of 1000. Case-insensitive. A bare number is bytes.
+        name: the argument's name, used in error messages.
+        allow_zero: whether 0 is valid.
+
+    Returns:
+        The size in bytes (int, ≥ 0).
+
+    Raises:
+        ValueError: on an unknown suffix, a negative or non-finite number,
+            a fractional byte count, or zero when ``allow_zero`` is false.
+
+    Example:
+        >>> parse_bytes("64M")
+        67108864
+        >>> parse_bytes("1K"), parse_bytes("1KB"), parse_bytes(512)
+        (1024, 1000, 512)
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"{name}: expected a size in bytes such as 1K, 64M or 1G, got {text!r}")
+    if isinstance(text, int | float):
+        value = float(text)
+        mult = 1
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m:
+            raise ValueError(
+                f"{name}: expected a size in bytes such as 4096, 1K, 64M or 1G "
+                f"(K/M/G are powers of 1024, as in nccl-tests), got {text!r}"
+            )
+        value = float(m.group(1))
+        suffix = m.group(2).upper()
+        if suffix not in _SUFFIX:
+            raise ValueError(
+                f"{name}: unknown size suffix {m.group(2)!r} in {text!r}; "
+                "use K, M, G, T (powers of 1024) or KB, MB, GB, TB (powers of 1000)"
+            )
+        mult = _SUFFIX[suffix]
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: a size must be a finite number ≥ 0, got {text!r}")
+    nbytes = value * mult
+    if abs(nbytes - round(nbytes)) > 1e-6 * max(1.0, nbytes):
+        raise ValueError(f"{name}: {text!r} is not a whole number of bytes")
+    nbytes = int(round(nbytes))
+    if nbytes == 0 and not allow_zero:
+        raise ValueError(f"{name}: must be > 0 bytes, got {text!r}")
+    return nbytes
+
+
+def parse_bytes_list(text: str, *, name: str = "sizes", allow_zero: bool = True) -> list[int]:
+    """Parse a comma-separated list of sizes (``"1K,64M,1G"``) into bytes.
+
+    Raises:
+        ValueError: if the list is empty or any element is invalid (see
+            :func:`parse_bytes`).
+
+    Example:
+        >>> parse_bytes_list("1K, 4K,1M")
+        [1024, 4096, 1048576]
+    """
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"{name}: expected a comma-separated list of sizes, got {text!r}")
+    return [parse_bytes(p, name=name, allow_zero=allow_zero) for p in parts]
+
+
+def format_bytes(nbytes: float) -> str:
+    """Format a byte count with binary prefixes, nccl-tests style.
+
+    Example:
+        >>> format_bytes(67108864), format_bytes(1536), format_bytes(100)
+        ('64 MiB', '1.5 KiB', '100 B')
+    """
+    nbytes = float(nbytes)
+    for unit, mult in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(nbytes) >= mult:
+            v = nbytes / mult
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def format_seconds(seconds: float) -> str:
+    """Format a duration with a sensible unit (ns, µs, ms, s).
+
+    Example:
+        >>> format_seconds(2.5e-5), format_seconds(0.0123), format_seconds(3.0)
+        ('25 µs', '12.3 ms', '3 s')
+    """
+    s = float(seconds)
+    if not math.isfinite(s):
+        return str(s)
+    for unit, mult in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(s) >= mult:
+            return f"{s / mult:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def format_bandwidth(bytes_per_s: float) -> str:
+    """Format a bandwidth in GB/s (10⁹ bytes/s, as nccl-tests prints algbw/busbw).
+
+    Example:
+        >>> format_bandwidth(12.5e9)
+        '12.5 GB/s'
+    """
+    return f"{float(bytes_per_s) / 1e9:.3g} GB/s"

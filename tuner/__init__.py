@@ -1,0 +1,1 @@
+"""ddltune tuner: sweep architectures × worker counts × bucket sizes and recommend one."""

@@ -1,0 +1,113 @@
+"""The ``ddltune`` command line: one command, one subcommand per job.
+
+This package only parses arguments, calls public functions of ``costmodel``,
+``calibration`` and ``tuner``, and formats their results. Each subcommand lives
+in its own module ``_<name>.py`` that defines ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``.
+
+Conventions (every subcommand follows them):
+
+* ``--help`` explains every option with its unit and gives an example;
+* errors are one line on stderr, exit code 2 for usage errors (bad arguments,
+  unknown names), 1 for failures (a malformed file, a run that failed);
+  no traceback unless ``--debug``;
+* ``--json`` prints exactly one JSON document on stdout;
+* sizes accept nccl-tests suffixes (``1K``, ``64M``, ``1G``: powers of 1024).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+from ._common import CLIError, add_common_arguments, fail
+
+__all__ = ["main", "build_parser"]
+
+# Subcommands in the order ``--help`` lists them. A module that does not exist
+# yet is simply not offered.
+_SUBCOMMANDS = [
+    "run",
+    "predict",
+    "collect",
+    "import_nccl_tests",
+    "calibrate",
+    "recommend",
+    "report",
+    "show",
+    "validate",
+]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ddltune")
+    except Exception:  # pragma: no cover - not installed
+        return "unknown"
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict]:
+    """Build the top-level parser; returns it and ``{subcommand: module}``."""
+    parser = argparse.ArgumentParser(
+        prog="ddltune",
+        description=(
+            "Recommend the gradient-exchange architecture (parameter server, peer-to-peer, "
+            "ring/tree/hierarchical all-reduce), worker count and gradient bucket size for "
+            "synchronous data-parallel training, from a JAX cost model calibrated on your cluster."
+        ),
+        epilog="Run 'ddltune COMMAND --help' for a command's options and an example.",
+    )
+    parser.add_argument("--version", action="version", version=f"ddltune {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = {}
+    for name in _SUBCOMMANDS:
+        modname = f"{__name__}._{name}"
+        if importlib.util.find_spec(modname) is None:
+            continue
+        mod = importlib.import_module(modname)
+        p = sub.add_parser(
+            mod.NAME,
+            help=mod.HELP,
+            description=getattr(mod, "DESCRIPTION", mod.HELP),
+            epilog=getattr(mod, "EPILOG", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+        add_common_arguments(p)
+        modules[mod.NAME] = mod
+    return parser, modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ddltune`` console script.
+
+    Args:
+        argv: arguments without the program name; ``None`` reads ``sys.argv``.
+
+    Returns:
+        The process exit code: 0 success, 1 failure, 2 usage error.
+    """
+    parser, modules = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version (0) or usage error (2)
+        return int(exc.code or 0)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return 2
+    debug = getattr(args, "debug", False)
+    try:
+        return int(modules[args.command].run(args) or 0)
+    except KeyboardInterrupt:
+        print("ddltune: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one clear line, no traceback unless --debug
+        return fail(exc, command=args.command, debug=debug)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
