@@ -1,0 +1,139 @@
+"""Transformers of the zoo: BERT (pre-training) and GPT-2 small, from their published shapes.
+
+Tensor names and forward order follow Hugging Face ``transformers``
+(``BertForPreTraining``, ``GPT2LMHeadModel``); one sequence = one sample.
+
+Conventions:
+
+- BERT: pre-training, as data-parallel BERT jobs run it (Devlin et al. 2019;
+  google-research/bert ``run_pretraining.py``): sequence length 128, masked-LM
+  head applied to the ``max_predictions_per_seq = 20`` gathered positions,
+  next-sentence head on the pooled [CLS] output. Parameters include the heads
+  (the MLM decoder weight is tied to the word embeddings and counted once).
+- GPT-2: 1024-token context, LM head (tied to ``wte``) applied to every
+  position, as in HF ``GPT2LMHeadModel`` and nanoGPT training.
+- Attention score/softmax/value products are full T×T (the causal mask is
+  applied, not exploited), as the reference implementations compute them.
+
+References:
+    Devlin et al., "BERT", arXiv:1810.04805 (110M / 340M parameters).
+    Hugging Face bert-base-uncased / bert-large-uncased (110M / 336M with heads).
+    Jiao et al., "TinyBERT", arXiv:1909.10351, Table 1: BERT-base 109M, 22.5B FLOPs.
+    Radford et al. 2019, GPT-2; HF ``gpt2``: 124,439,808 parameters.
+    Kaplan et al., arXiv:2001.08361, Table 1 and Chowdhery et al. (PaLM),
+    arXiv:2204.02311, Appendix B: forward FLOPs ≈ 2·N + 4·L·d·T per token
+    (as in nanoGPT's ``estimate_mfu``, 6N + 12LHQT for forward + backward).
+"""
+
+from __future__ import annotations
+
+from ._builder import GELU_FLOPS, SOFTMAX_FLOPS, LayerBuilder, layernorm, linear
+
+
+def _attention_ops(b: LayerBuilder, t: int, d: int, heads: int) -> None:
+    """QKᵀ, scale, mask, softmax and attention·V for one layer (between QKV and out-proj)."""
+    scores = heads * t * t
+    b.between(2.0 * t * t * d + scores * (1 + 1 + SOFTMAX_FLOPS) + 2.0 * t * t * d)
+
+
+def _bert(
+    b: LayerBuilder,
+    *,
+    layers: int,
+    d: int,
+    heads: int,
+    ff: int,
+    vocab: int = 30522,
+    max_positions: int = 512,
+    seq: int = 128,
+    masked: int = 20,
+) -> None:
+    t = seq
+    e = "bert.embeddings"
+    b.layer([(f"{e}.word_embeddings.weight", vocab * d)], 0.0)
+    b.layer([(f"{e}.position_embeddings.weight", max_positions * d)], 0.0)
+    b.layer([(f"{e}.token_type_embeddings.weight", 2 * d)], 0.0)
+    b.between(2.0 * t * d)  # word + position + token type
+    layernorm(b, f"{e}.LayerNorm", d, tokens=t)
+    for i in range(layers):
+        p = f"bert.encoder.layer.{i}"
+        for proj in ("query", "key", "value"):
+            linear(b, f"{p}.attention.self.{proj}", d, d, tokens=t)
+        _attention_ops(b, t, d, heads)
+        linear(b, f"{p}.attention.output.dense", d, d, tokens=t)
+        b.between(t * d)  # residual add
+        layernorm(b, f"{p}.attention.output.LayerNorm", d, tokens=t)
+        linear(b, f"{p}.intermediate.dense", d, ff, tokens=t)
+        b.post(GELU_FLOPS * t * ff)
+        linear(b, f"{p}.output.dense", ff, d, tokens=t)
+        b.between(t * d)  # residual add
+        layernorm(b, f"{p}.output.LayerNorm", d, tokens=t)
+    linear(b, "bert.pooler.dense", d, d)  # on [CLS] only
+    b.post(d)  # tanh
+    # Masked-LM head on the gathered masked positions.
+    linear(b, "cls.predictions.transform.dense", d, d, tokens=masked)
+    b.post(GELU_FLOPS * masked * d)
+    layernorm(b, "cls.predictions.transform.LayerNorm", d, tokens=masked)
+    b.between(2.0 * masked * d * vocab)  # decoder matmul, weight tied to word_embeddings
+    b.layer([("cls.predictions.bias", vocab)], masked * vocab)
+    linear(b, "cls.seq_relationship", d, 2)  # next-sentence prediction
+
+
+def bert_base(b: LayerBuilder) -> str:
+    """BERT-base (L=12, d=768, 12 heads, FFN 3072) pre-training at sequence length 128.
+
+    110,106,428 parameters with the pre-training heads (109,482,240 without).
+    """
+    _bert(b, layers=12, d=768, heads=12, ff=3072)
+    return (
+        "BERT-base pre-training (HF BertForPreTraining names), seq 128, MLM on 20 masked "
+        "positions; Devlin et al. arXiv:1810.04805 (110M). Published: HF bert-base-uncased "
+        "110M params (109,482,240 without heads); TinyBERT arXiv:1909.10351 Table 1: "
+        "22.5B FLOPs for BERT-base."
+    )
+
+
+def bert_large(b: LayerBuilder) -> str:
+    """BERT-large (L=24, d=1024, 16 heads, FFN 4096) pre-training at sequence length 128.
+
+    336,226,108 parameters with the pre-training heads (335,141,888 without;
+    the paper's "340M" is rounded).
+    """
+    _bert(b, layers=24, d=1024, heads=16, ff=4096)
+    return (
+        "BERT-large pre-training (HF BertForPreTraining names), seq 128, MLM on 20 masked "
+        "positions; Devlin et al. arXiv:1810.04805 ('340M', rounded). Published: HF "
+        "bert-large-uncased 336M params (335,141,888 without heads); forward FLOPs per "
+        "Kaplan et al. arXiv:2001.08361 Table 1 / PaLM arXiv:2204.02311 App. B."
+    )
+
+
+def gpt2(b: LayerBuilder) -> str:
+    """GPT-2 small (L=12, d=768, 12 heads, vocab 50257), 1024-token sequences.
+
+    124,439,808 parameters (LM head tied to the token embedding).
+    """
+    t, d, heads, layers, vocab, ctx = 1024, 768, 12, 12, 50257, 1024
+    # wte lookup is free; the position-embedding add is the embedding layer's op.
+    b.layer([("transformer.wte.weight", vocab * d), ("transformer.wpe.weight", ctx * d)], t * d)
+    for i in range(layers):
+        p = f"transformer.h.{i}"
+        layernorm(b, f"{p}.ln_1", d, tokens=t)
+        linear(b, f"{p}.attn.c_attn", d, 3 * d, tokens=t)
+        _attention_ops(b, t, d, heads)
+        linear(b, f"{p}.attn.c_proj", d, d, tokens=t)
+        b.between(t * d)  # residual add
+        layernorm(b, f"{p}.ln_2", d, tokens=t)
+        linear(b, f"{p}.mlp.c_fc", d, 4 * d, tokens=t)
+        b.post(GELU_FLOPS * t * 4 * d)
+        linear(b, f"{p}.mlp.c_proj", 4 * d, d, tokens=t)
+        b.between(t * d)  # residual add
+    layernorm(b, "transformer.ln_f", d, tokens=t)
+    # LM head (weight tied to wte): no tensor of its own, so it goes to the last
+    # tensor, ln_f.bias -- which is also where its backward runs first.
+    b.between(2.0 * t * d * vocab)
+    return (
+        "GPT-2 small (HF GPT2LMHeadModel names, tied LM head), 1024-token sequences; "
+        "Radford et al. 2019. Published: 124,439,808 params (HF gpt2); forward FLOPs per "
+        "PaLM arXiv:2204.02311 App. B as in nanoGPT estimate_mfu (2N + 4LdT per token)."
+    )

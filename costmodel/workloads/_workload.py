@@ -1,0 +1,301 @@
+"""The :class:`Workload` type: what one data-parallel worker computes and exchanges per step.
+
+A workload is a list of parameter tensors in forward order, each with its
+element count (the gradient that must be exchanged) and the forward/backward
+FLOPs per sample attributed to it (when the gradient becomes ready during
+backward). The iteration timeline packs the gradients into buckets in reverse
+order and overlaps their communication with the remaining backward compute.
+
+FLOP conventions (shared by the zoo and the loaders):
+
+- FLOPs = 2 × MACs: one multiply-accumulate is two floating-point operations.
+  Published "FLOPs" of CNNs (torchvision's ``GFLOPS``, most papers) are usually
+  MACs; the zoo converts them and says so where it cites them.
+- Attribution rule: each layer's FLOPs — its weights' multiply-adds and the
+  non-parametric ops that belong to it (activation, pooling, attention
+  score/value products, softmax, normalisation) — are attributed to that layer's
+  LAST parameter tensor in forward order; its other tensors get 0.
+  Non-parametric ops between layers go to the next layer that has parameters;
+  ops after the last layer go to the last tensor.
+- ``bwd_flops`` defaults to 2 × ``fwd_flops`` (gradients with respect to the
+  inputs and to the weights each cost about one forward).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+
+import numpy as np
+from jaxtyping import Float, Int
+
+__all__ = ["Workload"]
+
+
+def _as_int(field: str, value, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(
+            f"Workload.{field} must be an integer >= {minimum}, got {value!r} "
+            f"({type(value).__name__})."
+        )
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"Workload.{field} must be >= {minimum}, got {value}.")
+    return value
+
+
+def _first_bad(mask: np.ndarray, values: np.ndarray, names: tuple[str, ...]) -> str:
+    i = int(np.flatnonzero(mask)[0])
+    name = names[i] if i < len(names) else "?"
+    return f"index {i} ({name!r}) = {values[i]!r}"
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = np.array(array, copy=True)
+    array.setflags(write=False)
+    return array
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One model's per-worker training step, as the cost model sees it.
+
+    Attributes:
+        name: short identifier (e.g. ``"resnet50"``), non-empty.
+        tensor_names: names of the T parameter tensors in FORWARD order
+            (T >= 1, unique), e.g. ``("conv1.weight", "bn1.weight", ...)``.
+        param_counts: int64, shape (T,): elements per tensor, all >= 1. Tied
+            tensors (GPT-2's embedding/LM head) appear once.
+        fwd_flops: float64, shape (T,): forward FLOPs PER SAMPLE attributed to
+            each tensor (FLOPs = 2 × MACs; see the module docstring for the
+            attribution rule), finite and >= 0. May be all zero when
+            ``step_time_s`` is given.
+        bwd_flops: float64, shape (T,): backward FLOPs per sample, finite and
+            >= 0. Passing ``None`` uses 2 × ``fwd_flops``.
+        batch_size: samples per worker per step, >= 1.
+        dtype_bytes: bytes per gradient element (fp32 = 4, bf16/fp16 = 2), >= 1.
+        step_time_s: measured single-worker step time in seconds at
+            ``batch_size`` (finite, > 0), or ``None``. When given it replaces the
+            FLOP-based compute time; the per-tensor FLOPs then only say *when*
+            each gradient becomes ready.
+        source: citation of the layer shapes / published figures.
+
+    The arrays are copied and made read-only, so a Workload is immutable.
+    Equality compares every field (arrays element-wise); instances are hashable.
+
+    Raises:
+        ValueError: from the constructor, naming the field and the bad value,
+            when any of the constraints above is violated.
+
+    Example:
+        >>> w = Workload("mlp", ("fc.weight", "fc.bias"), np.array([784 * 10, 10]),
+        ...              np.array([0.0, 2 * 784 * 10 + 10]), None, batch_size=32)
+        >>> w.total_params, w.total_param_bytes, w.total_bwd_flops
+        (7850, 31400, 31380.0)
+    """
+
+    name: str
+    tensor_names: tuple[str, ...]
+    param_counts: Int[np.ndarray, " T"]
+    fwd_flops: Float[np.ndarray, " T"]
+    bwd_flops: Float[np.ndarray, " T"]
+    batch_size: int
+    dtype_bytes: int = 4
+    step_time_s: float | None = None
+    source: str = ""
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Workload.name must be a non-empty string, got {self.name!r}.")
+        if isinstance(self.tensor_names, str):
+            raise ValueError(
+                "Workload.tensor_names must be a sequence of strings, got the single string "
+                f"{self.tensor_names!r}."
+            )
+        names = tuple(self.tensor_names)
+        if not names:
+            raise ValueError("Workload.tensor_names is empty: a workload needs >= 1 tensor.")
+        for i, n in enumerate(names):
+            if not isinstance(n, str) or not n:
+                raise ValueError(
+                    f"Workload.tensor_names[{i}] must be a non-empty string, got {n!r}."
+                )
+        if len(set(names)) != len(names):
+            seen: set[str] = set()
+            dup = next(n for n in names if n in seen or seen.add(n))
+            raise ValueError(f"Workload.tensor_names has the duplicate name {dup!r}.")
+        set_(self, "tensor_names", names)
+        t = len(names)
+
+        counts = np.asarray(self.param_counts)
+        if counts.shape != (t,):
+            raise ValueError(
+                f"Workload.param_counts must have shape ({t},) like tensor_names, "
+                f"got shape {counts.shape}."
+            )
+        if counts.dtype.kind == "f":
+            bad = ~np.isfinite(counts) | (counts != np.round(counts))
+            if bad.any():
+                raise ValueError(
+                    "Workload.param_counts must hold integers, got "
+                    + _first_bad(bad, counts, names)
+                )
+        elif counts.dtype.kind not in "iu":
+            raise ValueError(
+                f"Workload.param_counts must be an integer array, got dtype {counts.dtype}."
+            )
+        counts = counts.astype(np.int64)
+        if (counts < 1).any():
+            raise ValueError(
+                "Workload.param_counts must be >= 1 for every tensor, got "
+                + _first_bad(counts < 1, counts, names)
+            )
+        set_(self, "param_counts", _read_only(counts))
+
+        flops = {}
+        for field in ("fwd_flops", "bwd_flops"):
+            value = getattr(self, field)
+            if value is None and field == "bwd_flops":
+                value = 2.0 * flops["fwd_flops"]
+            arr = np.asarray(value)
+            if arr.dtype.kind not in "iuf":
+                raise ValueError(
+                    f"Workload.{field} must be a numeric array, got dtype {arr.dtype}."
+                )
+            arr = arr.astype(np.float64)
+            if arr.shape != (t,):
+                raise ValueError(
+                    f"Workload.{field} must have shape ({t},) like tensor_names, "
+                    f"got shape {arr.shape}."
+                )
+            bad = ~np.isfinite(arr) | (arr < 0)
+            if bad.any():
+                raise ValueError(
+                    f"Workload.{field} must be finite and >= 0 (FLOPs per sample), got "
+                    + _first_bad(bad, arr, names)
+                )
+            flops[field] = arr
+            set_(self, field, _read_only(arr))
+
+        set_(self, "batch_size", _as_int("batch_size", self.batch_size, minimum=1))
+        set_(self, "dtype_bytes", _as_int("dtype_bytes", self.dtype_bytes, minimum=1))
+        if self.step_time_s is not None:
+            s = self.step_time_s
+            if isinstance(s, bool) or not isinstance(s, numbers.Real) or not math.isfinite(s):
+                raise ValueError(
+                    f"Workload.step_time_s must be a finite number of seconds > 0 or None, "
+                    f"got {s!r}."
+                )
+            if s <= 0:
+                raise ValueError(f"Workload.step_time_s must be > 0 seconds, got {s!r}.")
+            set_(self, "step_time_s", float(s))
+        if not isinstance(self.source, str):
+            raise ValueError(f"Workload.source must be a string, got {self.source!r}.")
+
+    # -- derived quantities ------------------------------------------------------------
+
+    @property
+    def num_tensors(self) -> int:
+        """T, the number of parameter tensors."""
+        return len(self.tensor_names)
+
+    @property
+    def param_bytes(self) -> Int[np.ndarray, " T"]:
+        """int64, shape (T,): gradient bytes per tensor = param_counts × dtype_bytes."""
+        return self.param_counts * np.int64(self.dtype_bytes)
+
+    @property
+    def total_params(self) -> int:
+        """Total number of parameters (elements), an int."""
+        return int(self.param_counts.sum())
+
+    @property
+    def total_param_bytes(self) -> int:
+        """Total gradient bytes exchanged per step per worker (before any compression)."""
+        return self.total_params * self.dtype_bytes
+
+    @property
+    def total_fwd_flops(self) -> float:
+        """Forward FLOPs per sample (sum over tensors)."""
+        return float(self.fwd_flops.sum())
+
+    @property
+    def total_bwd_flops(self) -> float:
+        """Backward FLOPs per sample (sum over tensors)."""
+        return float(self.bwd_flops.sum())
+
+    # -- copies with one thing changed ---------------------------------------------------
+
+    def with_batch_size(self, batch_size: int) -> Workload:
+        """The same workload at another per-worker batch size (>= 1).
+
+        A measured ``step_time_s`` is rescaled in proportion to the batch size
+        (constant time per sample). That is exact only when compute-bound with
+        the device already saturated; re-measure for accurate results.
+
+        Raises:
+            ValueError: when ``batch_size`` is not an integer >= 1.
+        """
+        batch_size = _as_int("batch_size", batch_size, minimum=1)
+        step = self.step_time_s
+        if step is not None:
+            step = step * batch_size / self.batch_size
+        return dataclasses.replace(self, batch_size=batch_size, step_time_s=step)
+
+    def with_step_time(self, step_time_s: float | None) -> Workload:
+        """The same workload with a measured single-worker step time (s, > 0), or None to clear.
+
+        Raises:
+            ValueError: when ``step_time_s`` is not finite and > 0.
+        """
+        return dataclasses.replace(self, step_time_s=step_time_s)
+
+    def with_dtype_bytes(self, dtype_bytes: int) -> Workload:
+        """The same workload with another gradient element size in bytes (>= 1).
+
+        Raises:
+            ValueError: when ``dtype_bytes`` is not an integer >= 1.
+        """
+        return dataclasses.replace(self, dtype_bytes=dtype_bytes)
+
+    # -- dunder methods (arrays make the generated ones unusable) ------------------------
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Workload):
+            return NotImplemented
+        return (
+            self.name == other.name
+            and self.tensor_names == other.tensor_names
+            and np.array_equal(self.param_counts, other.param_counts)
+            and np.array_equal(self.fwd_flops, other.fwd_flops)
+            and np.array_equal(self.bwd_flops, other.bwd_flops)
+            and self.batch_size == other.batch_size
+            and self.dtype_bytes == other.dtype_bytes
+            and self.step_time_s == other.step_time_s
+            and self.source == other.source
+        )
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.name,
+                self.tensor_names,
+                self.param_counts.tobytes(),
+                self.fwd_flops.tobytes(),
+                self.bwd_flops.tobytes(),
+                self.batch_size,
+                self.dtype_bytes,
+                self.step_time_s,
+                self.source,
+            )
+        )
+
+    def __repr__(self) -> str:
+        step = "None" if self.step_time_s is None else f"{self.step_time_s:.6g}"
+        return (
+            f"Workload(name={self.name!r}, tensors={self.num_tensors}, "
+            f"params={self.total_params}, fwd_flops_per_sample={self.total_fwd_flops:.4g}, "
+            f"batch_size={self.batch_size}, dtype_bytes={self.dtype_bytes}, step_time_s={step})"
+        )
