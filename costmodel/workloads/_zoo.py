@@ -29,6 +29,13 @@ _BUILDERS = {
 WORKLOAD_NAMES: tuple[str, ...] = tuple(_BUILDERS)
 
 
+def _canonical(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch not in "-_ ")
+
+
+_BY_CANONICAL = {_canonical(n): n for n in WORKLOAD_NAMES}
+
+
 @functools.cache
 def _base(name: str) -> Workload:
     b = LayerBuilder()
@@ -48,7 +55,7 @@ def get_workload(name: str, batch_size: int = 64, dtype_bytes: int = 4) -> Workl
     ``source`` cites the published parameter counts and FLOPs.
 
     Args:
-        name: one of :data:`WORKLOAD_NAMES` (case-insensitive; ``-`` may stand for ``_``):
+        name: one of :data:`WORKLOAD_NAMES`, ignoring case, ``-`` and ``_`` (``"ResNet-50"``):
             alexnet, vgg16, resnet18/34/50/101/152, inception_v3, bert_base,
             bert_large, gpt2.
         batch_size: samples per worker per step, integer >= 1.
@@ -66,12 +73,12 @@ def get_workload(name: str, batch_size: int = 64, dtype_bytes: int = 4) -> Workl
         >>> w.total_params  # torchvision: 25,557,032
         25557032
         >>> round(w.total_fwd_flops / 2e9, 2)  # GMACs per image; torchvision: 4.09
-        4.12
+        4.14
         >>> w.tensor_names[:3], w.num_tensors
         (('conv1.weight', 'bn1.weight', 'bn1.bias'), 161)
     """
-    key = name.strip().lower().replace("-", "_") if isinstance(name, str) else name
-    if key not in _BUILDERS:
+    key = _BY_CANONICAL.get(_canonical(name)) if isinstance(name, str) else None
+    if key is None:
         raise ValueError(
             f"unknown workload {name!r}; valid names: {format_choices(WORKLOAD_NAMES)}. "
             "For your own model use load_layers(path) or workload_from_pytree(params)."

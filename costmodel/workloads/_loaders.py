@@ -1,0 +1,554 @@
+"""Workloads for your own model: from a layer file (JSON or CSV) or from a parameter pytree.
+
+Layer file formats (one entry per parameter tensor, in FORWARD order):
+
+JSON::
+
+    {"name": "my_cnn",
+     "source": "optional: where the shapes come from",
+     "layers": [
+        {"name": "conv1.weight", "params": 9408, "fwd_flops": 236027904},
+        {"name": "bn1.weight", "params": 64},
+        {"name": "bn1.bias", "params": 64, "fwd_flops": 5619712, "bwd_flops": 11239424}
+     ]}
+
+CSV (header required; ``#`` lines and blank lines are ignored)::
+
+    name,params,fwd_flops,bwd_flops
+    conv1.weight,9408,236027904,
+    bn1.weight,64,0,
+    bn1.bias,64,5619712,11239424
+
+Fields: ``name`` (unique, non-empty), ``params`` (element count, integer >= 1),
+``fwd_flops`` (forward FLOPs PER SAMPLE attributed to the tensor, FLOPs = 2 ×
+MACs, finite >= 0; optional, default 0 — then give the workload a measured
+step time with :meth:`Workload.with_step_time`), ``bwd_flops`` (optional,
+default 2 × fwd_flops). Attribute each layer's FLOPs to its last tensor (see
+:class:`Workload`). Reading is the only file access in ``costmodel``; nothing
+is written.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import csv
+import io
+import json
+import math
+import numbers
+import os
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from .._errors import InputFileError
+from ._workload import Workload
+
+__all__ = ["load_layers", "workload_from_pytree", "workload_to_layers"]
+
+_FIELDS = ("name", "params", "fwd_flops", "bwd_flops")
+_TOP_KEYS = ("name", "source", "layers")
+
+
+class _Layer:
+    __slots__ = ("name", "params", "fwd", "bwd", "line")
+
+    def __init__(self, name, params, fwd, bwd, line):
+        self.name, self.params, self.fwd, self.bwd, self.line = name, params, fwd, bwd, line
+
+
+# -- value checks shared by JSON and CSV -------------------------------------------------
+
+
+def _check_params(path, line, where, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputFileError(
+            path, line, f"{where}: 'params' must be an integer element count >= 1, got {value!r}"
+        )
+    if value < 1:
+        raise InputFileError(path, line, f"{where}: 'params' must be >= 1, got {value}")
+    return int(value)
+
+
+def _check_flops(path, line, where, key, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputFileError(
+            path, line, f"{where}: {key!r} must be a number of FLOPs per sample, got {value!r}"
+        )
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise InputFileError(
+            path, line, f"{where}: {key!r} must be finite and >= 0 (FLOPs per sample), got {value}"
+        )
+    return value
+
+
+def _check_name(path, line, where, value) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InputFileError(
+            path, line, f"{where}: 'name' must be a non-empty string, got {value!r}"
+        )
+    return value.strip()
+
+
+# -- JSON ---------------------------------------------------------------------------------
+
+
+class _Lines:
+    """Map character offsets of a text to 1-based line numbers."""
+
+    def __init__(self, text: str):
+        self._starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+
+    def __call__(self, offset: int) -> int:
+        return bisect.bisect_right(self._starts, offset)
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _scan_object(text, pos, decoder, lines) -> tuple[dict[str, int], int]:
+    """Keys of the JSON object starting at ``pos`` with their lines; returns (keys, end)."""
+    keys: dict[str, int] = {}
+    pos = _skip_ws(text, pos + 1)
+    while text[pos] != "}":
+        key_line = lines(pos)
+        key, pos = decoder.raw_decode(text, pos)
+        pos = _skip_ws(text, pos)
+        pos = _skip_ws(text, pos + 1)  # ':'
+        keys[key] = key_line
+        value_start = pos
+        _, pos = decoder.raw_decode(text, pos)
+        if key == "layers":
+            keys["\0layers_start"] = value_start
+        pos = _skip_ws(text, pos)
+        if text[pos] == ",":
+            pos = _skip_ws(text, pos + 1)
+    return keys, pos + 1
+
+
+def _json_positions(text: str):
+    """Lines of the top-level keys and of each element (and its keys) of ``layers``.
+
+    Only called on text that ``json.loads`` accepted, so the scan cannot fail on
+    syntax; any surprise makes it give up (errors then carry fewer line numbers).
+    """
+    lines = _Lines(text)
+    decoder = json.JSONDecoder()
+    try:
+        pos = _skip_ws(text, 0)
+        if text[pos] != "{":
+            return lines(pos), {}, []
+        top_line = lines(pos)
+        top_keys, _ = _scan_object(text, pos, decoder, lines)
+        elements = []
+        start = top_keys.pop("\0layers_start", None)
+        if start is not None and text[start] == "[":
+            pos = _skip_ws(text, start + 1)
+            while text[pos] != "]":
+                if text[pos] == "{":
+                    keys, end = _scan_object(text, pos, decoder, lines)
+                else:
+                    keys, end = {}, decoder.raw_decode(text, pos)[1]
+                elements.append((lines(pos), keys))
+                pos = _skip_ws(text, end)
+                if text[pos] == ",":
+                    pos = _skip_ws(text, pos + 1)
+        return top_line, top_keys, elements
+    except (ValueError, IndexError):
+        return 1, {}, []
+
+
+def _parse_json(path: str, text: str) -> tuple[str | None, str | None, list[_Layer]]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputFileError(path, e.lineno, f"invalid JSON: {e.msg} (column {e.colno})") from None
+    top_line, top_keys, elements = _json_positions(text)
+    if not isinstance(doc, dict):
+        raise InputFileError(
+            path,
+            top_line,
+            f'expected a JSON object {{"name": ..., "layers": [...]}}, got {type(doc).__name__}',
+        )
+    for key in doc:
+        if key not in _TOP_KEYS:
+            raise InputFileError(
+                path,
+                top_keys.get(key, top_line),
+                f"unknown key {key!r} (expected {', '.join(_TOP_KEYS)})",
+            )
+    name = doc.get("name")
+    if name is not None:
+        name = _check_name(path, top_keys.get("name", top_line), "top level", name)
+    source = doc.get("source")
+    if source is not None and not isinstance(source, str):
+        raise InputFileError(
+            path, top_keys.get("source", top_line), f"'source' must be a string, got {source!r}"
+        )
+    if "layers" not in doc:
+        raise InputFileError(
+            path, top_line, "missing key 'layers' (a list of {name, params, fwd_flops} objects)"
+        )
+    layers_line = top_keys.get("layers", top_line)
+    items = doc["layers"]
+    if not isinstance(items, list):
+        raise InputFileError(
+            path, layers_line, f"'layers' must be a list, got {type(items).__name__}"
+        )
+    if not items:
+        raise InputFileError(path, layers_line, "'layers' is empty: give at least one tensor")
+    out = []
+    for i, item in enumerate(items):
+        line, keys = elements[i] if i < len(elements) else (layers_line, {})
+        where = f"layer {i + 1}"
+        if not isinstance(item, dict):
+            raise InputFileError(
+                path, line, f"{where}: expected an object with name and params, got {item!r}"
+            )
+        for key in item:
+            if key not in _FIELDS:
+                raise InputFileError(
+                    path,
+                    keys.get(key, line),
+                    f"{where}: unknown key {key!r} (expected {', '.join(_FIELDS)})",
+                )
+        for key in ("name", "params"):
+            if key not in item:
+                raise InputFileError(path, line, f"{where}: missing key {key!r}")
+        lname = _check_name(path, keys.get("name", line), where, item["name"])
+        where = f"layer {i + 1} ({lname!r})"
+        params = _check_params(path, keys.get("params", line), where, item["params"])
+        fwd = item.get("fwd_flops")
+        fwd = (
+            0.0
+            if fwd is None
+            else _check_flops(path, keys.get("fwd_flops", line), where, "fwd_flops", fwd)
+        )
+        bwd = item.get("bwd_flops")
+        if bwd is not None:
+            bwd = _check_flops(path, keys.get("bwd_flops", line), where, "bwd_flops", bwd)
+        out.append(_Layer(lname, params, fwd, bwd, line))
+    return name, source, out
+
+
+# -- CSV ----------------------------------------------------------------------------------
+
+
+def _parse_csv(path: str, text: str) -> list[_Layer]:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = None
+    header_line = 1
+    columns: dict[str, int] = {}
+    out = []
+    for row in reader:
+        line = reader.line_num
+        if not row or all(not c.strip() for c in row) or row[0].lstrip().startswith("#"):
+            continue
+        cells = [c.strip() for c in row]
+        if header is None:
+            header, header_line = cells, line
+            for j, col in enumerate(cells):
+                if col not in _FIELDS:
+                    raise InputFileError(
+                        path,
+                        line,
+                        f"unknown column {col!r} in the header (expected "
+                        "name,params,fwd_flops[,bwd_flops])",
+                    )
+                if col in columns:
+                    raise InputFileError(path, line, f"column {col!r} appears twice in the header")
+                columns[col] = j
+            for col in ("name", "params", "fwd_flops"):
+                if col not in columns:
+                    raise InputFileError(
+                        path,
+                        line,
+                        f"missing column {col!r} in the header {','.join(cells)!r} "
+                        "(expected name,params,fwd_flops[,bwd_flops])",
+                    )
+            continue
+        if len(cells) != len(header):
+            raise InputFileError(
+                path, line, f"expected {len(header)} fields ({','.join(header)}), got {len(cells)}"
+            )
+        where = f"row {len(out) + 1}"
+        lname = _check_name(path, line, where, cells[columns["name"]])
+        where = f"row {len(out) + 1} ({lname!r})"
+        raw = cells[columns["params"]]
+        try:
+            params = int(raw)
+        except ValueError:
+            raise InputFileError(
+                path, line, f"{where}: 'params' must be an integer element count >= 1, got {raw!r}"
+            ) from None
+        params = _check_params(path, line, where, params)
+        flops = {}
+        for col in ("fwd_flops", "bwd_flops"):
+            raw = cells[columns[col]] if col in columns else ""
+            if not raw:
+                flops[col] = None
+                continue
+            try:
+                value = float(raw)
+            except ValueError:
+                raise InputFileError(
+                    path,
+                    line,
+                    f"{where}: {col!r} must be a number of FLOPs per sample, got {raw!r}",
+                ) from None
+            flops[col] = _check_flops(path, line, where, col, value)
+        fwd = 0.0 if flops["fwd_flops"] is None else flops["fwd_flops"]
+        out.append(_Layer(lname, params, fwd, flops["bwd_flops"], line))
+    if header is None:
+        raise InputFileError(
+            path, 1, "empty file: expected a header line name,params,fwd_flops[,bwd_flops]"
+        )
+    if not out:
+        raise InputFileError(path, header_line, "no layers after the header")
+    return out
+
+
+# -- public -------------------------------------------------------------------------------
+
+
+def load_layers(
+    path: str | os.PathLike,
+    *,
+    batch_size: int = 64,
+    dtype_bytes: int = 4,
+    name: str | None = None,
+) -> Workload:
+    """Read a workload from a JSON or CSV layer list (formats in this module's docstring).
+
+    The format is chosen by the extension (``.json`` / ``.csv``), else by the
+    first non-blank character (``{`` means JSON).
+
+    Args:
+        path: the layer file.
+        batch_size: samples per worker per step, integer >= 1.
+        dtype_bytes: bytes per gradient element, integer >= 1 (fp32 = 4, bf16 = 2).
+        name: workload name; default: the JSON ``name`` key, else the file's stem.
+
+    Returns:
+        A :class:`Workload` with one tensor per entry, in file order;
+        ``source`` is the JSON ``source`` key or ``"layer file <path>"``.
+
+    Raises:
+        InputFileError: (a ``ValueError``) naming the file and, where there is
+            one, the 1-based line: missing or unreadable file, invalid JSON, a
+            missing key or column, an unknown key or column, non-integer or
+            < 1 ``params``, NaN/infinite/negative/non-numeric FLOPs, an empty
+            layer list, duplicate tensor names.
+        ValueError: on an invalid ``batch_size`` or ``dtype_bytes``.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "mlp.csv").write_text("name,params,fwd_flops\\nfc.weight,7840,0\\nfc.bias,10,15690\\n")
+        >>> w = load_layers(d / "mlp.csv", batch_size=32)
+        >>> w.name, w.total_params, w.total_bwd_flops
+        ('mlp', 7850, 31380.0)
+    """
+    path_str = os.fspath(path)
+    try:
+        with open(path_str, encoding="utf-8-sig") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise InputFileError(path_str, None, "no such file") from None
+    except IsADirectoryError:
+        raise InputFileError(path_str, None, "is a directory, not a layer file") from None
+    except UnicodeDecodeError as e:
+        line = None
+        try:
+            with open(path_str, "rb") as f:
+                line = f.read()[: e.start].count(b"\n") + 1
+        except OSError:
+            pass
+        raise InputFileError(path_str, line, f"not UTF-8 text ({e.reason})") from None
+    except OSError as e:
+        raise InputFileError(path_str, None, f"cannot read: {e.strerror or e}") from None
+
+    ext = os.path.splitext(path_str)[1].lower()
+    is_json = ext == ".json" or (ext != ".csv" and text.lstrip().startswith("{"))
+    file_name, source = None, None
+    if is_json:
+        file_name, source, layers = _parse_json(path_str, text)
+    else:
+        layers = _parse_csv(path_str, text)
+
+    seen: dict[str, int | None] = {}
+    for layer in layers:
+        if layer.name in seen:
+            first = seen[layer.name]
+            also = f" (first on line {first})" if first is not None else ""
+            raise InputFileError(
+                path_str, layer.line, f"duplicate tensor name {layer.name!r}{also}"
+            )
+        seen[layer.name] = layer.line
+
+    stem = os.path.splitext(os.path.basename(path_str))[0] or "custom"
+    fwd = np.array([la.fwd for la in layers], dtype=np.float64)
+    bwd = np.array([2.0 * la.fwd if la.bwd is None else la.bwd for la in layers], dtype=np.float64)
+    return Workload(
+        name=name or file_name or stem,
+        tensor_names=tuple(la.name for la in layers),
+        param_counts=np.array([la.params for la in layers], dtype=np.int64),
+        fwd_flops=fwd,
+        bwd_flops=bwd,
+        batch_size=batch_size,
+        dtype_bytes=dtype_bytes,
+        source=source if source is not None else f"layer file {path_str}",
+    )
+
+
+def workload_to_layers(workload: Workload) -> dict:
+    """The JSON document (a dict) that :func:`load_layers` reads back as ``workload``.
+
+    Write it with ``json.dump``; ``batch_size``, ``dtype_bytes`` and
+    ``step_time_s`` are not part of the file and are passed when loading.
+
+    Example:
+        >>> from costmodel.workloads import get_workload
+        >>> doc = workload_to_layers(get_workload("alexnet"))
+        >>> doc["layers"][0]
+        {'name': 'features.0.weight', 'params': 23232, 'fwd_flops': 0.0, 'bwd_flops': 0.0}
+    """
+    return {
+        "name": workload.name,
+        "source": workload.source,
+        "layers": [
+            {
+                "name": n,
+                "params": int(p),
+                "fwd_flops": float(f),
+                "bwd_flops": float(b),
+            }
+            for n, p, f, b in zip(
+                workload.tensor_names,
+                workload.param_counts,
+                workload.fwd_flops,
+                workload.bwd_flops,
+                strict=True,
+            )
+        ],
+    }
+
+
+def _key_name(entry) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(entry, attr):
+            return str(getattr(entry, attr))
+    return str(entry)
+
+
+def _is_array_like(x) -> bool:
+    return eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
+
+
+def workload_from_pytree(
+    params_tree,
+    *,
+    name: str = "custom",
+    batch_size: int = 64,
+    fwd_flops_per_sample: float | None = None,
+    dtype_bytes: int | None = None,
+) -> Workload:
+    """A workload with one tensor per array leaf of a parameter pytree.
+
+    Works with an equinox module (pass ``eqx.filter(model, eqx.is_array)``, or
+    the model itself: non-array leaves are skipped), a flax ``params`` dict, or
+    any pytree of ``jax.Array`` / ``numpy.ndarray`` / ``jax.ShapeDtypeStruct``
+    leaves (so ``jax.eval_shape`` describes a model too large to materialise).
+    Tensor names are the leaf paths joined with dots (``layers.0.weight``,
+    ``params.Dense_0.kernel``). Zero-size leaves are skipped.
+
+    Order: the flatten order of ``jax.tree_util`` is taken as the forward
+    order. For equinox modules this is the field order; dicts (flax) are
+    flattened in sorted key order, so ``Dense_10`` precedes ``Dense_2`` —
+    use :func:`load_layers` when the bucket order matters.
+
+    Args:
+        params_tree: the parameter pytree.
+        name: workload name, non-empty.
+        batch_size: samples per worker per step, integer >= 1.
+        fwd_flops_per_sample: total forward FLOPs per sample (FLOPs = 2 × MACs),
+            finite >= 0, spread over the tensors in proportion to their
+            parameter counts; ``None`` gives zero FLOPs (then set a measured
+            step time with :meth:`Workload.with_step_time`). Backward = 2 × forward.
+        dtype_bytes: bytes per gradient element; ``None`` takes the itemsize of
+            the leaves' dtype (the one holding the most parameters).
+
+    Returns:
+        The :class:`Workload`.
+
+    Raises:
+        ValueError: when the tree has no non-empty array leaf, or an argument is
+            out of range.
+
+    Example:
+        >>> import equinox as eqx, jax
+        >>> mlp = eqx.nn.MLP(784, 10, width_size=128, depth=1, key=jax.random.key(0))
+        >>> w = workload_from_pytree(eqx.filter(mlp, eqx.is_array), name="mlp")
+        >>> w.tensor_names
+        ('layers.0.weight', 'layers.0.bias', 'layers.1.weight', 'layers.1.bias')
+        >>> w.total_params == 784 * 128 + 128 + 128 * 10 + 10
+        True
+    """
+    leaves, _ = jax.tree_util.tree_flatten_with_path(params_tree, is_leaf=_is_array_like)
+    names, counts, itemsizes = [], [], collections.Counter()
+    for path, leaf in leaves:
+        if not _is_array_like(leaf):
+            continue
+        size = int(np.prod(leaf.shape, dtype=np.int64))
+        if size == 0:
+            continue
+        names.append(".".join(_key_name(k) for k in path) or "param")
+        counts.append(size)
+        itemsizes[np.dtype(leaf.dtype).itemsize] += size
+    if not names:
+        raise ValueError(
+            "workload_from_pytree: params_tree has no non-empty array leaf "
+            f"(got {type(params_tree).__name__}); pass eqx.filter(model, eqx.is_array) "
+            "or a flax params dict."
+        )
+    if len(set(names)) != len(names):  # e.g. a dict key containing a dot: use keystr paths
+        names = [
+            jax.tree_util.keystr(path)
+            for path, leaf in leaves
+            if _is_array_like(leaf) and int(np.prod(leaf.shape, dtype=np.int64)) > 0
+        ]
+    counts_arr = np.asarray(counts, dtype=np.int64)
+    if fwd_flops_per_sample is None:
+        fwd = np.zeros(len(names), dtype=np.float64)
+    else:
+        if (
+            isinstance(fwd_flops_per_sample, bool)
+            or not isinstance(fwd_flops_per_sample, numbers.Real)
+            or not math.isfinite(fwd_flops_per_sample)
+            or fwd_flops_per_sample < 0
+        ):
+            raise ValueError(
+                "workload_from_pytree: fwd_flops_per_sample must be a finite number >= 0 "
+                f"(FLOPs per sample) or None, got {fwd_flops_per_sample!r}."
+            )
+        fwd = float(fwd_flops_per_sample) * counts_arr / counts_arr.sum()
+    if dtype_bytes is None:
+        dtype_bytes = itemsizes.most_common(1)[0][0]
+    return Workload(
+        name=name,
+        tensor_names=tuple(names),
+        param_counts=counts_arr,
+        fwd_flops=fwd,
+        bwd_flops=2.0 * fwd,
+        batch_size=batch_size,
+        dtype_bytes=dtype_bytes,
+        source="parameter pytree (FLOPs spread in proportion to parameter count)"
+        if fwd_flops_per_sample is not None
+        else "parameter pytree (no FLOPs: use a measured step time)",
+    )
