@@ -139,11 +139,11 @@ def validate_record(rec: object) -> None:
     if kind == "collective":
         name = rec.get("collective")
         if name not in COLLECTIVE_NAMES:
-            raise ValueError(
-                f"unknown collective {name!r}; valid: {', '.join(COLLECTIVE_NAMES)}"
-            )
+            raise ValueError(f"unknown collective {name!r}; valid: {', '.join(COLLECTIVE_NAMES)}")
         if not _is_pos_int(rec.get("message_bytes")):
-            raise ValueError(f"'message_bytes' must be an integer > 0, got {rec.get('message_bytes')!r}")
+            raise ValueError(
+                f"'message_bytes' must be an integer > 0, got {rec.get('message_bytes')!r}"
+            )
         _check_ranks(rec)
         if not isinstance(rec.get("dtype"), str):
             raise ValueError("missing field 'dtype'")
@@ -166,7 +166,9 @@ def validate_record(rec: object) -> None:
         if not _is_pos_int(rec.get("servers", 0), 0):
             raise ValueError(f"'servers' must be an integer ≥ 0, got {rec.get('servers')!r}")
         if not _is_pos_int(rec.get("bucket_bytes", 0), 0):
-            raise ValueError(f"'bucket_bytes' must be an integer ≥ 0, got {rec.get('bucket_bytes')!r}")
+            raise ValueError(
+                f"'bucket_bytes' must be an integer ≥ 0, got {rec.get('bucket_bytes')!r}"
+            )
         if not _is_pos_int(rec.get("batch_size")):
             raise ValueError(f"'batch_size' must be an integer ≥ 1, got {rec.get('batch_size')!r}")
         if not isinstance(rec.get("model"), str):
@@ -202,7 +204,11 @@ def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
             try:
                 rec = json.loads(line, parse_constant=_reject_constant)
             except json.JSONDecodeError as e:
-                hint = "" if line.endswith("\n") else " (the line is truncated: was the run cut short?)"
+                hint = (
+                    ""
+                    if line.endswith("\n")
+                    else " (the line is truncated: was the run cut short?)"
+                )
                 raise InputFileError(str(path), lineno, f"not valid JSON: {e.msg}{hint}") from None
             except ValueError as e:
                 raise InputFileError(str(path), lineno, str(e)) from None
@@ -252,14 +258,34 @@ def record_key(rec: dict) -> tuple:
     """
     kind = rec["kind"]
     if kind == "collective":
-        return (kind, rec["collective"], rec["message_bytes"], rec["num_ranks"],
-                rec["ranks_per_node"], rec.get("dtype"))
+        return (
+            kind,
+            rec["collective"],
+            rec["message_bytes"],
+            rec["num_ranks"],
+            rec["ranks_per_node"],
+            rec.get("dtype"),
+        )
     if kind == "compute":
-        return (kind, rec["op"], json.dumps(rec.get("shape"), sort_keys=True), rec["num_ranks"],
-                rec["ranks_per_node"], rec.get("dtype"))
-    return (kind, rec["architecture"], rec.get("servers", 0), bool(rec.get("colocated", False)),
-            rec["workers"], rec.get("ranks_per_node", 1), rec.get("bucket_bytes", 0), rec["model"],
-            rec["batch_size"])
+        return (
+            kind,
+            rec["op"],
+            json.dumps(rec.get("shape"), sort_keys=True),
+            rec["num_ranks"],
+            rec["ranks_per_node"],
+            rec.get("dtype"),
+        )
+    return (
+        kind,
+        rec["architecture"],
+        rec.get("servers", 0),
+        bool(rec.get("colocated", False)),
+        rec["workers"],
+        rec.get("ranks_per_node", 1),
+        rec.get("bucket_bytes", 0),
+        rec["model"],
+        rec["batch_size"],
+    )
 
 
 class RecordWriter:

@@ -22,7 +22,7 @@ import importlib
 import importlib.util
 import sys
 
-from ._common import CLIError, add_common_arguments, fail
+from ._common import add_common_arguments, fail
 
 __all__ = ["main", "build_parser"]
 

@@ -60,7 +60,13 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
     else:
         code = 1
         msg = f"{type(exc).__name__}: {msg}"
-    hint = "" if debug else " (run with --debug for the traceback)" if code == 1 and not isinstance(exc, InputFileError | CLIError | OSError) else ""
+    hint = (
+        ""
+        if debug
+        else " (run with --debug for the traceback)"
+        if code == 1 and not isinstance(exc, InputFileError | CLIError | OSError)
+        else ""
+    )
     print(f"ddltune {command}: error: {msg}{hint}", file=sys.stderr)
     return code
 

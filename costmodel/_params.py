@@ -1,0 +1,431 @@
+"""Hardware parameters of a cluster, as one ``equinox.Module``.
+
+Every fitted quantity is stored unconstrained — the natural log of a positive
+scale, the logit of a fraction — and exposed in SI units through properties.
+The structure (number of protocol regimes) is static, so ``jax.vmap`` /
+``jax.grad`` see only arrays, and calibration differentiates with respect to the
+unconstrained leaves directly: ∂ log T / ∂ log θ, the elasticity, is the gradient
+with respect to a log-stored leaf.
+
+Topology levels: index 0 is *intra-node* (ranks on one node: NVLink, PCIe,
+shared memory), index 1 is *inter-node* (the network).
+
+References:
+    Hockney, "The communication challenge for MPP", Parallel Computing 1994 (α-β model).
+    Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication
+    Operations in MPICH", IJHPCA 2005 (α, β, γ per collective).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._names import COLLECTIVE_NAMES
+
+__all__ = ["ClusterParams", "LEVELS", "PARAMETER_UNITS"]
+
+LEVELS = ("intra", "inter")
+
+#: SI unit of every physical quantity :meth:`ClusterParams.to_dict` writes.
+PARAMETER_UNITS = {
+    "alpha_s": "s",
+    "beta_s_per_byte": "s/byte",
+    "node_beta_s_per_byte": "s/byte",
+    "gamma_s_per_byte": "s/byte",
+    "regime_alpha_factor": "1",
+    "regime_beta_factor": "1",
+    "regime_sharpness": "1",
+    "call_overhead_s": "s",
+    "fanin_exponent": "1",
+    "all_to_all_exponent": "1",
+    "node_compute_slots": "ranks",
+    "flops_per_s": "FLOP/s",
+    "step_overhead_s": "s",
+    "update_s_per_byte": "s/byte",
+    "overlap_interference": "1",
+    "memory_bytes": "bytes",
+}
+
+
+def _pair(x, name: str) -> np.ndarray:
+    arr = np.broadcast_to(np.asarray(x, dtype=np.float64), (2,)).copy()
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{name} must be finite and > 0 for both levels (intra, inter), got {x!r}")
+    return arr
+
+
+def _pos(x, name: str) -> float:
+    v = float(x)
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
+    return v
+
+
+class ClusterParams(eqx.Module):
+    """Fitted (or preset) hardware parameters of one cluster.
+
+    Build one with :meth:`create` (physical units) or a preset
+    (:func:`costmodel.preset`); read values through the properties, all SI.
+
+    Leaves (unconstrained; shapes with C = len(COLLECTIVE_NAMES), L = 2 levels,
+    R = ``n_regimes``):
+
+    * ``log_alpha`` (L,): log α, per-step latency of a collective algorithm, s.
+    * ``log_beta`` (L,): log β, a rank's link inverse bandwidth, s/byte.
+    * ``log_node_beta`` (L,): inverse bandwidth of what all ranks of one node
+      share (intra: memory / PCIe switch / cores of the node; inter: the NIC), s/byte.
+    * ``log_gamma`` (): γ, reduction cost per byte, s/byte.
+    * ``regime_log_alpha``, ``regime_log_beta`` (C, L, R): per-collective,
+      per-regime log factors on α and β (0 = the base value). The collective time
+      is the smooth lower envelope over regimes (NCCL's LL/LL128/Simple
+      protocols; MPI's eager/rendezvous).
+    * ``log_sharpness`` (C,): log of the envelope's sharpness k.
+    * ``log_call_overhead`` (): per-collective-call software overhead, s.
+    * ``log_fanin`` (): exponent e of the fan-in congestion factor (k senders)^e.
+    * ``log_all_to_all`` (): exponent of all_to_all's congestion factor (n−1)^e.
+    * ``log_node_slots`` (): how many ranks of a node run at full speed at once;
+      beyond it, compute and CPU-driven communication slow by g/slots (CPU runs
+      with more processes than cores).
+    * ``log_flops`` (): effective compute throughput of one device, FLOP/s.
+    * ``log_step_overhead`` (): fixed per-iteration overhead, s.
+    * ``log_update`` (): optimizer update time per parameter byte, s/byte.
+    * ``logit_interference`` (): fraction by which backward compute slows while
+      communication overlaps it.
+    * ``log_memory`` (): device memory, bytes (not fitted; used by the tuner).
+
+    Example:
+        >>> p = ClusterParams.create(alpha_s=(5e-6, 20e-6), beta_s_per_byte=(1e-11, 1e-9))
+        >>> float(p.alpha_s[1])
+        2e-05
+    """
+
+    log_alpha: Float[Array, "2"]
+    log_beta: Float[Array, "2"]
+    log_node_beta: Float[Array, "2"]
+    log_gamma: Float[Array, ""]
+    regime_log_alpha: Float[Array, "C 2 R"]
+    regime_log_beta: Float[Array, "C 2 R"]
+    log_sharpness: Float[Array, " C"]
+    log_call_overhead: Float[Array, ""]
+    log_fanin: Float[Array, ""]
+    log_all_to_all: Float[Array, ""]
+    log_node_slots: Float[Array, ""]
+    log_flops: Float[Array, ""]
+    log_step_overhead: Float[Array, ""]
+    log_update: Float[Array, ""]
+    logit_interference: Float[Array, ""]
+    log_memory: Float[Array, ""]
+    n_regimes: int = eqx.field(static=True, default=1)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        alpha_s: float | Sequence[float] = (5e-6, 20e-6),
+        beta_s_per_byte: float | Sequence[float] = (1 / 100e9, 1 / 12.5e9),
+        node_beta_s_per_byte: float | Sequence[float] | None = None,
+        gamma_s_per_byte: float = 1 / 300e9,
+        n_regimes: int = 1,
+        regime_alpha_factor=None,
+        regime_beta_factor=None,
+        regime_sharpness: float = 4.0,
+        call_overhead_s: float = 10e-6,
+        fanin_exponent: float = 0.05,
+        all_to_all_exponent: float = 0.05,
+        node_compute_slots: float = 1e6,
+        flops_per_s: float = 10e12,
+        step_overhead_s: float = 1e-3,
+        update_s_per_byte: float = 5 / 900e9,
+        overlap_interference: float = 0.05,
+        memory_bytes: float = 16 * 1024**3,
+    ) -> ClusterParams:
+        """Build parameters from physical values (SI units).
+
+        Args:
+            alpha_s: α per level (intra, inter), s, > 0; a scalar sets both.
+            beta_s_per_byte: β per level, s/byte, > 0 (1 / link bandwidth).
+            node_beta_s_per_byte: per-node shared inverse bandwidth per level,
+                s/byte, > 0. Default: 1/16 of β, a cap that binds only for more
+                than 16 concurrent flows per node.
+            gamma_s_per_byte: γ, reduction cost, s/byte, > 0.
+            n_regimes: R ≥ 1 protocol regimes per collective (static).
+            regime_alpha_factor, regime_beta_factor: factors on α and β per
+                regime, shape (R,) or (C, 2, R); default: 1 for R = 1, else
+                regimes spread from low-latency/low-bandwidth to
+                high-latency/high-bandwidth (α ×0.25 … ×4, β ×2 … ×0.5).
+            regime_sharpness: k > 0 of the regimes' soft lower envelope.
+            call_overhead_s: per collective call, s, > 0.
+            fanin_exponent: e > 0 in the fan-in congestion factor kᵉ.
+            all_to_all_exponent: e > 0 in all_to_all's congestion (n−1)ᵉ.
+            node_compute_slots: ranks per node that run at full speed, > 0.
+            flops_per_s: effective device throughput, FLOP/s, > 0.
+            step_overhead_s: per-iteration fixed time, s, > 0.
+            update_s_per_byte: optimizer update time per parameter byte, > 0.
+            overlap_interference: fraction in (0, 1).
+            memory_bytes: device memory, bytes, > 0.
+
+        Raises:
+            ValueError: on any non-finite, non-positive or out-of-range value,
+                naming the argument.
+        """
+        if not isinstance(n_regimes, int) or n_regimes < 1 or n_regimes > 8:
+            raise ValueError(f"n_regimes must be an integer in [1, 8], got {n_regimes!r}")
+        alpha = _pair(alpha_s, "alpha_s")
+        beta = _pair(beta_s_per_byte, "beta_s_per_byte")
+        node_beta = (
+            beta / 16.0
+            if node_beta_s_per_byte is None
+            else _pair(node_beta_s_per_byte, "node_beta_s_per_byte")
+        )
+        C, R = len(COLLECTIVE_NAMES), n_regimes
+        if regime_alpha_factor is None:
+            regime_alpha_factor = np.ones(1) if R == 1 else np.geomspace(0.25, 4.0, R)
+        if regime_beta_factor is None:
+            regime_beta_factor = np.ones(1) if R == 1 else np.geomspace(2.0, 0.5, R)
+        ra = np.broadcast_to(np.asarray(regime_alpha_factor, dtype=np.float64), (C, 2, R)).copy()
+        rb = np.broadcast_to(np.asarray(regime_beta_factor, dtype=np.float64), (C, 2, R)).copy()
+        for name, arr in (("regime_alpha_factor", ra), ("regime_beta_factor", rb)):
+            if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+                raise ValueError(f"{name} must be finite and > 0")
+        interference = float(overlap_interference)
+        if not 0.0 < interference < 1.0:
+            raise ValueError(
+                f"overlap_interference must be in (0, 1), got {overlap_interference!r}"
+            )
+        f = jnp.asarray
+        return cls(
+            log_alpha=f(np.log(alpha)),
+            log_beta=f(np.log(beta)),
+            log_node_beta=f(np.log(node_beta)),
+            log_gamma=f(math.log(_pos(gamma_s_per_byte, "gamma_s_per_byte"))),
+            regime_log_alpha=f(np.log(ra)),
+            regime_log_beta=f(np.log(rb)),
+            log_sharpness=f(np.full(C, math.log(_pos(regime_sharpness, "regime_sharpness")))),
+            log_call_overhead=f(math.log(_pos(call_overhead_s, "call_overhead_s"))),
+            log_fanin=f(math.log(_pos(fanin_exponent, "fanin_exponent"))),
+            log_all_to_all=f(math.log(_pos(all_to_all_exponent, "all_to_all_exponent"))),
+            log_node_slots=f(math.log(_pos(node_compute_slots, "node_compute_slots"))),
+            log_flops=f(math.log(_pos(flops_per_s, "flops_per_s"))),
+            log_step_overhead=f(math.log(_pos(step_overhead_s, "step_overhead_s"))),
+            log_update=f(math.log(_pos(update_s_per_byte, "update_s_per_byte"))),
+            logit_interference=f(math.log(interference / (1.0 - interference))),
+            log_memory=f(math.log(_pos(memory_bytes, "memory_bytes"))),
+            n_regimes=R,
+        )
+
+    # ---- physical values (SI) -------------------------------------------------
+    @property
+    def alpha_s(self) -> Float[Array, "2"]:
+        """α per level (intra, inter), s."""
+        return jnp.exp(self.log_alpha)
+
+    @property
+    def beta_s_per_byte(self) -> Float[Array, "2"]:
+        """β per level (intra, inter), s/byte; 1/β is the link bandwidth in bytes/s."""
+        return jnp.exp(self.log_beta)
+
+    @property
+    def node_beta_s_per_byte(self) -> Float[Array, "2"]:
+        """Per-node shared inverse bandwidth per level, s/byte."""
+        return jnp.exp(self.log_node_beta)
+
+    @property
+    def gamma_s_per_byte(self) -> Float[Array, ""]:
+        """γ, reduction cost, s/byte."""
+        return jnp.exp(self.log_gamma)
+
+    @property
+    def regime_alpha_s(self) -> Float[Array, "C 2 R"]:
+        """α of every (collective, level, regime), s."""
+        return jnp.exp(self.log_alpha[None, :, None] + self.regime_log_alpha)
+
+    @property
+    def regime_beta_s_per_byte(self) -> Float[Array, "C 2 R"]:
+        """β of every (collective, level, regime), s/byte."""
+        return jnp.exp(self.log_beta[None, :, None] + self.regime_log_beta)
+
+    @property
+    def regime_sharpness(self) -> Float[Array, " C"]:
+        """Sharpness k of each collective's soft lower envelope over regimes."""
+        return jnp.exp(self.log_sharpness)
+
+    @property
+    def call_overhead_s(self) -> Float[Array, ""]:
+        """Software overhead per collective call, s."""
+        return jnp.exp(self.log_call_overhead)
+
+    @property
+    def fanin_exponent(self) -> Float[Array, ""]:
+        """Exponent e of the fan-in congestion factor kᵉ (k concurrent senders to one link)."""
+        return jnp.exp(self.log_fanin)
+
+    @property
+    def all_to_all_exponent(self) -> Float[Array, ""]:
+        """Exponent e of all_to_all's congestion factor (n−1)ᵉ."""
+        return jnp.exp(self.log_all_to_all)
+
+    @property
+    def node_compute_slots(self) -> Float[Array, ""]:
+        """Ranks of one node that run at full speed at once (cores for CPU runs)."""
+        return jnp.exp(self.log_node_slots)
+
+    @property
+    def flops_per_s(self) -> Float[Array, ""]:
+        """Effective compute throughput of one device, FLOP/s."""
+        return jnp.exp(self.log_flops)
+
+    @property
+    def step_overhead_s(self) -> Float[Array, ""]:
+        """Fixed per-iteration overhead, s."""
+        return jnp.exp(self.log_step_overhead)
+
+    @property
+    def update_s_per_byte(self) -> Float[Array, ""]:
+        """Optimizer update time per parameter byte, s/byte."""
+        return jnp.exp(self.log_update)
+
+    @property
+    def overlap_interference(self) -> Float[Array, ""]:
+        """Fraction by which backward slows while communication overlaps it, in (0, 1)."""
+        return 1.0 / (1.0 + jnp.exp(-self.logit_interference))
+
+    @property
+    def memory_bytes(self) -> Float[Array, ""]:
+        """Device memory, bytes."""
+        return jnp.exp(self.log_memory)
+
+    # ---- (de)serialisation ----------------------------------------------------
+    def to_dict(self) -> dict:
+        """Physical values as plain JSON-ready Python (SI units, see :data:`PARAMETER_UNITS`).
+
+        Regime tables are nested lists indexed [collective][level][regime] in
+        the order of :data:`costmodel.COLLECTIVE_NAMES` and :data:`LEVELS`.
+        """
+
+        def tolist(x):
+            return np.asarray(x, dtype=np.float64).tolist()
+
+        return {
+            "n_regimes": self.n_regimes,
+            "collectives": list(COLLECTIVE_NAMES),
+            "levels": list(LEVELS),
+            "alpha_s": tolist(self.alpha_s),
+            "beta_s_per_byte": tolist(self.beta_s_per_byte),
+            "node_beta_s_per_byte": tolist(self.node_beta_s_per_byte),
+            "gamma_s_per_byte": tolist(self.gamma_s_per_byte),
+            "regime_alpha_factor": tolist(jnp.exp(self.regime_log_alpha)),
+            "regime_beta_factor": tolist(jnp.exp(self.regime_log_beta)),
+            "regime_sharpness": tolist(self.regime_sharpness),
+            "call_overhead_s": tolist(self.call_overhead_s),
+            "fanin_exponent": tolist(self.fanin_exponent),
+            "all_to_all_exponent": tolist(self.all_to_all_exponent),
+            "node_compute_slots": tolist(self.node_compute_slots),
+            "flops_per_s": tolist(self.flops_per_s),
+            "step_overhead_s": tolist(self.step_overhead_s),
+            "update_s_per_byte": tolist(self.update_s_per_byte),
+            "overlap_interference": tolist(self.overlap_interference),
+            "memory_bytes": tolist(self.memory_bytes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> ClusterParams:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: naming the first missing or invalid key, or when the
+                file's collective list differs from this version's.
+        """
+        if not isinstance(d, Mapping):
+            raise ValueError(f"parameters must be a JSON object, got {type(d).__name__}")
+        need = [k for k in PARAMETER_UNITS if k not in d] + (
+            ["n_regimes"] if "n_regimes" not in d else []
+        )
+        if need:
+            raise ValueError(f"parameters lack {', '.join(need)}")
+        if list(d.get("collectives", COLLECTIVE_NAMES)) != list(COLLECTIVE_NAMES):
+            raise ValueError(
+                f"parameters list collectives {d.get('collectives')}; this ddltune expects {list(COLLECTIVE_NAMES)}"
+            )
+        try:
+            return cls.create(
+                alpha_s=d["alpha_s"],
+                beta_s_per_byte=d["beta_s_per_byte"],
+                node_beta_s_per_byte=d["node_beta_s_per_byte"],
+                gamma_s_per_byte=d["gamma_s_per_byte"],
+                n_regimes=int(d["n_regimes"]),
+                regime_alpha_factor=d["regime_alpha_factor"],
+                regime_beta_factor=d["regime_beta_factor"],
+                regime_sharpness=1.0,
+                call_overhead_s=d["call_overhead_s"],
+                fanin_exponent=d["fanin_exponent"],
+                all_to_all_exponent=d["all_to_all_exponent"],
+                node_compute_slots=d["node_compute_slots"],
+                flops_per_s=d["flops_per_s"],
+                step_overhead_s=d["step_overhead_s"],
+                update_s_per_byte=d["update_s_per_byte"],
+                overlap_interference=d["overlap_interference"],
+                memory_bytes=d["memory_bytes"],
+            ).replace_sharpness(d["regime_sharpness"])
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"invalid parameters: {e}") from None
+
+    def replace_sharpness(self, k) -> ClusterParams:
+        """A copy with the regimes' envelope sharpness set to ``k`` (scalar or (C,))."""
+        k = np.broadcast_to(np.asarray(k, dtype=np.float64), (len(COLLECTIVE_NAMES),))
+        if not np.all(np.isfinite(k)) or np.any(k <= 0):
+            raise ValueError("regime_sharpness must be finite and > 0")
+        return eqx.tree_at(lambda p: p.log_sharpness, self, jnp.asarray(np.log(k)))
+
+    def scaled(self, **factors: float) -> ClusterParams:
+        """A copy with physical parameters multiplied by factors (what-if analysis).
+
+        Keys: ``alpha`` / ``alpha_intra`` / ``alpha_inter``, ``beta`` /
+        ``beta_intra`` / ``beta_inter`` (inverse bandwidth: a 2× faster network is
+        ``beta_inter=0.5``), ``node_beta``, ``gamma``, ``call_overhead``,
+        ``flops``, ``step_overhead``, ``update``, ``memory``.
+
+        Raises:
+            ValueError: on an unknown key or a factor that is not finite and > 0.
+
+        Example:
+            >>> p = ClusterParams.create(beta_s_per_byte=(1e-11, 1e-9))
+            >>> float(p.scaled(beta_inter=0.5).beta_s_per_byte[1])
+            5e-10
+        """
+        table = {
+            "alpha": ("log_alpha", None),
+            "alpha_intra": ("log_alpha", 0),
+            "alpha_inter": ("log_alpha", 1),
+            "beta": ("log_beta", None),
+            "beta_intra": ("log_beta", 0),
+            "beta_inter": ("log_beta", 1),
+            "node_beta": ("log_node_beta", None),
+            "node_beta_intra": ("log_node_beta", 0),
+            "node_beta_inter": ("log_node_beta", 1),
+            "gamma": ("log_gamma", None),
+            "call_overhead": ("log_call_overhead", None),
+            "flops": ("log_flops", None),
+            "step_overhead": ("log_step_overhead", None),
+            "update": ("log_update", None),
+            "memory": ("log_memory", None),
+        }
+        out = self
+        for key, factor in factors.items():
+            if key not in table:
+                raise ValueError(
+                    f"unknown parameter {key!r} to scale; valid: {', '.join(sorted(table))}"
+                )
+            f = float(factor)
+            if not math.isfinite(f) or f <= 0:
+                raise ValueError(f"factor for {key!r} must be finite and > 0, got {factor!r}")
+            attr, idx = table[key]
+            leaf = getattr(out, attr)
+            new = leaf + math.log(f) if idx is None else leaf.at[idx].add(math.log(f))
+            out = eqx.tree_at(lambda p, a=attr: getattr(p, a), out, new)
+        return out

@@ -1,0 +1,252 @@
+"""Hardware presets from datasheets: a starting point and a prior, not a fit.
+
+A preset combines a *network* (inter-node link, optionally an intra-node link)
+and a *device*. Every figure names its source and the efficiency assumed; a
+fitted profile replaces all of them.
+
+Assumptions stated once:
+* Link bandwidth: the datasheet line rate × the stated efficiency (protocol
+  headers, TCP/RDMA overhead). Ethernet (TCP): 90%; InfiniBand (RDMA): 92%;
+  PCIe 3.0 x16: 12 GB/s of 15.75 GB/s (76%); NVLink: NCCL's measured bus
+  bandwidth on that system (nccl-tests, see below).
+* Latency α: per algorithm step; TCP over Ethernet ~25 µs, RDMA ~5 µs (both
+  including NCCL/gloo per-step overhead), NVLink/PCIe ~5 µs.
+* Device throughput: datasheet fp32 peak (tensor-core TF32 where the device has
+  it and frameworks use it by default) × a training efficiency for CNN training,
+  stated per device; calibrate to replace it.
+* Optimizer update: SGD with momentum reads and writes ~5 bytes of memory per
+  parameter byte: update_s_per_byte = 5 / memory bandwidth.
+* Reduction γ: 3 bytes of memory traffic per reduced byte (2 reads, 1 write):
+  γ = 3 / memory bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._errors import format_choices
+from ._params import ClusterParams
+
+__all__ = [
+    "NETWORK_PRESETS",
+    "INTRA_PRESETS",
+    "DEVICE_PRESETS",
+    "preset",
+    "NetworkPreset",
+    "DevicePreset",
+]
+
+
+@dataclass(frozen=True)
+class NetworkPreset:
+    """A link: latency α (s), bandwidth (bytes/s) after efficiency, and its source."""
+
+    alpha_s: float
+    bandwidth_bytes_per_s: float
+    source: str
+
+
+@dataclass(frozen=True)
+class DevicePreset:
+    """A device: effective FLOP/s, memory (bytes), memory bandwidth (bytes/s), source."""
+
+    flops_per_s: float
+    memory_bytes: float
+    memory_bandwidth_bytes_per_s: float
+    source: str
+    node_compute_slots: float = 1e6  # GPUs: ranks do not share compute
+    call_overhead_s: float = 20e-6
+
+
+GB = 1e9
+GiB = 1024**3
+
+NETWORK_PRESETS: dict[str, NetworkPreset] = {
+    "ethernet-10g": NetworkPreset(
+        25e-6, 0.90 * 10e9 / 8, "IEEE 802.3ae 10 Gb/s line rate; 90% TCP efficiency"
+    ),
+    "ethernet-25g": NetworkPreset(
+        20e-6, 0.90 * 25e9 / 8, "IEEE 802.3by 25 Gb/s line rate; 90% TCP efficiency"
+    ),
+    "ethernet-100g": NetworkPreset(
+        15e-6, 0.90 * 100e9 / 8, "IEEE 802.3bj 100 Gb/s line rate; 90% TCP efficiency"
+    ),
+    "ib-edr-100g": NetworkPreset(
+        5e-6,
+        0.92 * 100e9 / 8,
+        "InfiniBand EDR 4x 100 Gb/s (Mellanox ConnectX-4 datasheet); 92% RDMA efficiency",
+    ),
+    "ib-hdr-200g": NetworkPreset(
+        5e-6,
+        0.92 * 200e9 / 8,
+        "InfiniBand HDR 4x 200 Gb/s (Mellanox ConnectX-6 datasheet); 92% RDMA efficiency",
+    ),
+    "ib-ndr-400g": NetworkPreset(
+        5e-6,
+        0.92 * 400e9 / 8,
+        "InfiniBand NDR 4x 400 Gb/s (NVIDIA ConnectX-7 datasheet); 92% RDMA efficiency",
+    ),
+}
+
+INTRA_PRESETS: dict[str, NetworkPreset] = {
+    "pcie3-x16": NetworkPreset(
+        5e-6,
+        12e9,
+        "PCIe 3.0 x16: 15.75 GB/s per direction (PCI-SIG); ~12 GB/s achieved by cudaMemcpy peer copies",
+    ),
+    "pcie4-x16": NetworkPreset(
+        5e-6, 24e9, "PCIe 4.0 x16: 31.5 GB/s per direction (PCI-SIG); ~24 GB/s achieved"
+    ),
+    "nvlink-v100": NetworkPreset(
+        5e-6,
+        130e9,
+        "DGX-1V NVLink 2.0 (6 links x 25 GB/s per direction, NVIDIA V100 datasheet); NCCL all_reduce busbw ~130 GB/s",
+    ),
+    "nvlink-a100": NetworkPreset(
+        5e-6,
+        230e9,
+        "DGX A100 NVLink 3.0 / NVSwitch (300 GB/s per direction, NVIDIA A100 datasheet); NCCL all_reduce busbw ~230 GB/s",
+    ),
+    "nvlink-h100": NetworkPreset(
+        5e-6,
+        450e9,
+        "HGX H100 NVLink 4.0 / NVSwitch (450 GB/s per direction, NVIDIA H100 datasheet); NCCL busbw ~450 GB/s",
+    ),
+    "shm": NetworkPreset(
+        20e-6,
+        5e9,
+        "shared memory between CPU processes (gloo over loopback TCP): ~5 GB/s, 20 µs; a rough prior, calibrate",
+    ),
+}
+
+DEVICE_PRESETS: dict[str, DevicePreset] = {
+    # Training efficiencies: ResNet-50 images/s from tf_cnn_benchmarks (TensorFlow docs, 2017)
+    # and NVIDIA's published DeepLearningExamples, × 3 × 2 × 4.1 GMACs / datasheet peak.
+    "k80": DevicePreset(
+        0.30 * 4.37e12,
+        12 * GiB,
+        240 * GB,
+        "Tesla K80 datasheet: 8.73 TFLOP/s fp32 boost per board = 4.37 per GPU, 12 GB, 240 GB/s per GPU; 30% training efficiency (tf_cnn_benchmarks ResNet-50 ~52 img/s)",
+    ),
+    "p100": DevicePreset(
+        0.40 * 10.6e12,
+        16 * GiB,
+        732 * GB,
+        "Tesla P100 SXM2 datasheet: 10.6 TFLOP/s fp32, 16 GB HBM2, 732 GB/s; 40% training efficiency (tf_cnn_benchmarks ResNet-50 ~219 img/s)",
+    ),
+    "v100": DevicePreset(
+        0.55 * 15.7e12,
+        16 * GiB,
+        900 * GB,
+        "Tesla V100 SXM2 datasheet: 15.7 TFLOP/s fp32, 16 GB HBM2, 900 GB/s; 55% training efficiency (fp32 ResNet-50 ~350 img/s)",
+    ),
+    "a100": DevicePreset(
+        0.50 * 156e12 * 0.25,
+        40 * GiB,
+        1555 * GB,
+        "A100 SXM4 40GB datasheet: 156 TFLOP/s TF32 tensor, 1555 GB/s; 12.5% of TF32 peak in fp32/TF32 CNN training (ResNet-50 TF32 ~ 1000 img/s => ~25 TFLOP/s; stated as 0.5 x 0.25 x peak)",
+    ),
+    "h100": DevicePreset(
+        0.12 * 495e12,
+        80 * GiB,
+        3350 * GB,
+        "H100 SXM5 datasheet: 495 TFLOP/s dense TF32, 80 GB HBM3, 3.35 TB/s; 12% of TF32 peak in CNN training (ResNet-50 TF32 ~ 2400 img/s)",
+    ),
+    "cpu": DevicePreset(
+        50e9,
+        16 * GiB,
+        20 * GB,
+        "a generic 2-core x86-64 CPU: ~50 GFLOP/s fp32 (AVX2 FMA, 2 cores), 20 GB/s memory; a rough prior, calibrate",
+        node_compute_slots=2.0,
+        call_overhead_s=50e-6,
+    ),
+}
+
+_DEFAULT_INTRA = {"cpu": "shm"}
+
+
+def preset(
+    network: str = "ethernet-10g",
+    device: str = "v100",
+    *,
+    intra: str | None = None,
+    n_regimes: int = 1,
+) -> ClusterParams:
+    """Cluster parameters from datasheet presets.
+
+    Args:
+        network: inter-node network, or ``"INTER,INTRA"`` (e.g.
+            ``"ib-hdr-200g,nvlink-a100"``); see :data:`NETWORK_PRESETS` and
+            :data:`INTRA_PRESETS`.
+        device: see :data:`DEVICE_PRESETS`.
+        intra: intra-node link; default from ``network`` or ``pcie3-x16``
+            (``shm`` for the cpu device).
+        n_regimes: protocol regimes (1 = the plain α-β line).
+
+    Returns:
+        :class:`ClusterParams` in SI units.
+
+    Raises:
+        ValueError: on an unknown network, intra-node link or device name,
+            listing the valid names.
+
+    Example:
+        >>> p = preset("ethernet-10g", "v100")
+        >>> round(1 / float(p.beta_s_per_byte[1]) / 1e9, 3)   # GB/s
+        1.125
+    """
+    parts = [s.strip() for s in str(network).split(",")]
+    if len(parts) > 2 or not parts[0]:
+        raise ValueError(f"network preset must be 'INTER' or 'INTER,INTRA', got {network!r}")
+    inter_name = parts[0]
+    if len(parts) == 2:
+        if intra is not None and intra != parts[1]:
+            raise ValueError(f"intra-node link given twice: {parts[1]!r} and {intra!r}")
+        intra = parts[1]
+    if inter_name not in NETWORK_PRESETS:
+        raise ValueError(
+            f"unknown network preset {inter_name!r}; valid: {format_choices(NETWORK_PRESETS)}"
+        )
+    if device not in DEVICE_PRESETS:
+        raise ValueError(
+            f"unknown device preset {device!r}; valid: {format_choices(DEVICE_PRESETS)}"
+        )
+    intra = intra or _DEFAULT_INTRA.get(device, "pcie3-x16")
+    if intra not in INTRA_PRESETS:
+        raise ValueError(
+            f"unknown intra-node preset {intra!r}; valid: {format_choices(INTRA_PRESETS)}"
+        )
+    net, link, dev = NETWORK_PRESETS[inter_name], INTRA_PRESETS[intra], DEVICE_PRESETS[device]
+    beta = (1.0 / link.bandwidth_bytes_per_s, 1.0 / net.bandwidth_bytes_per_s)
+    # Node caps: the NIC carries one link's worth per node (inter); inside a node
+    # the switch/memory carries 16 links' worth (binds only with many flows),
+    # for CPUs the memory bandwidth shared by all processes.
+    node_intra = 1.0 / dev.memory_bandwidth_bytes_per_s if device == "cpu" else beta[0] / 16.0
+    return ClusterParams.create(
+        alpha_s=(link.alpha_s, net.alpha_s),
+        beta_s_per_byte=beta,
+        node_beta_s_per_byte=(node_intra, beta[1]),
+        gamma_s_per_byte=3.0 / dev.memory_bandwidth_bytes_per_s,
+        n_regimes=n_regimes,
+        call_overhead_s=dev.call_overhead_s,
+        fanin_exponent=0.1,
+        all_to_all_exponent=0.1,
+        node_compute_slots=dev.node_compute_slots,
+        flops_per_s=dev.flops_per_s,
+        step_overhead_s=1e-3,
+        update_s_per_byte=5.0 / dev.memory_bandwidth_bytes_per_s,
+        overlap_interference=0.05,
+        memory_bytes=dev.memory_bytes,
+    )
+
+
+def describe_preset(network: str, device: str) -> list[str]:
+    """Source lines of a preset combination, for reports and ``--help``."""
+    parts = [s.strip() for s in str(network).split(",")]
+    out = [f"{parts[0]}: {NETWORK_PRESETS[parts[0]].source}"] if parts[0] in NETWORK_PRESETS else []
+    intra = parts[1] if len(parts) > 1 else _DEFAULT_INTRA.get(device, "pcie3-x16")
+    if intra in INTRA_PRESETS:
+        out.append(f"{intra}: {INTRA_PRESETS[intra].source}")
+    if device in DEVICE_PRESETS:
+        out.append(f"{device}: {DEVICE_PRESETS[device].source}")
+    return out

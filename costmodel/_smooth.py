@@ -1,0 +1,95 @@
+"""Smooth, scale-free max and min of positive quantities (times).
+
+The cost model combines times with max/min (overlap, lower envelopes of
+protocol regimes, bandwidth caps). A hard max has a zero gradient on its
+inactive branch; calibration needs gradients to reach every parameter the data
+can inform, so the fitted model uses p-norm smoothings of positive values,
+which are scale-free (a time in ns or in s is smoothed alike) and exact in the
+limit p → ∞. Reports use the hard versions.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+__all__ = ["soft_max2", "soft_min", "soft_max"]
+
+_TINY = 1e-300
+
+
+def soft_max2(a: Float[Array, "*b"], b: Float[Array, "*b"], p: int = 8) -> Float[Array, "*b"]:
+    """p-norm smooth maximum of two non-negative arrays: (aᵖ + bᵖ)^(1/p).
+
+    Lies in [max(a, b), 2^(1/p)·max(a, b)]; equals max(a, b) exactly when one
+    of them is 0. Computed in log space, so it neither overflows nor underflows.
+
+    Args:
+        a, b: non-negative values of equal (broadcastable) shape.
+        p: sharpness, a static power of two ≥ 1 (the root is taken by square roots).
+
+    Example:
+        >>> float(soft_max2(jnp.asarray(3.0), jnp.asarray(0.0)))
+        3.0
+    """
+    a = jnp.maximum(a, 0.0)
+    b = jnp.maximum(b, 0.0)
+    m = jnp.maximum(a, b)
+    safe_m = jnp.maximum(m, _TINY)
+    ra = a / safe_m
+    rb = b / safe_m
+    s = ra**p + rb**p  # integer powers: multiplications, no exp/log
+    q = p
+    while q > 1:
+        s = jnp.sqrt(s)
+        q //= 2
+    return m * s
+
+
+def soft_min(x: Float[Array, "*b r"], k: Float[Array, "*b"] | float, axis: int = -1):
+    """Smooth lower envelope of positive values along ``axis``: (Σ xᵣ^(−k))^(−1/k).
+
+    With a single entry it returns that entry exactly. It lies in
+    [min·R^(−1/k), min] for R entries; k → ∞ gives the hard minimum. Used for the
+    lower envelope of a collective's protocol regimes (NCCL's LL / LL128 / Simple).
+
+    Args:
+        x: positive values (seconds), regimes along ``axis``.
+        k: sharpness > 0 (array broadcastable to ``x`` without ``axis``).
+        axis: the regime axis.
+
+    Example:
+        >>> float(soft_min(jnp.asarray([2.0]), 4.0))
+        2.0
+    """
+    x = jnp.maximum(x, _TINY)
+    k = jnp.expand_dims(jnp.asarray(k), axis) if jnp.ndim(k) else k
+    logx = jnp.log(x)
+    m = jnp.min(logx, axis=axis, keepdims=True)
+    s = jnp.sum(jnp.exp(-k * (logx - m)), axis=axis, keepdims=True)
+    out = m - jnp.log(s) / k
+    return jnp.exp(jnp.squeeze(out, axis=axis))
+
+
+def soft_max(x: Float[Array, "*b k"], rel_tau: float = 1e-3, axis: int = -1):
+    """Log-sum-exp smooth maximum with a temperature relative to the values' scale.
+
+    ``max ≤ soft_max ≤ max + rel_tau·scale·log(K)`` where scale is the largest
+    |x| (held constant for the gradient). Used for the max over buckets in the
+    iteration timeline when a gradient must flow through it.
+
+    Example:
+        >>> round(float(soft_max(jnp.asarray([1.0, 2.0, 0.5]))), 3)
+        2.0
+    """
+    scale = jnp.maximum(jnp.max(jnp.abs(x), axis=axis, keepdims=True), _TINY)
+    tau = rel_tau * jax_stop(scale)
+    m = jnp.max(x, axis=axis, keepdims=True)
+    out = m + tau * jnp.log(jnp.sum(jnp.exp((x - m) / tau), axis=axis, keepdims=True))
+    return jnp.squeeze(out, axis=axis)
+
+
+def jax_stop(x):
+    import jax
+
+    return jax.lax.stop_gradient(x)

@@ -1,0 +1,513 @@
+"""One synchronous SGD iteration as a timeline: compute, bucketed communication, overlap.
+
+Gradients become ready in reverse layer order during backward and are packed
+into buckets of at most ``bucket_bytes`` (reverse order; a parameter tensor is
+never split; a tensor larger than the cap forms its own bucket; an optional
+smaller first bucket, as DDP's ``first_bucket_bytes``; ``bucket_bytes = 0``
+means one collective per tensor). Bucket b is ready at r_b (the backward time
+until its last tensor's gradient exists) and communicates for c_b:
+
+    start_b = max(r_b, end_{b−1}),   end_b = start_b + c_b
+    T_iter  = T_fwd + max(T_bwd, end_K) + T_update + Σ_b c2_b + T_overhead
+
+(for architectures that do not overlap, max(T_bwd, end_K) becomes
+T_bwd + Σ_b c_b). The recursion unrolls to end_K = max_b (r_b + c_b + … + c_K),
+a max over suffix sums, which vectorises without a sequential loop. The hard
+max gives the exact value; ``smooth=True`` uses a log-sum-exp max so gradients
+reach every bucket (calibration on step times, bucket-size refinement).
+
+References:
+    Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel
+    Training", VLDB 2020 (buckets, reverse order, first bucket); Sergeev & Del
+    Balso, arXiv 1802.05799 (tensor fusion); Zhang et al., "Poseidon", USENIX ATC
+    2017 (wait-free backpropagation); Alqahtani & Demirbas, arXiv 1909.02061.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._params import ClusterParams
+from ._smooth import soft_max, soft_max2
+from .architectures import AbstractArchitecture, get_architecture
+
+__all__ = [
+    "Breakdown",
+    "BucketTable",
+    "bucketize",
+    "bucket_table",
+    "iteration_time",
+    "fluid_iteration_time",
+    "WorkloadTerms",
+    "DEFAULT_BUCKET_BYTES",
+]
+
+#: PyTorch DDP's default ``bucket_cap_mb`` = 25 MiB.
+DEFAULT_BUCKET_BYTES = 25 * 1024**2
+
+
+class Breakdown(eqx.Module):
+    """One iteration's time and where it goes (all arrays of one shape; SI units).
+
+    Attributes:
+        forward_s: forward compute, s.
+        backward_s: backward compute (without overlap interference), s.
+        communication_s: all communication (every bucket, both phases), s.
+        exposed_communication_s: the part of the iteration that is neither
+            compute, update nor overhead: communication not hidden behind
+            backward, plus the slowdown of backward by overlapping it, s.
+        update_s: optimizer update on the critical path, s.
+        overhead_s: fixed per-iteration overhead, s.
+        iteration_s: the iteration time, s.
+        throughput_samples_per_s: workers × batch / iteration time.
+        scaling_efficiency: throughput / (workers × single-worker throughput),
+            single-worker = one worker with no communication at all.
+        num_buckets: buckets per iteration (fractional for the fluid model).
+    """
+
+    forward_s: Float[Array, "*b"]
+    backward_s: Float[Array, "*b"]
+    communication_s: Float[Array, "*b"]
+    exposed_communication_s: Float[Array, "*b"]
+    update_s: Float[Array, "*b"]
+    overhead_s: Float[Array, "*b"]
+    iteration_s: Float[Array, "*b"]
+    throughput_samples_per_s: Float[Array, "*b"]
+    scaling_efficiency: Float[Array, "*b"]
+    num_buckets: Float[Array, "*b"]
+
+    FIELDS = (
+        "forward_s",
+        "backward_s",
+        "communication_s",
+        "exposed_communication_s",
+        "update_s",
+        "overhead_s",
+        "iteration_s",
+        "throughput_samples_per_s",
+        "scaling_efficiency",
+        "num_buckets",
+    )
+
+    def to_dict(self) -> dict:
+        """Plain Python floats (scalar breakdown) or lists (batched)."""
+        out = {}
+        for f in self.FIELDS:
+            a = np.asarray(getattr(self, f), dtype=np.float64)
+            out[f] = a.item() if a.ndim == 0 else a.tolist()
+        return out
+
+    def __getitem__(self, i) -> Breakdown:
+        return jax.tree_util.tree_map(lambda x: x[i], self)
+
+
+# ---------------------------------------------------------------------------
+# Workload terms (what the timeline needs of a Workload, as arrays)
+# ---------------------------------------------------------------------------
+class WorkloadTerms(eqx.Module):
+    """The totals and per-tensor curves of a workload the timeline uses.
+
+    Attributes:
+        fwd_flops, bwd_flops: per sample totals, FLOPs.
+        total_bytes: gradient (= parameter) bytes, G.
+        step_time_per_sample_s: measured single-worker step time / its batch
+            size (s/sample); NaN when compute comes from FLOPs.
+        fwd_share: forward fraction of compute time.
+        cum_bytes_rev, ready_frac_rev: (T,) cumulative gradient bytes and the
+            fraction of backward done when each tensor's gradient is ready, in
+            reverse (backward) order.
+        measured: static, whether ``step_time_per_sample_s`` is used.
+    """
+
+    fwd_flops: Float[Array, ""]
+    bwd_flops: Float[Array, ""]
+    total_bytes: Float[Array, ""]
+    step_time_per_sample_s: Float[Array, ""]
+    fwd_share: Float[Array, ""]
+    cum_bytes_rev: Float[Array, " T"]
+    ready_frac_rev: Float[Array, " T"]
+    measured: bool = eqx.field(static=True, default=False)
+
+    @classmethod
+    def from_workload(cls, workload) -> WorkloadTerms:
+        """Build from a :class:`costmodel.Workload`.
+
+        Raises:
+            ValueError: if the workload has no FLOPs and no measured step time.
+        """
+        pb = np.asarray(workload.param_bytes, dtype=np.float64)[::-1]
+        fwd = float(np.sum(workload.fwd_flops))
+        bwd_t = np.asarray(workload.bwd_flops, dtype=np.float64)[::-1]
+        bwd = float(bwd_t.sum())
+        measured = workload.step_time_s is not None
+        if not measured and (fwd <= 0 or bwd <= 0):
+            raise ValueError(
+                f"workload {workload.name!r} has no FLOP counts; give a measured single-worker "
+                "step time (--step-time / Workload.with_step_time) or per-layer FLOPs"
+            )
+        weights = bwd_t if bwd > 0 else pb
+        ready = np.cumsum(weights) / np.sum(weights)
+        ready[-1] = 1.0
+        step = float(workload.step_time_s) / workload.batch_size if measured else float("nan")
+        share = fwd / (fwd + bwd) if fwd + bwd > 0 else 1.0 / 3.0
+        f = jnp.asarray
+        return cls(
+            f(fwd),
+            f(bwd),
+            f(float(pb.sum())),
+            f(step),
+            f(share),
+            f(np.cumsum(pb)),
+            f(ready),
+            measured,
+        )
+
+
+def _compute_s(params: ClusterParams, wt: WorkloadTerms, batch, g):
+    """(forward, backward) seconds at ``batch`` samples with g ranks sharing a node."""
+    share = soft_max2(jnp.ones_like(g), g / params.node_compute_slots)
+    if wt.measured:
+        total = wt.step_time_per_sample_s * batch
+        # the measured step includes update and overhead: keep the compute part
+        comp = total - wt.total_bytes * params.update_s_per_byte - params.step_overhead_s
+        comp = jnp.maximum(comp, 0.1 * total)
+        return comp * wt.fwd_share * share, comp * (1.0 - wt.fwd_share) * share
+    return (
+        batch * wt.fwd_flops / params.flops_per_s * share,
+        batch * wt.bwd_flops / params.flops_per_s * share,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Bucketing (exact, numpy: depends only on the workload and the bucket cap)
+# ---------------------------------------------------------------------------
+def bucketize(workload, bucket_bytes: int, first_bucket_bytes: int | None = None):
+    """Pack gradient tensors into buckets, in reverse (backward) order.
+
+    Args:
+        workload: a :class:`costmodel.Workload`.
+        bucket_bytes: cap per bucket, bytes ≥ 0; 0 = one bucket per tensor.
+        first_bucket_bytes: cap of the first bucket (DDP's 1 MiB default lets
+            communication start early); ``None`` = same as ``bucket_bytes``.
+
+    Returns:
+        ``(sizes, ready_frac)``: float64 arrays of shape (K,), bytes of each
+        bucket in the order they are communicated and the fraction of backward
+        compute done when each is ready.
+
+    Raises:
+        ValueError: if ``bucket_bytes`` or ``first_bucket_bytes`` is negative
+            or not finite.
+
+    Example:
+        >>> from costmodel import Workload
+        >>> import numpy as np
+        >>> w = Workload("toy", ("a", "b", "c"), np.array([1, 2, 3]), np.ones(3), np.ones(3), 1)
+        >>> bucketize(w, 12)[0]   # reverse order: 12 B, then 8 B + 4 B
+        array([12., 12.])
+    """
+    for name, v in (("bucket_bytes", bucket_bytes), ("first_bucket_bytes", first_bucket_bytes)):
+        if v is not None and (not math.isfinite(float(v)) or float(v) < 0):
+            raise ValueError(f"{name} must be a finite number of bytes ≥ 0, got {v!r}")
+    wt_bytes = np.asarray(workload.param_bytes, dtype=np.float64)[::-1]
+    bwd = np.asarray(workload.bwd_flops, dtype=np.float64)[::-1]
+    weights = bwd if bwd.sum() > 0 else wt_bytes
+    ready = np.cumsum(weights) / weights.sum()
+    ready[-1] = 1.0
+    sizes, readies = [], []
+    cap = float(first_bucket_bytes if first_bucket_bytes is not None else bucket_bytes)
+    fill, last_r = 0.0, 0.0
+    for nbytes, r in zip(wt_bytes, ready, strict=True):
+        if fill > 0 and (bucket_bytes == 0 or fill + nbytes > cap):
+            sizes.append(fill)
+            readies.append(last_r)
+            fill = 0.0
+            cap = float(bucket_bytes)
+        fill += nbytes
+        last_r = r
+    sizes.append(fill)
+    readies.append(last_r)
+    return np.asarray(sizes), np.asarray(readies)
+
+
+@dataclass(frozen=True)
+class BucketTable:
+    """Exact bucketings of one workload for several bucket caps, padded to one shape.
+
+    Attributes:
+        bucket_bytes: (U,) caps, bytes (sorted, unique; padded by repeating the last).
+        sizes: (U, K) bytes per bucket, zero-padded (K = the most buckets of any cap).
+        ready_frac: (U, K) fraction of backward done when each bucket is ready.
+        counts: (U,) number of buckets.
+    """
+
+    bucket_bytes: np.ndarray
+    sizes: np.ndarray
+    ready_frac: np.ndarray
+    counts: np.ndarray
+
+    def index(self, bucket_bytes) -> np.ndarray:
+        """Row of each cap in ``bucket_bytes`` (which must all be in the table)."""
+        return np.searchsorted(self.bucket_bytes, np.asarray(bucket_bytes, dtype=np.float64))
+
+
+def bucket_table(workload, bucket_bytes, first_bucket_bytes: int | None = None) -> BucketTable:
+    """:func:`bucketize` for every distinct cap in ``bucket_bytes``.
+
+    The row count is padded to a power of two so that sweeps over different
+    numbers of caps reuse one compiled function.
+    """
+    caps = np.unique(np.asarray(bucket_bytes, dtype=np.float64).ravel())
+    T = len(workload.param_counts)
+    U = 1 << max(0, int(math.ceil(math.log2(len(caps)))))
+    sizes = np.zeros((U, T))
+    ready = np.ones((U, T))
+    counts = np.zeros(U)
+    for i, cap in enumerate(caps):
+        s, r = bucketize(workload, cap, first_bucket_bytes)
+        sizes[i, : len(s)] = s
+        ready[i, : len(r)] = r
+        counts[i] = len(s)
+    K = max(1, int(counts.max()))  # trim padding no bucketing uses
+    sizes, ready = sizes[:, :K], ready[:, :K]
+    padded = np.concatenate([caps, np.full(U - len(caps), caps[-1])])
+    sizes[len(caps) :] = sizes[len(caps) - 1]
+    ready[len(caps) :] = ready[len(caps) - 1]
+    counts[len(caps) :] = counts[len(caps) - 1]
+    return BucketTable(padded, sizes, ready, counts)
+
+
+# ---------------------------------------------------------------------------
+# The iteration model
+# ---------------------------------------------------------------------------
+def _core(
+    params: ClusterParams,
+    arch: AbstractArchitecture,
+    wt: WorkloadTerms,
+    eval_bytes,
+    weights,
+    ready_frac,
+    n,
+    g,
+    k,
+    batch,
+    base_batch,
+    smooth: bool,
+) -> Breakdown:
+    fwd, bwd = _compute_s(params, wt, batch, g)
+    c1 = arch.phase1_s(params, eval_bytes, n, g, k) * weights
+    c2 = arch.phase2_s(params, eval_bytes, n, g, k) * weights
+    C1, C2 = jnp.sum(c1), jnp.sum(c2)
+    if arch.overlaps:
+        frac = jnp.minimum(C1 / jnp.maximum(bwd, 1e-30), 1.0)
+        bwd_eff = bwd * (1.0 + params.overlap_interference * frac)
+        suffix = jnp.cumsum(c1[::-1])[::-1]
+        ends = jnp.where(weights > 0, ready_frac * bwd_eff + suffix, 0.0)
+        cand = jnp.concatenate([bwd_eff[None], ends])
+        core = soft_max(cand) if smooth else jnp.max(cand)
+    else:
+        core = bwd + C1
+    update = arch.update_s(params, wt.total_bytes, n, k)
+    overhead = params.step_overhead_s
+    total = fwd + core + update + C2 + overhead
+    exposed = jnp.maximum(total - fwd - bwd - update - overhead, 0.0)
+    thr = n * batch / total
+    one = jnp.ones_like(g)
+    f1, b1 = _compute_s(params, wt, base_batch, one)
+    base = f1 + b1 + wt.total_bytes * params.update_s_per_byte + overhead
+    eff = thr / (n * base_batch / base)
+    return Breakdown(
+        fwd, bwd, C1 + C2, exposed, update, overhead, total, thr, eff, jnp.sum(weights)
+    )
+
+
+@eqx.filter_jit
+def _sweep(params, arch, wt, sizes, ready, idx, n, g, k, batch, base_batch, smooth):
+    def one(i, n, g, k, b, b0):
+        s = sizes[i]
+        return _core(params, arch, wt, s, (s > 0).astype(s.dtype), ready[i], n, g, k, b, b0, smooth)
+
+    return jax.vmap(one)(idx, n, g, k, batch, base_batch)
+
+
+def _resolve_arch(architecture, colocated):
+    if isinstance(architecture, AbstractArchitecture):
+        return architecture
+    return get_architecture(str(architecture), colocated=colocated)
+
+
+def _check_positive(name, arr, minimum=1.0):
+    a = np.asarray(arr, dtype=np.float64)
+    if not np.all(np.isfinite(a)) or np.any(a < minimum):
+        bad = a[~np.isfinite(a) | (a < minimum)].ravel()[0]
+        raise ValueError(f"{name} must be finite and ≥ {minimum:g}, got {bad!r}")
+    return a
+
+
+def iteration_time(
+    params: ClusterParams,
+    workload,
+    architecture,
+    workers,
+    *,
+    ranks_per_node=1,
+    servers=1,
+    bucket_bytes=DEFAULT_BUCKET_BYTES,
+    first_bucket_bytes: int | None = None,
+    batch_size=None,
+    base_batch_size=None,
+    colocated: bool = False,
+    smooth: bool = False,
+) -> Breakdown:
+    """Predict one iteration's time and breakdown for one or many configurations.
+
+    ``workers``, ``ranks_per_node``, ``servers``, ``bucket_bytes`` and
+    ``batch_size`` broadcast against each other (scalars or 1-D arrays); the
+    configurations are evaluated at once with ``jax.vmap`` (one compilation
+    per architecture and array shape).
+
+    Args:
+        params: cluster parameters (fitted profile or preset).
+        workload: a :class:`costmodel.Workload`.
+        architecture: a name in :data:`costmodel.ARCHITECTURE_NAMES` or an
+            :class:`~costmodel.architectures.AbstractArchitecture`.
+        workers: n ≥ 1 training workers.
+        ranks_per_node: g ≥ 1 workers per node.
+        servers: k ≥ 1 parameter servers (``ps``, ``hybrid``; ignored otherwise).
+        bucket_bytes: gradient bucket cap, bytes ≥ 0 (0 = one collective per
+            tensor). Default 25 MiB (PyTorch DDP).
+        first_bucket_bytes: cap of the first bucket; ``None`` = ``bucket_bytes``.
+        batch_size: samples per worker per step, ≥ 1; default the workload's.
+        base_batch_size: per-worker batch of the single-worker baseline for
+            scaling efficiency; default ``batch_size`` (fixed batch per worker).
+            For a fixed global batch B, pass ``batch_size = B / n`` and
+            ``base_batch_size = B``.
+        colocated: ``ps`` servers run on workers (with a name ``architecture``).
+        smooth: use the smooth max over buckets (for gradients).
+
+    Returns:
+        A :class:`Breakdown` of arrays of the broadcast shape (0-d for scalars).
+
+    Raises:
+        ValueError: unknown architecture; workers, ranks_per_node, servers or
+            batch size < 1; negative bucket bytes; a workload without FLOPs or
+            step time.
+
+    Example:
+        >>> from costmodel import preset, get_workload
+        >>> p, w = preset("ethernet-10g", "v100"), get_workload("resnet50", 64)
+        >>> b = iteration_time(p, w, "ring", 1)
+        >>> float(b.communication_s)
+        0.0
+    """
+    arch = _resolve_arch(architecture, colocated)
+    b0 = workload.batch_size if batch_size is None else batch_size
+    n, g, k, bb, batch = np.broadcast_arrays(
+        _check_positive("workers", workers),
+        _check_positive("ranks_per_node", ranks_per_node),
+        _check_positive("servers", servers),
+        _check_positive("bucket_bytes", bucket_bytes, 0.0),
+        _check_positive("batch_size", b0),
+    )
+    base = (
+        batch
+        if base_batch_size is None
+        else np.broadcast_to(_check_positive("base_batch_size", base_batch_size), batch.shape)
+    )
+    shape = n.shape
+    table = bucket_table(workload, bb)
+    idx = table.index(bb.ravel())
+    N = idx.size
+    M = 1 << max(0, int(math.ceil(math.log2(max(N, 1)))))  # pad: fewer recompilations
+
+    def pad(x, fill):
+        x = np.asarray(x, dtype=np.float64).ravel()
+        return jnp.asarray(np.concatenate([x, np.full(M - N, fill)]))
+
+    wt = WorkloadTerms.from_workload(workload)
+    out = _sweep(
+        params,
+        arch,
+        wt,
+        jnp.asarray(table.sizes),
+        jnp.asarray(table.ready_frac),
+        jnp.asarray(np.concatenate([idx, np.zeros(M - N, dtype=idx.dtype)])),
+        pad(n, 1.0),
+        pad(g, 1.0),
+        pad(k, 1.0),
+        pad(batch, 1.0),
+        pad(base, 1.0),
+        bool(smooth),
+    )
+    return jax.tree_util.tree_map(lambda x: x[:N].reshape(shape), out)
+
+
+def fluid_iteration_time(
+    params: ClusterParams,
+    workload,
+    architecture,
+    workers,
+    log_bucket_bytes,
+    *,
+    num_slots: int,
+    ranks_per_node=1.0,
+    servers=1.0,
+    batch_size=None,
+    base_batch_size=None,
+    colocated: bool = False,
+) -> Breakdown:
+    """A smooth relaxation of :func:`iteration_time` in the bucket size.
+
+    Gradient bytes are treated as a fluid: bucket j holds bytes
+    [j·b, (j+1)·b) of the reverse-order gradient stream, is ready when the
+    backward pass has produced them (interpolated over tensors), and costs
+    c(b)·(its bytes / b), so the number of buckets G/b and the time vary
+    continuously with b. Used to refine the bucket size by gradient steps on
+    ``log_bucket_bytes``; the result is then snapped to the exact bucketing.
+
+    Args:
+        log_bucket_bytes: natural log of the bucket size in bytes (traced).
+        num_slots: static number of bucket slots J; must satisfy J·b ≥ G for
+            every b considered (the last slot takes any remainder).
+        Others: as :func:`iteration_time` (scalars; jit/grad-friendly).
+
+    Returns:
+        A scalar :class:`Breakdown` (smooth max over buckets).
+    """
+    arch = _resolve_arch(architecture, colocated)
+    wt = WorkloadTerms.from_workload(workload)
+    batch = jnp.asarray(float(workload.batch_size if batch_size is None else batch_size))
+    base = batch if base_batch_size is None else jnp.asarray(float(base_batch_size))
+    b = jnp.exp(log_bucket_bytes)
+    G = wt.total_bytes
+    j = jnp.arange(num_slots, dtype=b.dtype)
+    start = j * b
+    s = jnp.clip(G - start, 0.0, b)
+    s = s.at[-1].set(jnp.maximum(G - start[-1], 0.0))
+    end_bytes = jnp.minimum(start + s, G)
+    ready = jnp.interp(end_bytes, wt.cum_bytes_rev, wt.ready_frac_rev)
+    over = s > b
+    eval_bytes = jnp.where(over, s, b)
+    weights = jnp.where(over, 1.0, s / b)
+    f = lambda x: jnp.asarray(x, dtype=b.dtype)  # noqa: E731
+    return _core(
+        params,
+        arch,
+        wt,
+        eval_bytes,
+        weights,
+        ready,
+        f(workers),
+        f(ranks_per_node),
+        f(servers),
+        batch,
+        base,
+        True,
+    )

@@ -1,0 +1,69 @@
+"""Abstract base of the gradient-exchange architectures."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._params import ClusterParams
+
+__all__ = ["AbstractArchitecture"]
+
+
+class AbstractArchitecture(eqx.Module):
+    """How one synchronous SGD step exchanges gradients.
+
+    An architecture defines, for a bucket of ``s`` gradient bytes,
+
+    * :meth:`phase1_s` — communication that starts once the bucket's gradients
+      are ready (all-reduce, push, reduce-scatter), in seconds;
+    * :meth:`phase2_s` — communication after the optimizer update (pull,
+      all-gather of parameters), in seconds (0 for all-reduce);
+    * :attr:`overlaps` — whether phase 1 overlaps backward compute (bucketed,
+      wait-free backprop) or starts after it;
+    * :meth:`update_s` — the optimizer update on the critical path (on every
+      worker for all-reduce, on a shard for peer-to-peer, on the servers for PS);
+    * :meth:`state_bytes` — parameters, gradients and optimizer state each worker
+      and each server holds, for the tuner's memory check.
+
+    All methods take arrays and are jit/vmap/grad-friendly; ``workers`` (n),
+    ``ranks_per_node`` (g) and ``servers`` (k) are float arrays ≥ 1.
+    """
+
+    name: ClassVar[str]
+    overlaps: ClassVar[bool] = True
+    uses_servers: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def phase1_s(self, params: ClusterParams, s, n, g, k) -> Float[Array, "*b"]:
+        """Seconds of the bucket's first communication phase."""
+
+    def phase2_s(self, params: ClusterParams, s, n, g, k) -> Float[Array, "*b"]:
+        """Seconds of the bucket's post-update communication (default none)."""
+        return jnp.zeros_like(s)
+
+    def update_s(self, params: ClusterParams, total_bytes, n, k) -> Float[Array, "*b"]:
+        """Optimizer update time on the critical path: every worker updates all (default)."""
+        return total_bytes * params.update_s_per_byte + 0.0 * n
+
+    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
+        """(worker bytes, server bytes) of parameters + gradients + optimizer state.
+
+        Args:
+            total_bytes: G, model parameter bytes.
+            n, k: workers and servers.
+            optimizer_state_factor: optimizer state in units of G (SGD 0,
+                momentum 1, Adam 2).
+        """
+        return total_bytes * (2.0 + optimizer_state_factor) + 0.0 * n, jnp.zeros_like(
+            total_bytes + 0.0 * n
+        )
+
+    @property
+    def label(self) -> str:
+        """Human-readable name, e.g. ``ps (4 servers, colocated)``."""
+        return self.name

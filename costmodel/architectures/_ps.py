@@ -1,0 +1,154 @@
+"""Parameter-server architectures: ``ps`` (k servers), ``ps_host`` and ``hybrid``.
+
+``ps``: k servers each own 1/k of the parameters. Every worker pushes each
+gradient bucket to the servers (the server link carries n·s/k), servers sum
+(γ) and update their shard, workers pull the fresh parameters. Servers are
+dedicated machines, or colocated on k of the workers (whose own share then
+stays local). k = 1 dedicated is the paper's 1PS. As in TensorFlow's
+parameter servers studied in the paper, communication follows backward (no
+overlap) and the update runs on the servers.
+
+``ps_host``: TensorFlow's ``local_parameter_device=cpu``: each node's host CPU
+holds a 1/m shard (m nodes); GPUs push to their host over the intra-node link
+(fan-in of g), hosts exchange shards over the network, and back.
+
+``hybrid``: TensorFlow's ``distributed_replicated``: all-reduce inside a node,
+parameter servers (k, on the nodes) across nodes.
+
+References:
+    Li et al., OSDI 2014 (parameter server); Alqahtani & Demirbas, arXiv
+    1909.02061, §3 (1PS, PS: server link n·S/k, congestion); TensorFlow
+    tf_cnn_benchmarks ``variable_update`` modes (parameter_server,
+    distributed_replicated, local_parameter_device).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .._params import ClusterParams
+from ..collectives import RingAllReduce, ps_exchange_terms
+from ..collectives._base import Terms, evaluate, finish
+from ._base import AbstractArchitecture
+
+__all__ = ["PSArchitecture", "PSHostArchitecture", "HybridArchitecture"]
+
+
+def _exchange(params, collective, s, n, k, g, *, colocated, inter=None):
+    t = ps_exchange_terms(s, n, k, g, params.fanin_exponent, colocated=colocated, inter=inter)
+    return finish(params, evaluate(params, collective, t), t.steps, jnp.minimum(g, n))
+
+
+class PSArchitecture(AbstractArchitecture):
+    """k parameter servers (``servers`` argument), dedicated or colocated."""
+
+    name = "ps"
+    overlaps = False
+    uses_servers = True
+    colocated: bool = False
+
+    def phase1_s(self, params: ClusterParams, s, n, g, k):
+        kk = jnp.minimum(k, n) if self.colocated else k
+        push = _exchange(params, "ps_push", s, n, kk, g, colocated=self.colocated)
+        return push + n * s / kk * params.gamma_s_per_byte
+
+    def phase2_s(self, params: ClusterParams, s, n, g, k):
+        kk = jnp.minimum(k, n) if self.colocated else k
+        return _exchange(params, "ps_pull", s, n, kk, g, colocated=self.colocated)
+
+    def update_s(self, params: ClusterParams, total_bytes, n, k):
+        kk = jnp.minimum(k, n) if self.colocated else k
+        return total_bytes / kk * params.update_s_per_byte
+
+    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
+        kk = jnp.minimum(k, n) if self.colocated else k
+        shard = total_bytes / kk * (2.0 + optimizer_state_factor)
+        worker = total_bytes * 2.0 + (shard if self.colocated else 0.0)
+        return worker, (0.0 * worker if self.colocated else shard)
+
+    @property
+    def label(self) -> str:
+        return f"ps ({'colocated' if self.colocated else 'dedicated'})"
+
+
+class PSHostArchitecture(AbstractArchitecture):
+    """Parameters on each node's host CPU (one shard per node)."""
+
+    name = "ps_host"
+    overlaps = False
+
+    def _phase(self, params, collective, s, n, g):
+        g = jnp.minimum(g, n)
+        m = jnp.ceil(n / g)
+        one = jnp.ones_like(s)
+        # GPUs of a node ↔ their host over the intra-node link (fan-in of g).
+        local = _exchange(
+            params,
+            collective,
+            s,
+            g,
+            one,
+            g + 1.0,
+            colocated=False,
+            inter=jnp.zeros_like(s, dtype=bool),
+        )
+        # Hosts exchange shards: m colocated servers over m nodes.
+        remote = _exchange(params, collective, s, m, m, one, colocated=True, inter=m > 1)
+        return local + remote
+
+    def phase1_s(self, params: ClusterParams, s, n, g, k):
+        g = jnp.minimum(g, n)
+        return self._phase(params, "ps_push", s, n, g) + g * s * params.gamma_s_per_byte
+
+    def phase2_s(self, params: ClusterParams, s, n, g, k):
+        return self._phase(params, "ps_pull", s, n, g)
+
+    def update_s(self, params: ClusterParams, total_bytes, n, k):
+        return total_bytes * params.update_s_per_byte + 0.0 * n
+
+    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
+        return total_bytes * 2.0 + 0.0 * n, jnp.zeros_like(total_bytes + 0.0 * n)
+
+
+class HybridArchitecture(AbstractArchitecture):
+    """All-reduce inside each node, parameter servers (k, on the nodes) across nodes."""
+
+    name = "hybrid"
+    overlaps = False
+    uses_servers = True
+
+    def phase1_s(self, params: ClusterParams, s, n, g, k):
+        g = jnp.minimum(g, n)
+        m = jnp.ceil(n / g)
+        kk = jnp.clip(k, 1.0, m)
+        intra = RingAllReduce().time(params, s, g, g)
+        push = _exchange(params, "ps_push", s, m, kk, jnp.ones_like(s), colocated=True, inter=m > 1)
+        return intra + push + m * s / kk * params.gamma_s_per_byte * (m > 1)
+
+    def phase2_s(self, params: ClusterParams, s, n, g, k):
+        g = jnp.minimum(g, n)
+        m = jnp.ceil(n / g)
+        kk = jnp.clip(k, 1.0, m)
+        pull = _exchange(params, "ps_pull", s, m, kk, jnp.ones_like(s), colocated=True, inter=m > 1)
+        # the node's copy reaches its g ranks (pipelined intra-node broadcast)
+        bcast = finish(
+            params,
+            evaluate(
+                params,
+                "broadcast",
+                Terms(
+                    g - 1.0,
+                    s,
+                    g * s,
+                    jnp.zeros_like(s),
+                    jnp.ones_like(s),
+                    jnp.zeros_like(s, dtype=bool),
+                ),
+            ),
+            g - 1.0,
+            g,
+        )
+        return pull + bcast
+
+    def update_s(self, params: ClusterParams, total_bytes, n, k):
+        return total_bytes / jnp.maximum(k, 1.0) * params.update_s_per_byte + 0.0 * n

@@ -1,0 +1,112 @@
+"""Collective operations' cost models (seconds for S bytes over n ranks).
+
+One file per algorithm; :data:`COLLECTIVES` maps each name in
+:data:`costmodel.COLLECTIVE_NAMES` to its default algorithm, and
+:func:`collective_time` is the convenient entry point.
+"""
+
+from __future__ import annotations
+
+from jaxtyping import ArrayLike
+
+from .._errors import format_choices
+from .._names import COLLECTIVE_NAMES
+from .._params import ClusterParams
+from ._abstract import AbstractCollective as AbstractCollective
+from ._all_to_all import AllToAll as AllToAll
+from ._base import Terms as Terms
+from ._hierarchical import HierarchicalAllReduce as HierarchicalAllReduce
+from ._ps import PSPull as PSPull
+from ._ps import PSPush as PSPush
+from ._ps import ps_exchange_terms as ps_exchange_terms
+from ._ring import RingAllGather as RingAllGather
+from ._ring import RingAllReduce as RingAllReduce
+from ._ring import RingReduceScatter as RingReduceScatter
+from ._rooted import Broadcast as Broadcast
+from ._rooted import Reduce as Reduce
+from ._rooted import SendRecv as SendRecv
+from ._tree import TreeAllReduce as TreeAllReduce
+
+#: Default algorithm of each collective (what NCCL/gloo use for large messages).
+COLLECTIVES: dict[str, AbstractCollective] = {
+    "all_reduce": RingAllReduce(),
+    "reduce_scatter": RingReduceScatter(),
+    "all_gather": RingAllGather(),
+    "all_to_all": AllToAll(),
+    "broadcast": Broadcast(),
+    "reduce": Reduce(),
+    "sendrecv": SendRecv(),
+    "ps_push": PSPush(),
+    "ps_pull": PSPull(),
+}
+assert tuple(COLLECTIVES) == COLLECTIVE_NAMES
+
+ALL_REDUCE = {
+    "ring": RingAllReduce(),
+    "tree": TreeAllReduce(),
+    "hierarchical": HierarchicalAllReduce(),
+}
+
+
+def get_collective(name: str, algorithm: str | None = None) -> AbstractCollective:
+    """The cost model of a collective by name (and, for all_reduce, algorithm).
+
+    Raises:
+        ValueError: on an unknown name or algorithm, listing the valid ones.
+    """
+    if name not in COLLECTIVES:
+        raise ValueError(f"unknown collective {name!r}; valid: {format_choices(COLLECTIVE_NAMES)}")
+    if algorithm is None:
+        return COLLECTIVES[name]
+    if name != "all_reduce":
+        if algorithm != COLLECTIVES[name].algorithm:
+            raise ValueError(
+                f"{name} has one algorithm ({COLLECTIVES[name].algorithm}), got {algorithm!r}"
+            )
+        return COLLECTIVES[name]
+    if algorithm not in ALL_REDUCE:
+        raise ValueError(
+            f"unknown all_reduce algorithm {algorithm!r}; valid: {format_choices(ALL_REDUCE)}"
+        )
+    return ALL_REDUCE[algorithm]
+
+
+def collective_time(
+    params: ClusterParams,
+    name: str,
+    message_bytes: ArrayLike,
+    num_ranks: ArrayLike,
+    ranks_per_node: ArrayLike = 1,
+    *,
+    algorithm: str | None = None,
+):
+    """Seconds of one collective call (see :class:`AbstractCollective`).
+
+    Args:
+        params: cluster parameters.
+        name: collective name (:data:`costmodel.COLLECTIVE_NAMES`).
+        message_bytes: S ≥ 0 bytes, nccl-tests' convention.
+        num_ranks: n ≥ 1.
+        ranks_per_node: g ≥ 1.
+        algorithm: for all_reduce, ``ring`` (default), ``tree`` or ``hierarchical``.
+
+    Raises:
+        ValueError: unknown name/algorithm, or a concrete input out of range.
+
+    Example:
+        >>> from costmodel import ClusterParams
+        >>> p = ClusterParams.create()
+        >>> float(collective_time(p, "all_reduce", 1024, 1))
+        0.0
+    """
+    return get_collective(name, algorithm)(params, message_bytes, num_ranks, ranks_per_node)
+
+
+def busbw(name: str, message_bytes, time_s, num_ranks):
+    """nccl-tests' bus bandwidth (bytes/s): algbw × factor, algbw = S / t.
+
+    Source: nccl-tests doc/PERFORMANCE.md.
+    """
+    from .._names import BUSBW_FACTOR
+
+    return message_bytes / time_s * BUSBW_FACTOR(name, num_ranks)

@@ -1,0 +1,70 @@
+"""Abstract base of the collectives."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+from .._params import ClusterParams
+from ._base import Terms, as_float, check_static_ranks, evaluate, finish
+
+__all__ = ["AbstractCollective"]
+
+
+class AbstractCollective(eqx.Module):
+    """A collective operation's cost model.
+
+    Subclasses define :meth:`terms` (the α/β/γ terms at a size and rank count).
+    Calling an instance returns seconds, vectorised over broadcastable arrays of
+    ``message_bytes``, ``num_ranks`` and ``ranks_per_node``; it is jit-, vmap-
+    and grad-friendly (no Python control flow on values).
+
+    ``message_bytes`` follows nccl-tests: the bytes of the buffer the collective
+    is named after (all_reduce: the array reduced; all_gather and
+    reduce_scatter: the *full* array, n × the per-rank shard; all_to_all: each
+    rank's whole send buffer; broadcast/reduce: the root's buffer; ps_push/ps_pull:
+    what each worker sends/receives).
+    """
+
+    name: ClassVar[str]
+    algorithm: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def terms(self, S: Float[Array, "*b"], n: Float[Array, "*b"], g: Float[Array, "*b"]) -> Terms:
+        """The cost terms for ``S`` bytes over ``n`` ranks, ``g`` of them per node."""
+
+    def time(self, params: ClusterParams, S, n, g) -> Float[Array, "*b"]:
+        """Seconds for already-validated float arrays ``S, n, g`` (g ≤ n)."""
+        t = self.terms(S, n, g)
+        return finish(params, evaluate(params, self.name, t), t.steps, jnp.minimum(g, n))
+
+    def __call__(
+        self,
+        params: ClusterParams,
+        message_bytes: ArrayLike,
+        num_ranks: ArrayLike,
+        ranks_per_node: ArrayLike = 1,
+    ) -> Float[Array, "*b"]:
+        """Time of one call, in seconds.
+
+        Args:
+            params: cluster parameters.
+            message_bytes: S ≥ 0, bytes (nccl-tests' convention, see class doc).
+            num_ranks: n ≥ 1 participants.
+            ranks_per_node: g ≥ 1 ranks per node (clipped to n); the collective
+                uses the inter-node α, β when n > g.
+
+        Returns:
+            Seconds, broadcast shape of the inputs. Exactly 0 for n = 1.
+
+        Raises:
+            ValueError: if a concrete input is negative, non-finite, or n, g < 1.
+        """
+        check_static_ranks(message_bytes, num_ranks, ranks_per_node)
+        S, n, g = as_float(message_bytes), as_float(num_ranks), as_float(ranks_per_node)
+        S, n, g = jnp.broadcast_arrays(S, n, g)
+        return self.time(params, S, n, jnp.minimum(g, n))

@@ -1,0 +1,41 @@
+"""all_to_all: every rank sends a distinct 1/n of its S-byte buffer to every other rank.
+
+    T = (n−1)α + (n−1)/n·Sβ·(n−1)ᵉ
+
+The factor (n−1)ᵉ (e fitted, ≥ 0) models congestion of n−1 concurrent flows per
+rank (incast at every receiver); across nodes, the NIC carries what all g ranks
+of a node send off-node: g·S·(n−g)/n.
+
+References:
+    Thakur et al. 2005 (pairwise exchange, (n−1)α + (n−1)/n·Sβ); nccl-tests
+    doc/PERFORMANCE.md (size convention, busbw factor (n−1)/n).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .._params import ClusterParams
+from ._abstract import AbstractCollective
+from ._base import Terms, evaluate, finish
+
+__all__ = ["AllToAll"]
+
+
+class AllToAll(AbstractCollective):
+    """Pairwise-exchange all_to_all with a fitted congestion factor."""
+
+    name = "all_to_all"
+    algorithm = "pairwise"
+
+    def terms(self, S, n, g, exponent=0.0):
+        f = (n - 1.0) / n
+        link = f * S
+        inter = n > g
+        node = jnp.where(inter, g * S * (n - g) / n, n * link)
+        cong = jnp.maximum(n - 1.0, 1.0) ** exponent
+        return Terms(n - 1.0, link, node, jnp.zeros_like(S), cong, inter)
+
+    def time(self, params: ClusterParams, S, n, g):
+        t = self.terms(S, n, g, params.all_to_all_exponent)
+        return finish(params, evaluate(params, self.name, t), t.steps, jnp.minimum(g, n))

@@ -1,0 +1,85 @@
+"""Parameter-server traffic: fan-in (``ps_push``) and fan-out (``ps_pull``).
+
+With n ranks, one is the server and k = n − 1 are workers; each worker sends
+(push) or receives (pull) S bytes, so the server's link carries k·S:
+
+    T = α + k·S·β·kᵉ
+
+where kᵉ (e ≥ 0, fitted) is the efficiency loss of k concurrent flows into (or
+out of) one link (TCP incast). These are not nccl-tests' broadcast/reduce,
+whose root link carries S once.
+
+The general form used by the architectures (k servers, n workers, model S)
+is :func:`ps_exchange_terms`: the server link carries n·S/k, a worker's link S,
+
+    T ≈ α + max(S·β, n·S/k·β)·(n/k)ᵉ.
+
+References:
+    Li et al., "Scaling Distributed Machine Learning with the Parameter Server",
+    OSDI 2014; Alqahtani & Demirbas, arXiv 1909.02061, §3 (server link carries
+    n·S/k); incast: Chen et al., "Understanding TCP incast", WREN 2009.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .._params import ClusterParams
+from ._abstract import AbstractCollective
+from ._base import Terms, evaluate, finish
+
+__all__ = ["PSPush", "PSPull", "ps_exchange_terms"]
+
+
+def ps_exchange_terms(S, workers, servers, g, fanin_exponent, *, colocated=False, inter=None):
+    """Terms of one push (or pull) of an S-byte model from ``workers`` to ``servers``.
+
+    Args:
+        S: model (bucket) bytes each worker sends, ≥ 0.
+        workers: n ≥ 1 senders.
+        servers: k ≥ 1 servers, each owning S/k.
+        g: ranks per node (for the inter/intra decision and node caps).
+        fanin_exponent: e of the congestion factor (n/k)ᵉ.
+        colocated: servers run on k of the workers, whose own share stays local.
+        inter: override of the level; default: the processes span nodes.
+
+    Returns:
+        :class:`Terms`.
+    """
+    n = jnp.maximum(workers, 1.0)
+    k = jnp.maximum(jnp.minimum(servers, n) if colocated else servers, 1.0)
+    senders = n - 1.0 if colocated else n  # flows into one server
+    server_link = senders * S / k
+    worker_link = S * ((k - 1.0) / k if colocated else 1.0)
+    link = jnp.maximum(server_link, worker_link)
+    procs = n if colocated else n + k
+    if inter is None:
+        inter = procs > g
+    node = jnp.where(inter, jnp.maximum(server_link, jnp.minimum(g, n) * worker_link), senders * S)
+    cong = jnp.maximum(senders / k, 1.0) ** fanin_exponent
+    steps = jnp.where(senders > 0, 1.0, 0.0)
+    return Terms(steps, link, node, jnp.zeros_like(S), cong, inter)
+
+
+class _PS(AbstractCollective):
+    def terms(self, S, n, g, exponent=0.0):
+        # n ranks: one server, n−1 workers, all sending S.
+        return ps_exchange_terms(S, n - 1.0, jnp.ones_like(n), g, exponent, inter=n > g)
+
+    def time(self, params: ClusterParams, S, n, g):
+        t = self.terms(S, n, g, params.fanin_exponent)
+        return finish(params, evaluate(params, self.name, t), t.steps, jnp.minimum(g, n))
+
+
+class PSPush(_PS):
+    """Fan-in: n−1 workers each send S bytes to one server: α + (n−1)·S·β·(n−1)ᵉ."""
+
+    name = "ps_push"
+    algorithm = "fan-in"
+
+
+class PSPull(_PS):
+    """Fan-out: one server sends S bytes to each of n−1 workers: α + (n−1)·S·β·(n−1)ᵉ."""
+
+    name = "ps_pull"
+    algorithm = "fan-out"

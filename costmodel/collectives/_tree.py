@@ -1,0 +1,41 @@
+"""Latency-optimal all_reduce: recursive doubling.
+
+    T = ⌈log₂ n⌉ · (α + Sβ + Sγ)
+
+Each of the ⌈log₂ n⌉ rounds exchanges and reduces the whole array with a
+partner; it wins for small messages and loses for large ones.
+
+References:
+    Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005, §4 (recursive doubling).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ._abstract import AbstractCollective
+from ._base import Terms
+
+__all__ = ["TreeAllReduce"]
+
+
+def ceil_log2(n):
+    """⌈log₂ n⌉ for float arrays n ≥ 1 (0 for n = 1)."""
+    return jnp.ceil(jnp.log2(jnp.maximum(n, 1.0)) - 1e-9)
+
+
+class TreeAllReduce(AbstractCollective):
+    """Recursive-doubling all_reduce: ⌈log₂ n⌉(α + Sβ + Sγ) (Thakur et al. 2005)."""
+
+    name = "all_reduce"
+    algorithm = "tree"
+
+    def terms(self, S, n, g):
+        rounds = ceil_log2(n)
+        inter = n > g
+        m = jnp.ceil(n / g)
+        link = rounds * S
+        # Across nodes, the ⌈log₂ m⌉ rounds with off-node partners put all g
+        # ranks' exchanges through the NIC.
+        node = jnp.where(inter, g * S * ceil_log2(m), n * link)
+        return Terms(rounds, link, node, rounds * S, jnp.ones_like(S), inter)
