@@ -39,3 +39,8 @@ from .collectives import AbstractCollective as AbstractCollective
 from .collectives import busbw as busbw
 from .collectives import collective_time as collective_time
 from .collectives import get_collective as get_collective
+from .workloads import WORKLOAD_NAMES as WORKLOAD_NAMES
+from .workloads import Workload as Workload
+from .workloads import get_workload as get_workload
+from .workloads import load_layers as load_layers
+from .workloads import workload_from_pytree as workload_from_pytree
