@@ -1,0 +1,801 @@
+"""Start, watch and reap the worker processes of a multi-process JAX program.
+
+Two halves, one protocol:
+
+* **Parent side** — :func:`launch_local` starts ``num_processes`` copies of
+  ``python -m MODULE ARGS…`` on this machine, joined by ``jax.distributed`` on a
+  free coordinator port bound to loopback (retried on another port if it turns
+  out to be taken), relays the JSON messages the workers send, and *always*
+  reaps every child by PID: on success, on error, on Ctrl-C, on SIGTERM and on
+  timeout. A worker that exits with an error, or that sends nothing for
+  ``timeout_s`` (hung, or never started), stops the whole run with a
+  :class:`LaunchError` that names the rank and what it was doing.
+* **Worker side** — :func:`initialize_worker` joins the run (from the variables
+  :func:`launch_local` set, or from SLURM / Open MPI / MPICH when started by
+  ``srun`` / ``mpirun``), and :func:`send` / :func:`heartbeat` talk to the
+  parent. A worker started by hand, outside any launcher, is a single process.
+
+The protocol: each worker gets a private pipe (its file descriptor in
+``DDLTUNE_MESSAGE_FD``) and writes one JSON object per line to it. Every
+message counts as a sign of life. A message may carry ``"where"`` (what the rank
+is doing, in words); the launcher remembers the latest per rank and names it in
+fault messages. The types ``"ready"`` (sent by :func:`initialize_worker`) and
+``"beat"`` (:func:`heartbeat`) are the launcher's; every other message is
+handed to the caller's ``on_message(rank, message)``. A worker must send
+something at least every ``timeout_s`` while it is healthy — call
+:func:`heartbeat` inside long loops; it is throttled and cheap.
+
+Example (parent):
+    >>> from calibration import launch_local
+    >>> def show(rank, msg):
+    ...     print(rank, msg)
+    >>> launch_local("my_package.my_worker", ["--steps", "10"], num_processes=2,
+    ...              timeout_s=60, on_message=show)  # doctest: +SKIP
+
+Example (``my_package/my_worker.py``):
+    >>> from calibration import initialize_worker, send, heartbeat
+    >>> info = initialize_worker()  # doctest: +SKIP
+    >>> send({"type": "result", "where": "step 3", "loss": 0.1})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+__all__ = [
+    "ClusterEnv",
+    "LaunchError",
+    "LaunchResult",
+    "WorkerInfo",
+    "detect_cluster",
+    "free_port",
+    "heartbeat",
+    "initialize_worker",
+    "launch_local",
+    "send",
+    "set_message_handler",
+]
+
+# Variables launch_local sets for its workers.
+ENV_COORDINATOR = "DDLTUNE_COORDINATOR_ADDRESS"
+ENV_NUM_PROCESSES = "DDLTUNE_NUM_PROCESSES"
+ENV_PROCESS_ID = "DDLTUNE_PROCESS_ID"
+ENV_MESSAGE_FD = "DDLTUNE_MESSAGE_FD"
+ENV_PARENT_PID = "DDLTUNE_PARENT_PID"
+ENV_TIMEOUT = "DDLTUNE_TIMEOUT_S"
+
+_PORT_TAKEN_SIGNS = ("Failed to add port", "Address already in use", "address already in use")
+
+
+# --------------------------------------------------------------------------- errors/results
+
+
+class LaunchError(RuntimeError):
+    """A multi-process run failed: a rank crashed, hung, or never started.
+
+    Attributes:
+        rank: the rank at fault (``None`` when no single rank is to blame).
+        where: what that rank was doing (its latest ``"where"``), or ``None``.
+        returncode: its exit status (negative: killed by that signal), or
+            ``None`` when it was still running (hung) and had to be killed.
+        reason: ``"exited"``, ``"hung"``, ``"no-start"`` or ``"interrupted"``.
+        log_tail: the last lines the rank wrote on stdout/stderr.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        where: str | None = None,
+        returncode: int | None = None,
+        reason: str = "exited",
+        log_tail: str = "",
+    ):
+        super().__init__(message)
+        self.rank = rank
+        self.where = where
+        self.returncode = returncode
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchResult:
+    """What :func:`launch_local` returns after every worker exited with status 0.
+
+    Attributes:
+        num_processes: workers started.
+        coordinator_address: ``"127.0.0.1:PORT"`` of the attempt that ran.
+        attempts: launches made (> 1 when a taken port was retried).
+        elapsed_s: wall time from the first start to the last exit, seconds.
+    """
+
+    num_processes: int
+    coordinator_address: str
+    attempts: int
+    elapsed_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterEnv:
+    """A process started by a cluster launcher, as read from its environment.
+
+    Attributes:
+        kind: ``"slurm"``, ``"openmpi"`` (≤ 4, detected by jax itself),
+            ``"openmpi5"`` or ``"mpich"`` (these two need a coordinator address).
+        num_processes: processes in the job (≥ 1).
+        process_id: this process's rank, 0 ≤ rank < num_processes.
+        local_process_id: its rank on its node, or ``None`` if not given.
+    """
+
+    kind: str
+    num_processes: int
+    process_id: int
+    local_process_id: int | None
+
+    @property
+    def jax_detects(self) -> bool:
+        """Whether ``jax.distributed.initialize()`` finds everything by itself."""
+        return self.kind in ("slurm", "openmpi")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """What :func:`initialize_worker` returns.
+
+    Attributes:
+        process_id: this process's rank.
+        num_processes: processes in the run (1 when started by hand).
+        mode: ``"local"`` (started by :func:`launch_local`), a
+            :attr:`ClusterEnv.kind`, or ``"single"``.
+    """
+
+    process_id: int
+    num_processes: int
+    mode: str
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it).
+
+    Another program may take it before it is used; :func:`launch_local`
+    retries on another port when that happens.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _int_env(environ: Mapping[str, str], name: str) -> int | None:
+    v = environ.get(name)
+    if v is None or not v.strip():
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        return None
+
+
+def detect_cluster(environ: Mapping[str, str] | None = None) -> ClusterEnv | None:
+    """Recognise a process started by ``srun``, Open MPI's or MPICH's ``mpirun``.
+
+    Args:
+        environ: the environment to read; default ``os.environ``.
+
+    Returns:
+        A :class:`ClusterEnv`, or ``None`` outside a cluster launcher (an
+        ``salloc`` shell without ``srun`` is outside: it has no task rank).
+
+    Sources: jax's own detection (``jax/_src/clusters/slurm_cluster.py``,
+    ``ompi_cluster.py``: Open MPI ≤ 4 sets ``OMPI_MCA_orte_hnp_uri``); Open MPI 5
+    documents ``OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK}`` ("Environment variables
+    set for MPI applications"); MPICH's Hydra sets ``PMI_RANK``, ``PMI_SIZE`` and
+    ``MPI_LOCALRANKID``.
+
+    Example:
+        >>> detect_cluster({"PMI_RANK": "1", "PMI_SIZE": "4"})
+        ClusterEnv(kind='mpich', num_processes=4, process_id=1, local_process_id=None)
+        >>> detect_cluster({}) is None
+        True
+    """
+    env = os.environ if environ is None else environ
+    slurm = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
+    if all(k in env for k in slurm):
+        n, r = _int_env(env, "SLURM_NTASKS"), _int_env(env, "SLURM_PROCID")
+        if n is not None and r is not None:
+            return ClusterEnv("slurm", n, r, _int_env(env, "SLURM_LOCALID"))
+    n, r = _int_env(env, "OMPI_COMM_WORLD_SIZE"), _int_env(env, "OMPI_COMM_WORLD_RANK")
+    if n is not None and r is not None:
+        kind = "openmpi" if "OMPI_MCA_orte_hnp_uri" in env else "openmpi5"
+        return ClusterEnv(kind, n, r, _int_env(env, "OMPI_COMM_WORLD_LOCAL_RANK"))
+    n, r = _int_env(env, "PMI_SIZE"), _int_env(env, "PMI_RANK")
+    if n is not None and r is not None:
+        return ClusterEnv("mpich", n, r, _int_env(env, "MPI_LOCALRANKID"))
+    return None
+
+
+# --------------------------------------------------------------------------- worker side
+
+_msg_lock = threading.Lock()
+_msg_file = None
+_msg_handler: Callable[[dict], None] | None = None
+_last_beat = 0.0
+_beat_interval_s = 1.0
+
+
+def set_message_handler(handler: Callable[[dict], None] | None) -> None:
+    """Route :func:`send` to ``handler`` in this process instead of a parent.
+
+    For programs that run in-process under ``srun``/``mpirun`` (no parent
+    launcher), e.g. so that rank 0 writes its own results. ``None`` restores
+    the default (the parent's pipe if there is one, else nothing).
+    """
+    global _msg_handler
+    _msg_handler = handler
+
+
+def send(message: dict) -> None:
+    """Send one JSON-serialisable dict to the parent launcher (thread-safe).
+
+    Without a parent (and without a handler, see :func:`set_message_handler`)
+    the message is dropped. If the parent has gone away the worker exits
+    (status 3): there is nobody left to report to.
+
+    Raises:
+        TypeError: if ``message`` is not a dict or is not JSON-serialisable.
+    """
+    global _msg_file
+    if not isinstance(message, dict):
+        raise TypeError(f"send() takes a dict, got {type(message).__name__}")
+    if _msg_handler is not None:
+        _msg_handler(message)
+        return
+    fd = os.environ.get(ENV_MESSAGE_FD)
+    if fd is None:
+        return
+    line = json.dumps(message, allow_nan=False) + "\n"
+    with _msg_lock:
+        if _msg_file is None:
+            _msg_file = os.fdopen(int(fd), "w", encoding="utf-8", buffering=1)
+        try:
+            _msg_file.write(line)
+            _msg_file.flush()
+        except (BrokenPipeError, OSError):
+            os._exit(3)
+
+
+def heartbeat(where: str | None = None, *, force: bool = False) -> None:
+    """Tell the parent this worker is alive; throttled to about one per second.
+
+    Call it inside any loop that can run longer than the launcher's
+    ``timeout_s`` without other messages.
+
+    Args:
+        where: optional description of the current activity.
+        force: send even if one was sent less than a second ago.
+    """
+    global _last_beat
+    now = time.monotonic()
+    if not force and now - _last_beat < _beat_interval_s:
+        return
+    _last_beat = now
+    msg = {"type": "beat"}
+    if where is not None:
+        msg["where"] = where
+    send(msg)
+
+
+def _guard_parent(parent_pid: int) -> None:
+    """Exit if the launcher dies (Linux PR_SET_PDEATHSIG, plus a polling thread)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:
+        os._exit(3)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="ddltune-parent-watch", daemon=True).start()
+
+
+def initialize_worker(
+    *,
+    coordinator_address: str | None = None,
+    timeout_s: float | None = None,
+    single_ok: bool = True,
+) -> WorkerInfo:
+    """Join the multi-process run this process belongs to (call before any JAX computation).
+
+    Started by :func:`launch_local`: joins its loopback coordinator, exits if
+    the launcher dies, and tells it ``"ready"``. Started by ``srun`` or Open
+    MPI ≤ 4's ``mpirun``: ``jax.distributed.initialize()`` detects everything.
+    Open MPI 5 and MPICH: ranks come from their variables (see
+    :func:`detect_cluster`); the coordinator from ``coordinator_address`` or
+    ``JAX_COORDINATOR_ADDRESS`` (``HOST:PORT`` of rank 0's node; it must be the
+    same on every rank). Started by hand: nothing to join (one process).
+
+    Args:
+        coordinator_address: ``HOST:PORT`` for Open MPI 5 / MPICH (ignored when
+            the launcher or jax provides one).
+        timeout_s: seconds to wait for every process to join (default: the
+            launcher's ``timeout_s``, else 300 s).
+        single_ok: when false, running outside any launcher is an error.
+
+    Returns:
+        This process's :class:`WorkerInfo`.
+
+    Raises:
+        RuntimeError: Open MPI 5 / MPICH without a coordinator address, or
+            outside a launcher with ``single_ok=False``.
+    """
+    import jax
+
+    env_timeout = os.environ.get(ENV_TIMEOUT)
+    if timeout_s is None:
+        # Under launch_local, wait longer than the parent does, so that the parent
+        # (which knows which rank is missing) reports the fault, not this rank.
+        timeout_s = float(env_timeout) + 60 if env_timeout else 300.0
+    init_timeout = max(int(timeout_s), 10)
+    if ENV_COORDINATOR in os.environ:
+        address = os.environ[ENV_COORDINATOR]
+        n = int(os.environ[ENV_NUM_PROCESSES])
+        rank = int(os.environ[ENV_PROCESS_ID])
+        if ENV_PARENT_PID in os.environ:
+            _guard_parent(int(os.environ[ENV_PARENT_PID]))
+        _fault_nostart(rank)
+        send({"type": "hello", "rank": rank, "where": "joining"})
+        if n > 1:
+            jax.distributed.initialize(
+                coordinator_address=address,
+                num_processes=n,
+                process_id=rank,
+                coordinator_bind_address=address,  # loopback only
+                initialization_timeout=init_timeout,
+                heartbeat_timeout_seconds=max(init_timeout, 30),
+            )
+        send({"type": "ready", "rank": rank, "where": "started"})
+        return WorkerInfo(rank, n, "local")
+    cluster = detect_cluster()
+    if cluster is not None and cluster.num_processes > 1:
+        if cluster.jax_detects:
+            jax.distributed.initialize(initialization_timeout=init_timeout)
+        else:
+            address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
+            if not address:
+                raise RuntimeError(
+                    f"started by {cluster.kind} ({cluster.num_processes} processes) but no "
+                    "coordinator address: pass --coordinator HOST:PORT (rank 0's host and a free "
+                    "port) or set JAX_COORDINATOR_ADDRESS on every rank"
+                )
+            local = [cluster.local_process_id] if cluster.local_process_id is not None else None
+            jax.distributed.initialize(
+                coordinator_address=address,
+                num_processes=cluster.num_processes,
+                process_id=cluster.process_id,
+                local_device_ids=local,
+                initialization_timeout=init_timeout,
+            )
+        return WorkerInfo(jax.process_index(), jax.process_count(), cluster.kind)
+    if not single_ok:
+        raise RuntimeError(
+            "not started by a launcher: run under srun or mpirun, or through launch_local()"
+        )
+    return WorkerInfo(0, 1, "single")
+
+
+def _fault_nostart(rank: int) -> None:
+    # Test hook: DDLTUNE_LAUNCH_FAULT="nostart:R" makes rank R hang before joining.
+    spec = os.environ.get("DDLTUNE_LAUNCH_FAULT", "")
+    for part in spec.split(","):
+        if part.strip() == f"nostart:{rank}":
+            time.sleep(10**6)
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+@dataclasses.dataclass
+class _Rank:
+    rank: int
+    proc: subprocess.Popen
+    fd: int
+    log_path: Path
+    buf: bytes = b""
+    last_seen: float = 0.0
+    ready: bool = False
+    where: str | None = None
+    returncode: int | None = None
+    eof: bool = False
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _tail(path: Path, lines: int = 4) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    keep = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # Skip the absl/glog banner lines jax prints; keep what explains the failure.
+    keep = [ln for ln in keep if not ln.startswith(("WARNING: All log messages", "[Gloo]"))]
+    return " | ".join(keep[-lines:])
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _terminate(ranks: Sequence[_Rank], grace_s: float = 3.0) -> None:
+    """SIGTERM then SIGKILL each worker's process group (its own session), then reap by PID."""
+    alive = [r for r in ranks if r.proc.poll() is None]
+    for r in alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(r.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for r in alive:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            r.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for r in ranks:
+        if r.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(r.proc.pid, signal.SIGKILL)
+    for r in ranks:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            # The group may hold grandchildren even after the leader exited.
+            os.killpg(r.proc.pid, signal.SIGKILL)
+        r.proc.wait()
+        with contextlib.suppress(OSError):
+            os.close(r.fd)
+
+
+def _describe(r: _Rank) -> str:
+    return f" while {r.where}" if r.where and r.where != "started" else ""
+
+
+def _run_once(
+    module: str,
+    args: Sequence[str],
+    num_processes: int,
+    port: int,
+    timeout_s: float,
+    start_timeout_s: float,
+    on_message: Callable[[int, dict], None] | None,
+    env: Mapping[str, str] | None,
+    log_dir: Path,
+    python: str,
+    cwd: str | os.PathLike | None,
+    poll_s: float,
+) -> None:
+    address = f"127.0.0.1:{port}"
+    base_env = dict(os.environ)
+    if env:
+        base_env.update(env)
+    base_env.update(
+        {
+            ENV_COORDINATOR: address,
+            ENV_NUM_PROCESSES: str(num_processes),
+            ENV_PARENT_PID: str(os.getpid()),
+            ENV_TIMEOUT: str(start_timeout_s),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    ranks: list[_Rank] = []
+    try:
+        for rank in range(num_processes):
+            rfd, wfd = os.pipe()
+            os.set_inheritable(wfd, True)
+            child_env = dict(base_env, **{ENV_PROCESS_ID: str(rank), ENV_MESSAGE_FD: str(wfd)})
+            log_path = log_dir / f"rank{rank}.log"
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    [python, "-m", module, *args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=child_env,
+                    cwd=cwd,
+                    pass_fds=(wfd,),
+                    start_new_session=True,  # own process group: killed as a unit, no stray Ctrl-C
+                )
+            os.close(wfd)
+            ranks.append(_Rank(rank, proc, rfd, log_path, last_seen=time.monotonic()))
+        _watch(ranks, timeout_s, start_timeout_s, on_message, port, poll_s)
+    finally:
+        _terminate(ranks)
+
+
+def _dispatch(r: _Rank, chunk: bytes, now: float, on_message) -> None:
+    r.last_seen = now
+    r.buf += chunk
+    *lines, r.buf = r.buf.split(b"\n")
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(msg, dict):
+            continue
+        if isinstance(msg.get("where"), str):
+            r.where = msg["where"]
+        kind = msg.get("type")
+        if kind == "ready":
+            r.ready = True
+        elif kind not in ("beat", "hello") and on_message is not None:
+            on_message(r.rank, msg)
+
+
+def _pump(ranks: list[_Rank], wait_s: float, on_message) -> None:
+    """Read what the workers sent within ``wait_s`` seconds and dispatch it."""
+    by_fd = {r.fd: r for r in ranks if not r.eof}
+    if not by_fd:
+        time.sleep(wait_s)
+        return
+    readable = select.select(list(by_fd), [], [], wait_s)[0]
+    now = time.monotonic()
+    for fd in readable:
+        r = by_fd[fd]
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            r.eof = True
+        else:
+            _dispatch(r, chunk, now, on_message)
+
+
+def _drain(ranks: list[_Rank], on_message, limit_s: float = 2.0) -> None:
+    """Dispatch whatever is still in the pipes (results sent just before a failure)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        live = [r for r in ranks if not r.eof]
+        if not live or not select.select([r.fd for r in live], [], [], 0)[0]:
+            return
+        _pump(live, 0, on_message)
+
+
+def _watch(
+    ranks: list[_Rank],
+    timeout_s: float,
+    start_timeout_s: float,
+    on_message: Callable[[int, dict], None] | None,
+    port: int,
+    poll_s: float,
+) -> None:
+    while True:
+        _pump(ranks, poll_s, on_message)
+        now = time.monotonic()
+        # Exits: the first non-zero exit stops the run.
+        for r in ranks:
+            if r.returncode is None:
+                r.returncode = r.proc.poll()
+        failed = [r for r in ranks if r.returncode not in (None, 0)]
+        if failed:
+            _drain(ranks, on_message)
+            r = _pick_culprit(failed)
+            tail = _tail(r.log_path)
+            rank0 = ranks[0]
+            if (
+                not all(x.ready for x in ranks)
+                and rank0.returncode not in (None, 0)
+                and not rank0.ready
+                and (
+                    any(s in _tail(rank0.log_path, 50) for s in _PORT_TAKEN_SIGNS)
+                    or _port_in_use(port)
+                )
+            ):
+                raise _PortTaken()
+            code = r.returncode
+            how = (
+                f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
+            )
+            raise LaunchError(
+                f"rank {r.rank} {how}{_describe(r)}"
+                + (f"; its last output: {tail}" if tail else ""),
+                rank=r.rank,
+                where=r.where,
+                returncode=code,
+                reason="exited",
+                log_tail=tail,
+            )
+        if all(r.returncode == 0 and r.eof for r in ranks):
+            return
+        # Silence: hung, or never started.
+        late = []
+        for r in ranks:
+            if r.returncode is not None:
+                continue
+            limit = timeout_s if r.ready else start_timeout_s
+            if now - r.last_seen > limit:
+                late.append(r)
+        if late:
+            _drain(ranks, on_message)
+            r = min(late, key=lambda x: (x.last_seen, x.rank))  # silent the longest
+            tail = _tail(r.log_path)
+            if not r.ready:
+                raise LaunchError(
+                    f"rank {r.rank} did not start: not ready within {start_timeout_s:g} s"
+                    + (f"; its last output: {tail}" if tail else ""),
+                    rank=r.rank,
+                    where="starting",
+                    reason="no-start",
+                    log_tail=tail,
+                )
+            raise LaunchError(
+                f"rank {r.rank} stopped responding{_describe(r)}: nothing received for "
+                f"{now - r.last_seen:.0f} s (timeout {timeout_s:g} s); all workers were stopped",
+                rank=r.rank,
+                where=r.where,
+                reason="hung",
+                log_tail=tail,
+            )
+
+
+def _pick_culprit(failed: list[_Rank]) -> _Rank:
+    def score(r: _Rank) -> tuple:
+        tail = _tail(r.log_path, 20).lower()
+        peer_noise = any(
+            s in tail for s in ("connection reset", "connection closed", "heartbeat", "unavailable")
+        )
+        return (peer_noise, r.rank)
+
+    return min(failed, key=score)
+
+
+class _Sigterm(BaseException):
+    pass
+
+
+def launch_local(
+    module: str,
+    args: Sequence[str] = (),
+    num_processes: int = 2,
+    *,
+    timeout_s: float = 60.0,
+    start_timeout_s: float | None = None,
+    on_message: Callable[[int, dict], None] | None = None,
+    env: Mapping[str, str] | None = None,
+    port: int | None = None,
+    port_attempts: int = 3,
+    log_dir: str | os.PathLike | None = None,
+    python: str | None = None,
+    cwd: str | os.PathLike | None = None,
+    poll_s: float = 0.05,
+) -> LaunchResult:
+    """Run ``python -m module *args`` in ``num_processes`` local worker processes.
+
+    The workers join each other with ``jax.distributed`` on a coordinator at
+    ``127.0.0.1:PORT`` (a free port; the service binds loopback only) once they
+    call :func:`initialize_worker`. Each gets ``DDLTUNE_PROCESS_ID`` (its rank),
+    ``DDLTUNE_NUM_PROCESSES`` and a message pipe (see the module docstring).
+    Each runs in its own session, so a Ctrl-C in the terminal reaches only
+    this parent, which then stops them. Every child is reaped by PID before
+    this function returns or raises, whatever happens.
+
+    Args:
+        module: the worker's module, run as ``python -m module``.
+        args: its command-line arguments.
+        num_processes: workers to start, ≥ 1.
+        timeout_s: a running worker that sends nothing for this long (seconds,
+            > 0) is declared hung and the run stopped.
+        start_timeout_s: how long a worker may take to import and join before
+            it is declared "did not start" (seconds; default ``timeout_s``).
+        on_message: called as ``on_message(rank, message)`` in this thread for
+            every message a worker sends (except ``"ready"``/``"beat"``). An
+            exception it raises stops the run and propagates.
+        env: extra environment variables for the workers.
+        port: coordinator port to try first (default: a free one).
+        port_attempts: launches to try when the port turns out to be taken, ≥ 1.
+        log_dir: where each rank's stdout+stderr go (``rank{r}.log``, kept);
+            default a temporary folder removed afterwards.
+        python: interpreter (default ``sys.executable``).
+        cwd: the workers' working directory (default: this one).
+        poll_s: how often exits are checked, seconds.
+
+    Returns:
+        A :class:`LaunchResult` once every worker exited with status 0.
+
+    Raises:
+        ValueError: on ``num_processes < 1``, ``timeout_s <= 0`` or
+            ``port_attempts < 1``.
+        LaunchError: a worker exited with an error, hung, or never started
+            (the message names its rank and latest ``where``); or every port
+            tried was taken.
+        KeyboardInterrupt: on Ctrl-C (after stopping every worker).
+    """
+    if not isinstance(num_processes, int) or num_processes < 1:
+        raise ValueError(f"num_processes must be an integer ≥ 1, got {num_processes!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    if port_attempts < 1:
+        raise ValueError(f"port_attempts must be ≥ 1, got {port_attempts!r}")
+    start_timeout_s = timeout_s if start_timeout_s is None else start_timeout_s
+    python = python or sys.executable
+
+    # SIGTERM to the parent must also stop the workers: turn it into an exception
+    # so that the cleanup below runs (only possible from the main thread).
+    old_handler = None
+    if threading.current_thread() is threading.main_thread():
+
+        def on_sigterm(signum, frame):
+            raise _Sigterm()
+
+        old_handler = signal.signal(signal.SIGTERM, on_sigterm)
+
+    own_dir = log_dir is None
+    logs = Path(tempfile.mkdtemp(prefix="ddltune-launch-")) if own_dir else Path(log_dir)
+    logs.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    tried = []
+    try:
+        for attempt in range(1, port_attempts + 1):
+            p = port if (attempt == 1 and port) else free_port()
+            tried.append(p)
+            try:
+                _run_once(
+                    module,
+                    args,
+                    num_processes,
+                    p,
+                    timeout_s,
+                    start_timeout_s,
+                    on_message,
+                    env,
+                    logs,
+                    python,
+                    cwd,
+                    poll_s,
+                )
+            except _PortTaken:
+                continue
+            return LaunchResult(num_processes, f"127.0.0.1:{p}", attempt, time.monotonic() - t0)
+        raise LaunchError(
+            f"could not start the coordinator: ports {', '.join(map(str, tried))} were all taken",
+            reason="no-start",
+        )
+    except _Sigterm:
+        raise LaunchError(
+            "terminated by SIGTERM; all workers were stopped", reason="interrupted"
+        ) from None
+    finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGTERM, old_handler)
+        if own_dir:
+            shutil.rmtree(logs, ignore_errors=True)
