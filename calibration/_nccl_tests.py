@@ -342,6 +342,7 @@ class _Device:
 @dataclass
 class _Command:
     line: int
+    stem: str = ""
     procs: int | None = None
     per_node: int | None = None
     nodes: int | None = None
@@ -480,7 +481,7 @@ def _parse_command(s: str, lineno: int) -> _Command | None:
     idx = next((i for i, t in enumerate(tokens) if _BINARY_RE.search(t)), None)
     if idx is None:
         return None
-    cmd = _Command(lineno)
+    cmd = _Command(lineno, _BINARY_RE.search(tokens[idx]).group(1))
     test = tokens[idx + 1 :]
     g = _opt_ints(test, ("-g", "--ngpus"))
     t = _opt_ints(test, ("-t", "--nthreads"))
@@ -828,15 +829,51 @@ def _check_args(collective, num_ranks, ranks_per_node) -> str | None:
     return None if collective is None else _normalize_collective(collective)
 
 
-def _detect_collective(path: str, sc: _Scan, flag: str | None, sources: dict) -> str | None:
-    stems: dict[str, tuple[int, str]] = {}
-    for stem, lineno, where in sc.names:
-        stems.setdefault(stem, (lineno, where))
+def _detect_collective(
+    path: str, sc: _Scan, flag: str | None, sources: dict, notes: list
+) -> str | None:
+    """The collective named in the file: nccl-tests' own header/footer first, then command lines.
+
+    Header and footer are printed by nccl-tests itself and must agree. Echoed
+    command lines are weaker: one that disagrees with the header is noted and
+    ignored; command lines that disagree among themselves (without a header)
+    need ``--collective`` to choose.
+    """
+    own = [x for x in sc.names if not x[2].startswith("command line")]
+    echoed = [x for x in sc.names if x[2].startswith("command line")]
+
+    def distinct(found):
+        out: dict[str, tuple[int, str]] = {}
+        for stem, lineno, where in found:
+            out.setdefault(stem, (lineno, where))
+        return out
+
+    stems = distinct(own)
     if len(stems) > 1:
         (s1, (_, w1)), (s2, (l2, w2)) = list(stems.items())[:2]
         raise InputFileError(
             path, l2, f"names two different tests: {s1}_perf ({w1}) and {s2}_perf ({w2})"
         )
+    others = distinct(echoed)
+    if stems:
+        for stem, (_, where) in others.items():
+            if stem not in stems:
+                notes.append(
+                    f"ignored {stem}_perf on the {where}: nccl-tests' header names another"
+                )
+    elif len(others) > 1:
+        named = {NCCL_TESTS_COLLECTIVES.get(stem): (stem, v) for stem, v in others.items()}
+        if flag is None or flag not in named:
+            (s1, (_, w1)), (s2, (l2, w2)) = list(others.items())[:2]
+            raise InputFileError(
+                path,
+                l2,
+                f"names two different tests, {s1}_perf ({w1}) and {s2}_perf ({w2}), and has no "
+                "'# Collective test starting' header; pass --collective NAME to choose",
+            )
+        stems = {named[flag][0]: named[flag][1]}
+    else:
+        stems = others
     if not stems:
         if flag is not None:
             sources["collective"] = "--collective flag"
@@ -1128,13 +1165,15 @@ def parse_nccl_tests(
     if not rows:
         raise InputFileError(path_s, tables[0].rows[0][0], "the table has no row with size > 0")
     sources: dict[str, str] = {}
-    collective = _detect_collective(path_s, sc, collective, sources)
+    collective = _detect_collective(path_s, sc, collective, sources, notes)
     ratio, ratio_line = _count_ratio(path_s, rows)
     who = None
     if collective is not None:
         where = sources["collective"]
         who = f"--collective {collective}" if where.endswith("flag") else f"{collective} ({where})"
         _check_shape(path_s, collective, who, rows, ratio, ratio_line)
+    if collective is not None:  # launcher lines of another test say nothing about this one
+        sc.commands = [c for c in sc.commands if NCCL_TESTS_COLLECTIVES.get(c.stem) == collective]
     dev_ok = _device_evidence(path_s, sc, notes)
     n = _detect_num_ranks(
         path_s, sc, collective, who, num_ranks, rows, raws, ratio, ratio_line, dev_ok, sources

@@ -424,10 +424,24 @@ def test_two_tables_in_one_file_is_an_error(tmp_path):
         parse_nccl_tests(_write(tmp_path, text))
 
 
-def test_two_test_names_in_one_file_is_an_error(tmp_path):
+def test_two_test_names_in_one_file(tmp_path):
+    # nccl-tests' own header wins over an echoed command line naming another test
     text = "$ ./build/all_gather_perf -g 2\n" + _good()
+    t = parse_nccl_tests(_write(tmp_path, text))
+    assert t.collective == "all_reduce" and "header" in t.sources["collective"]
+    assert any("ignored all_gather_perf" in note for note in t.notes)
+    # without the header, two command lines are ambiguous: --collective chooses
+    text = "$ ./build/all_gather_perf -g 2\n" + _good().replace(
+        "# Collective test starting: all_reduce_perf", "$ ./build/all_reduce_perf -g 2"
+    )
+    p = _write(tmp_path, text, "b.txt")
+    with pytest.raises(InputFileError, match="two different tests.*--collective"):
+        parse_nccl_tests(p)
+    assert parse_nccl_tests(p, collective="all_reduce").collective == "all_reduce"
+    # two nccl-tests headers naming different tests contradict each other
+    text = _good() + "# Collective test concluded: all_gather_perf\n"
     with pytest.raises(InputFileError, match="two different tests"):
-        parse_nccl_tests(_write(tmp_path, text))
+        parse_nccl_tests(_write(tmp_path, text, "c.txt"))
 
 
 def test_unsupported_test_binary(tmp_path):
