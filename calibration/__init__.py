@@ -12,3 +12,5 @@ from ._records import read_records as read_records
 from ._records import record_key as record_key
 from ._records import time_statistics as time_statistics
 from ._records import validate_record as validate_record
+from ._nccl_tests import import_nccl_tests as import_nccl_tests
+from ._nccl_tests import parse_nccl_tests as parse_nccl_tests
