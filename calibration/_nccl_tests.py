@@ -1324,7 +1324,7 @@ def import_nccl_tests(
     ]
     records = [rec for t in tables for rec in t.to_records()]
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    tmp = out.parent / f".{out.stem}.{os.getpid()}{out.suffix}.tmp"
     try:
         with RecordWriter(tmp, mode="overwrite") as w:
             for rec in records:

@@ -354,6 +354,21 @@ def test_old_layout_without_header_lines_blank_redop(tmp_path):
     assert [r.in_place.time_s for r in t.rows] == [21e-6, 23e-6]
 
 
+def test_cut_device_list_is_not_counted_and_unknown_device(tmp_path):
+    # nccl-tests ends an over-long device list with "..."; such a list does not count ranks
+    text = _good().replace("NVIDIA H100 80GB HBM3\n#\n", "NVIDIA H1...\n#\n", 1)
+    t = parse_nccl_tests(_write(tmp_path, text), num_ranks=2, ranks_per_node=2)
+    assert t.sources["num_ranks"] == "--num-ranks flag"
+    assert any("incomplete" in note for note in t.notes)
+    # no device lines and no '# hardware:' comment: device_kind 'unknown', with a note
+    bare = "\n".join(line for line in _good().splitlines() if "Rank" not in line)
+    t = parse_nccl_tests(_write(tmp_path, bare, "b.txt"), num_ranks=2, ranks_per_node=2)
+    assert t.device_kind == "unknown" and t.sources["device_kind"] == "not in the file"
+    # here the header (nGpus 2) and n = 2 mean one process, hence one node
+    t = parse_nccl_tests(_write(tmp_path, bare, "c.txt"), num_ranks=2)
+    assert t.ranks_per_node == 2 and t.sources["ranks_per_node"].startswith("header")
+
+
 # ----------------------------------------------------------------- bad input
 
 

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.output} already exists; pass --overwrite to replace it, or choose "
                 "another -o file"
             ) from None
-    summary["warnings"] = [str(w.message) for w in caught]
+    summary["warnings"] = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     for w in summary["warnings"]:
         print(f"ddltune {NAME}: warning: {w}", file=sys.stderr)
     if args.json:
