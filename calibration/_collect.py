@@ -1,0 +1,534 @@
+"""``collect``: measure collectives and compute on this machine or cluster, into a JSON Lines file.
+
+The measuring itself happens in :mod:`calibration._worker`; this module plans
+the run, starts the workers (locally with :func:`calibration.launch_local`, or
+joins an ``srun``/``mpirun`` job in-process), writes every record the moment
+it arrives (:class:`calibration.RecordWriter`: validated, flushed, fsynced),
+shows progress, and summarises.
+
+Local runs: the parent process writes the file from what rank 0 sends, so a
+worker that crashes or hangs cannot corrupt it; the run stops within
+``timeout_s`` (plus a few seconds to stop the workers) of a fault, names the
+rank and the point, and ``resume=True`` measures only what is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from costmodel import BUSBW_FACTOR, format_choices
+
+from ._launch import LaunchError, detect_cluster, launch_local
+from ._records import RecordWriter, read_records
+from ._worker import _DTYPE_BYTES, COLLECT_PATTERNS, message_sizes, plan_points, point_key
+
+__all__ = ["collect", "CollectResult", "CollectError", "COLLECT_PATTERNS", "SUITES", "summary_rows"]
+
+#: The measurement suites.
+SUITES = ("collectives", "compute")
+LAUNCHERS = ("auto", "local")
+
+
+class CollectError(RuntimeError):
+    """A collection run stopped early (a worker crashed, hung or never started).
+
+    The records written before the fault are valid; the message says so and
+    how to finish (``resume=True`` / ``--resume``).
+
+    Attributes:
+        rank, where: the faulty rank and what it was measuring (from
+            :class:`calibration.LaunchError`), or ``None``.
+        written: records written by this run before it stopped.
+    """
+
+    def __init__(self, message: str, *, rank=None, where=None, written: int = 0):
+        super().__init__(message)
+        self.rank = rank
+        self.where = where
+        self.written = written
+
+
+@dataclasses.dataclass
+class CollectResult:
+    """What :func:`collect` returns.
+
+    Attributes:
+        path: the measurement file.
+        written: records written by this run.
+        skipped: points skipped because the file already had them (resume).
+        wrong: measured calls, over all points of this run, whose result
+            failed the correctness check (nccl-tests' ``#wrong``); 0 on a
+            healthy system.
+        elapsed_s: wall time of the whole run, seconds.
+        launches: one dict per worker count: ``workers``, ``num_ranks``,
+            ``ranks_per_node``, ``points``, ``skipped``, ``elapsed_s``.
+        records: the records this run wrote, in order.
+        rank: this process's rank (0 for local runs; under srun/mpirun only
+            rank 0 writes and reports).
+    """
+
+    path: Path
+    written: int
+    skipped: int
+    wrong: int
+    elapsed_s: float
+    launches: list[dict]
+    records: list[dict]
+    rank: int = 0
+
+    def summary(self) -> dict:
+        """A JSON-ready summary: counts, timing, and the per-point table rows."""
+        return {
+            "output": str(self.path),
+            "written": self.written,
+            "skipped": self.skipped,
+            "wrong": self.wrong,
+            "elapsed_s": self.elapsed_s,
+            "launches": self.launches,
+            "rows": summary_rows(self.table_records()),
+        }
+
+    def table_records(self) -> list[dict]:
+        """The records to tabulate: every record of the file for the worker counts of this run."""
+        if self.rank != 0 or not self.path.exists():
+            return list(self.records)
+        ranks = {(x["num_ranks"], x["ranks_per_node"]) for x in self.launches if "num_ranks" in x}
+        dtypes = {r.get("dtype") for r in self.records} or None
+        out = []
+        try:
+            recs = read_records(self.path)
+        except Exception:  # an unreadable file is reported elsewhere; show this run's
+            return list(self.records)
+        for r in recs:
+            if r.get("source") != "ddltune collect" or (dtypes and r.get("dtype") not in dtypes):
+                continue
+            if r["kind"] == "collective" and ranks:
+                n = r["num_ranks"]
+                if not any(n == nr for nr, _ in ranks):
+                    continue
+            out.append({k: v for k, v in r.items() if not k.startswith("_")})
+        return out
+
+
+def _statistic(rec: dict) -> str:
+    """The statistic ddltune fits: p10 on CPU (noisy, bimodal), median elsewhere (DESIGN.md)."""
+    return "p10" if rec.get("backend") == "cpu" else "median"
+
+
+def summary_rows(records: Iterable[dict]) -> list[dict]:
+    """One row per record, with nccl-tests' derived bandwidths.
+
+    Collective rows: ``collective``, ``num_ranks``, ``ranks_per_node``,
+    ``message_bytes``, ``count`` (elements), ``dtype``, ``statistic`` (the
+    fitted one: ``p10`` on CPU, ``median`` on GPU), ``time_s``, ``algbw``
+    (S/t, bytes/s), ``busbw`` (algbw × :func:`costmodel.BUSBW_FACTOR`, bytes/s),
+    ``wrong``. Compute rows: ``op``, ``shape``, ``num_ranks``, ``dtype``,
+    ``statistic``, ``time_s``, ``flops_per_s``.
+
+    Source: nccl-tests ``doc/PERFORMANCE.md`` (algbw, busbw).
+    """
+    rows = []
+    for r in records:
+        stat = _statistic(r)
+        ts = r["time_s"]
+        t = ts.get(stat) or ts.get("median") or ts.get("mean") or ts.get("min")
+        if r["kind"] == "collective":
+            s, n = r["message_bytes"], r["num_ranks"]
+            algbw = s / t
+            rows.append(
+                {
+                    "collective": r["collective"],
+                    "num_ranks": n,
+                    "ranks_per_node": r["ranks_per_node"],
+                    "message_bytes": s,
+                    "count": s // _DTYPE_BYTES.get(r.get("dtype"), 1),
+                    "dtype": r.get("dtype"),
+                    "statistic": stat,
+                    "time_s": t,
+                    "algbw": algbw,
+                    "busbw": algbw * float(BUSBW_FACTOR(r["collective"], n)),
+                    "wrong": int(r.get("wrong", 0)),
+                }
+            )
+        elif r["kind"] == "compute":
+            rows.append(
+                {
+                    "op": r["op"],
+                    "shape": r.get("shape"),
+                    "num_ranks": r["num_ranks"],
+                    "dtype": r.get("dtype"),
+                    "statistic": stat,
+                    "time_s": t,
+                    "flops_per_s": r["flops"] / t,
+                }
+            )
+    return rows
+
+
+def _check_names(values, valid, what: str) -> list[str]:
+    if isinstance(values, str):
+        values = [v.strip() for v in values.split(",") if v.strip()]
+    values = list(values)
+    bad = [v for v in values if v not in valid]
+    if bad or not values:
+        raise ValueError(
+            f"{what}: unknown {', '.join(map(repr, bad)) or 'empty list'}; valid: {format_choices(valid)}"
+        )
+    return values
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer ≥ {minimum}, got {value!r}")
+    return value
+
+
+def _check_pos(value, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number > 0, got {value!r}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v
+
+
+class _Progress:
+    """tqdm bar over all points of all launches (points done / total, time left)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=total,
+                unit="point",
+                desc="collect",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=True,
+            )
+
+    def retotal(self, delta: int) -> None:
+        if self.bar is not None and delta:
+            self.bar.total = max(self.bar.n, self.bar.total + delta)
+            self.bar.refresh()
+
+    def describe(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=True)
+
+    def step(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def collect(
+    output: str | os.PathLike,
+    *,
+    workers: int | Sequence[int] | None = None,
+    collectives: Sequence[str] | str | None = None,
+    min_bytes: int = 1024,
+    max_bytes: int = 64 * 1024**2,
+    step_factor: int = 4,
+    dtype: str = "float32",
+    suite: Sequence[str] | str = SUITES,
+    iters: int = 5,
+    max_iters: int = 200,
+    warmup_iters: int = 2,
+    budget_s: float = 0.5,
+    timeout_s: float = 50.0,
+    launcher: str = "auto",
+    coordinator: str | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    matmul_sizes: Sequence[int] | None = None,
+    progress: bool = False,
+    log_dir: str | os.PathLike | None = None,
+) -> CollectResult:
+    """Measure collectives and compute with ``jax.distributed`` and write schema-v1 records.
+
+    Each worker count gets its own launch of ``workers`` processes (one device
+    each). See :mod:`calibration._worker` for what is measured and how it is
+    timed, and :mod:`calibration._records` for the record schema.
+
+    Args:
+        output: the JSON Lines file to write.
+        workers: worker processes per launch, each ≥ 1 (one launch per value;
+            default ``(2,)``). Under srun/mpirun the job's size is used and a
+            different value is an error.
+        collectives: names from :data:`COLLECT_PATTERNS` (list or
+            comma-separated string; default all).
+        min_bytes, max_bytes: smallest and largest message, bytes
+            (1 ≤ min ≤ max), nccl-tests' convention (the full array for
+            all_gather / reduce_scatter); sizes are rounded down to whole
+            elements, and to a multiple of n elements where the array is split.
+        step_factor: size multiplier between points (integer ≥ 2).
+        dtype: ``"float32"`` or ``"bfloat16"``.
+        suite: subset of :data:`SUITES` (list or comma-separated string).
+        iters: at least this many timed repetitions per point (≥ 1).
+        max_iters: at most this many (≥ iters); samples are all kept.
+        warmup_iters: untimed calls after compiling (≥ 0).
+        budget_s: seconds per point: repetitions continue until both ``iters``
+            and this budget are reached (> 0).
+        timeout_s: a worker silent this long (seconds, > 0) is hung; the run
+            stops within about ``timeout_s`` + 3 s of a fault (a crash: at once).
+        launcher: ``"auto"`` (inside srun/mpirun: join that job in-process;
+            otherwise local) or ``"local"`` (always start local processes).
+        coordinator: ``HOST:PORT`` of rank 0 for Open MPI 5 / MPICH jobs (or
+            set ``JAX_COORDINATOR_ADDRESS``).
+        resume: append to an existing file, skipping points it already has
+            with the same settings (:func:`calibration.record_key`).
+        overwrite: replace an existing file.
+        matmul_sizes: matmul sizes m = n = k (default by backend: 128…1024 on
+            CPU, 1024…8192 on GPU).
+        progress: show a progress bar on stderr.
+        log_dir: keep each worker's output there (``workers{n}/rank{r}.log``).
+
+    Returns:
+        A :class:`CollectResult`.
+
+    Raises:
+        ValueError: an invalid argument (named in the message), or ``resume``
+            and ``overwrite`` together.
+        FileExistsError: ``output`` exists and neither ``resume`` nor
+            ``overwrite`` was given (the message suggests both).
+        calibration.InputFileError: ``resume`` on a malformed file.
+        CollectError: a worker crashed, hung or never started; the message
+            names the rank and the point; records already written stay valid.
+
+    Example:
+        >>> from calibration import collect
+        >>> res = collect("m.jsonl", workers=[2], max_bytes=4 * 1024**2)  # doctest: +SKIP
+        >>> res.written, res.wrong  # doctest: +SKIP
+        (66, 0)
+    """
+    t_start = time.monotonic()
+    if workers is None:
+        worker_list = None
+    else:
+        worker_list = [workers] if isinstance(workers, int) else list(workers)
+        if not worker_list:
+            raise ValueError("workers: expected at least one worker count, such as [2]")
+        for w in worker_list:
+            _check_int(w, "workers", 1)
+    names = (
+        list(COLLECT_PATTERNS)
+        if collectives is None
+        else _check_names(collectives, COLLECT_PATTERNS, "collectives")
+    )
+    suites = _check_names(suite, SUITES, "suite")
+    if dtype not in _DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {format_choices(_DTYPE_BYTES)}, got {dtype!r}")
+    _check_int(min_bytes, "min_bytes", 1)
+    _check_int(max_bytes, "max_bytes", 1)
+    _check_int(step_factor, "step_factor", 2)
+    sizes = message_sizes(min_bytes, max_bytes, step_factor)
+    _check_int(iters, "iters", 1)
+    _check_int(max_iters, "max_iters", iters)
+    _check_int(warmup_iters, "warmup_iters", 0)
+    budget_s = _check_pos(budget_s, "budget_s")
+    timeout_s = _check_pos(timeout_s, "timeout_s")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {format_choices(LAUNCHERS)}, got {launcher!r}")
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other: pick one")
+    if matmul_sizes is not None:
+        matmul_sizes = [_check_int(int(s), "matmul_sizes", 1) for s in matmul_sizes]
+    mode = "resume" if resume else "overwrite" if overwrite else "new"
+    config = {
+        "collectives": names,
+        "sizes": sizes,
+        "dtype": dtype,
+        "suite": suites,
+        "iters": iters,
+        "max_iters": max_iters,
+        "warmup_iters": warmup_iters,
+        "budget_s": budget_s,
+        "matmul_sizes": matmul_sizes,
+        "source": "ddltune collect",
+    }
+    path = Path(output)
+    cluster = detect_cluster() if launcher == "auto" else None
+    if cluster is not None:
+        return _collect_in_job(
+            path, mode, config, worker_list, cluster, coordinator, timeout_s, progress, t_start
+        )
+    return _collect_local(
+        path, mode, config, worker_list or [2], timeout_s, progress, log_dir, t_start
+    )
+
+
+def _collect_local(path, mode, config, worker_list, timeout_s, progress, log_dir, t_start):
+    writer = RecordWriter(path, mode)
+    written: list[dict] = []
+    launches: list[dict] = []
+    skipped = 0
+    # Estimated totals (CPU sizes, all ranks on this host); each launch's "plan"
+    # message corrects its share.
+    estimates = {}
+    for n in worker_list:
+        plan = plan_points(config, n, n, num_processes=n)
+        estimates[n] = sum(point_key(p) not in writer.existing_keys for p in plan)
+    bar = _Progress(sum(estimates.values()), progress)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ddltune-collect-") as tmp:
+            for n in worker_list:
+                cfg = dict(config, existing_keys=[list(k) for k in writer.existing_keys])
+                cfg_path = Path(tmp) / f"config-{n}.json"
+                cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
+                info = {"workers": n}
+                n_before = len(written)
+
+                def on_message(rank: int, msg: dict, info=info, n=n) -> None:
+                    kind = msg.get("type")
+                    if kind == "record" and rank == 0:
+                        rec = msg["record"]
+                        writer.write(rec)
+                        written.append(rec)
+                        bar.step()
+                    elif kind == "plan" and rank == 0:
+                        info.update(
+                            num_ranks=msg["num_ranks"],
+                            ranks_per_node=msg["ranks_per_node"],
+                            points=msg["points"],
+                            skipped=msg["skipped"],
+                        )
+                        bar.retotal(msg["points"] - estimates[n])
+                    elif kind == "point" and rank == 0:
+                        bar.describe(f"{n} workers: {msg.get('where', '')}")
+
+                t0 = time.monotonic()
+                try:
+                    launch_local(
+                        "calibration._worker",
+                        ["--config", str(cfg_path)],
+                        n,
+                        timeout_s=timeout_s,
+                        on_message=on_message,
+                        log_dir=None if log_dir is None else Path(log_dir) / f"workers{n}",
+                        cwd=os.getcwd(),
+                    )
+                except LaunchError as e:
+                    done = len(written)
+                    raise CollectError(
+                        f"{e} (with {n} workers). The {done} records written to {path} by this "
+                        f"run are valid; run again with --resume to measure the rest",
+                        rank=e.rank,
+                        where=e.where,
+                        written=done,
+                    ) from e
+                info["elapsed_s"] = time.monotonic() - t0
+                info.setdefault("points", len(written) - n_before)
+                skipped += info.get("skipped", 0)
+                launches.append(info)
+    finally:
+        bar.close()
+        writer.close()
+    wrong = sum(int(r.get("wrong", 0)) for r in written)
+    return CollectResult(
+        path, len(written), skipped, wrong, time.monotonic() - t_start, launches, written
+    )
+
+
+def _collect_in_job(
+    path, mode, config, worker_list, cluster, coordinator, timeout_s, progress, t_start
+):
+    """Run as one rank of an srun/mpirun job: measure in-process; rank 0 writes."""
+    from ._launch import initialize_worker, set_message_handler
+    from ._worker import run
+
+    if worker_list is not None and worker_list != [cluster.num_processes]:
+        raise ValueError(
+            f"workers={worker_list} but this {cluster.kind} job has {cluster.num_processes} "
+            "processes: under srun/mpirun the job's size is the worker count; drop --workers "
+            "or launch as many tasks as you want workers"
+        )
+    rank0 = cluster.process_id == 0
+    # Rank 0 opens the file before joining, so that a refused file fails fast.
+    writer = RecordWriter(path, mode) if rank0 else None
+    written: list[dict] = []
+    info: dict = {"workers": cluster.num_processes}
+    bar = _Progress(0, progress and rank0)
+    last = [time.monotonic(), "starting"]
+    stop_watch = threading.Event()
+
+    def watchdog() -> None:
+        while not stop_watch.wait(1.0):
+            if time.monotonic() - last[0] > timeout_s:
+                print(
+                    f"ddltune collect: error: rank {cluster.process_id} saw no progress for "
+                    f"{timeout_s:g} s while {last[1]}: a peer rank crashed or hung; stopping "
+                    f"({len(written)} records written are valid; rerun with --resume)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(1)
+
+    def handler(msg: dict) -> None:
+        last[0] = time.monotonic()
+        if isinstance(msg.get("where"), str):
+            last[1] = msg["where"]
+        kind = msg.get("type")
+        if not rank0:
+            return
+        if kind == "record":
+            writer.write(msg["record"])
+            written.append(msg["record"])
+            bar.step()
+        elif kind == "plan":
+            info.update(
+                num_ranks=msg["num_ranks"],
+                ranks_per_node=msg["ranks_per_node"],
+                points=msg["points"],
+                skipped=msg["skipped"],
+            )
+            bar.retotal(msg["points"])
+        elif kind == "point":
+            bar.describe(msg.get("where", ""))
+
+    threading.Thread(target=watchdog, name="ddltune-collect-watchdog", daemon=True).start()
+    set_message_handler(handler)
+    try:
+        initialize_worker(coordinator_address=coordinator, timeout_s=max(timeout_s, 60.0))
+        cfg = dict(
+            config, existing_keys=[list(k) for k in (writer.existing_keys if writer else [])]
+        )
+        t0 = time.monotonic()
+        run(cfg, handler)
+        info["elapsed_s"] = time.monotonic() - t0
+    finally:
+        stop_watch.set()
+        set_message_handler(None)
+        bar.close()
+        if writer is not None:
+            writer.close()
+    wrong = sum(int(r.get("wrong", 0)) for r in written)
+    with contextlib.suppress(Exception):
+        import jax
+
+        jax.distributed.shutdown()
+    return CollectResult(
+        path,
+        len(written),
+        info.get("skipped", 0),
+        wrong,
+        time.monotonic() - t_start,
+        [info],
+        written,
+        rank=cluster.process_id,
+    )

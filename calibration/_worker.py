@@ -1,0 +1,741 @@
+"""The measuring program of ``ddltune collect``: one copy runs in every worker process.
+
+Run as ``python -m calibration._worker --config FILE`` by the local launcher
+(:func:`calibration.launch_local`), or in-process under ``srun``/``mpirun``
+(:func:`calibration.collect` with ``launcher="auto"``). It measures every point
+of the plan (:func:`plan_points`) and sends, from rank 0, one schema-v1 record
+per point to whoever writes the file (see :func:`run`).
+
+Ranks: with several processes, the first device of each process is one rank
+(one process per GPU on GPU clusters); a single process with several devices
+(e.g. ``XLA_FLAGS=--xla_force_host_platform_device_count=4``) uses each device
+as a rank, which is how the tests exercise the logic without processes.
+
+Patterns (``jax.shard_map`` over a one-axis mesh ``"r"``, nccl-tests' names and
+size convention, ``S`` = ``message_bytes``):
+
+* ``all_reduce``: ``lax.psum`` of S bytes per rank.
+* ``reduce_scatter``: ``lax.psum_scatter`` (tiled); S is the full input array,
+  each rank keeps S/n.
+* ``all_gather``: ``lax.all_gather`` (tiled); S is the full output, each rank
+  contributes S/n.
+* ``all_to_all``: ``lax.all_to_all`` (tiled); S per rank, S/n to each peer.
+* ``sendrecv``: one ring step, ``lax.ppermute`` r → r+1; S per rank.
+* ``ps_push``: the n−1 transfers into rank 0 (the server), S each, issued in one
+  program as n−1 single-pair ``ppermute`` (jax allows one sender per
+  destination and call); measures the server link under fan-in.
+* ``ps_pull``: the n−1 transfers out of rank 0, S each; the server link under
+  fan-out. Whether the backend runs these transfers concurrently or in turn is
+  its business: the time is what a parameter server would see.
+
+Timing (as nccl-tests, plus what CPU noise needs): the program is compiled
+ahead of time (compile time is recorded as ``compile_s``) and called
+``warmup_iters`` times untimed; then each timed repetition is preceded by a
+cheap barrier (a psum of a few floats) that also carries every rank's time of
+the previous repetition and rank 0's stop decision, so a repetition's time is
+the slowest rank's and all ranks stop together. Repetitions continue until at
+least ``iters`` were timed and ``budget_s`` seconds were spent on the point,
+or ``max_iters`` were timed. ``block_until_ready`` precedes every clock read.
+Every timed call's result is compared with the expected value outside the
+timed region; ``wrong`` counts the calls whose result differed on any rank
+(nccl-tests reports ``#wrong``).
+
+Compute (``kind: "compute"``): square matmuls (``op: "matmul"``, flops 2·m·n·k,
+both on every process at once and on rank 0 alone), and the forward and
+backward pass of each layer of a small MLP and of one conv layer (equinox
+layers; ``op: "forward"`` / ``"backward"``; flops of a dense layer 2·B·in·out
+forward and twice that backward, of a conv 2·B·H·W·Cout·Cin·kh·kw forward).
+``num_ranks`` of a compute record is the number of processes that ran it at
+once on the node (schema v1), so calibration can fit how processes share a
+node's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import zlib
+from collections.abc import Callable, Sequence
+
+__all__ = ["COLLECT_PATTERNS", "plan_points", "message_sizes", "run", "main", "Faults"]
+
+#: The patterns ``ddltune collect`` measures, in the order it measures them.
+COLLECT_PATTERNS = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "all_to_all",
+    "sendrecv",
+    "ps_push",
+    "ps_pull",
+)
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+_SPLIT = ("reduce_scatter", "all_gather", "all_to_all")  # S must split into n equal blocks
+
+#: Matmul sizes (m = n = k) by backend, and the small models' layer shapes.
+MATMUL_SIZES = {"cpu": (128, 256, 512, 1024), "gpu": (1024, 2048, 4096, 8192)}
+MLP = {"cpu": (64, (784, 512, 512, 10)), "gpu": (1024, (784, 4096, 4096, 10))}
+CONV = {"cpu": (8, 32, 16, 3), "gpu": (64, 56, 64, 3)}  # batch, H=W, channels, kernel
+
+
+# --------------------------------------------------------------------------- plan (no jax)
+
+
+def message_sizes(min_bytes: int, max_bytes: int, step_factor: int) -> list[int]:
+    """Sizes from ``min_bytes`` to ``max_bytes`` multiplied by ``step_factor`` (nccl-tests ``-b -e -f``).
+
+    Raises:
+        ValueError: on ``min_bytes < 1``, ``max_bytes < min_bytes`` or ``step_factor < 2``.
+
+    Example:
+        >>> message_sizes(1024, 65536, 4)
+        [1024, 4096, 16384, 65536]
+    """
+    if min_bytes < 1:
+        raise ValueError(f"min_bytes must be ≥ 1 byte, got {min_bytes}")
+    if max_bytes < min_bytes:
+        raise ValueError(f"max_bytes ({max_bytes}) must be ≥ min_bytes ({min_bytes})")
+    if step_factor < 2:
+        raise ValueError(f"step_factor must be an integer ≥ 2, got {step_factor}")
+    out, s = [], min_bytes
+    while s <= max_bytes:
+        out.append(s)
+        s *= step_factor
+    return out
+
+
+def _count(collective: str, size: int, n: int, itemsize: int) -> int:
+    """Elements of the nccl-tests-sized array: a multiple of n where it must split."""
+    count = size // itemsize
+    if collective in _SPLIT:
+        count -= count % n
+    return count
+
+
+def plan_points(
+    config: dict,
+    num_ranks: int,
+    ranks_per_node: int,
+    *,
+    backend: str = "cpu",
+    num_processes: int | None = None,
+) -> list[dict]:
+    """The points a launch will measure, in order, before skipping known ones.
+
+    Args:
+        config: the collect configuration (see :func:`calibration.collect`):
+            ``collectives``, ``sizes`` (bytes), ``dtype``, ``suite`` and
+            optionally ``matmul_sizes``.
+        num_ranks: ranks of the collectives (n ≥ 1); with n = 1 there is
+            nothing to exchange and no collective is planned.
+        ranks_per_node: ranks sharing the busiest node (≥ 1).
+        backend: ``"cpu"``, ``"gpu"`` or ``"tpu"`` (picks the compute sizes).
+        num_processes: processes in the job (default ``num_ranks``); compute
+            runs once per process, so a single process plans no "alone" matmul.
+
+    Returns:
+        One dict per point: the identifying fields of its record (``kind``,
+        ``collective`` or ``op``, ``message_bytes``/``shape``, ``num_ranks``,
+        ``ranks_per_node``, ``dtype``) plus ``count`` (elements per rank
+        buffer), ``solo`` (compute on rank 0 alone) and ``desc`` (words).
+    """
+    from costmodel import format_bytes
+
+    dtype = config["dtype"]
+    itemsize = _DTYPE_BYTES[dtype]
+    procs = num_ranks if num_processes is None else num_processes
+    suite = config["suite"]
+    points = []
+    if "collectives" in suite and num_ranks >= 2:
+        for name in config["collectives"]:
+            for size in config["sizes"]:
+                count = _count(name, size, num_ranks, itemsize)
+                if count < (num_ranks if name in _SPLIT else 1):
+                    continue
+                nbytes = count * itemsize
+                points.append(
+                    {
+                        "kind": "collective",
+                        "collective": name,
+                        "message_bytes": nbytes,
+                        "num_ranks": num_ranks,
+                        "ranks_per_node": ranks_per_node,
+                        "dtype": dtype,
+                        "count": count,
+                        "desc": f"{name} {format_bytes(nbytes)} on {num_ranks} ranks",
+                    }
+                )
+    if "compute" in suite:
+        key = "gpu" if backend in ("gpu", "cuda", "rocm") else "cpu"
+        concurrent = min(ranks_per_node, procs) if procs > 1 else 1
+        layouts = [(False, concurrent)] + ([(True, 1)] if procs > 1 else [])
+        for s in config.get("matmul_sizes") or MATMUL_SIZES[key]:
+            for solo, nr in layouts:
+                points.append(
+                    {
+                        "kind": "compute",
+                        "op": "matmul",
+                        "shape": {"m": s, "n": s, "k": s},
+                        "flops": 2.0 * s**3,
+                        "num_ranks": nr,
+                        "ranks_per_node": nr,
+                        "dtype": dtype,
+                        "solo": solo,
+                        "desc": f"matmul {s}³ on {'rank 0 alone' if solo else f'{nr} processes'}",
+                    }
+                )
+        batch, dims = MLP[key]
+        for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+            fwd = 2.0 * batch * d_in * d_out
+            for op, flops in (("forward", fwd), ("backward", 2 * fwd)):
+                points.append(
+                    {
+                        "kind": "compute",
+                        "op": op,
+                        "shape": {
+                            "model": "mlp",
+                            "layer": i,
+                            "type": "linear",
+                            "batch": batch,
+                            "in": d_in,
+                            "out": d_out,
+                        },
+                        "flops": flops,
+                        "num_ranks": concurrent,
+                        "ranks_per_node": concurrent,
+                        "dtype": dtype,
+                        "solo": False,
+                        "desc": f"mlp layer {i} {op} ({d_in}→{d_out}, batch {batch})",
+                    }
+                )
+        b, hw, ch, k = CONV[key]
+        fwd = 2.0 * b * hw * hw * ch * ch * k * k
+        for op, flops in (("forward", fwd), ("backward", 2 * fwd)):
+            points.append(
+                {
+                    "kind": "compute",
+                    "op": op,
+                    "shape": {
+                        "model": "cnn",
+                        "layer": 0,
+                        "type": "conv2d",
+                        "batch": b,
+                        "height": hw,
+                        "width": hw,
+                        "in": ch,
+                        "out": ch,
+                        "kernel": k,
+                    },
+                    "flops": flops,
+                    "num_ranks": concurrent,
+                    "ranks_per_node": concurrent,
+                    "dtype": dtype,
+                    "solo": False,
+                    "desc": f"cnn conv {k}x{k} {op} ({ch}→{ch} ch, {hw}², batch {b})",
+                }
+            )
+    return points
+
+
+def point_key(point: dict) -> tuple:
+    """:func:`calibration.record_key` of the record this point will produce."""
+    from ._records import record_key
+
+    return record_key(point)
+
+
+# --------------------------------------------------------------------------- faults (tests)
+
+
+class Faults:
+    """Fault injection for tests, from ``DDLTUNE_COLLECT_FAULT`` (comma-separated).
+
+    ``exit:R@K`` — rank R exits (status 17) when it reaches point K of its plan;
+    ``hang:R@K`` — rank R sleeps forever there; ``wrong:NAME`` — collective
+    NAME returns a wrong result (``all_reduce`` uses ``pmax`` instead of
+    ``psum``; others add 1 on rank 1), which the correctness check must flag.
+    """
+
+    def __init__(self, spec: str | None = None):
+        spec = os.environ.get("DDLTUNE_COLLECT_FAULT", "") if spec is None else spec
+        self.exit: set[tuple[int, int]] = set()
+        self.hang: set[tuple[int, int]] = set()
+        self.wrong: set[str] = set()
+        for part in (p.strip() for p in spec.split(",")):
+            if not part:
+                continue
+            what, _, arg = part.partition(":")
+            if what in ("exit", "hang"):
+                r, _, k = arg.partition("@")
+                getattr(self, what).add((int(r), int(k)))
+            elif what == "wrong":
+                self.wrong.add(arg)
+
+    def at_point(self, rank: int, k: int) -> None:
+        if (rank, k) in self.exit:
+            print(f"injected fault: rank {rank} exits at point {k}", file=sys.stderr, flush=True)
+            os._exit(17)
+        if (rank, k) in self.hang:
+            print(f"injected fault: rank {rank} hangs at point {k}", file=sys.stderr, flush=True)
+            while True:
+                time.sleep(3600)
+
+
+# --------------------------------------------------------------------------- measurement
+
+
+class _Ranks:
+    """The mesh of ranks and the barrier that also gathers per-rank times."""
+
+    def __init__(self):
+        import jax
+        import numpy as np
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        self.jax, self.np = jax, np
+        if jax.process_count() == 1:
+            devices = list(jax.local_devices())
+        else:
+            first = {}
+            for d in sorted(jax.devices(), key=lambda d: (d.process_index, d.id)):
+                first.setdefault(d.process_index, d)
+            devices = [first[p] for p in sorted(first)]
+        self.devices = devices
+        self.n = len(devices)
+        self.mesh = Mesh(np.array(devices, dtype=object), ("r",))
+        self.sharding = NamedSharding(self.mesh, P("r"))
+        me = jax.process_index()
+        self.local = [(i, d) for i, d in enumerate(devices) if d.process_index == me]
+        self.is_rank0 = devices[0].process_index == me
+        self.process_index = me
+        self.num_processes = jax.process_count()
+        self.backend = devices[0].platform
+        width = 1 + 2 * self.n
+        self._width = width
+
+        def barrier(a):
+            return jax.lax.psum(a, "r")
+
+        row = np.zeros((self.n, width), np.float32)
+        self._barrier = (
+            jax.jit(jax.shard_map(barrier, mesh=self.mesh, in_specs=P("r"), out_specs=P("r")))
+            .lower(self.put(row))
+            .compile()
+        )
+
+    def put(self, per_rank, rows: Callable[[int], object] | None = None):
+        """A global array from host data: ``per_rank[i]`` (or ``rows(i)``) for rank i's shard."""
+        jax, np = self.jax, self.np
+        shards = []
+        shape = None
+        for i, d in self.local:
+            block = np.asarray(rows(i) if rows is not None else per_rank[i : i + 1])
+            shape = block.shape
+            shards.append(jax.device_put(block, d))
+        gshape = (self.n * shape[0],) + tuple(shape[1:])
+        return jax.make_array_from_single_device_arrays(gshape, self.sharding, shards)
+
+    def sync(self, stop: bool, times: dict[int, float], wrong: dict[int, int]):
+        """Barrier: returns (stop decided by rank 0, max time over ranks, calls wrong on any rank)."""
+        np = self.np
+        n = self.n
+
+        def row(i):
+            r = np.zeros((1, self._width), np.float32)
+            if i == 0 and stop:
+                r[0, 0] = 1.0
+            r[0, 1 + i] = times.get(i, 0.0)
+            r[0, 1 + n + i] = wrong.get(i, 0)
+            return r
+
+        out = self._barrier(self.put(None, rows=row))
+        out.block_until_ready()
+        table = np.asarray(out.addressable_shards[0].data)[0]
+        return bool(table[0] > 0), float(table[1 : 1 + n].max()), int(table[1 + n :].max() > 0)
+
+    def hosts_per_node(self) -> int:
+        """Ranks on the busiest host (from host names hashed and summed across ranks)."""
+        jax, np = self.jax, self.np
+        if self.num_processes == 1:
+            return self.n
+        from jax.sharding import PartitionSpec as P
+
+        h = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
+
+        def row(i):
+            r = np.zeros((1, self.n), np.int32)
+            r[0, i] = h
+            return r
+
+        f = jax.jit(
+            jax.shard_map(
+                lambda a: jax.lax.psum(a, "r"), mesh=self.mesh, in_specs=P("r"), out_specs=P("r")
+            )
+        )
+        out = f(self.put(None, rows=row))
+        hashes = np.asarray(out.addressable_shards[0].data)[0].tolist()
+        return max(hashes.count(x) for x in set(hashes))
+
+
+def _patterns(ranks: _Ranks, name: str, count: int, jdtype, wrong: bool):
+    """(function of the local block, input rows(i), expected local output of rank i)."""
+    import jax
+    import numpy as np
+
+    n = ranks.n
+    lax = jax.lax
+    length = count // n if name == "all_gather" else count  # elements each rank sends
+    idx = np.arange(length, dtype=np.int64)
+
+    def red(i):  # values whose sums are exact in bfloat16 for n ≤ 128
+        return ((i + idx) % 3).astype(np.float32)
+
+    def mov(i):  # values that tell ranks and positions apart, exact in bfloat16
+        return ((i * 13 + idx) % 251).astype(np.float32)
+
+    perm_ring = [(i, (i + 1) % n) for i in range(n)]
+    if name == "all_reduce":
+        data = red
+
+        def f(a):
+            return lax.pmax(a, "r") if wrong else lax.psum(a, "r")
+
+        total = sum(red(q) for q in range(n))
+
+        def expect(i):
+            return total
+    elif name == "reduce_scatter":
+        data = red
+        b = count // n
+
+        def f(a):
+            return lax.psum_scatter(a, "r", scatter_dimension=1, tiled=True)
+
+        total = sum(red(q) for q in range(n))
+
+        def expect(i):
+            return total[i * b : (i + 1) * b]
+    elif name == "all_gather":
+        data = mov
+
+        def f(a):
+            return lax.all_gather(a, "r", axis=1, tiled=True)
+
+        def expect(i):
+            return np.concatenate([mov(q) for q in range(n)])
+    elif name == "all_to_all":
+        data = mov
+        b = count // n
+
+        def f(a):
+            return lax.all_to_all(a, "r", 1, 1, tiled=True)
+
+        def expect(i):
+            return np.concatenate([mov(q)[i * b : (i + 1) * b] for q in range(n)])
+    elif name == "sendrecv":
+        data = mov
+
+        def f(a):
+            return lax.ppermute(a, "r", perm_ring)
+
+        def expect(i):
+            return mov((i - 1) % n)
+    elif name == "ps_push":
+        data = mov
+
+        def f(a):
+            import jax.numpy as jnp
+
+            return jnp.stack([lax.ppermute(a, "r", [(q, 0)]) for q in range(1, n)])
+
+        def expect(i):
+            if i == 0:
+                return np.stack([mov(q)[None] for q in range(1, n)])
+            return np.zeros((n - 1, 1, count), np.float32)
+    elif name == "ps_pull":
+        data = mov
+
+        def f(a):
+            import jax.numpy as jnp
+
+            return jnp.stack([lax.ppermute(a, "r", [(0, q)]) for q in range(1, n)])
+
+        def expect(i):
+            out = np.zeros((n - 1, 1, count), np.float32)
+            if i > 0:
+                out[i - 1, 0] = mov(0)
+            return out
+    else:  # pragma: no cover - names are checked by collect()
+        raise ValueError(f"unknown pattern {name!r}")
+
+    if wrong and name != "all_reduce":
+        inner = f
+
+        def f(a):
+            out = inner(a)
+            return out + (lax.axis_index("r") == 1).astype(out.dtype)
+
+    def rows(i):
+        return data(i)[None].astype(jdtype)
+
+    return f, rows, expect
+
+
+def _timed(ranks: _Ranks, step, check, config: dict, where: str, solo: bool = False):
+    """Warm up, then time repetitions until the budget is spent; returns (samples, wrong)."""
+    from ._launch import heartbeat
+
+    for _ in range(int(config["warmup_iters"])):
+        ranks.sync(False, {}, {})
+        if not solo or ranks.is_rank0:
+            step()
+        heartbeat(where)
+    iters, max_iters = int(config["iters"]), int(config["max_iters"])
+    budget = float(config["budget_s"])
+    samples: list[float] = []
+    wrong_calls = 0
+    times: dict[int, float] = {}
+    wrong: dict[int, int] = {}
+    t_start = time.perf_counter()
+    k = 0
+    while True:
+        stop = k >= max_iters or (k >= iters and time.perf_counter() - t_start >= budget)
+        stop, t_max, w = ranks.sync(stop, times, wrong)
+        if k > 0:
+            samples.append(max(t_max, 1e-9))
+            wrong_calls += w
+        if stop:
+            return samples, wrong_calls
+        times, wrong = {}, {}
+        if not solo or ranks.is_rank0:
+            t0 = time.perf_counter()
+            out = step()  # blocks until ready
+            t = time.perf_counter() - t0
+            bad = check(out) if check is not None else {}
+            for i, _ in ranks.local if not solo else ranks.local[:1]:
+                times[i] = t
+                wrong[i] = bad.get(i, 0)
+        k += 1
+        heartbeat(where)
+
+
+def _collective_step(ranks: _Ranks, point: dict, faults: Faults):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    name, count = point["collective"], point["count"]
+    jdtype = jnp.dtype(point["dtype"])
+    f, rows, expect = _patterns(ranks, name, count, jdtype, name in faults.wrong)
+    x = ranks.put(None, rows=rows)
+    out_spec = P(None, "r") if name in ("ps_push", "ps_pull") else P("r")
+    t0 = time.perf_counter()
+    compiled = (
+        jax.jit(jax.shard_map(f, mesh=ranks.mesh, in_specs=P("r"), out_specs=out_spec))
+        .lower(x)
+        .compile()
+    )
+    compile_s = time.perf_counter() - t0
+    expected = {}
+    for i, d in ranks.local:
+        e = np.asarray(expect(i), np.float32)
+        e = e.reshape((e.shape[0], 1, -1)) if name in ("ps_push", "ps_pull") else e[None]
+        expected[i] = jax.device_put(e, d)
+    mismatch = jax.jit(lambda o, e: jnp.sum(o.astype(jnp.float32) != e))
+
+    def step():
+        out = compiled(x)
+        out.block_until_ready()
+        return out
+
+    def check(out):
+        bad = {}
+        by_dev = {s.device: s.data for s in out.addressable_shards}
+        for i, d in ranks.local:
+            bad[i] = int(int(mismatch(by_dev[d], expected[i])) > 0)
+        return bad
+
+    return step, check, compile_s
+
+
+def _compute_step(ranks: _Ranks, point: dict):
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    dev = ranks.local[0][1]
+    dtype = jnp.dtype(point["dtype"])
+    shape = point["shape"]
+    key = jax.random.PRNGKey(0)
+    k1, k2 = jax.random.split(key)
+    if point["op"] == "matmul":
+        m, n_, k = shape["m"], shape["n"], shape["k"]
+        args = (
+            jax.device_put(jax.random.normal(k1, (m, k), dtype), dev),
+            jax.device_put(jax.random.normal(k2, (k, n_), dtype), dev),
+        )
+
+        def fn(a, b):
+            return a @ b
+    else:
+        if shape["type"] == "linear":
+            layer = eqx.nn.Linear(shape["in"], shape["out"], key=k1, dtype=dtype)
+            x = jax.random.normal(k2, (shape["batch"], shape["in"]), dtype)
+
+            def fwd(layer, x):
+                return jax.vmap(layer)(x)
+        else:
+            layer = eqx.nn.Conv2d(
+                shape["in"], shape["out"], shape["kernel"], padding="SAME", key=k1, dtype=dtype
+            )
+            x = jax.random.normal(
+                k2, (shape["batch"], shape["in"], shape["height"], shape["width"]), dtype
+            )
+
+            def fwd(layer, x):
+                return jax.vmap(layer)(x)
+
+        layer = jax.device_put(layer, dev)
+        x = jax.device_put(x, dev)
+        if point["op"] == "forward":
+            args = (layer, x)
+            fn = fwd
+        else:
+            y = fwd(layer, x)
+            ct = jax.device_put(jnp.ones_like(y), dev)
+            args = (layer, x, ct)
+
+            def fn(layer, x, ct):
+                _, vjp = jax.vjp(fwd, layer, x)
+                return vjp(ct)
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+
+    def step():
+        out = compiled(*args)
+        jax.block_until_ready(out)
+        return out
+
+    return step, compile_s
+
+
+def run(
+    config: dict,
+    emit: Callable[[dict], None],
+    *,
+    faults: Faults | None = None,
+) -> dict:
+    """Measure every point of the plan on the ranks of this JAX job.
+
+    Every rank calls it (after ``jax.distributed`` is initialised, where there
+    are several processes). All ranks send ``{"type": "point", "i", "where"}``
+    when they start a point; rank 0 also sends ``{"type": "plan", "points",
+    "skipped"}`` first and ``{"type": "record", "record": {...}}`` after each
+    point (a complete schema-v1 record).
+
+    Args:
+        config: ``collectives`` (names from :data:`COLLECT_PATTERNS`),
+            ``sizes`` (bytes), ``dtype`` (``"float32"``/``"bfloat16"``),
+            ``suite`` (subset of ``["collectives", "compute"]``), ``iters``
+            (≥ 1), ``max_iters`` (≥ iters), ``warmup_iters`` (≥ 0),
+            ``budget_s`` (> 0), ``existing_keys`` (record keys to skip, as
+            lists), optional ``matmul_sizes`` and ``source``.
+        emit: where messages go (the launcher's ``send_message``, or a list's append).
+        faults: fault injection (tests); default from ``DDLTUNE_COLLECT_FAULT``.
+
+    Returns:
+        ``{"measured": int, "skipped": int, "num_ranks": int, "ranks_per_node": int}``.
+    """
+    from ._records import provenance, time_statistics
+
+    faults = Faults() if faults is None else faults
+    ranks = _Ranks()
+    rpn = ranks.hosts_per_node()
+    existing = {tuple(k) for k in config.get("existing_keys", [])}
+    plan = plan_points(
+        config, ranks.n, rpn, backend=ranks.backend, num_processes=ranks.num_processes
+    )
+    keep = [point_key(p) not in existing for p in plan]
+    if ranks.num_processes > 1:
+        # Rank 0's file decides (under srun/mpirun only rank 0 reads it).
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        mask = np.asarray(keep + [True], dtype=np.int32)  # never empty
+        keep = [bool(v) for v in multihost_utils.broadcast_one_to_all(mask)[:-1]]
+    todo = [p for p, k in zip(plan, keep, strict=True) if k]
+    if ranks.is_rank0:
+        emit(
+            {
+                "type": "plan",
+                "points": len(todo),
+                "skipped": len(plan) - len(todo),
+                "num_ranks": ranks.n,
+                "ranks_per_node": rpn,
+            }
+        )
+    prov = provenance(config.get("source", "ddltune collect"))
+    me = ranks.process_index
+    for k, point in enumerate(todo):
+        where = f"measuring {point['desc']} (point {k + 1}/{len(todo)})"
+        emit({"type": "point", "i": k, "where": where, "rank": me})
+        faults.at_point(me, k)
+        if point["kind"] == "collective":
+            step, check, compile_s = _collective_step(ranks, point, faults)
+            samples, wrong = _timed(ranks, step, check, config, where)
+        else:
+            solo = point["solo"]
+            if solo and not ranks.is_rank0:
+                step, compile_s = (lambda: None), 0.0
+            else:
+                step, compile_s = _compute_step(ranks, point)
+            samples, wrong = _timed(ranks, step, None, config, where, solo=solo)
+        if ranks.is_rank0:
+            rec = {"schema": 1}
+            rec.update({k2: v for k2, v in point.items() if k2 not in ("desc", "solo")})
+            if point["kind"] == "collective":
+                rec["wrong"] = int(wrong)
+                rec["in_place"] = False
+            else:
+                rec.pop("count", None)
+                rec["num_processes"] = ranks.num_processes
+            rec["time_s"] = time_statistics(samples)
+            rec["samples_s"] = [float(s) for s in samples]
+            rec["compile_s"] = float(compile_s)
+            rec["warmup_iters"] = int(config["warmup_iters"])
+            rec.update(prov)
+            rec["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            emit({"type": "record", "record": rec, "where": where})
+    return {
+        "measured": len(todo),
+        "skipped": len(plan) - len(todo),
+        "num_ranks": ranks.n,
+        "ranks_per_node": rpn,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m calibration._worker --config FILE`` (one worker process)."""
+    from ._launch import initialize_worker, send_message
+
+    parser = argparse.ArgumentParser(prog="python -m calibration._worker")
+    parser.add_argument("--config", required=True, help="JSON file written by collect()")
+    args = parser.parse_args(argv)
+    with open(args.config, encoding="utf-8") as fh:
+        config = json.load(fh)
+    initialize_worker()
+    run(config, send_message)
+    send_message({"type": "done", "where": "finished"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

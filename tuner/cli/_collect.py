@@ -1,0 +1,283 @@
+"""``ddltune collect``: measure collectives and compute on this machine or cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from calibration import COLLECT_PATTERNS, COLLECT_SUITES, CollectError, collect, summary_rows
+
+from ._common import (
+    CLIError,
+    bytes_arg,
+    int_list_arg,
+    name_list_arg,
+    positive_float_arg,
+    positive_int_arg,
+    print_json,
+)
+
+NAME = "collect"
+HELP = "measure collectives and compute with jax.distributed into a measurement file"
+DESCRIPTION = """\
+Measure the collectives a gradient exchange uses (all_reduce, reduce_scatter,
+all_gather, all_to_all, sendrecv, and the parameter-server fan-in ps_push and
+fan-out ps_pull) at message sizes from --min-bytes to --max-bytes, and the
+compute throughput (matmul, forward/backward of small layers), with
+jax.distributed; write one JSON Lines record per point (schema v1) for
+'ddltune calibrate'. Sizes follow nccl-tests (for all_gather/reduce_scatter the
+size is the full array). Each timed repetition is the slowest rank's time;
+every result is checked (#wrong). At the end a table like nccl-tests' is printed
+(time = p10 on CPU, median on GPU: the statistic calibration fits).
+
+Locally (default outside a cluster) it starts --workers processes on this
+machine. Under srun or mpirun each task runs it and they join as one job
+(--launcher auto); see README 'Calibrating on a cluster'. A worker that crashes,
+hangs or never starts stops the run within --timeout-s, naming the rank and
+the point; what was written stays valid and --resume measures the rest."""
+EPILOG = """\
+examples:
+  ddltune collect --workers 2 --max-bytes 4M -o m.jsonl
+  ddltune collect --workers 2,3,4 --collectives all_reduce,ps_push -o m.jsonl --resume
+  srun -N 2 --ntasks-per-node 4 --kill-on-bad-exit=1 ddltune collect -o cluster.jsonl
+"""
+
+
+def _warmup_arg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}")
+    return v
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ddltune collect``."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="measurements.jsonl",
+        metavar="FILE",
+        help="measurement file to write, JSON Lines (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int_list_arg,
+        default=None,
+        metavar="N[,N…]",
+        help="worker processes, one launch per value, e.g. 2,3,4 (default 2; under "
+        "srun/mpirun: the job's size)",
+    )
+    parser.add_argument(
+        "--collectives",
+        type=name_list_arg,
+        default=None,
+        metavar="NAME[,NAME…]",
+        help=f"patterns to measure (default all: {','.join(COLLECT_PATTERNS)})",
+    )
+    parser.add_argument(
+        "--min-bytes",
+        type=bytes_arg,
+        default=1024,
+        metavar="SIZE",
+        help="smallest message, bytes; suffixes K, M, G are powers of 1024 (default 1K)",
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=bytes_arg,
+        default=64 * 1024**2,
+        metavar="SIZE",
+        help="largest message, bytes (default 64M)",
+    )
+    parser.add_argument(
+        "--step-factor",
+        type=positive_int_arg,
+        default=4,
+        metavar="F",
+        help="size multiplier between points, ≥ 2 (default 4)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="element type (default float32)",
+    )
+    parser.add_argument(
+        "--suite",
+        type=name_list_arg,
+        default=list(COLLECT_SUITES),
+        metavar="SUITE[,SUITE…]",
+        help="what to measure: collectives, compute or both (default collectives,compute)",
+    )
+    parser.add_argument(
+        "--iters",
+        type=positive_int_arg,
+        default=5,
+        metavar="N",
+        help="at least N timed repetitions per point (default 5)",
+    )
+    parser.add_argument(
+        "--max-iters",
+        type=positive_int_arg,
+        default=200,
+        metavar="N",
+        help="at most N timed repetitions per point (default 200)",
+    )
+    parser.add_argument(
+        "--warmup-iters",
+        type=_warmup_arg,
+        default=2,
+        metavar="N",
+        help="untimed calls after compiling, per point (default 2)",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=positive_float_arg,
+        default=0.5,
+        metavar="SECONDS",
+        help="time per point: repetitions continue until --iters are done and this many "
+        "seconds spent (default 0.5)",
+    )
+    parser.add_argument(
+        "--timeout-s",
+        type=positive_float_arg,
+        default=50.0,
+        metavar="SECONDS",
+        help="a worker silent this long is declared hung and the run stopped (default 50)",
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=("auto", "local"),
+        default="auto",
+        help="auto: join the srun/mpirun job this runs in, else start local workers; "
+        "local: always start local workers (default auto)",
+    )
+    parser.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help="rank 0's host and a free port, for Open MPI 5 and MPICH jobs "
+        "(or set JAX_COORDINATOR_ADDRESS)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--resume",
+        action="store_true",
+        help="append to an existing file, measuring only the points it does not have",
+    )
+    mode.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    parser.add_argument(
+        "--matmul-sizes",
+        type=int_list_arg,
+        default=None,
+        metavar="N[,N…]",
+        help="square matmul sizes of the compute suite (default 128,256,512,1024 on CPU, "
+        "1024…8192 on GPU)",
+    )
+    parser.add_argument(
+        "--log-dir",
+        default=None,
+        metavar="DIR",
+        help="keep every worker's output there (workers<N>/rank<R>.log)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON summary document instead of the tables",
+    )
+
+
+def _shape(shape: dict | None) -> str:
+    if not shape:
+        return ""
+    if "m" in shape:
+        return f"{shape['m']}x{shape['n']}x{shape['k']}"
+    return f"{shape.get('model')}[{shape.get('layer')}] {shape.get('in')}→{shape.get('out')} b{shape.get('batch')}"
+
+
+def format_tables(rows: list[dict]) -> str:
+    """nccl-tests-like tables: one per (collective group, rank count), and one for compute."""
+    out = []
+    coll = [r for r in rows if "collective" in r]
+    groups: dict[tuple, list[dict]] = {}
+    for r in coll:
+        groups.setdefault(
+            (r["num_ranks"], r["ranks_per_node"], r["dtype"], r["statistic"]), []
+        ).append(r)
+    for (n, g, dtype, stat), rs in groups.items():
+        out.append(f"# {n} ranks ({g} per node), {dtype}; time = {stat} of the repetitions")
+        out.append(
+            f"# {'collective':>14} {'size':>10} {'count':>10} {'time(us)':>10} "
+            f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
+        )
+        for r in rs:
+            out.append(
+                f"  {r['collective']:>14} {r['message_bytes']:>10d} {r['count']:>10d} "
+                f"{r['time_s'] * 1e6:>10.1f} {r['algbw'] / 1e9:>11.3f} {r['busbw'] / 1e9:>11.3f} "
+                f"{r['wrong']:>6d}"
+            )
+        out.append("")
+    comp = [r for r in rows if "op" in r]
+    if comp:
+        out.append(
+            f"# compute, {comp[0]['dtype']}; time = {comp[0]['statistic']}; procs = "
+            "processes running it at once on the node"
+        )
+        out.append(f"# {'op':>9} {'shape':>28} {'procs':>5} {'time(us)':>10} {'GFLOP/s':>9}")
+        for r in comp:
+            out.append(
+                f"  {r['op']:>9} {_shape(r['shape']):>28} {r['num_ranks']:>5d} "
+                f"{r['time_s'] * 1e6:>10.1f} {r['flops_per_s'] / 1e9:>9.2f}"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the collection; print the tables (or ``--json``); exit 1 on wrong results."""
+    progress = not args.no_progress and sys.stderr.isatty()
+    try:
+        result = collect(
+            args.output,
+            workers=args.workers,
+            collectives=args.collectives,
+            min_bytes=args.min_bytes,
+            max_bytes=args.max_bytes,
+            step_factor=args.step_factor,
+            dtype=args.dtype,
+            suite=args.suite,
+            iters=args.iters,
+            max_iters=max(args.max_iters, args.iters),
+            warmup_iters=args.warmup_iters,
+            budget_s=args.budget_s,
+            timeout_s=args.timeout_s,
+            launcher=args.launcher,
+            coordinator=args.coordinator,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            matmul_sizes=args.matmul_sizes,
+            progress=progress,
+            log_dir=args.log_dir,
+        )
+    except (CollectError, FileExistsError) as e:
+        raise CLIError(str(e)) from e
+    if result.rank != 0:
+        return 0  # under srun/mpirun, rank 0 reports
+    if args.json:
+        print_json(result.summary())
+    else:
+        sys.stdout.write(format_tables(summary_rows(result.table_records())))
+        print(
+            f"# wrote {result.written} records to {result.path}"
+            + (f" ({result.skipped} points already there were skipped)" if result.skipped else "")
+            + f" in {result.elapsed_s:.1f} s"
+        )
+    if result.wrong:
+        raise CLIError(
+            f"{result.wrong} measured calls returned wrong results (see the #wrong column); "
+            f"they are recorded in {result.path} with their 'wrong' count"
+        )
+    return 0
