@@ -287,6 +287,8 @@ def collect(
             and this budget are reached (> 0).
         timeout_s: a worker silent this long (seconds, > 0) is hung; the run
             stops within about ``timeout_s`` + 3 s of a fault (a crash: at once).
+            A worker that has not joined after ``max(timeout_s, 30)`` s did not
+            start.
         launcher: ``"auto"`` (inside srun/mpirun: join that job in-process;
             otherwise local) or ``"local"`` (always start local processes).
         coordinator: ``HOST:PORT`` of rank 0 for Open MPI 5 / MPICH jobs (or
@@ -419,6 +421,8 @@ def _collect_local(path, mode, config, worker_list, timeout_s, progress, log_dir
                         ["--config", str(cfg_path)],
                         n,
                         timeout_s=timeout_s,
+                        # Importing jax and joining can take a while on a loaded machine.
+                        start_timeout_s=max(timeout_s, 30.0),
                         on_message=on_message,
                         log_dir=None if log_dir is None else Path(log_dir) / f"workers{n}",
                         cwd=os.getcwd(),

@@ -12,7 +12,7 @@ Two halves, one protocol:
   :class:`LaunchError` that names the rank and what it was doing.
 * **Worker side** — :func:`initialize_worker` joins the run (from the variables
   :func:`launch_local` set, or from SLURM / Open MPI / MPICH when started by
-  ``srun`` / ``mpirun``), and :func:`send` / :func:`heartbeat` talk to the
+  ``srun`` / ``mpirun``), and :func:`send_message` / :func:`heartbeat` talk to the
   parent. A worker started by hand, outside any launcher, is a single process.
 
 The protocol: each worker gets a private pipe (its file descriptor in
@@ -33,9 +33,9 @@ Example (parent):
     ...              timeout_s=60, on_message=show)  # doctest: +SKIP
 
 Example (``my_package/my_worker.py``):
-    >>> from calibration import initialize_worker, send, heartbeat
+    >>> from calibration import initialize_worker, send_message, heartbeat
     >>> info = initialize_worker()  # doctest: +SKIP
-    >>> send({"type": "result", "where": "step 3", "loss": 0.1})  # doctest: +SKIP
+    >>> send_message({"type": "result", "where": "step 3", "loss": 0.1})  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ __all__ = [
     "heartbeat",
     "initialize_worker",
     "launch_local",
-    "send",
+    "send_message",
     "set_message_handler",
 ]
 
@@ -251,7 +251,7 @@ _beat_interval_s = 1.0
 
 
 def set_message_handler(handler: Callable[[dict], None] | None) -> None:
-    """Route :func:`send` to ``handler`` in this process instead of a parent.
+    """Route :func:`send_message` to ``handler`` in this process instead of a parent.
 
     For programs that run in-process under ``srun``/``mpirun`` (no parent
     launcher), e.g. so that rank 0 writes its own results. ``None`` restores
@@ -261,7 +261,7 @@ def set_message_handler(handler: Callable[[dict], None] | None) -> None:
     _msg_handler = handler
 
 
-def send(message: dict) -> None:
+def send_message(message: dict) -> None:
     """Send one JSON-serialisable dict to the parent launcher (thread-safe).
 
     Without a parent (and without a handler, see :func:`set_message_handler`)
@@ -273,7 +273,7 @@ def send(message: dict) -> None:
     """
     global _msg_file
     if not isinstance(message, dict):
-        raise TypeError(f"send() takes a dict, got {type(message).__name__}")
+        raise TypeError(f"send_message() takes a dict, got {type(message).__name__}")
     if _msg_handler is not None:
         _msg_handler(message)
         return
@@ -309,7 +309,7 @@ def heartbeat(where: str | None = None, *, force: bool = False) -> None:
     msg = {"type": "beat"}
     if where is not None:
         msg["where"] = where
-    send(msg)
+    send_message(msg)
 
 
 def _guard_parent(parent_pid: int) -> None:
@@ -376,7 +376,7 @@ def initialize_worker(
         if ENV_PARENT_PID in os.environ:
             _guard_parent(int(os.environ[ENV_PARENT_PID]))
         _fault_nostart(rank)
-        send({"type": "hello", "rank": rank, "where": "joining"})
+        send_message({"type": "hello", "rank": rank, "where": "joining"})
         if n > 1:
             jax.distributed.initialize(
                 coordinator_address=address,
@@ -386,7 +386,7 @@ def initialize_worker(
                 initialization_timeout=init_timeout,
                 heartbeat_timeout_seconds=max(init_timeout, 30),
             )
-        send({"type": "ready", "rank": rank, "where": "started"})
+        send_message({"type": "ready", "rank": rank, "where": "started"})
         return WorkerInfo(rank, n, "local")
     cluster = detect_cluster()
     if cluster is not None and cluster.num_processes > 1:
@@ -503,6 +503,7 @@ def _run_once(
     python: str,
     cwd: str | os.PathLike | None,
     poll_s: float,
+    on_spawn: Callable[[int, int], None] | None,
 ) -> None:
     address = f"127.0.0.1:{port}"
     base_env = dict(os.environ)
@@ -537,6 +538,8 @@ def _run_once(
                 )
             os.close(wfd)
             ranks.append(_Rank(rank, proc, rfd, log_path, last_seen=time.monotonic()))
+            if on_spawn is not None:
+                on_spawn(rank, proc.pid)
         _watch(ranks, timeout_s, start_timeout_s, on_message, port, poll_s)
     finally:
         _terminate(ranks)
@@ -698,6 +701,7 @@ def launch_local(
     python: str | None = None,
     cwd: str | os.PathLike | None = None,
     poll_s: float = 0.05,
+    on_spawn: Callable[[int, int], None] | None = None,
 ) -> LaunchResult:
     """Run ``python -m module *args`` in ``num_processes`` local worker processes.
 
@@ -728,6 +732,8 @@ def launch_local(
         python: interpreter (default ``sys.executable``).
         cwd: the workers' working directory (default: this one).
         poll_s: how often exits are checked, seconds.
+        on_spawn: called as ``on_spawn(rank, pid)`` after each worker starts
+            (e.g. to check afterwards that every PID is gone).
 
     Returns:
         A :class:`LaunchResult` once every worker exited with status 0.
@@ -782,6 +788,7 @@ def launch_local(
                     python,
                     cwd,
                     poll_s,
+                    on_spawn,
                 )
             except _PortTaken:
                 continue
