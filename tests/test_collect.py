@@ -1,0 +1,303 @@
+"""ddltune collect: planning, cluster detection, CLI usage, and the measuring logic on
+several virtual CPU devices in one process (no jax.distributed; fast).
+
+The multi-process runs (real workers, faults, resume, reaping) are in
+``test_collect_multiprocess.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from calibration import (
+    COLLECT_PATTERNS,
+    collect,
+    detect_cluster,
+    record_key,
+    summary_rows,
+    validate_record,
+)
+from calibration._worker import Faults, message_sizes, plan_points
+from costmodel import BUSBW_FACTOR, InputFileError
+from tuner.cli import main
+
+CONFIG = {
+    "collectives": list(COLLECT_PATTERNS),
+    "sizes": [1024, 4096],
+    "dtype": "float32",
+    "suite": ["collectives", "compute"],
+    "matmul_sizes": [32],
+}
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def test_message_sizes_follow_nccl_tests_b_e_f():
+    assert message_sizes(1024, 64 * 1024**2, 4) == [1024 * 4**k for k in range(9)]
+    assert message_sizes(1024, 4 * 1024**2, 4)[-1] == 4 * 1024**2
+    with pytest.raises(ValueError, match="step_factor"):
+        message_sizes(1024, 4096, 1)
+    with pytest.raises(ValueError, match="max_bytes"):
+        message_sizes(4096, 1024, 2)
+
+
+def test_plan_sizes_ranks_and_keys():
+    plan = plan_points(CONFIG, 3, 3, num_processes=3)
+    coll = [p for p in plan if p["kind"] == "collective"]
+    assert len(coll) == len(COLLECT_PATTERNS) * 2
+    by = {(p["collective"], p["count"]) for p in coll}
+    # 1 KiB of float32 = 256 elements; split patterns round down to a multiple of n = 3.
+    assert ("all_reduce", 256) in by and ("reduce_scatter", 255) in by
+    assert ("all_gather", 255) in by and ("all_to_all", 255) in by
+    for p in coll:
+        assert p["message_bytes"] == 4 * p["count"]
+        assert p["num_ranks"] == 3 and p["ranks_per_node"] == 3  # ps_push/pull: all processes
+    comp = [p for p in plan if p["kind"] == "compute"]
+    mm = [p for p in comp if p["op"] == "matmul"]
+    assert sorted(p["num_ranks"] for p in mm) == [1, 3]  # rank 0 alone, and all at once
+    assert all(p["flops"] == 2.0 * 32**3 for p in mm)
+    ops = {(p["op"], p["shape"].get("model"), p["shape"].get("layer")) for p in comp}
+    assert ("forward", "mlp", 0) in ops and ("backward", "cnn", 0) in ops
+    lin = next(p for p in comp if p["op"] == "backward" and p["shape"].get("type") == "linear")
+    s = lin["shape"]
+    assert lin["flops"] == 4.0 * s["batch"] * s["in"] * s["out"]
+    keys = [record_key(p) for p in plan]
+    assert len(set(keys)) == len(keys), "every point must have its own resume key"
+
+
+def test_plan_single_rank_measures_no_collective():
+    plan = plan_points(CONFIG, 1, 1, num_processes=1)
+    assert plan and all(p["kind"] == "compute" for p in plan)
+    assert all(p["num_ranks"] == 1 for p in plan)
+
+
+def test_fault_spec_parsing():
+    f = Faults("exit:1@3, hang:0@2,wrong:all_reduce")
+    assert f.exit == {(1, 3)} and f.hang == {(0, 2)} and f.wrong == {"all_reduce"}
+    assert not Faults("").exit
+
+
+# --------------------------------------------------------------------------- clusters
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        (
+            {
+                "SLURM_JOB_ID": "7",
+                "SLURM_STEP_NODELIST": "n[1-2]",
+                "SLURM_NTASKS": "8",
+                "SLURM_PROCID": "5",
+                "SLURM_LOCALID": "1",
+            },
+            ("slurm", 8, 5, 1, True),
+        ),
+        (
+            {
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_RANK": "2",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                "OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:1",
+            },
+            ("openmpi", 4, 2, 0, True),
+        ),
+        (
+            {
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_RANK": "3",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            },
+            ("openmpi5", 4, 3, 1, False),
+        ),
+        ({"PMI_SIZE": "2", "PMI_RANK": "1", "MPI_LOCALRANKID": "1"}, ("mpich", 2, 1, 1, False)),
+    ],
+)
+def test_detect_cluster(env, expected):
+    c = detect_cluster(env)
+    assert (c.kind, c.num_processes, c.process_id, c.local_process_id, c.jax_detects) == expected
+
+
+def test_no_cluster_outside_launchers():
+    assert detect_cluster({"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n1"}) is None  # salloc shell
+    assert detect_cluster({}) is None
+
+
+# --------------------------------------------------------------------------- API / CLI usage
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"collectives": ["all_reduce", "bogus"]}, "collectives: unknown 'bogus'"),
+        ({"workers": [0]}, "workers must be an integer ≥ 1"),
+        ({"budget_s": 0}, "budget_s"),
+        ({"dtype": "float16"}, "dtype"),
+        ({"suite": "compute,io"}, "suite: unknown 'io'"),
+        ({"resume": True, "overwrite": True}, "exclude each other"),
+        ({"max_iters": 2, "iters": 5}, "max_iters"),
+        ({"launcher": "ssh"}, "launcher"),
+    ],
+)
+def test_collect_rejects_bad_arguments(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        collect(tmp_path / "m.jsonl", **kwargs)
+    assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_cli_usage_errors_exit_2(tmp_path, capsys):
+    out = str(tmp_path / "m.jsonl")
+    assert main(["collect", "--collectives", "all_reduce,bogus", "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bogus" in err and "all_reduce" in err
+    assert main(["collect", "--max-bytes", "4X", "-o", out]) == 2
+    assert main(["collect", "--resume", "--overwrite", "-o", out]) == 2
+    assert main(["collect", "--workers", "0", "-o", out]) == 2
+
+
+def test_cli_refuses_existing_file_with_hint(tmp_path, capsys):
+    out = tmp_path / "m.jsonl"
+    out.write_text('{"x": 1}\n')
+    assert main(["collect", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "--resume" in err and "--overwrite" in err and str(out) in err
+    assert out.read_text() == '{"x": 1}\n'  # untouched
+    # --resume on a malformed file names the file and line instead of appending to it.
+    with pytest.raises(InputFileError, match=r"m\.jsonl:1"):
+        collect(out, resume=True)
+
+
+def test_cli_help_has_example(capsys):
+    assert main(["collect", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "ddltune collect --workers 2 --max-bytes 4M -o m.jsonl" in text
+    assert "--budget-s" in text and "srun" in text
+
+
+def test_summary_rows_busbw():
+    rec = {
+        "kind": "collective",
+        "collective": "all_reduce",
+        "message_bytes": 4096,
+        "num_ranks": 4,
+        "ranks_per_node": 4,
+        "dtype": "float32",
+        "backend": "cpu",
+        "time_s": {"p10": 1e-5, "median": 2e-5},
+        "wrong": 0,
+    }
+    (row,) = summary_rows([rec])
+    assert row["statistic"] == "p10" and row["time_s"] == 1e-5
+    assert row["algbw"] == pytest.approx(4096 / 1e-5)
+    assert row["busbw"] == pytest.approx(row["algbw"] * BUSBW_FACTOR("all_reduce", 4))
+    assert row["count"] == 1024
+    (row,) = summary_rows([dict(rec, backend="gpu")])
+    assert row["statistic"] == "median"
+
+
+# --------------------------------------------------------------------------- measuring logic
+
+_VIRTUAL = textwrap.dedent(
+    """
+    import json, sys
+    from calibration._worker import Faults, run
+    from calibration._records import record_key
+    base = dict(iters=3, max_iters=6, warmup_iters=1, budget_s=0.01, existing_keys=[])
+    out = {}
+    msgs = []
+    cfg = dict(base, collectives=%(names)r, sizes=[1024, 4096], dtype="float32",
+               suite=["collectives", "compute"], matmul_sizes=[32])
+    out["full"] = run(cfg, msgs.append, faults=Faults(""))
+    out["full_msgs"] = msgs
+    recs = [m["record"] for m in msgs if m["type"] == "record"]
+    # A deliberately wrong reduction (pmax for psum) and a wrong fan-out must be flagged.
+    msgs = []
+    cfg = dict(base, collectives=["all_reduce", "sendrecv", "ps_pull"], sizes=[1024],
+               dtype="bfloat16", suite=["collectives"])
+    out["wrong"] = run(cfg, msgs.append, faults=Faults("wrong:all_reduce,wrong:ps_pull"))
+    out["wrong_msgs"] = msgs
+    # Resume: points already in the file are skipped.
+    msgs = []
+    cfg = dict(base, collectives=["all_reduce", "sendrecv"], sizes=[1024, 4096], dtype="float32",
+               suite=["collectives"], existing_keys=[list(record_key(r)) for r in recs
+                                  if (r.get("collective"), r.get("message_bytes"))
+                                  in {("all_reduce", 1024), ("all_reduce", 4096), ("sendrecv", 1024)}])
+    out["resume"] = run(cfg, msgs.append, faults=Faults(""))
+    out["resume_msgs"] = msgs
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def virtual_run():
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
+    env.pop("DDLTUNE_COLLECT_FAULT", None)
+    code = _VIRTUAL % {"names": list(COLLECT_PATTERNS)}
+    p = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT") :])
+
+
+def _records(msgs):
+    return [m["record"] for m in msgs if m["type"] == "record"]
+
+
+def test_virtual_devices_every_record_valid(virtual_run):
+    assert virtual_run["full"]["num_ranks"] == 4
+    assert virtual_run["full"]["ranks_per_node"] == 4
+    recs = _records(virtual_run["full_msgs"])
+    for r in recs:
+        validate_record(r)
+        assert json.loads(json.dumps(r, allow_nan=False)) == r
+        assert r["source"] == "ddltune collect"
+        assert len(r["samples_s"]) == r["time_s"]["count"] >= 3
+        assert r["time_s"]["min"] <= r["time_s"]["p10"] <= r["time_s"]["median"]
+    coll = [r for r in recs if r["kind"] == "collective"]
+    assert {(r["collective"], r["message_bytes"]) for r in coll} == {
+        (c, s) for c in COLLECT_PATTERNS for s in (1024, 4096)
+    }
+    for r in coll:
+        assert r["wrong"] == 0, r["collective"]
+        assert r["num_ranks"] == 4 and r["ranks_per_node"] == 4
+        assert r["dtype"] == "float32" and r["compile_s"] > 0
+    comp = [r for r in recs if r["kind"] == "compute"]
+    assert {r["op"] for r in comp} == {"matmul", "forward", "backward"}
+    # One process: compute ran once, by itself (no "rank 0 alone" duplicate).
+    assert all(r["num_ranks"] == 1 for r in comp)
+    assert len([r for r in comp if r["op"] == "matmul"]) == 1
+
+
+def test_virtual_devices_progress_messages(virtual_run):
+    msgs = virtual_run["full_msgs"]
+    plan = [m for m in msgs if m["type"] == "plan"]
+    points = [m for m in msgs if m["type"] == "point"]
+    assert plan[0]["points"] == len(points) == len(_records(msgs))
+    assert [m["i"] for m in points] == list(range(len(points)))
+    assert all("measuring" in m["where"] for m in points)
+
+
+def test_wrong_results_are_flagged(virtual_run):
+    recs = {r["collective"]: r for r in _records(virtual_run["wrong_msgs"])}
+    assert recs["all_reduce"]["wrong"] == recs["all_reduce"]["time_s"]["count"] > 0
+    assert recs["ps_pull"]["wrong"] > 0
+    assert recs["sendrecv"]["wrong"] == 0  # bfloat16 results are exact otherwise
+    assert all(r["dtype"] == "bfloat16" for r in recs.values())
+
+
+def test_resume_skips_known_points(virtual_run):
+    assert virtual_run["resume"]["skipped"] == 3
+    recs = _records(virtual_run["resume_msgs"])
+    assert [(r["collective"], r["message_bytes"]) for r in recs] == [("sendrecv", 4096)]
