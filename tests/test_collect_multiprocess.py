@@ -1,0 +1,287 @@
+"""ddltune collect and its launcher with real worker processes joined by jax.distributed.
+
+Every test is bounded by a timeout and checks, by PID, that no worker survives.
+Small sizes and tiny time budgets: these test logic, not speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import calibration._collect as collect_module
+from calibration import (
+    COLLECT_PATTERNS,
+    CollectError,
+    LaunchError,
+    collect,
+    launch_local,
+    read_records,
+    record_key,
+)
+from tuner.cli import main
+from tuner.cli._collect import format_tables
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(180)]
+
+FAST = dict(budget_s=0.02, iters=2, warmup_iters=1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead but not yet reaped
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def spawned(monkeypatch):
+    """Record the PID of every worker collect() starts; afterwards, all must be gone."""
+    pids: list[int] = []
+    real = collect_module.launch_local
+
+    def recording(*args, **kwargs):
+        return real(*args, on_spawn=lambda rank, pid: pids.append(pid), **kwargs)
+
+    monkeypatch.setattr(collect_module, "launch_local", recording)
+    monkeypatch.delenv("DDLTUNE_COLLECT_FAULT", raising=False)
+    yield pids
+    assert pids, "no worker was started"
+    assert [p for p in pids if _alive(p)] == []
+
+
+def test_cli_two_workers_end_to_end(tmp_path, spawned, capsys):
+    out = tmp_path / "m.jsonl"
+    argv = [
+        "collect",
+        "--workers",
+        "2",
+        "--max-bytes",
+        "4K",
+        "--budget-s",
+        "0.02",
+        "--iters",
+        "2",
+        "--warmup-iters",
+        "1",
+        "--matmul-sizes",
+        "32",
+        "-o",
+        str(out),
+        "--json",
+        "--no-progress",
+    ]
+    assert main(argv) == 0, capsys.readouterr().err
+    doc = json.loads(capsys.readouterr().out)
+    recs = read_records(out)  # validates every line against schema v1
+    assert doc["written"] == len(recs) and doc["wrong"] == 0 and doc["skipped"] == 0
+    coll = [r for r in recs if r["kind"] == "collective"]
+    assert {(r["collective"], r["message_bytes"]) for r in coll} == {
+        (c, s) for c in COLLECT_PATTERNS for s in (1024, 4096)
+    }
+    for r in coll:
+        assert (r["num_ranks"], r["ranks_per_node"], r["wrong"]) == (2, 2, 0)
+        assert r["backend"] == "cpu" and len(r["samples_s"]) >= 2
+        assert "host_fingerprint" in r
+        host = socket.gethostname()
+        assert len(host) < 4 or host not in json.dumps(r)  # no host names in files
+    comp = [r for r in recs if r["kind"] == "compute"]
+    assert sorted(r["num_ranks"] for r in comp if r["op"] == "matmul") == [1, 2]
+    assert {r["op"] for r in comp} == {"matmul", "forward", "backward"}
+    assert all(r["num_ranks"] == 2 for r in comp if r["op"] != "matmul")
+    assert len({record_key(r) for r in recs}) == len(recs)
+    table = format_tables(doc["rows"])
+    assert "busbw(GB/s)" in table and "#wrong" in table and "ps_push" in table
+
+
+def test_crash_names_rank_and_point_then_resume_completes(tmp_path, spawned, monkeypatch):
+    out = tmp_path / "m.jsonl"
+    kw = dict(
+        workers=[2],
+        collectives=["all_reduce", "sendrecv"],
+        max_bytes=4096,
+        suite=["collectives"],
+        timeout_s=20,
+        **FAST,
+    )
+    monkeypatch.setenv("DDLTUNE_COLLECT_FAULT", "exit:1@2")  # rank 1 exits at its 3rd point
+    t0 = time.monotonic()
+    with pytest.raises(CollectError) as err:
+        collect(out, **kw)
+    assert time.monotonic() - t0 < 60
+    msg = str(err.value)
+    assert err.value.rank == 1 and "rank 1 exited with status 17" in msg
+    assert "sendrecv 1 KiB" in msg and "point 3/4" in msg and "--resume" in msg
+    first = read_records(out)  # what was written is intact and valid
+    assert [(r["collective"], r["message_bytes"]) for r in first] == [
+        ("all_reduce", 1024),
+        ("all_reduce", 4096),
+    ]
+    monkeypatch.delenv("DDLTUNE_COLLECT_FAULT")
+    res = collect(out, resume=True, **kw)
+    assert (res.written, res.skipped) == (2, 2)
+    recs = read_records(out)
+    assert len(recs) == 4 and len({record_key(r) for r in recs}) == 4
+
+
+def test_hung_worker_stops_run_within_timeout(tmp_path, spawned, monkeypatch):
+    out = tmp_path / "m.jsonl"
+    monkeypatch.setenv("DDLTUNE_COLLECT_FAULT", "hang:1@1")
+    t0 = time.monotonic()
+    with pytest.raises(CollectError) as err:
+        collect(
+            out,
+            workers=[2],
+            collectives=["all_reduce"],
+            max_bytes=4096,
+            suite=["collectives"],
+            timeout_s=6,
+            **FAST,
+        )
+    elapsed = time.monotonic() - t0
+    msg = str(err.value)
+    assert err.value.rank == 1 and "stopped responding" in msg and "all_reduce 4 KiB" in msg
+    assert elapsed < 30 + 6 + 10  # start allowance + timeout + stopping
+    assert len(read_records(out)) == 1
+
+
+# --------------------------------------------------------------------------- launcher
+
+_WORKER = textwrap.dedent(
+    """
+    import sys, time
+    from calibration import initialize_worker, send_message
+    mode = sys.argv[1]
+    info = initialize_worker()
+    send_message({"type": "msg", "where": "step 1", "rank": info.process_id,
+                  "n": info.num_processes})
+    if mode == "crash" and info.process_id == 1:
+        sys.exit(7)
+    if mode == "hang":
+        time.sleep(1000)
+    send_message({"type": "msg", "where": "step 2", "rank": info.process_id})
+    """
+)
+
+
+@pytest.fixture
+def worker_env(tmp_path):
+    (tmp_path / "ddltune_test_worker.py").write_text(_WORKER)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    return {"PYTHONPATH": path}
+
+
+def test_launcher_relays_messages_and_reports_a_crash(worker_env):
+    pids, msgs = [], []
+    res = launch_local(
+        "ddltune_test_worker",
+        ["ok"],
+        2,
+        timeout_s=30,
+        env=worker_env,
+        on_message=lambda r, m: msgs.append((r, m["where"], m.get("n"))),
+        on_spawn=lambda r, pid: pids.append(pid),
+    )
+    assert res.attempts == 1 and res.coordinator_address.startswith("127.0.0.1:")
+    assert sorted(msgs) == [
+        (0, "step 1", 2),
+        (0, "step 2", None),
+        (1, "step 1", 2),
+        (1, "step 2", None),
+    ]
+    with pytest.raises(LaunchError) as err:
+        launch_local(
+            "ddltune_test_worker",
+            ["crash"],
+            2,
+            timeout_s=30,
+            env=worker_env,
+            on_spawn=lambda r, pid: pids.append(pid),
+        )
+    e = err.value
+    assert (e.rank, e.returncode, e.where, e.reason) == (1, 7, "step 1", "exited")
+    assert "rank 1 exited with status 7 while step 1" in str(e)
+    assert len(pids) == 4 and [p for p in pids if _alive(p)] == []
+
+
+def test_launcher_retries_a_taken_port(worker_env):
+    pids = []
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        res = launch_local(
+            "ddltune_test_worker",
+            ["ok"],
+            2,
+            timeout_s=30,
+            env=worker_env,
+            port=taken,
+            on_spawn=lambda r, pid: pids.append(pid),
+        )
+    assert res.attempts == 2 and not res.coordinator_address.endswith(f":{taken}")
+    assert [p for p in pids if _alive(p)] == []
+
+
+def test_launcher_names_a_worker_that_never_starts(worker_env):
+    pids = []
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as err:
+        launch_local(
+            "ddltune_test_worker",
+            ["ok"],
+            2,
+            timeout_s=30,
+            start_timeout_s=8,
+            env=dict(worker_env, DDLTUNE_LAUNCH_FAULT="nostart:1"),
+            on_spawn=lambda r, pid: pids.append(pid),
+        )
+    assert (err.value.rank, err.value.reason) == (1, "no-start")
+    assert "rank 1 did not start" in str(err.value)
+    assert time.monotonic() - t0 < 8 + 10
+    assert [p for p in pids if _alive(p)] == []
+
+
+def test_ctrl_c_stops_every_worker(worker_env, tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys
+        from calibration import launch_local
+        def spawned(rank, pid):
+            print("PID", pid, flush=True)
+        launch_local("ddltune_test_worker", ["hang"], 2, timeout_s=60, on_spawn=spawned,
+                     on_message=lambda r, m: print("MSG", r, flush=True))
+        """
+    )
+    env = dict(os.environ, **worker_env)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    pids, msgs = [], 0
+    try:
+        deadline = time.monotonic() + 60
+        while msgs < 2 and time.monotonic() < deadline:  # both workers are up and hanging
+            line = p.stdout.readline()
+            if line.startswith("PID"):
+                pids.append(int(line.split()[1]))
+            elif line.startswith("MSG"):
+                msgs += 1
+        assert len(pids) == 2 and msgs == 2
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) != 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert [q for q in pids if _alive(q)] == []
