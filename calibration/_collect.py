@@ -14,7 +14,6 @@ rank and the point, and ``resume=True`` measures only what is missing.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -400,7 +399,12 @@ def _collect_local(path, mode, config, worker_list, timeout_s, progress, log_dir
                     kind = msg.get("type")
                     if kind == "record" and rank == 0:
                         rec = msg["record"]
-                        writer.write(rec)
+                        try:
+                            writer.write(rec)
+                        except ValueError as e:  # a bug in the worker, not a usage error
+                            raise CollectError(
+                                f"rank 0 sent an invalid record ({e}); nothing was written for it"
+                            ) from e
                         written.append(rec)
                         bar.step()
                     elif kind == "plan" and rank == 0:
@@ -507,6 +511,11 @@ def _collect_in_job(
 
     threading.Thread(target=watchdog, name="ddltune-collect-watchdog", daemon=True).start()
     set_message_handler(handler)
+    # The collective libraries print on file descriptor 1 (gloo: "[Gloo] Rank 0 is
+    # connected..."); keep stdout for the caller's results (--json) while measuring.
+    sys.stdout.flush()
+    saved_stdout = os.dup(1)
+    os.dup2(2, 1)
     try:
         initialize_worker(coordinator_address=coordinator, timeout_s=max(timeout_s, 60.0))
         cfg = dict(
@@ -516,16 +525,15 @@ def _collect_in_job(
         run(cfg, handler)
         info["elapsed_s"] = time.monotonic() - t0
     finally:
+        sys.stdout.flush()
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
         stop_watch.set()
         set_message_handler(None)
         bar.close()
         if writer is not None:
             writer.close()
     wrong = sum(int(r.get("wrong", 0)) for r in written)
-    with contextlib.suppress(Exception):
-        import jax
-
-        jax.distributed.shutdown()
     return CollectResult(
         path,
         len(written),

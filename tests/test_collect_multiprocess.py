@@ -285,3 +285,60 @@ def test_ctrl_c_stops_every_worker(worker_env, tmp_path):
             p.kill()
             p.wait()
     assert [q for q in pids if _alive(q)] == []
+
+
+def test_auto_launcher_joins_an_mpich_style_job(tmp_path):
+    """Two `ddltune collect` processes with MPICH's PMI_* variables form one job; rank 0 writes."""
+    out = tmp_path / "job.jsonl"
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{port.getsockname()[1]}"
+    port.close()
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; from tuner.cli import main; sys.exit(main())",
+        "collect",
+        "--coordinator",
+        address,
+        "--max-bytes",
+        "1K",
+        "--collectives",
+        "all_reduce,ps_push",
+        "--suite",
+        "collectives",
+        "--budget-s",
+        "0.02",
+        "--iters",
+        "2",
+        "--timeout-s",
+        "60",
+        "-o",
+        str(out),
+        "--json",
+    ]
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, PMI_RANK=str(rank), PMI_SIZE="2", MPI_LOCALRANKID=str(rank))
+        env.pop("DDLTUNE_COLLECT_FAULT", None)
+        procs.append(
+            subprocess.Popen(
+                argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    doc = json.loads(outs[0][0])  # rank 0: exactly one JSON document on stdout
+    assert doc["written"] == 2 and doc["launches"][0]["num_ranks"] == 2
+    assert outs[1][0] == ""  # other ranks print nothing
+    recs = read_records(out)
+    assert {(r["collective"], r["num_ranks"], r["ranks_per_node"]) for r in recs} == {
+        ("all_reduce", 2, 2),
+        ("ps_push", 2, 2),
+    }
