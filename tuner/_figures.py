@@ -1,0 +1,627 @@
+"""The report's figures: matplotlib, Agg, PNG files; plain data in, a file out.
+
+Every function takes the data it draws as plain numbers and arrays (the
+dataclasses below), writes one PNG and returns its path, so each figure can be
+tested on data built from :func:`costmodel.preset` and
+:func:`costmodel.iteration_time` alone. matplotlib is imported inside the
+functions through :class:`matplotlib.figure.Figure` and its Agg canvas: no
+``pyplot``, no global backend switch, nothing left open (an interactive
+session that calls these keeps its own backend).
+
+Units: inputs are SI (seconds, bytes, bytes/s); axes show the units people
+read (µs/ms, MiB, GB/s, samples/s) and say so in their labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "CollectiveSeries",
+    "ScalingCurve",
+    "Timeline",
+    "plot_collective_fit",
+    "plot_busbw",
+    "plot_scaling",
+    "plot_bucket_sweep",
+    "plot_timeline",
+    "plot_sensitivity",
+]
+
+#: Colours per architecture family (stable across figures).
+_ARCH_COLOURS = {
+    "ring": "#1f77b4",
+    "tree": "#17becf",
+    "hierarchical": "#9467bd",
+    "p2p": "#2ca02c",
+    "ps": "#d62728",
+    "ps_host": "#ff7f0e",
+    "hybrid": "#8c564b",
+}
+_CYCLE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+_DPI = 110
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveSeries:
+    """Measured and predicted times of one collective at one (n, g), over message sizes.
+
+    Attributes:
+        collective: a name in :data:`costmodel.COLLECTIVE_NAMES`.
+        num_ranks: n ≥ 1.
+        ranks_per_node: g ≥ 1.
+        message_bytes: (P,) sizes, bytes > 0 (nccl-tests' convention).
+        measured_s: (P,) measured times (the fitted statistic), s > 0.
+        predicted_s: (P,) model times, s > 0.
+        heldout: (P,) bool, points the fit did not see.
+    """
+
+    collective: str
+    num_ranks: int
+    ranks_per_node: int
+    message_bytes: np.ndarray
+    measured_s: np.ndarray
+    predicted_s: np.ndarray
+    heldout: np.ndarray
+
+    @property
+    def label(self) -> str:
+        """``n=4`` or ``n=16 (8/node)``."""
+        g = int(self.ranks_per_node)
+        return f"n={int(self.num_ranks)}" + (
+            "" if g in (1, int(self.num_ranks)) else f" ({g}/node)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingCurve:
+    """The best configuration of one architecture at each worker count.
+
+    Attributes:
+        label: the architecture's label (``ring``, ``ps (dedicated)``, ...).
+        architecture: its JSON name (selects the colour).
+        workers: (W,) worker counts ≥ 1, increasing.
+        iteration_s: (W,) predicted iteration time, s.
+        low_s, high_s: (W,) 90% interval of the iteration time, s (equal to
+            ``iteration_s`` when there is no uncertainty).
+        efficiency: (W,) scaling efficiency in (0, 1].
+        batch_size: samples per worker per iteration (throughput = n·B/T).
+    """
+
+    label: str
+    architecture: str
+    workers: np.ndarray
+    iteration_s: np.ndarray
+    low_s: np.ndarray
+    high_s: np.ndarray
+    efficiency: np.ndarray
+    batch_size: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeline:
+    """One iteration, phase by phase, for one configuration (all times in s from its start).
+
+    Order (costmodel/_timeline.py): forward; backward with each bucket's first
+    communication phase starting once the bucket is ready and the previous
+    bucket is done (or, for architectures that do not overlap, after the
+    backward pass); the optimizer update; each bucket's second phase (PS pull,
+    peer-to-peer all-gather); the fixed per-iteration overhead.
+
+    Attributes:
+        label: configuration in words.
+        overlaps: whether phase 1 overlaps backward.
+        forward_s: forward compute time.
+        backward_s: backward compute time, including the slowdown by overlap.
+        bucket_bytes: (K,) bytes per bucket in communication order.
+        ready_s: (K,) when each bucket's gradients exist (from iteration start).
+        start_s, end_s: (K,) each bucket's first communication phase.
+        update_start_s, update_s: the optimizer update on the critical path.
+        phase2_start_s: (K,) start of each bucket's second phase; ``phase2_s`` (K,) its length.
+        overhead_start_s, overhead_s: the fixed per-iteration overhead.
+        iteration_s: the total, s.
+        exposed_s: communication on the critical path (not hidden behind
+            backward), plus the backward slowdown by overlap, s.
+    """
+
+    label: str
+    overlaps: bool
+    forward_s: float
+    backward_s: float
+    bucket_bytes: np.ndarray
+    ready_s: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    update_start_s: float
+    update_s: float
+    phase2_start_s: np.ndarray
+    phase2_s: np.ndarray
+    overhead_start_s: float
+    overhead_s: float
+    iteration_s: float
+    exposed_s: float
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
+
+
+def _save(fig, path: str | os.PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=_DPI)
+    return path
+
+
+def _time_unit(seconds: np.ndarray) -> tuple[float, str]:
+    """A scale and unit for times spanning ``seconds``: (1e-6, 'µs'), (1e-3, 'ms') or (1, 's')."""
+    finite = np.asarray(seconds, dtype=float)
+    finite = finite[np.isfinite(finite) & (finite > 0)]
+    top = float(np.median(finite)) if finite.size else 1.0
+    if top < 1e-3:
+        return 1e-6, "µs"
+    if top < 1.0:
+        return 1e-3, "ms"
+    return 1.0, "s"
+
+
+def _size_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    def fmt(x, _pos):
+        if x <= 0 or not math.isfinite(x):
+            return ""
+        for unit, mult in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+            if x >= mult:
+                v = x / mult
+                return f"{v:.0f}{unit}" if abs(v - round(v)) < 1e-9 else f"{v:.2g}{unit}"
+        return f"{x:.0f}"
+
+    return FuncFormatter(fmt)
+
+
+def _int_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda x, _pos: f"{x:.0f}" if x >= 1 else f"{x:.2g}")
+
+
+def arch_colour(architecture: str, i: int = 0) -> str:
+    """The colour of an architecture family (a stable palette), else the i-th cycle colour."""
+    return _ARCH_COLOURS.get(architecture, _CYCLE[i % len(_CYCLE)])
+
+
+def _check_nonempty(name: str, items) -> None:
+    if len(items) == 0:
+        raise ValueError(f"{name} is empty: nothing to plot")
+
+
+# --------------------------------------------------------------------------- collectives
+
+
+def _by_collective(series: Sequence[CollectiveSeries]) -> dict[str, list[CollectiveSeries]]:
+    out: dict[str, list[CollectiveSeries]] = {}
+    for s in series:
+        out.setdefault(s.collective, []).append(s)
+    for v in out.values():
+        v.sort(key=lambda s: (s.num_ranks, s.ranks_per_node))
+    return out
+
+
+def plot_collective_fit(series: Sequence[CollectiveSeries], path: str | os.PathLike) -> Path:
+    """Measured vs predicted time per collective and rank count (log–log), with residuals.
+
+    One panel per collective: measured points (filled: fitted, open: held out)
+    and the model's line per rank count; below it the residual
+    (predicted / measured − 1, %) of every point.
+
+    Args:
+        series: one :class:`CollectiveSeries` per (collective, n, g), ≥ 1.
+        path: PNG file to write.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: if ``series`` is empty.
+    """
+    _check_nonempty("series", series)
+    groups = _by_collective(series)
+    ncol = min(3, len(groups))
+    nrow = math.ceil(len(groups) / ncol)
+    fig = _figure(4.2 * ncol, 4.0 * nrow)
+    outer = fig.add_gridspec(nrow, ncol)
+    all_t = np.concatenate([np.asarray(s.measured_s, float) for s in series])
+    scale, unit = _time_unit(all_t)
+    for i, (name, group) in enumerate(groups.items()):
+        inner = outer[i // ncol, i % ncol].subgridspec(2, 1, height_ratios=(3, 1), hspace=0.05)
+        ax = fig.add_subplot(inner[0])
+        res = fig.add_subplot(inner[1], sharex=ax)
+        for j, s in enumerate(group):
+            c = _CYCLE[j % len(_CYCLE)]
+            x = np.asarray(s.message_bytes, float)
+            order = np.argsort(x)
+            x = x[order]
+            meas = np.asarray(s.measured_s, float)[order]
+            pred = np.asarray(s.predicted_s, float)[order]
+            held = np.asarray(s.heldout, bool)[order]
+            ax.plot(x, pred / scale, "-", color=c, lw=1.5, label=f"{s.label} model")
+            ax.plot(x[~held], meas[~held] / scale, "o", color=c, ms=4, label=f"{s.label} measured")
+            if held.any():
+                ax.plot(x[held], meas[held] / scale, "o", mfc="none", color=c, ms=5)
+            r = 100.0 * (pred / meas - 1.0)
+            res.plot(x[~held], r[~held], "o", color=c, ms=3)
+            if held.any():
+                res.plot(x[held], r[held], "o", mfc="none", color=c, ms=4)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{name}: measured vs model")
+        ax.set_ylabel(f"time ({unit})")
+        ax.tick_params(labelbottom=False)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", ncol=1 if len(group) < 3 else 2)
+        res.axhline(0.0, color="k", lw=0.8)
+        res.set_ylabel("error (%)")
+        res.set_xlabel("message size (bytes)")
+        res.xaxis.set_major_formatter(_size_formatter())
+        res.grid(True, alpha=0.3)
+    fig.suptitle(
+        "Collectives: measured (● fitted, ○ held out) and model; residual = model/measured − 1"
+    )
+    return _save(fig, path)
+
+
+def plot_busbw(series: Sequence[CollectiveSeries], path: str | os.PathLike) -> Path:
+    """Bus bandwidth vs message size per collective: measured points, model lines.
+
+    busbw = S / t × factor (nccl-tests doc/PERFORMANCE.md: all_reduce 2(n−1)/n;
+    reduce_scatter, all_gather, all_to_all (n−1)/n; others 1).
+
+    Args:
+        series: as :func:`plot_collective_fit`.
+        path: PNG file to write.
+
+    Raises:
+        ValueError: if ``series`` is empty.
+    """
+    from costmodel import BUSBW_FACTOR
+
+    _check_nonempty("series", series)
+    groups = _by_collective(series)
+    ncol = min(3, len(groups))
+    nrow = math.ceil(len(groups) / ncol)
+    fig = _figure(4.2 * ncol, 3.2 * nrow)
+    for i, (name, group) in enumerate(groups.items()):
+        ax = fig.add_subplot(nrow, ncol, i + 1)
+        for j, s in enumerate(group):
+            c = _CYCLE[j % len(_CYCLE)]
+            x = np.asarray(s.message_bytes, float)
+            order = np.argsort(x)
+            x = x[order]
+            f = float(BUSBW_FACTOR(name, float(s.num_ranks)))
+            if f == 0.0:  # n = 1: no bus traffic
+                f = 1.0
+            meas = x / np.asarray(s.measured_s, float)[order] * f / 1e9
+            pred = x / np.asarray(s.predicted_s, float)[order] * f / 1e9
+            ax.plot(x, pred, "-", color=c, lw=1.5, label=f"{s.label} model")
+            ax.plot(x, meas, "o", color=c, ms=4, label=f"{s.label} measured")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(_size_formatter())
+        ax.set_title(f"{name}: bus bandwidth")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("Bus bandwidth (nccl-tests convention) vs message size")
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- scaling
+
+
+def plot_scaling(
+    curves: Sequence[ScalingCurve],
+    path: str | os.PathLike,
+    *,
+    recommended: tuple[str, int] | None = None,
+) -> Path:
+    """Iteration time, throughput (with 90% bands) and scaling efficiency vs workers.
+
+    Args:
+        curves: one :class:`ScalingCurve` per architecture variant, ≥ 1.
+        path: PNG file to write.
+        recommended: ``(label, workers)`` of the recommendation, marked with a star.
+
+    Raises:
+        ValueError: if ``curves`` is empty.
+    """
+    _check_nonempty("curves", curves)
+    fig = _figure(13.0, 4.2)
+    ax_t, ax_x, ax_e = (fig.add_subplot(1, 3, i) for i in (1, 2, 3))
+    scale, unit = _time_unit(np.concatenate([np.asarray(c.iteration_s, float) for c in curves]))
+    for i, c in enumerate(curves):
+        col = arch_colour(c.architecture, i)
+        n = np.asarray(c.workers, float)
+        t, lo, hi = (np.asarray(a, float) for a in (c.iteration_s, c.low_s, c.high_s))
+        ax_t.plot(n, t / scale, "-", color=col, lw=1.6, label=c.label)
+        ax_t.fill_between(n, lo / scale, hi / scale, color=col, alpha=0.18, lw=0)
+        thr = n * c.batch_size / t
+        ax_x.plot(n, thr, "-", color=col, lw=1.6, label=c.label)
+        ax_x.fill_between(
+            n, n * c.batch_size / hi, n * c.batch_size / lo, color=col, alpha=0.18, lw=0
+        )
+        ax_e.plot(n, 100.0 * np.asarray(c.efficiency, float), "-", color=col, lw=1.6, label=c.label)
+    for i, c in enumerate(curves):
+        if recommended is None or recommended[0] != c.label:
+            continue
+        col = arch_colour(c.architecture, i)
+        n = np.asarray(c.workers, float)
+        t = np.asarray(c.iteration_s, float)
+        k = int(np.argmin(np.abs(n - recommended[1])))
+        kw = dict(marker="*", ms=15, color=col, mec="k", zorder=5, ls="none", label="recommended")
+        ax_t.plot(n[k], t[k] / scale, **kw)
+        ax_x.plot(n[k], n[k] * c.batch_size / t[k], **kw)
+        ax_e.plot(n[k], 100.0 * float(np.asarray(c.efficiency)[k]), **kw)
+    n_all = np.concatenate([np.asarray(c.workers, float) for c in curves])
+    ideal = np.unique(n_all)
+    base = max(
+        (c.batch_size / float(np.asarray(c.iteration_s)[0]) for c in curves if c.workers[0] == 1),
+        default=None,
+    )
+    if base is not None:
+        ax_x.plot(ideal, ideal * base, ":", color="grey", lw=1, label="linear (best at n=1)")
+    for ax in (ax_t, ax_x, ax_e):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(_int_formatter())
+        ax.set_xlabel("workers")
+        ax.grid(True, alpha=0.3)
+    ax_t.set_yscale("log")
+    ax_x.set_yscale("log")
+    ax_t.set_ylabel(f"iteration time ({unit})")
+    ax_t.set_title("Iteration time (band: 90% interval)")
+    ax_x.set_ylabel("throughput (samples/s)")
+    ax_x.set_title("Throughput (band: 90% interval)")
+    ax_e.set_ylabel("scaling efficiency (%)")
+    ax_e.set_ylim(0, 105)
+    ax_e.set_title("Scaling efficiency")
+    ax_t.legend(fontsize=7, loc="best")
+    ax_x.legend(fontsize=7, loc="best")
+    return _save(fig, path)
+
+
+def plot_bucket_sweep(
+    bucket_bytes: np.ndarray,
+    iteration_s: np.ndarray,
+    path: str | os.PathLike,
+    *,
+    low_s: np.ndarray | None = None,
+    high_s: np.ndarray | None = None,
+    chosen_bytes: float | None = None,
+    defaults: Mapping[str, float] | None = None,
+    title: str = "Iteration time vs gradient bucket size",
+) -> Path:
+    """Iteration time vs bucket size for one architecture and worker count.
+
+    Args:
+        bucket_bytes: (U,) bucket caps, bytes > 0 (a cap of 0 — one collective
+            per tensor — is drawn as a horizontal line when present).
+        iteration_s: (U,) iteration time, s.
+        path: PNG file to write.
+        low_s, high_s: (U,) optional 90% interval, s.
+        chosen_bytes: the recommended cap, marked with a star.
+        defaults: ``{label: bytes}`` reference caps drawn as vertical lines
+            (e.g. PyTorch DDP's 25 MiB).
+        title: the figure's title.
+
+    Raises:
+        ValueError: if the arrays are empty or of different lengths.
+    """
+    b = np.asarray(bucket_bytes, float)
+    t = np.asarray(iteration_s, float)
+    _check_nonempty("bucket_bytes", b)
+    if b.shape != t.shape:
+        raise ValueError(
+            f"bucket_bytes and iteration_s must have one shape, got {b.shape} and {t.shape}"
+        )
+    order = np.argsort(b)
+    b, t = b[order], t[order]
+    scale, unit = _time_unit(t)
+    fig = _figure(6.4, 4.0)
+    ax = fig.add_subplot()
+    pos = b > 0
+    ax.plot(b[pos], t[pos] / scale, "o-", color=_CYCLE[0], ms=3, lw=1.5, label="model")
+    if low_s is not None and high_s is not None:
+        lo = np.asarray(low_s, float)[order]
+        hi = np.asarray(high_s, float)[order]
+        ax.fill_between(
+            b[pos],
+            lo[pos] / scale,
+            hi[pos] / scale,
+            color=_CYCLE[0],
+            alpha=0.18,
+            lw=0,
+            label="90% interval",
+        )
+    if (~pos).any():
+        ax.axhline(
+            t[~pos][0] / scale, color=_CYCLE[2], ls="--", lw=1, label="one collective per tensor"
+        )
+    for i, (label, v) in enumerate((defaults or {}).items()):
+        ax.axvline(v, color=_CYCLE[3 + i], ls=":", lw=1, label=label)
+    if chosen_bytes is not None and chosen_bytes > 0:
+        tc = float(np.interp(np.log(chosen_bytes), np.log(b[pos]), t[pos]))
+        ax.plot(
+            [chosen_bytes],
+            [tc / scale],
+            "*",
+            ms=15,
+            color=_CYCLE[1],
+            mec="k",
+            zorder=5,
+            label="recommended",
+        )
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(_size_formatter())
+    ax.set_xlabel("bucket size (bytes)")
+    ax.set_ylabel(f"iteration time ({unit})")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def plot_timeline(timelines: Sequence[Timeline], path: str | os.PathLike) -> Path:
+    """One iteration of each configuration as a Gantt chart (compute lane, network lane).
+
+    Compute lane: forward, backward split at each bucket's ready time,
+    the update and the overhead. Network lane: each bucket's first phase
+    (alternating shades), each bucket's second phase. The exposed part — from
+    the end of backward to the end of the last bucket's first phase — is
+    hatched.
+
+    Args:
+        timelines: one :class:`Timeline` per configuration, ≥ 1 (the first is
+            drawn at the top: put the recommendation first).
+        path: PNG file to write.
+
+    Raises:
+        ValueError: if ``timelines`` is empty.
+    """
+    from matplotlib.patches import Patch
+
+    from costmodel import format_seconds
+
+    _check_nonempty("timelines", timelines)
+    scale, unit = _time_unit(np.array([t.iteration_s for t in timelines]))
+    fig = _figure(11.0, 1.1 + 1.15 * len(timelines))
+    ax = fig.add_subplot()
+    colours = {
+        "forward": "#4c72b0",
+        "backward": ("#55a868", "#8cc99a"),
+        "comm": ("#c44e52", "#e38d8f"),
+        "phase2": "#dd8452",
+        "update": "#8172b3",
+        "overhead": "#937860",
+    }
+    yticks, ylabels = [], []
+    h = 0.38
+    for i, tl in enumerate(timelines):
+        y0 = (len(timelines) - 1 - i) * 1.2
+        yc, yn = y0 + 0.45, y0
+        yticks += [yc + h / 2, yn + h / 2]
+        ylabels += [f"{tl.label}\ncompute", "network"]
+        s = 1.0 / scale
+        f = tl.forward_s
+        ax.broken_barh([(0, f * s)], (yc, h), color=colours["forward"])
+        edges = np.concatenate([[0.0], np.asarray(tl.ready_s, float) - f])
+        edges = np.clip(edges, 0.0, tl.backward_s)
+        edges[-1] = tl.backward_s
+        for b in range(len(edges) - 1):
+            w = edges[b + 1] - edges[b]
+            if w > 0:
+                ax.broken_barh(
+                    [((f + edges[b]) * s, w * s)], (yc, h), color=colours["backward"][b % 2]
+                )
+        for b in range(len(tl.start_s)):
+            ax.broken_barh(
+                [(tl.start_s[b] * s, (tl.end_s[b] - tl.start_s[b]) * s)],
+                (yn, h),
+                color=colours["comm"][b % 2],
+                lw=0,
+            )
+            if tl.phase2_s[b] > 0:
+                ax.broken_barh(
+                    [(tl.phase2_start_s[b] * s, tl.phase2_s[b] * s)],
+                    (yn, h),
+                    color=colours["phase2"],
+                    lw=0,
+                )
+        ax.broken_barh([(tl.update_start_s * s, tl.update_s * s)], (yc, h), color=colours["update"])
+        ax.broken_barh(
+            [(tl.overhead_start_s * s, tl.overhead_s * s)], (yc, h), color=colours["overhead"]
+        )
+        bwd_end = f + tl.backward_s
+        last = float(np.max(tl.end_s)) if len(tl.end_s) else bwd_end
+        hatch = dict(facecolor="none", edgecolor="k", hatch="///", lw=0.6)
+        if last > bwd_end:  # phase 1 past the end of backward: on the critical path
+            ax.broken_barh([(bwd_end * s, (last - bwd_end) * s)], (yn, h), **hatch)
+        p2 = float(np.sum(tl.phase2_s))
+        if p2 > 0:  # phase 2 never overlaps compute
+            ax.broken_barh([(float(tl.phase2_start_s[0]) * s, p2 * s)], (yn, h), **hatch)
+        ax.text(
+            tl.iteration_s * s,
+            yc + h / 2,
+            f"  {format_seconds(tl.iteration_s)}\n  exposed {format_seconds(tl.exposed_s)}",
+            fontsize=7,
+            va="center",
+            ha="left",
+        )
+    ax.set_yticks(yticks)
+    ax.set_yticklabels(ylabels, fontsize=7)
+    ax.set_xlabel(f"time from the start of the iteration ({unit})")
+    ax.set_title("One iteration: compute and communication per bucket")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_xlim(0, max(t.iteration_s for t in timelines) * 1.15 / scale)
+    handles = [
+        Patch(color=colours["forward"], label="forward"),
+        Patch(color=colours["backward"][0], label="backward (per bucket)"),
+        Patch(color=colours["comm"][0], label="bucket communication"),
+        Patch(color=colours["phase2"], label="second phase (pull / all-gather)"),
+        Patch(color=colours["update"], label="update"),
+        Patch(color=colours["overhead"], label="fixed overhead"),
+        Patch(facecolor="none", edgecolor="k", hatch="///", label="exposed communication"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7)
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- sensitivity
+
+
+def plot_sensitivity(
+    elasticities: Mapping[str, float],
+    path: str | os.PathLike,
+    *,
+    title: str = "Sensitivity of the iteration time",
+) -> Path:
+    """Horizontal bars of ∂ log T / ∂ log θ per hardware parameter, largest first.
+
+    An elasticity of 0.5 means: 1% more of θ (e.g. β, the inverse bandwidth)
+    makes the iteration 0.5% slower.
+
+    Args:
+        elasticities: ``{parameter: elasticity}``, finite values, ≥ 1 entry.
+        path: PNG file to write.
+        title: the figure's title.
+
+    Raises:
+        ValueError: if empty.
+    """
+    items = [(k, float(v)) for k, v in elasticities.items() if math.isfinite(float(v))]
+    _check_nonempty("elasticities", items)
+    items.sort(key=lambda kv: abs(kv[1]))
+    fig = _figure(6.4, 0.9 + 0.28 * len(items))
+    ax = fig.add_subplot()
+    vals = np.array([v for _, v in items])
+    ax.barh([k for k, _ in items], vals, color=np.where(vals >= 0, "#c44e52", "#4c72b0"))
+    ax.axvline(0.0, color="k", lw=0.8)
+    ax.set_xlabel("elasticity ∂log T / ∂log θ (% change in T per 1% change in θ)")
+    ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.tick_params(axis="y", labelsize=8)
+    return _save(fig, path)
