@@ -1,0 +1,132 @@
+"""``ddltune show``: summaries of measurement files and profiles, and bad input.
+
+Counts and ranges are checked against the records written here (or against
+the nccl-tests table imported from tests/data), not against a stored output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calibration import RecordWriter, import_nccl_tests, provenance, time_statistics
+from tuner.cli import main
+
+DATA = Path(__file__).parent / "data" / "nccl-tests"
+
+
+def _collective(name, size, n, t):
+    rec = {
+        "schema": 1,
+        "kind": "collective",
+        "collective": name,
+        "message_bytes": size,
+        "num_ranks": n,
+        "ranks_per_node": n,
+        "dtype": "float32",
+        "wrong": 0,
+        "time_s": time_statistics([t, 1.1 * t, 1.2 * t]),
+        "samples_s": [t, 1.1 * t, 1.2 * t],
+    }
+    return rec | provenance("test", backend="cpu", device_kind="cpu")
+
+
+def _compute(flops, t, n):
+    rec = {
+        "schema": 1,
+        "kind": "compute",
+        "op": "matmul",
+        "flops": flops,
+        "num_ranks": n,
+        "ranks_per_node": n,
+        "dtype": "float32",
+        "time_s": time_statistics([t]),
+        "samples_s": [t],
+    }
+    return rec | provenance("test", backend="cpu", device_kind="cpu")
+
+
+@pytest.fixture
+def measurements(tmp_path):
+    path = tmp_path / "m.jsonl"
+    with RecordWriter(path) as w:
+        for n in (2, 4):
+            for k, size in enumerate((1024, 4096, 65536)):
+                w.write(_collective("all_reduce", size, n, 1e-4 * (k + 1) * n))
+        w.write(_collective("ps_push", 2048, 2, 3e-4))
+        w.write(_compute(2e9, 0.1, 1))
+        w.write(_compute(2e9, 0.4, 2))
+    return path
+
+
+def test_show_measurements_json(measurements, capsys):
+    assert main(["show", str(measurements), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["type"] == "measurements" and doc["records"] == 9
+    assert doc["kinds"] == {"collective": 7, "compute": 2}
+    assert doc["backends"] == ["cpu"] and doc["hosts"] == 1
+    ar4 = next(
+        c for c in doc["collectives"] if c["collective"] == "all_reduce" and c["num_ranks"] == 4
+    )
+    assert (ar4["points"], ar4["min_bytes"], ar4["max_bytes"]) == (3, 1024, 65536)
+    # medians of [t, 1.1t, 1.2t] are 1.1t
+    assert ar4["min_time_s"] == pytest.approx(1.1 * 4e-4)
+    assert ar4["max_time_s"] == pytest.approx(1.1 * 12e-4)
+    gf = {c["num_ranks"]: c["max_gflop_s"] for c in doc["compute"]}
+    assert gf == {1: pytest.approx(20.0), 2: pytest.approx(5.0)}
+
+
+def test_show_measurements_text(measurements, capsys):
+    assert main(["show", str(measurements)]) == 0
+    out = capsys.readouterr().out
+    assert "9 (7 collective, 2 compute)" in out
+    assert "1 KiB – 64 KiB" in out and "ps_push" in out
+
+
+def test_show_imported_nccl_tests(tmp_path, capsys):
+    m = tmp_path / "nccl.jsonl"
+    import_nccl_tests([DATA / "nccl_all_reduce_2080ti-pcie_2gpus_1.txt"], m)
+    assert main(["show", str(m), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (s,) = doc["collectives"]
+    assert (s["collective"], s["num_ranks"]) == ("all_reduce", 2)
+    assert s["max_bytes"] == 1073741824 and s["min_bytes"] == 8  # from the table's first/last rows
+    assert doc["device_kinds"] == ["NVIDIA GeForce RTX 2080 Ti"]
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("", "empty"),
+        ('{"schema": 1, "kind": "collective"}\n', ":1:"),
+        ("not json at all\n", "not a ddltune file"),
+        ("#  size  count  type  time  algbw  busbw\n", "import-nccl-tests"),
+        ('{"a": 1}', "neither a profile"),
+    ],
+)
+def test_show_bad_files(tmp_path, capsys, content, needle):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content)
+    assert main(["show", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and str(bad) in err
+
+
+def test_show_truncated_line_names_the_line(measurements, tmp_path, capsys):
+    cut = tmp_path / "cut.jsonl"
+    text = measurements.read_text()
+    cut.write_text(text[: len(text) - 40])
+    assert main(["show", str(cut)]) == 1
+    err = capsys.readouterr().err
+    assert f"{cut}:9:" in err and "truncated" in err
+
+
+def test_show_missing_and_usage(tmp_path, capsys):
+    assert main(["show", str(tmp_path / "nope.jsonl")]) == 1
+    assert "No such file" in capsys.readouterr().err
+    assert main(["show", str(tmp_path)]) == 1
+    assert "directory" in capsys.readouterr().err
+    assert main(["show"]) == 2
+    assert main(["show", "a", "b"]) == 2

@@ -1,0 +1,346 @@
+"""``ddltune show``: a readable summary of a measurement file or a profile."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+from costmodel import InputFileError, format_bytes, format_seconds
+
+from ._common import CLIError, print_json
+
+NAME = "show"
+HELP = "summarise a measurement file (.jsonl) or a profile (.json)"
+DESCRIPTION = """\
+Print what a file holds, in words and tables.
+
+A measurement file (JSON Lines, schema v1, from 'ddltune collect',
+'ddltune import-nccl-tests' or 'ddltune validate'): what was measured (kinds,
+collectives, rank counts, message-size ranges, compute ops), where (backend,
+device, hosts — as fingerprints), when (first and last timestamp), with which
+library versions, and how many records.
+
+A profile (JSON, from 'ddltune calibrate' or 'ddltune run'): the fitted
+parameters in human units (µs, GB/s) with their 90% intervals and whether the
+data identified each, the fit errors per series (training and held out),
+whether the profile is reliable enough to recommend from, and the measured
+ranges beyond which predictions extrapolate.
+
+The kind of file is recognised from its content, not its name."""
+EPILOG = """\
+examples:
+  ddltune show ddltune-report/measurements.jsonl
+  ddltune show ddltune-report/profile.json
+  ddltune show profile.json --json"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ddltune show``."""
+    parser.add_argument("file", metavar="FILE", help="a measurement file or a profile")
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON document"
+    )
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def detect_kind(path: Path) -> str:
+    """``"profile"`` or ``"measurements"`` from the file's content.
+
+    A profile is one JSON object (over any number of lines) with a ``params``
+    key; a measurement file has one JSON object per line.
+
+    Raises:
+        FileNotFoundError, IsADirectoryError: as ``open``.
+        InputFileError: empty file, or neither kind.
+    """
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise InputFileError(str(path), None, "the file is empty")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict):
+        if "params" in doc:
+            return "profile"
+        if "kind" in doc or "time_s" in doc:
+            return "measurements"  # a one-record measurement file: the reader validates it
+        raise InputFileError(
+            str(path),
+            None,
+            "a JSON object that is neither a profile (no 'params' key) nor a measurement record",
+        )
+    first = next(line for line in text.splitlines() if line.strip())
+    if first.lstrip().startswith("{"):
+        return "measurements"
+    if "busbw" in text or "nccl-tests" in text or "_perf" in text:
+        raise InputFileError(
+            str(path),
+            None,
+            "this looks like nccl-tests output, not a ddltune file; import it first: "
+            f"ddltune import-nccl-tests {path} -o measurements.jsonl",
+        )
+    raise InputFileError(
+        str(path),
+        1,
+        "not a ddltune file: expected a profile (JSON object) or measurement records "
+        "(JSON Lines, one object per line)",
+    )
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def summarize_measurements(path: Path) -> dict:
+    """A JSON-ready summary of a measurement file.
+
+    Raises:
+        InputFileError: naming the file and line of a malformed record.
+    """
+    from calibration import read_records
+
+    recs = read_records(path)
+    kinds = Counter(r["kind"] for r in recs)
+    stamps = sorted(r["timestamp"] for r in recs)
+    versions: dict[str, set] = {}
+    for r in recs:
+        for k, v in (r.get("versions") or {}).items():
+            versions.setdefault(k, set()).add(str(v))
+    series: dict[tuple, dict] = {}
+    for r in recs:
+        if r["kind"] != "collective":
+            continue
+        key = (r["collective"], r["num_ranks"], r["ranks_per_node"])
+        s = series.setdefault(
+            key, {"points": 0, "sizes": set(), "min_s": math.inf, "max_s": 0.0, "wrong": 0}
+        )
+        t = _central(r)
+        s["points"] += 1
+        s["sizes"].add(r["message_bytes"])
+        s["min_s"] = min(s["min_s"], t)
+        s["max_s"] = max(s["max_s"], t)
+        s["wrong"] += int(r.get("wrong", 0))
+    compute: dict[tuple, dict] = {}
+    for r in recs:
+        if r["kind"] != "compute":
+            continue
+        key = (r["op"], r["num_ranks"])
+        c = compute.setdefault(key, {"points": 0, "gflop_s": []})
+        c["points"] += 1
+        c["gflop_s"].append(r["flops"] / _central(r) / 1e9)
+    steps: dict[tuple, int] = Counter(
+        (r["architecture"], r["workers"], r["model"]) for r in recs if r["kind"] == "step"
+    )
+    return {
+        "file": str(path),
+        "type": "measurements",
+        "records": len(recs),
+        "kinds": dict(kinds),
+        "backends": sorted({r["backend"] for r in recs}),
+        "device_kinds": sorted({r["device_kind"] for r in recs}),
+        "hosts": len({r.get("host_fingerprint") for r in recs}),
+        "sources": sorted({r["source"] for r in recs}),
+        "first": stamps[0],
+        "last": stamps[-1],
+        "versions": {k: sorted(v) for k, v in sorted(versions.items())},
+        "collectives": [
+            {
+                "collective": k[0],
+                "num_ranks": k[1],
+                "ranks_per_node": k[2],
+                "points": v["points"],
+                "sizes": len(v["sizes"]),
+                "min_bytes": min(v["sizes"]),
+                "max_bytes": max(v["sizes"]),
+                "min_time_s": v["min_s"],
+                "max_time_s": v["max_s"],
+                "wrong": v["wrong"],
+            }
+            for k, v in sorted(series.items())
+        ],
+        "compute": [
+            {
+                "op": k[0],
+                "num_ranks": k[1],
+                "points": v["points"],
+                "min_gflop_s": min(v["gflop_s"]),
+                "max_gflop_s": max(v["gflop_s"]),
+            }
+            for k, v in sorted(compute.items())
+        ],
+        "steps": [
+            {"architecture": k[0], "workers": k[1], "model": k[2], "points": n}
+            for k, n in sorted(steps.items())
+        ],
+    }
+
+
+def _central(rec: dict) -> float:
+    ts = rec["time_s"]
+    for k in ("median", "mean", "p10", "min"):
+        if k in ts:
+            return float(ts[k])
+    raise ValueError("record without a central time statistic")  # validated: unreachable
+
+
+def _table(head, rows) -> list[str]:
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    out = ["  ".join(str(h).ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    for r in rows:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return out
+
+
+def _print_measurements(s: dict) -> None:
+    kinds = ", ".join(f"{n} {k}" for k, n in s["kinds"].items())
+    print(f"{s['file']}: measurement records (schema v1)")
+    print(f"  records:   {s['records']} ({kinds})")
+    print(
+        f"  where:     backend {', '.join(s['backends'])}; device {', '.join(s['device_kinds'])}; "
+        f"{s['hosts']} host(s)"
+    )
+    print(f"  when:      {s['first']} … {s['last']}")
+    print(f"  source:    {', '.join(s['sources'])}")
+    if s["versions"]:
+        print("  versions:  " + ", ".join(f"{k} {'/'.join(v)}" for k, v in s["versions"].items()))
+    if s["collectives"]:
+        print("\ncollectives (times: the median, or the mean for imported rows)")
+        rows = [
+            (
+                c["collective"],
+                c["num_ranks"],
+                c["ranks_per_node"],
+                c["points"],
+                f"{format_bytes(c['min_bytes'])} – {format_bytes(c['max_bytes'])}",
+                f"{format_seconds(c['min_time_s'])} – {format_seconds(c['max_time_s'])}",
+                c["wrong"],
+            )
+            for c in s["collectives"]
+        ]
+        for line in _table(
+            ("collective", "ranks", "ranks/node", "points", "sizes", "time", "wrong"), rows
+        ):
+            print("  " + line)
+    if s["compute"]:
+        print("\ncompute")
+        rows = [
+            (
+                c["op"],
+                c["num_ranks"],
+                c["points"],
+                f"{c['min_gflop_s']:.3g} – {c['max_gflop_s']:.3g}",
+            )
+            for c in s["compute"]
+        ]
+        for line in _table(("op", "processes at once", "points", "GFLOP/s"), rows):
+            print("  " + line)
+    if s["steps"]:
+        print("\ntraining steps")
+        rows = [(t["architecture"], t["workers"], t["model"], t["points"]) for t in s["steps"]]
+        for line in _table(("architecture", "workers", "model", "points"), rows):
+            print("  " + line)
+
+
+# --------------------------------------------------------------------------- profile
+
+
+def summarize_profile(path: Path) -> dict:
+    """A JSON-ready summary of a profile (via ``calibration.Profile.load``).
+
+    Raises:
+        InputFileError: from ``Profile.load`` on a malformed profile.
+        CLIError: when this installation has no profile support.
+    """
+    try:
+        from calibration import Profile
+    except ImportError:  # pragma: no cover - calibration without profiles
+        raise CLIError(
+            f"{path} is a profile, but this ddltune has no calibration.Profile to read it"
+        ) from None
+    prof = Profile.load(path)
+    from .._report import profile_summary
+
+    out = {"file": str(path), "type": "profile"}
+    out.update(profile_summary(prof))
+    return out
+
+
+def _print_profile(s: dict) -> None:
+    from .._report import format_parameter_rows
+
+    state = "reliable" if s["reliable"] else "UNRELIABLE (the tuner refuses it without --force)"
+    print(f"{s['file']}: profile — {state}")
+    p90 = s.get("heldout_p90")
+    if p90 is not None and math.isfinite(p90):
+        print(f"  held-out p90 error: {100 * p90:.1f}% (limit {100 * s['limit']:.0f}%)")
+    else:
+        print("  held-out error: none (no measurements: a preset profile)")
+    if s.get("prior"):
+        print(f"  prior: {s['prior']}")
+    r = s.get("measured_ranges") or {}
+    if r.get("message_bytes"):
+        lo, hi = r["message_bytes"]
+        print(
+            f"  measured sizes: {format_bytes(lo)} – {format_bytes(hi)}; ranks "
+            f"{r.get('num_ranks')}; ranks/node {r.get('ranks_per_node')}; collectives "
+            f"{', '.join(r.get('collectives') or [])}"
+        )
+    for k, v in (s.get("provenance") or {}).items():
+        if isinstance(v, str | int | float):
+            print(f"  {k}: {v}")
+    print("\nparameters (90% interval; 'no' = held at the prior: the data cannot tell)")
+    for line in _table(
+        ("parameter", "value", "unit", "90% interval", "identified"),
+        format_parameter_rows(s["parameters"]),
+    ):
+        print("  " + line)
+    if s["series"]:
+        print("\nfit error per series (absolute % error of the fitted statistic)")
+        rows = [
+            (
+                e["series"],
+                e.get("train_points", "—"),
+                _p(e.get("train_median")),
+                _p(e.get("train_p90")),
+                e.get("heldout_points", "—"),
+                _p(e.get("heldout_median")),
+                _p(e.get("heldout_p90")),
+            )
+            for e in s["series"]
+        ]
+        head = ("series", "train pts", "train med", "train p90", "held pts", "held med", "held p90")
+        for line in _table(head, rows):
+            print("  " + line)
+    for w in s.get("warnings") or []:
+        print(f"warning: {w}")
+
+
+def _p(x) -> str:
+    return "—" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.1f}%"
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run(args: argparse.Namespace) -> int:
+    """Summarise FILE."""
+    path = Path(args.file)
+    if not path.exists():
+        raise FileNotFoundError(2, "No such file", str(path))
+    if path.is_dir():
+        raise IsADirectoryError(21, "Is a directory (give a .jsonl or .json file)", str(path))
+    kind = detect_kind(path)
+    summary = summarize_profile(path) if kind == "profile" else summarize_measurements(path)
+    if args.json:
+        print_json(summary)
+    elif kind == "profile":
+        _print_profile(summary)
+    else:
+        _print_measurements(summary)
+    return 0
