@@ -31,3 +31,14 @@ from ._launch import initialize_worker as initialize_worker
 from ._launch import launch_local as launch_local
 from ._launch import send_message as send_message
 from ._launch import set_message_handler as set_message_handler
+from ._harness import StepConfig as StepConfig
+from ._harness import StepMeasurement as StepMeasurement
+from ._harness import TrainingRun as TrainingRun
+from ._harness import measure_configurations as measure_configurations
+from ._harness import model_name as model_name
+from ._harness import model_workload as model_workload
+from ._harness import processes_needed as processes_needed
+from ._harness import run_training as run_training
+from ._fit import calibrate as calibrate
+from ._fit import CalibrationWarning as CalibrationWarning
+from ._profile import Profile as Profile

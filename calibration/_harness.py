@@ -1,0 +1,486 @@
+"""Run real data-parallel training and record its step times (parent side).
+
+:func:`run_training` starts one local multi-process run of the training
+program (:mod:`calibration._train_worker`) with :func:`calibration.launch_local`,
+trains every configuration given (architecture, servers, bucket size) in that
+one launch, and returns one :class:`StepMeasurement` per configuration;
+:func:`measure_configurations` runs the launches a validation needs (one per
+worker count and process count, plus the single-worker step of the same model)
+and writes every measurement as a schema-v1 ``kind: "step"`` record.
+
+Prediction and comparison live in :mod:`tuner` (``ddltune validate``); this
+module only measures.
+
+Example:
+    >>> from calibration import StepConfig, run_training
+    >>> runs = run_training("mlp", 2, [StepConfig("ring", bucket_bytes=1 << 20)],
+    ...                     steps=5)  # doctest: +SKIP
+    >>> runs.measurements[0].time_s["median"]  # doctest: +SKIP
+    0.0021
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ._launch import launch_local
+from ._records import RecordWriter, time_statistics
+from ._train_worker import ARCHITECTURES, MODELS, model_layers, model_spec
+
+__all__ = [
+    "StepConfig",
+    "StepMeasurement",
+    "TrainingRun",
+    "model_name",
+    "model_workload",
+    "processes_needed",
+    "run_training",
+    "measure_configurations",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+    """One gradient-exchange configuration of the training harness.
+
+    Attributes:
+        architecture: ``"ps"``, ``"p2p"`` or ``"ring"``.
+        bucket_bytes: gradient bucket cap, bytes ≥ 0 (0 = one bucket per tensor).
+        servers: parameter servers k ≥ 1 for ``ps`` (0 otherwise).
+        colocated: ``ps`` servers run on workers 0 … k−1 (else k extra processes).
+        p2p_exchange: ``"all_to_all"`` (the cost model's P2P) or ``"reduce_scatter"``.
+
+    Raises:
+        ValueError: on an unknown architecture, a negative bucket size,
+            ``servers < 1`` for ps, or servers/colocated given for another architecture.
+    """
+
+    architecture: str
+    bucket_bytes: int = 0
+    servers: int = 0
+    colocated: bool = False
+    p2p_exchange: str = "all_to_all"
+
+    def __post_init__(self):
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(
+                f"architecture must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}"
+            )
+        if isinstance(self.bucket_bytes, bool) or int(self.bucket_bytes) != self.bucket_bytes:
+            raise ValueError(f"bucket_bytes must be an integer, got {self.bucket_bytes!r}")
+        if self.bucket_bytes < 0:
+            raise ValueError(f"bucket_bytes must be ≥ 0 bytes, got {self.bucket_bytes}")
+        object.__setattr__(self, "bucket_bytes", int(self.bucket_bytes))
+        if self.architecture == "ps":
+            if self.servers < 1:
+                object.__setattr__(self, "servers", 1)
+        elif self.servers or self.colocated:
+            raise ValueError(
+                f"servers/colocated apply to the ps architecture only, not {self.architecture!r}"
+            )
+        if self.p2p_exchange not in ("all_to_all", "reduce_scatter"):
+            raise ValueError(
+                f"p2p_exchange must be 'all_to_all' or 'reduce_scatter', got {self.p2p_exchange!r}"
+            )
+
+    def to_json(self) -> dict:
+        """The worker's configuration dict."""
+        d = {
+            "architecture": self.architecture,
+            "bucket_bytes": self.bucket_bytes,
+            "servers": self.servers,
+            "colocated": self.colocated,
+        }
+        if self.architecture == "p2p":
+            d["p2p_exchange"] = self.p2p_exchange
+        return d
+
+
+def processes_needed(config: StepConfig, workers: int) -> int:
+    """Processes a configuration needs: workers, plus k for dedicated parameter servers.
+
+    Example:
+        >>> processes_needed(StepConfig("ps", servers=2), 3)
+        5
+        >>> processes_needed(StepConfig("ps", servers=2, colocated=True), 3)
+        3
+    """
+    if config.architecture == "ps" and not config.colocated:
+        return workers + config.servers
+    return workers
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMeasurement:
+    """Measured training steps of one configuration.
+
+    Attributes:
+        config: the :class:`StepConfig`.
+        workers: n, processes computing gradients.
+        processes: all processes of the run (n + k for dedicated servers).
+        ranks_per_node: processes on the busiest host.
+        model: model name (:func:`model_name`), ``model_spec`` its sizes.
+        batch_size: samples per worker per step.
+        samples_s: the timed steps, seconds (slowest rank's, warm-up excluded).
+        compile_s: compile time of the step program, seconds.
+        num_buckets: gradient buckets per step.
+        record: the schema-v1 ``kind: "step"`` record.
+    """
+
+    config: StepConfig
+    workers: int
+    processes: int
+    ranks_per_node: int
+    model: str
+    model_spec: dict
+    batch_size: int
+    samples_s: tuple[float, ...]
+    compile_s: float
+    num_buckets: int
+    record: dict
+
+    @property
+    def time_s(self) -> dict:
+        """Statistics of the samples (min, p10, median, mean, p90, iqr, max, count), seconds."""
+        return self.record["time_s"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingRun:
+    """What :func:`run_training` returns.
+
+    Attributes:
+        measurements: one :class:`StepMeasurement` per configuration, in order.
+        params: with ``return_params``: ``{rank: [(initial leaves, final leaves)
+            per configuration]}``, numpy float32 arrays in forward order; else {}.
+        elapsed_s: wall time of the launch, seconds.
+    """
+
+    measurements: list[StepMeasurement]
+    params: dict
+    elapsed_s: float
+
+
+def model_name(spec: dict | str) -> str:
+    """A short name that identifies the model and its sizes, e.g. ``mlp-784-512x3-10``.
+
+    Example:
+        >>> model_name("mlp")
+        'mlp-784-512x3-10'
+        >>> model_name({"model": "cnn", "channels": 8})
+        'cnn-16px-3c-8x3k3-10'
+    """
+    s = model_spec(spec)
+    if s["model"] == "mlp":
+        return f"mlp-{s['in']}-{s['width']}x{s['depth']}-{s['classes']}"
+    return (
+        f"cnn-{s['image']}px-{s['in_channels']}c-{s['channels']}x{s['depth']}"
+        f"k{s['kernel']}-{s['classes']}"
+    )
+
+
+def model_workload(spec: dict | str, step_time_s: float | None = None):
+    """The :class:`costmodel.Workload` of a harness model (tensors in forward order).
+
+    Args:
+        spec: model spec (see :func:`calibration._train_worker.model_spec`).
+        step_time_s: measured single-worker step time at the spec's batch size,
+            seconds > 0, or ``None`` (compute from FLOPs).
+
+    Example:
+        >>> w = model_workload({"model": "mlp", "in": 4, "width": 3, "depth": 1, "classes": 2})
+        >>> w.total_params, w.total_fwd_flops
+        (23, 36.0)
+    """
+    from costmodel import Workload
+
+    s = model_spec(spec)
+    layers = model_layers(s)
+    fwd = np.array([t["fwd_flops"] for t in layers])
+    return Workload(
+        model_name(s),
+        tuple(t["name"] for t in layers),
+        np.array([t["count"] for t in layers], dtype=np.int64),
+        fwd,
+        None,
+        batch_size=s["batch_size"],
+        dtype_bytes=4,
+        step_time_s=step_time_s,
+        source="ddltune training harness (calibration._train_worker); FLOPs = 2 x MACs",
+    )
+
+
+def _step_record(msg: dict, spec: dict) -> dict:
+    cfg = msg["config"]
+    samples = [float(s) for s in msg["samples_s"]]
+    rec = {
+        "schema": 1,
+        "kind": "step",
+        "architecture": cfg["architecture"],
+        "servers": int(cfg["servers"]),
+        "colocated": bool(cfg["colocated"]),
+        "workers": int(msg["workers"]),
+        "ranks_per_node": int(msg["ranks_per_node"]),
+        "processes": int(msg["processes"]),
+        "bucket_bytes": int(cfg["bucket_bytes"]),
+        "model": model_name(spec),
+        "model_spec": spec,
+        "batch_size": int(msg["batch_size"]),
+        "num_buckets": int(msg["num_buckets"]),
+        "time_s": time_statistics(samples),
+        "samples_s": samples,
+        "compile_s": float(msg["compile_s"]),
+        "warmup_iters": int(msg["warmup_steps"]),
+    }
+    if cfg["architecture"] == "p2p":
+        rec["p2p_exchange"] = cfg.get("p2p_exchange", "all_to_all")
+    rec.update(msg["provenance"])
+    return rec
+
+
+def run_training(
+    model: dict | str,
+    workers: int,
+    configs: Sequence[StepConfig],
+    *,
+    steps: int = 10,
+    warmup_steps: int = 3,
+    seed: int = 0,
+    lr: float = 0.05,
+    momentum: float = 0.9,
+    platform: str | None = None,
+    timeout_s: float = 180.0,
+    writer: RecordWriter | None = None,
+    on_measurement: Callable[[StepMeasurement], None] | None = None,
+    return_params: bool = False,
+    log_dir: str | os.PathLike | None = None,
+    source: str = "ddltune validate",
+) -> TrainingRun:
+    """Train ``model`` with every configuration in one local multi-process launch.
+
+    Starts ``processes_needed`` processes (the same for every configuration:
+    dedicated parameter servers with different k need separate calls), each
+    training ``warmup_steps`` + ``steps`` synchronous SGD-with-momentum steps per
+    configuration from the same initial parameters (see
+    :mod:`calibration._train_worker`), and reaps them all.
+
+    Args:
+        model: ``"mlp"``, ``"cnn"`` or a spec dict with sizes.
+        workers: n ≥ 1 processes computing gradients.
+        configs: the configurations, at least one.
+        steps: timed steps per configuration, ≥ 1.
+        warmup_steps: untimed steps first, ≥ 0.
+        seed: initial parameters and data.
+        lr, momentum: optax SGD settings (> 0; momentum in [0, 1)).
+        platform: jax platform of the workers (``"cpu"``, ``"gpu"``); default
+            ``"cpu"`` for several processes (multi-worker runs stay on CPU
+            processes), the default backend for a single worker.
+        timeout_s: a process that sends nothing for this long (seconds) stops the run.
+        writer: where to append each step record (optional).
+        on_measurement: called with each :class:`StepMeasurement` as it arrives.
+        return_params: also return every rank's initial and final parameters
+            after one step (tests); the timed steps still run.
+        log_dir: keep each rank's output there (default: a temporary folder).
+        source: the records' ``source`` field.
+
+    Returns:
+        A :class:`TrainingRun`.
+
+    Raises:
+        ValueError: on a bad argument (named), or configurations that need
+            different numbers of processes.
+        LaunchError: a worker crashed or hung (the message names its rank and
+            configuration).
+    """
+    import time
+
+    spec = model_spec(model)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer ≥ 1, got {workers!r}")
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs is empty: give at least one StepConfig")
+    for c in configs:
+        if not isinstance(c, StepConfig):
+            raise TypeError(f"configs must hold StepConfig objects, got {type(c).__name__}")
+        if c.architecture == "ps" and c.colocated and c.servers > workers:
+            raise ValueError(
+                f"colocated ps with {c.servers} servers needs at least {c.servers} workers, "
+                f"got {workers}"
+            )
+    if workers == 1 and any(c.architecture == "ps" for c in configs):
+        raise ValueError("ps needs at least 2 workers' worth of processes; use ring for 1 worker")
+    procs = {processes_needed(c, workers) for c in configs}
+    if len(procs) != 1:
+        raise ValueError(
+            f"these configurations need different numbers of processes ({sorted(procs)}); "
+            "run each group separately (dedicated parameter servers are extra processes)"
+        )
+    nproc = procs.pop()
+    for name, v, lo in (("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be an integer ≥ {lo}, got {v!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr!r}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+    if platform is None and nproc > 1:
+        platform = "cpu"
+    config = {
+        "model": spec,
+        "workers": workers,
+        "configs": [c.to_json() for c in configs],
+        "steps": steps,
+        "warmup_steps": warmup_steps,
+        "seed": seed,
+        "lr": lr,
+        "momentum": momentum,
+        "platform": platform,
+        "return_params": bool(return_params),
+        "source": source,
+    }
+    env = {"JAX_PLATFORMS": platform} if platform == "cpu" else {}
+    out: list[StepMeasurement] = []
+    params: dict = {}
+
+    def on_message(rank: int, msg: dict) -> None:
+        kind = msg.get("type")
+        if kind == "params":
+            params.setdefault(rank, []).append(
+                (
+                    [np.asarray(a, np.float32) for a in msg["initial"]],
+                    [np.asarray(a, np.float32) for a in msg["final"]],
+                )
+            )
+        elif kind == "step":
+            rec = _step_record(msg, spec)
+            m = StepMeasurement(
+                configs[msg["config_index"]],
+                rec["workers"],
+                rec["processes"],
+                rec["ranks_per_node"],
+                rec["model"],
+                spec,
+                rec["batch_size"],
+                tuple(rec["samples_s"]),
+                rec["compile_s"],
+                rec["num_buckets"],
+                rec,
+            )
+            if writer is not None:
+                writer.write(rec)
+            out.append(m)
+            if on_measurement is not None:
+                on_measurement(m)
+
+    fd, path = tempfile.mkstemp(prefix="ddltune-train-", suffix=".json")
+    t0 = time.monotonic()
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(config, fh)
+        launch_local(
+            "calibration._train_worker",
+            ["--config", path],
+            nproc,
+            timeout_s=timeout_s,
+            on_message=on_message,
+            env=env,
+            log_dir=log_dir,
+        )
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    if len(out) != len(configs):
+        raise RuntimeError(f"the training run returned {len(out)} of {len(configs)} measurements")
+    return TrainingRun(out, params, time.monotonic() - t0)
+
+
+def measure_configurations(
+    model: dict | str,
+    workers: Iterable[int],
+    configs: Sequence[StepConfig],
+    *,
+    steps: int = 10,
+    warmup_steps: int = 3,
+    seed: int = 0,
+    timeout_s: float = 180.0,
+    writer: RecordWriter | None = None,
+    on_measurement: Callable[[StepMeasurement], None] | None = None,
+    baseline: bool = True,
+) -> tuple[StepMeasurement | None, list[StepMeasurement]]:
+    """Measure every configuration at every worker count, plus the single-worker step.
+
+    One launch per (worker count, process count): every configuration that
+    runs on the same processes (all but dedicated parameter servers with
+    different k) shares a launch, looping over bucket sizes and servers inside.
+    The single-worker step (one process, no exchange: what the cost model's
+    compute comes from) runs first, on CPU like the multi-worker runs.
+
+    Args:
+        model: ``"mlp"``, ``"cnn"`` or a spec dict.
+        workers: worker counts, each ≥ 2.
+        configs: configurations to run at every worker count (colocated ps
+            configurations with more servers than workers are skipped there).
+        steps, warmup_steps, seed, timeout_s, writer, on_measurement: as
+            :func:`run_training`.
+        baseline: measure the single-worker step first.
+
+    Returns:
+        ``(baseline measurement or None, measurements)``.
+
+    Raises:
+        ValueError: on a worker count < 2 or no configuration.
+        LaunchError: a run failed.
+    """
+    workers = sorted(set(int(w) for w in workers))
+    if not workers or workers[0] < 2:
+        raise ValueError(f"workers must be integers ≥ 2, got {workers}")
+    if not configs:
+        raise ValueError("configs is empty")
+    base = None
+    if baseline:
+        base = run_training(
+            model,
+            1,
+            [StepConfig("ring", 0)],
+            steps=steps,
+            warmup_steps=warmup_steps,
+            seed=seed,
+            platform="cpu",
+            timeout_s=timeout_s,
+            writer=writer,
+            on_measurement=on_measurement,
+        ).measurements[0]
+    out: list[StepMeasurement] = []
+    for n in workers:
+        groups: dict[int, list[StepConfig]] = {}
+        for c in configs:
+            if c.architecture == "ps" and c.colocated and c.servers > n:
+                continue
+            groups.setdefault(processes_needed(c, n), []).append(c)
+        for nproc in sorted(groups):
+            out.extend(
+                run_training(
+                    model,
+                    n,
+                    groups[nproc],
+                    steps=steps,
+                    warmup_steps=warmup_steps,
+                    seed=seed,
+                    timeout_s=timeout_s,
+                    writer=writer,
+                    on_measurement=on_measurement,
+                ).measurements
+            )
+    return base, out
+
+
+# Re-exported for the models list in --help texts.
+MODEL_NAMES = MODELS
