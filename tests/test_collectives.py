@@ -1,0 +1,527 @@
+"""Collectives against closed forms written here, independently, in plain Python.
+
+Every formula below is typed from its source, not from the code under test:
+
+- ring all_reduce 2(n−1)α + 2(n−1)/n·Sβ + (n−1)/n·Sγ (Patarasuk & Yuan, JPDC 2009);
+- ring reduce_scatter (n−1)α + (n−1)/n·S(β+γ), all_gather (n−1)α + (n−1)/n·Sβ,
+  recursive doubling ⌈log₂n⌉(α + Sβ + Sγ), pairwise all_to_all (n−1)α + (n−1)/n·Sβ
+  (Thakur, Rabenseifner & Gropp, IJHPCA 2005), here times the congestion (n−1)ᵉ;
+- pipelined broadcast (n−1)α + Sβ, reduce (n−1)α + S(β+γ), sendrecv α + Sβ
+  (nccl-tests doc/PERFORMANCE.md: the root link carries S once);
+- parameter-server fan-in / fan-out with n−1 workers and one server: the server
+  link carries (n−1)·S, α + (n−1)Sβ·(n−1)ᵉ (../shared/DESIGN.md, Li et al. OSDI 2014);
+- hierarchical all_reduce over m nodes × g ranks: intra reduce_scatter + inter ring
+  all_reduce of S/g + intra all_gather (Goyal et al., arXiv 1706.02677);
+- busbw = S/t × {all_reduce 2(n−1)/n; reduce_scatter, all_gather (n−1)/n}
+  (nccl-tests doc/PERFORMANCE.md).
+
+The closed forms are exact when the per-node cap and the per-call overhead are
+negligible and there is one protocol regime: :func:`exact_params` sets those up;
+the cap, the core-sharing slowdown, the overhead and the regime envelope are then
+tested one at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from costmodel import (
+    ALL_REDUCE_ALGORITHMS,
+    BUSBW_FACTOR,
+    COLLECTIVE_NAMES,
+    ClusterParams,
+    busbw,
+    collective_time,
+)
+
+# Two levels far apart, so a wrong level shows at once.
+ALPHA = (2e-6, 30e-6)  # s: intra, inter
+BETA = (1 / 50e9, 1 / 2e9)  # s/byte
+GAMMA = 1 / 100e9  # s/byte
+FANIN_E = 0.2
+A2A_E = 0.15
+TINY = 1e-30  # a node cap and call overhead that cannot show in float64
+
+# (collective, algorithm) pairs: every collective with its default algorithm, plus
+# every all_reduce algorithm.
+ALL_CASES = [(c, None) for c in COLLECTIVE_NAMES] + [
+    ("all_reduce", a) for a in ALL_REDUCE_ALGORITHMS
+]
+CASE_IDS = [f"{c}-{a or 'default'}" for c, a in ALL_CASES]
+
+
+def exact_params(**overrides) -> ClusterParams:
+    """One regime, no node cap, no call overhead, no core sharing: closed forms are exact."""
+    kw = dict(
+        alpha_s=ALPHA,
+        beta_s_per_byte=BETA,
+        node_beta_s_per_byte=TINY,
+        gamma_s_per_byte=GAMMA,
+        call_overhead_s=TINY,
+        fanin_exponent=FANIN_E,
+        all_to_all_exponent=A2A_E,
+        node_compute_slots=1e6,
+        n_regimes=1,
+    )
+    kw.update(overrides)
+    return ClusterParams.create(**kw)
+
+
+def ct(params, name, S, n, g=1, algorithm=None):
+    """``collective_time``; the hierarchical algorithm under standard dtype promotion.
+
+    costmodel/collectives/_hierarchical.py multiplies a float by a bool, which
+    jax's strict promotion (tests/conftest.py) refuses; that defect has its own
+    test (:func:`test_hierarchical_runs_under_strict_promotion`, xfail) and the
+    physics of the algorithm is checked here under standard promotion.
+    """
+    with promotion(algorithm):
+        return collective_time(params, name, S, n, g, algorithm=algorithm)
+
+
+def promotion(algorithm):
+    """Standard dtype promotion for the hierarchical algorithm (see :func:`ct`), else none.
+
+    Wrap whole transformations (``jax.grad``: the backward pass runs after the
+    traced function has returned).
+    """
+    if algorithm == "hierarchical":
+        return jax.numpy_dtype_promotion("standard")
+    return contextlib.nullcontext()
+
+
+def closed_form(name, algorithm, S, n, g, alpha=ALPHA, beta=BETA, gamma=GAMMA):
+    """Seconds of one call, from the published formulas (see the module docstring)."""
+    g = min(g, n)
+    if n == 1:
+        return 0.0
+    lvl = 1 if n > g else 0
+    a, b = alpha[lvl], beta[lvl]
+    f = (n - 1) / n
+    algorithm = algorithm or "ring"
+    if name == "all_reduce" and algorithm == "ring":
+        return 2 * (n - 1) * a + 2 * f * S * b + f * S * gamma
+    if name == "all_reduce" and algorithm == "tree":
+        rounds = math.ceil(math.log2(n))
+        return rounds * (a + S * b + S * gamma)
+    if name == "all_reduce" and algorithm == "hierarchical":
+        m = n // g
+        assert m * g == n, "closed form written for whole nodes"
+        fg, fm = (g - 1) / g, (m - 1) / m
+        intra_rs = (g - 1) * alpha[0] + fg * S * (beta[0] + gamma)
+        intra_ag = (g - 1) * alpha[0] + fg * S * beta[0]
+        inter_ar = 2 * (m - 1) * alpha[1] + 2 * fm * (S / g) * beta[1] + fm * (S / g) * gamma
+        return intra_rs + inter_ar + intra_ag
+    if name == "reduce_scatter":
+        return (n - 1) * a + f * S * (b + gamma)
+    if name == "all_gather":
+        return (n - 1) * a + f * S * b
+    if name == "all_to_all":
+        return (n - 1) * a + f * S * b * (n - 1) ** A2A_E
+    if name == "broadcast":
+        return (n - 1) * a + S * b
+    if name == "reduce":
+        return (n - 1) * a + S * (b + gamma)
+    if name == "sendrecv":
+        return a + S * b
+    if name in ("ps_push", "ps_pull"):
+        return a + (n - 1) * S * b * (n - 1) ** FANIN_E
+    raise AssertionError(name)
+
+
+def latency_steps(name, algorithm, n, g):
+    """Number of α steps at S = 0 (for the S → 0 limit), per level (intra, inter)."""
+    if n == 1:
+        return (0, 0)
+    lvl = 1 if n > min(g, n) else 0
+    algorithm = algorithm or "ring"
+    if name == "all_reduce" and algorithm == "hierarchical":
+        g = min(g, n)
+        m = n // g
+        return (2 * (g - 1), 2 * (m - 1))
+    steps = {
+        "all_reduce": 2 * (n - 1) if algorithm == "ring" else math.ceil(math.log2(n)),
+        "reduce_scatter": n - 1,
+        "all_gather": n - 1,
+        "all_to_all": n - 1,
+        "broadcast": n - 1,
+        "reduce": n - 1,
+        "sendrecv": 1,
+        "ps_push": 1,
+        "ps_pull": 1,
+    }[name]
+    return (steps, 0) if lvl == 0 else (0, steps)
+
+
+# (S bytes, n ranks, g ranks per node): one node, several nodes, one rank per node,
+# powers of two and not, tiny and large messages.
+GRID = [
+    (S, n, g)
+    for S in (1.0, 4096.0, 3e6, 1.5e9)
+    for (n, g) in ((2, 1), (2, 2), (3, 1), (4, 4), (8, 1), (8, 2), (12, 4), (16, 8), (64, 8))
+]
+
+
+@pytest.mark.parametrize(("name", "algorithm"), ALL_CASES, ids=CASE_IDS)
+def test_collective_equals_closed_form(name, algorithm):
+    p = exact_params()
+    S = np.array([s for s, _, _ in GRID])
+    n = np.array([n for _, n, _ in GRID])
+    g = np.array([g for _, _, g in GRID])
+    got = np.asarray(ct(p, name, S, n, g, algorithm=algorithm))
+    want = np.array([closed_form(name, algorithm, *row) for row in GRID])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+_PS_ONE_RANK = pytest.mark.xfail(
+    strict=True,
+    reason="bug: collectives/_ps.py _PS.terms passes workers = n − 1 = 0 to "
+    "ps_exchange_terms, which clamps workers to ≥ 1, so one rank still 'sends' "
+    "(α + S·β + overhead)",
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "algorithm"),
+    [
+        pytest.param(c, a, marks=_PS_ONE_RANK) if c.startswith("ps_") else (c, a)
+        for c, a in ALL_CASES
+    ],
+    ids=CASE_IDS,
+)
+def test_one_rank_costs_nothing(name, algorithm):
+    # Default presets-like parameters (with caps and overheads): n = 1 is exactly free.
+    p = ClusterParams.create()
+    S = np.array([0.0, 1.0, 1e6, 1e9])
+    got = np.asarray(ct(p, name, S, 1, 1, algorithm=algorithm))
+    assert np.all(got == 0.0), got
+    got_g = np.asarray(ct(p, name, 1e6, 1, 8, algorithm=algorithm))
+    assert got_g == 0.0
+
+
+@pytest.mark.parametrize(("name", "algorithm"), ALL_CASES, ids=CASE_IDS)
+def test_zero_bytes_leaves_latency_only(name, algorithm):
+    p = exact_params()
+    for n, g in ((2, 1), (4, 4), (8, 2), (16, 8), (5, 1)):
+        steps = latency_steps(name, algorithm, n, g)
+        want = steps[0] * ALPHA[0] + steps[1] * ALPHA[1]
+        got = float(ct(p, name, 0.0, n, g, algorithm=algorithm))
+        assert got == pytest.approx(want, rel=1e-12), (n, g)
+        # and continuously so: S → 0 approaches the same value from above
+        tiny = float(ct(p, name, 1e-3, n, g, algorithm=algorithm))
+        assert want <= tiny <= want * (1 + 1e-6)
+
+
+def _busbw_factor(name, n):
+    # nccl-tests doc/PERFORMANCE.md, typed independently of costmodel.BUSBW_FACTOR
+    return {
+        "all_reduce": 2 * (n - 1) / n,
+        "reduce_scatter": (n - 1) / n,
+        "all_gather": (n - 1) / n,
+    }[name]
+
+
+@pytest.mark.parametrize("name", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_busbw_tends_to_link_bandwidth_whatever_n(name):
+    # γ negligible: the bus bandwidth of a bandwidth-bound ring is the link's, 1/β,
+    # for any number of ranks (that is what the busbw factor is for).
+    p = exact_params(gamma_s_per_byte=TINY, node_beta_s_per_byte=None)  # default cap β/16
+    S = 2.0**50
+    ns = np.array([2, 3, 4, 8, 17, 64, 256, 1024])
+    t = np.asarray(collective_time(p, name, S, ns, 1))  # one rank per node: inter level
+    bw = S / t * np.array([_busbw_factor(name, n) for n in ns])
+    np.testing.assert_allclose(bw, 1 / BETA[1], rtol=1e-6)
+    # costmodel's busbw helper and factor table agree with nccl-tests' factors
+    np.testing.assert_allclose(np.asarray(busbw(name, S, t, ns)), bw, rtol=1e-12)
+    for n in ns:
+        assert float(BUSBW_FACTOR(name, n)) == pytest.approx(_busbw_factor(name, n), rel=1e-15)
+    # and below the limit, busbw grows with S towards it
+    sizes = np.geomspace(1e3, 1e12, 10)
+    t = np.asarray(collective_time(p, name, sizes, 8, 1))
+    bw = sizes / t * _busbw_factor(name, 8)
+    assert np.all(np.diff(bw) > 0) and np.all(bw < 1 / BETA[1])
+
+
+def test_all_reduce_busbw_limit_includes_reduction_cost():
+    # With γ: t → 2(n−1)/n·S(β + γ/2), so busbw → 1/(β + γ/2) whatever n.
+    p = exact_params(node_beta_s_per_byte=None)
+    S = 2.0**50
+    for n in (2, 8, 100):
+        t = float(collective_time(p, "all_reduce", S, n, 1))
+        assert S / t * 2 * (n - 1) / n == pytest.approx(1 / (BETA[1] + GAMMA / 2), rel=1e-6)
+
+
+def test_busbw_factor_rejects_unknown_collective():
+    with pytest.raises(ValueError, match="unknown collective 'allreduce'"):
+        BUSBW_FACTOR("allreduce", 4)
+
+
+# ---------------------------------------------------------------------------
+# The node cap, core sharing, per-call overhead: one effect at a time
+# ---------------------------------------------------------------------------
+def _soft_max2(a, b):
+    # the p = 8 norm the model documents, (a⁸ + b⁸)^(1/8)
+    return (a**8 + b**8) ** 0.125
+
+
+def test_node_cap_binds_within_a_node():
+    # Ring all_reduce on one node of 8 ranks: all 8 ranks move 2(n−1)/n·S through
+    # the node's shared resource at once. With a per-node inverse bandwidth 10×
+    # tighter than what 8 links need, that resource sets the bandwidth term.
+    n = g = 8
+    S = 1e8
+    node_beta = 10 * BETA[0] / n
+    p = exact_params(node_beta_s_per_byte=(node_beta, TINY))
+    got = float(collective_time(p, "all_reduce", S, n, g))
+    link = 2 * (n - 1) / n * S
+    bw = _soft_max2(link * BETA[0], n * link * node_beta)
+    want = 2 * (n - 1) * ALPHA[0] + bw + (n - 1) / n * S * GAMMA
+    assert got == pytest.approx(want, rel=1e-12)
+    # the cap is what binds: 10× the uncapped bandwidth term, within the p-norm's 1e-8
+    assert bw == pytest.approx(10 * link * BETA[0], rel=1e-8)
+    uncapped = closed_form("all_reduce", None, S, n, g)
+    assert got > 5 * uncapped
+
+
+def test_node_cap_binds_at_the_nic_across_nodes():
+    # A ring across nodes crosses each node's NIC once: the NIC carries one link's
+    # bytes, so a NIC slower than a link (β_node = 4β) sets the time.
+    n, g, S = 16, 4, 1e8
+    p = exact_params(node_beta_s_per_byte=(TINY, 4 * BETA[1]))
+    got = float(collective_time(p, "all_reduce", S, n, g))
+    link = 2 * (n - 1) / n * S
+    want = 2 * (n - 1) * ALPHA[1] + _soft_max2(link * BETA[1], link * 4 * BETA[1])
+    want += (n - 1) / n * S * GAMMA
+    assert got == pytest.approx(want, rel=1e-12)
+    # all_to_all: every one of the g ranks sends (n−g)/n·S off-node through the NIC
+    got = float(collective_time(p, "all_to_all", S, n, g))
+    cong = (n - 1) ** A2A_E
+    want = (n - 1) * ALPHA[1] + cong * _soft_max2(
+        (n - 1) / n * S * BETA[1], g * S * (n - g) / n * 4 * BETA[1]
+    )
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_loose_node_cap_only_smooths():
+    # ClusterParams.create's default cap is β/16: with 8 flows per node it carries
+    # half of what it could, so it only shows through the p = 8 smoothing of the
+    # max: (1 + (1/2)⁸)^(1/8) − 1 ≈ 0.05 % on the bandwidth term.
+    p = ClusterParams.create(
+        alpha_s=ALPHA, beta_s_per_byte=BETA, gamma_s_per_byte=GAMMA, call_overhead_s=TINY
+    )
+    n = g = 8
+    S = 1e8
+    got = float(collective_time(p, "all_reduce", S, n, g))
+    link = 2 * (n - 1) / n * S
+    want = 2 * (n - 1) * ALPHA[0] + _soft_max2(link * BETA[0], n * link * BETA[0] / 16)
+    want += (n - 1) / n * S * GAMMA
+    assert got == pytest.approx(want, rel=1e-12)
+    assert got == pytest.approx(closed_form("all_reduce", None, S, n, g), rel=1e-3)
+
+
+def test_core_sharing_slows_by_g_over_slots():
+    # 8 ranks on a node with 2 cores: every collective runs 8/2 = 4× slower
+    # (p-norm smoothing of max(1, g/slots): (1 + 4⁸)^(1/8) = 4·(1 + 4⁻⁸)^(1/8)).
+    fast = exact_params()
+    slow = exact_params(node_compute_slots=2.0)
+    for name, alg in ALL_CASES:
+        # g = 8 > 2 slots (one node of 8, and 2 nodes of 8); then g = 1 < 2 slots
+        S, n, g = np.array([1e6, 1e6, 1e6]), np.array([8, 16, 8]), np.array([8, 8, 1])
+        ratio = np.asarray(ct(slow, name, S, n, g, alg)) / np.asarray(ct(fast, name, S, n, g, alg))
+        np.testing.assert_allclose(ratio[:2], 4.0, rtol=1e-5, err_msg=name)
+        # fewer ranks than slots: no slowdown beyond the smoothing's (1 + (1/2)⁸)^(1/8)
+        assert ratio[2] == pytest.approx(_soft_max2(1.0, 0.5), rel=1e-12), name
+
+
+@pytest.mark.parametrize(("name", "algorithm"), ALL_CASES, ids=CASE_IDS)
+def test_call_overhead_adds_once_per_call(name, algorithm):
+    # Hierarchical all_reduce has three phases but is one call: one overhead.
+    o = 7e-6
+    p0, p1 = exact_params(), exact_params(call_overhead_s=o)
+    for S, n, g in ((0.0, 2, 1), (1e6, 8, 4), (1e9, 64, 8)):
+        t0 = float(ct(p0, name, S, n, g, algorithm=algorithm))
+        t1 = float(ct(p1, name, S, n, g, algorithm=algorithm))
+        assert t1 - t0 == pytest.approx(o, rel=1e-6, abs=1e-15)
+    # and not at all for a call that needs no communication (n = 1) — see
+    # test_one_rank_costs_nothing for ps_push / ps_pull
+    if not name.startswith("ps_"):
+        assert float(ct(p1, name, 1e6, 1, 1, algorithm=algorithm)) == 0.0
+
+
+# ---------------------------------------------------------------------------
+# Protocol regimes: the soft lower envelope
+# ---------------------------------------------------------------------------
+def test_regime_envelope_lies_between_scaled_min_and_min():
+    # Three (α, β) lines (LL-like, LL128-like, Simple-like); k = 4.
+    R, k = 3, 4.0
+    ra = np.array([0.25, 1.0, 4.0])
+    rb = np.array([2.0, 1.0, 0.5])
+    p = exact_params(n_regimes=R, regime_alpha_factor=ra, regime_beta_factor=rb)
+    p = p.replace_sharpness(k)
+    S = np.geomspace(1.0, 1e10, 41)
+    n = 8
+    got = np.asarray(collective_time(p, "all_reduce", S, n, 1))
+    f = (n - 1) / n
+    lines = np.stack(
+        [
+            2 * (n - 1) * ALPHA[1] * ra[r] + 2 * f * S * BETA[1] * rb[r] + f * S * GAMMA
+            for r in range(R)
+        ]
+    )
+    lo, hi = R ** (-1 / k) * lines.min(0), lines.min(0)
+    assert np.all(got <= hi * (1 + 1e-12)) and np.all(got >= lo * (1 - 1e-12))
+    # and it equals the p-norm (Σ T_r^(−k))^(−1/k) of the lines
+    np.testing.assert_allclose(got, (lines ** (-k)).sum(0) ** (-1 / k), rtol=1e-12)
+    # each regime wins somewhere: small sizes follow line 0, large sizes line 2
+    assert got[0] == pytest.approx(lines[0, 0], rel=0.2)
+    assert got[-1] == pytest.approx(lines[2, -1], rel=0.2)
+    # sharper envelope → closer to the hard minimum
+    sharp = np.asarray(collective_time(p.replace_sharpness(64.0), "all_reduce", S, n, 1))
+    assert np.all(np.abs(sharp / hi - 1) <= np.abs(got / hi - 1) + 1e-15)
+    assert np.all(sharp >= R ** (-1 / 64) * hi * (1 - 1e-12))
+
+
+def test_one_regime_is_the_plain_line_exactly():
+    # Whatever the sharpness, one regime is the α-β line (no envelope error at all).
+    p = exact_params(regime_sharpness=0.5)
+    S = np.geomspace(1.0, 1e10, 11)
+    got = np.asarray(collective_time(p, "all_reduce", S, 8, 1))
+    want = np.array([closed_form("all_reduce", None, s, 8, 1) for s in S])
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+# ---------------------------------------------------------------------------
+# Gradients, jit and vmap
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "algorithm"), ALL_CASES, ids=CASE_IDS)
+def test_gradient_signs(name, algorithm):
+    p = ClusterParams.create(  # with caps, overheads and three regimes
+        alpha_s=ALPHA,
+        beta_s_per_byte=BETA,
+        gamma_s_per_byte=GAMMA,
+        n_regimes=3,
+    )
+    ranks = ((2, 1), (8, 8), (16, 4))
+    if algorithm == "hierarchical":  # g = 1 or one node: NaN, see the xfail test below
+        ranks = ((4, 2), (8, 2), (16, 4))
+    rows = [(S, n, g) for S in (1.0, 1e4, 1e7, 1e9) for (n, g) in ranks]
+    S, n, g = (jnp.asarray([r[i] for r in rows], dtype=jnp.float64) for i in range(3))
+
+    def t(params, s, nn, gg):
+        return ct(params, name, s, nn, gg, algorithm)
+
+    # one compiled, vmapped gradient per collective: ∂T/∂params and ∂T/∂S per row
+    grads = jax.jit(jax.vmap(jax.grad(t, argnums=(0, 1)), in_axes=(None, 0, 0, 0)))
+    with promotion(algorithm):
+        gp, dS = grads(p, S, n, g)
+    lvl = np.array([1 if nn > gg else 0 for _, nn, gg in rows])
+    i = np.arange(len(rows))
+    # ∂T/∂β > 0 and ∂T/∂α > 0 at the level in use (gradients w.r.t. the stored
+    # log β, log α have the sign of ∂T/∂β, ∂T/∂α); the per-call overhead too.
+    assert np.all(np.asarray(gp.log_beta)[i, lvl] > 0)
+    assert np.all(np.asarray(gp.log_alpha)[i, lvl] > 0)
+    assert np.all(np.asarray(gp.log_call_overhead) > 0)
+    if algorithm != "hierarchical":  # only hierarchical mixes the levels
+        assert np.all(np.asarray(gp.log_alpha)[i, 1 - lvl] == 0.0)
+    # ∂T/∂S ≥ 0 everywhere, > 0 once the size is not negligible
+    dS = np.asarray(dS)
+    assert np.all(dS >= 0) and np.all(dS[np.asarray(S) >= 1e4] > 0), dS
+    for leaf in jax.tree_util.tree_leaves(gp):
+        assert bool(jnp.all(jnp.isfinite(leaf)))
+
+
+@pytest.mark.parametrize(("name", "algorithm"), ALL_CASES, ids=CASE_IDS)
+def test_jit_and_vmap_agree_with_eager(name, algorithm):
+    p = exact_params(n_regimes=2, node_beta_s_per_byte=None, call_overhead_s=5e-6)
+    S = np.array([s for s, _, _ in GRID])
+    n = np.array([n for _, n, _ in GRID], dtype=np.float64)
+    g = np.array([g for _, _, g in GRID], dtype=np.float64)
+    eager = np.asarray(ct(p, name, S, n, g, algorithm=algorithm))
+
+    def f(params, s, nn, gg):
+        return ct(params, name, s, nn, gg, algorithm=algorithm)
+
+    jf = jax.jit(f)
+    with promotion(algorithm):
+        jitted = np.asarray(jf(p, S, n, g))
+        mapped = np.asarray(jax.jit(jax.vmap(f, in_axes=(None, 0, 0, 0)))(p, S, n, g))
+        one_by_one = np.array([float(jf(p, *map(np.float64, row))) for row in GRID])
+    np.testing.assert_allclose(jitted, eager, rtol=1e-13)
+    np.testing.assert_allclose(mapped, eager, rtol=1e-13)
+    np.testing.assert_allclose(one_by_one, eager, rtol=1e-13)
+
+
+# ---------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------
+def test_unknown_names_list_the_choices():
+    p = exact_params()
+    with pytest.raises(ValueError, match=r"unknown collective 'allreduce'; valid: all_gather"):
+        collective_time(p, "allreduce", 1e6, 4)
+    with pytest.raises(ValueError, match=r"unknown all_reduce algorithm 'rabenseifner'.*ring"):
+        collective_time(p, "all_reduce", 1e6, 4, algorithm="rabenseifner")
+    with pytest.raises(ValueError, match=r"all_gather has one algorithm \(ring\)"):
+        collective_time(p, "all_gather", 1e6, 4, algorithm="tree")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        (dict(message_bytes=-1.0), r"message_bytes must be finite and ≥ 0, got \S*-1\.0"),
+        (dict(message_bytes=np.array([1.0, np.nan])), r"message_bytes must be finite.*nan"),
+        (dict(num_ranks=0), r"num_ranks must be finite and ≥ 1, got \S*0\.0"),
+        (dict(num_ranks=np.array([4, -2])), r"num_ranks must be finite and ≥ 1, got \S*-2\.0"),
+        (dict(ranks_per_node=0), r"ranks_per_node must be finite and ≥ 1"),
+        (dict(num_ranks=np.inf), r"num_ranks must be finite.*inf"),
+    ],
+)
+def test_out_of_range_inputs_name_the_argument(kwargs, pattern):
+    args = dict(message_bytes=1e6, num_ranks=4, ranks_per_node=1) | kwargs
+    with pytest.raises(ValueError, match=pattern):
+        collective_time(exact_params(), "all_reduce", **args)
+
+
+# ---------------------------------------------------------------------------
+# Known defects of the core (each strict: it fails loudly once fixed)
+# ---------------------------------------------------------------------------
+@pytest.mark.xfail(
+    strict=True,
+    raises=jax.dtypes.TypePromotionError,
+    reason="bug: collectives/_hierarchical.py HierarchicalAllReduce.time multiplies a "
+    "float time by the bool (ph.steps > 0); strict dtype promotion refuses it "
+    "(fix: jnp.where(ph.steps > 0, evaluate(...), 0.0))",
+)
+def test_hierarchical_runs_under_strict_promotion():
+    t = collective_time(exact_params(), "all_reduce", 1e6, 16, 4, algorithm="hierarchical")
+    assert float(t) == pytest.approx(closed_form("all_reduce", "hierarchical", 1e6, 16, 4))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: _smooth.soft_max2 has a NaN gradient when both inputs are 0 "
+    "(sqrt'(0) = inf times 0): ∂T/∂S at S = 0, and ∂T/∂params at n = 1 through the "
+    "untaken branch of finish's jnp.where (fix: s = jnp.where(m > 0, s, 1.0) before "
+    "the square roots)",
+)
+@pytest.mark.parametrize(
+    ("case", "S", "n", "g", "algorithm"),
+    [
+        ("dT/dS at S = 0", 0.0, 2, 1, "ring"),
+        ("dT/dparams at n = 1", 1e6, 1, 1, "ring"),
+        ("dT/dparams, hierarchical on one node", 1e6, 8, 8, "hierarchical"),
+        ("dT/dS, hierarchical with one rank per node", 1e6, 8, 1, "hierarchical"),
+    ],
+)
+def test_gradients_are_finite(case, S, n, g, algorithm):
+    p = exact_params()
+    with promotion(algorithm):
+        dS = jax.grad(lambda s: ct(p, "all_reduce", s, n, g, algorithm))(jnp.asarray(S))
+        gp = jax.grad(lambda q: ct(q, "all_reduce", S, n, g, algorithm))(p)
+    assert math.isfinite(float(dS)), case
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(gp)), case
