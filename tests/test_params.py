@@ -1,0 +1,205 @@
+"""ClusterParams: SI properties, the plain-dict round trip, ``scaled``, ``create``'s errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from costmodel import COLLECTIVE_NAMES, LEVELS, PARAMETER_UNITS, ClusterParams, collective_time
+
+SI = dict(
+    alpha_s=(3e-6, 40e-6),
+    beta_s_per_byte=(1 / 80e9, 1 / 3e9),
+    node_beta_s_per_byte=(1 / 400e9, 1 / 3.5e9),
+    gamma_s_per_byte=1 / 250e9,
+    call_overhead_s=12e-6,
+    fanin_exponent=0.3,
+    all_to_all_exponent=0.07,
+    node_compute_slots=6.0,
+    flops_per_s=12e12,
+    step_overhead_s=2e-3,
+    update_s_per_byte=4e-12,
+    overlap_interference=0.2,
+    memory_bytes=32 * 1024**3,
+)
+
+
+def test_properties_return_what_create_was_given_in_si_units():
+    p = ClusterParams.create(**SI, n_regimes=1)
+    for key, value in SI.items():
+        np.testing.assert_allclose(np.asarray(getattr(p, key)), value, rtol=1e-13, err_msg=key)
+    # leaves are stored unconstrained: log of scales, logit of the fraction
+    assert float(p.log_alpha[1]) == pytest.approx(math.log(40e-6), rel=1e-15)
+    assert float(p.logit_interference) == pytest.approx(math.log(0.2 / 0.8), rel=1e-14)
+    # one regime: the per-collective regime tables are the base α, β
+    np.testing.assert_allclose(
+        np.asarray(p.regime_alpha_s), np.broadcast_to(np.array(SI["alpha_s"])[:, None], (9, 2, 1))
+    )
+    assert p.regime_alpha_s.shape == (len(COLLECTIVE_NAMES), len(LEVELS), 1)
+
+
+def test_default_regimes_spread_from_low_latency_to_high_bandwidth():
+    p = ClusterParams.create(n_regimes=3)
+    ra = np.exp(np.asarray(p.regime_log_alpha))[0, 0]
+    rb = np.exp(np.asarray(p.regime_log_beta))[0, 0]
+    np.testing.assert_allclose(ra, [0.25, 1.0, 4.0], rtol=1e-12)
+    np.testing.assert_allclose(rb, [2.0, 1.0, 0.5], rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_regimes", [1, 3])
+def test_dict_round_trip_through_json(n_regimes):
+    p = ClusterParams.create(**SI, n_regimes=n_regimes, regime_sharpness=6.0)
+    d = p.to_dict()
+    # every physical quantity is there, with its documented unit, in plain Python
+    assert set(PARAMETER_UNITS) <= set(d)
+    assert d["collectives"] == list(COLLECTIVE_NAMES) and d["levels"] == list(LEVELS)
+    text = json.dumps(d, allow_nan=False)
+    q = ClusterParams.from_dict(json.loads(text))
+    assert q.n_regimes == n_regimes
+    for a, b in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(q), strict=True):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-13, atol=1e-15)
+    # and the same model: identical predictions
+    S = np.geomspace(1, 1e9, 7)
+    for name in COLLECTIVE_NAMES:
+        np.testing.assert_allclose(
+            np.asarray(collective_time(q, name, S, 16, 4)),
+            np.asarray(collective_time(p, name, S, 16, 4)),
+            rtol=1e-12,
+        )
+    # and writing it again gives the same document (to rounding of exp(log x))
+    _close_dicts(q.to_dict(), d)
+
+
+def _close_dicts(a, b):
+    """Nested dicts/lists of numbers equal to 1e-13 relative (strings exactly)."""
+    assert a.keys() == b.keys()
+    for k in a:
+        x, y = a[k], b[k]
+        if k in ("collectives", "levels", "n_regimes"):
+            assert x == y, k
+        else:
+            np.testing.assert_allclose(np.asarray(x, float), np.asarray(y, float), rtol=1e-13)
+
+
+def test_regime_tables_keep_their_per_collective_values():
+    # (C, 2, R) factors, different for every entry, survive the round trip in place.
+    C, R = len(COLLECTIVE_NAMES), 2
+    ra = np.arange(1, C * 2 * R + 1, dtype=float).reshape(C, 2, R) / 10
+    rb = ra[::-1].copy()
+    p = ClusterParams.create(n_regimes=R, regime_alpha_factor=ra, regime_beta_factor=rb)
+    p = p.replace_sharpness(np.linspace(1, 9, C))
+    d = p.to_dict()
+    np.testing.assert_allclose(d["regime_alpha_factor"], ra, rtol=1e-13)
+    np.testing.assert_allclose(d["regime_beta_factor"], rb, rtol=1e-13)
+    q = ClusterParams.from_dict(d)
+    np.testing.assert_allclose(np.asarray(q.regime_sharpness), np.linspace(1, 9, C), rtol=1e-13)
+    i = COLLECTIVE_NAMES.index("all_gather")
+    np.testing.assert_allclose(
+        np.asarray(q.regime_alpha_s[i, 1]), np.asarray(p.alpha_s[1]) * ra[i, 1], rtol=1e-13
+    )
+
+
+def test_from_dict_names_what_is_wrong():
+    d = ClusterParams.create().to_dict()
+    with pytest.raises(ValueError, match="parameters lack gamma_s_per_byte"):
+        ClusterParams.from_dict({k: v for k, v in d.items() if k != "gamma_s_per_byte"})
+    with pytest.raises(ValueError, match="parameters lack n_regimes"):
+        ClusterParams.from_dict({k: v for k, v in d.items() if k != "n_regimes"})
+    with pytest.raises(ValueError, match="this ddltune expects"):
+        ClusterParams.from_dict(d | {"collectives": ["all_reduce"]})
+    with pytest.raises(ValueError, match="invalid parameters: alpha_s must be finite and > 0"):
+        ClusterParams.from_dict(d | {"alpha_s": [1e-6, -1e-6]})
+    with pytest.raises(ValueError, match="must be a JSON object, got list"):
+        ClusterParams.from_dict([1, 2])
+
+
+def test_scaled_multiplies_exactly_the_named_quantity():
+    p = ClusterParams.create(**SI)
+    q = p.scaled(beta_inter=0.5, alpha=2.0, flops=3.0)
+    np.testing.assert_allclose(
+        np.asarray(q.beta_s_per_byte), [SI["beta_s_per_byte"][0], SI["beta_s_per_byte"][1] / 2]
+    )
+    np.testing.assert_allclose(np.asarray(q.alpha_s), 2 * np.asarray(SI["alpha_s"]), rtol=1e-14)
+    assert float(q.flops_per_s) == pytest.approx(3 * SI["flops_per_s"], rel=1e-14)
+    # everything else untouched, bit for bit
+    changed = {"log_beta", "log_alpha", "log_flops"}
+    for f in p.__dataclass_fields__:
+        if f not in changed and f != "n_regimes":
+            assert np.array_equal(np.asarray(getattr(p, f)), np.asarray(getattr(q, f))), f
+    # the physics follows: a 2× faster network halves an inter-node transfer's β·S part
+    tiny = 1e-30  # no latency, overhead, reduction or node cap to blur the ratio
+    pa = ClusterParams.create(
+        alpha_s=tiny, call_overhead_s=tiny, gamma_s_per_byte=tiny, node_beta_s_per_byte=tiny
+    )
+    t1 = float(collective_time(pa, "all_gather", 1e9, 8, 1))
+    t2 = float(collective_time(pa.scaled(beta_inter=0.5), "all_gather", 1e9, 8, 1))
+    assert t2 / t1 == pytest.approx(0.5, rel=1e-14)
+    # scaled(x=1) is the identity; scaling composes multiplicatively
+    assert np.array_equal(np.asarray(p.scaled(gamma=1.0).log_gamma), np.asarray(p.log_gamma))
+    r = p.scaled(gamma=2.0).scaled(gamma=4.0)
+    assert float(r.gamma_s_per_byte) == pytest.approx(8 * SI["gamma_s_per_byte"], rel=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        (dict(betta=2.0), r"unknown parameter 'betta' to scale; valid: alpha, alpha_inter"),
+        (dict(beta=0.0), r"factor for 'beta' must be finite and > 0, got 0.0"),
+        (dict(alpha=float("nan")), r"factor for 'alpha' must be finite and > 0"),
+        (dict(memory=-1), r"factor for 'memory' must be finite and > 0, got -1"),
+    ],
+)
+def test_scaled_rejects_bad_keys_and_factors(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        ClusterParams.create().scaled(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        (dict(alpha_s=0.0), r"alpha_s must be finite and > 0 for both levels"),
+        (dict(alpha_s=(1e-6, float("nan"))), r"alpha_s must be finite and > 0"),
+        (dict(beta_s_per_byte=(1e-9, -1e-9)), r"beta_s_per_byte must be finite and > 0"),
+        (dict(node_beta_s_per_byte=(0.0, 1.0)), r"node_beta_s_per_byte must be finite"),
+        (dict(gamma_s_per_byte=-1.0), r"gamma_s_per_byte must be a finite number > 0, got -1.0"),
+        (dict(flops_per_s=float("inf")), r"flops_per_s must be a finite number > 0"),
+        (dict(call_overhead_s=0), r"call_overhead_s must be a finite number > 0"),
+        (dict(node_compute_slots=0), r"node_compute_slots must be a finite number > 0"),
+        (dict(regime_sharpness=0.0), r"regime_sharpness must be a finite number > 0"),
+        (dict(overlap_interference=1.0), r"overlap_interference must be in \(0, 1\), got 1.0"),
+        (dict(overlap_interference=0.0), r"overlap_interference must be in \(0, 1\)"),
+        (dict(n_regimes=0), r"n_regimes must be an integer in \[1, 8\], got 0"),
+        (dict(n_regimes=2.0), r"n_regimes must be an integer in \[1, 8\], got 2.0"),
+        (dict(n_regimes=9), r"n_regimes must be an integer in \[1, 8\], got 9"),
+        (
+            dict(n_regimes=2, regime_beta_factor=(1.0, 0.0)),
+            r"regime_beta_factor must be finite and > 0",
+        ),
+        (dict(memory_bytes=-5), r"memory_bytes must be a finite number > 0, got -5"),
+    ],
+)
+def test_create_names_the_bad_argument(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        ClusterParams.create(**kwargs)
+
+
+def test_is_a_pytree_of_arrays_with_static_structure():
+    # vmap/grad see only array leaves; n_regimes is structure (static), not a leaf
+    p3 = ClusterParams.create(n_regimes=3)
+    leaves, treedef = jax.tree_util.tree_flatten(p3)
+    assert all(isinstance(x, jax.Array) for x in leaves)
+    assert len(leaves) == len(p3.__dataclass_fields__) - 1
+    assert treedef != jax.tree_util.tree_structure(ClusterParams.create(n_regimes=2))
+    # differentiable with respect to every leaf: d(all_reduce time)/d(log β) = β·∂T/∂β > 0
+    g = jax.grad(lambda q: collective_time(q, "all_reduce", 1e8, 8, 1))(p3)
+    assert isinstance(g, ClusterParams) and float(g.log_beta[1]) > 0
+    # stacking parameter sets gives a batch that vmap sweeps (what-if grids)
+    stack = jax.tree_util.tree_map(lambda *x: jnp.stack(x), p3, p3.scaled(beta=2.0))
+    t = eqx.filter_vmap(lambda q: collective_time(q, "all_reduce", 1e8, 8, 1))(stack)
+    assert t.shape == (2,) and float(t[1]) > float(t[0])
