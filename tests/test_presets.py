@@ -1,0 +1,140 @@
+"""Hardware presets: datasheet figures × stated efficiency, name errors, physical ordering."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costmodel import (
+    DEVICE_PRESETS,
+    INTRA_PRESETS,
+    NETWORK_PRESETS,
+    collective_time,
+    describe_preset,
+    preset,
+)
+
+
+@pytest.mark.parametrize(
+    ("network", "line_rate_bits", "efficiency"),
+    [
+        ("ethernet-10g", 10e9, 0.90),
+        ("ethernet-25g", 25e9, 0.90),
+        ("ethernet-100g", 100e9, 0.90),
+        ("ib-edr-100g", 100e9, 0.92),
+        ("ib-hdr-200g", 200e9, 0.92),
+    ],
+)
+def test_inter_node_bandwidth_is_line_rate_times_efficiency(network, line_rate_bits, efficiency):
+    p = preset(network, "v100")
+    assert 1 / float(p.beta_s_per_byte[1]) == pytest.approx(line_rate_bits / 8 * efficiency)
+    # the NIC is shared by a node's ranks: its cap is one link's worth
+    assert float(p.node_beta_s_per_byte[1]) == pytest.approx(float(p.beta_s_per_byte[1]))
+    # a source is stated for every figure
+    assert NETWORK_PRESETS[network].source
+
+
+def test_required_presets_exist_with_sources():
+    for name in ("ethernet-10g", "ethernet-25g", "ethernet-100g", "ib-edr-100g", "ib-hdr-200g"):
+        assert NETWORK_PRESETS[name].source
+    for name in ("pcie3-x16", "nvlink-v100", "nvlink-a100"):
+        assert INTRA_PRESETS[name].source
+    for name in ("k80", "p100", "v100", "a100", "h100", "cpu"):
+        assert DEVICE_PRESETS[name].source
+
+
+def test_every_combination_builds_and_one_rank_is_free():
+    for net in NETWORK_PRESETS:
+        for intra in INTRA_PRESETS:
+            for dev in DEVICE_PRESETS:
+                p = preset(f"{net},{intra}", dev)
+                assert float(collective_time(p, "all_reduce", 1e6, 1)) == 0.0
+                assert 1 / float(p.beta_s_per_byte[0]) == pytest.approx(
+                    INTRA_PRESETS[intra].bandwidth_bytes_per_s
+                )
+                assert float(p.flops_per_s) == pytest.approx(DEVICE_PRESETS[dev].flops_per_s)
+
+
+def test_device_figures_follow_the_stated_assumptions():
+    # V100: 15.7 TFLOP/s fp32 × 55 %; update 5 B/param-byte and γ 3 B/byte of 900 GB/s.
+    p = preset("ethernet-10g", "v100")
+    assert float(p.flops_per_s) == pytest.approx(0.55 * 15.7e12)
+    assert float(p.update_s_per_byte) == pytest.approx(5 / 900e9)
+    assert float(p.gamma_s_per_byte) == pytest.approx(3 / 900e9)
+    assert float(p.memory_bytes) == pytest.approx(16 * 1024**3, rel=1e-14)
+    # GPUs do not share compute between ranks; a 2-core CPU does
+    assert float(p.node_compute_slots) >= 1e3
+    assert float(preset("ethernet-10g", "cpu").node_compute_slots) == pytest.approx(2.0)
+
+
+def test_physical_ordering_of_presets():
+    # Faster links move a large message faster; newer devices compute faster.
+    t = {
+        net: float(collective_time(preset(net, "v100"), "all_reduce", 1e9, 16, 1))
+        for net in ("ethernet-10g", "ethernet-25g", "ethernet-100g", "ib-hdr-200g")
+    }
+    assert t["ethernet-10g"] > t["ethernet-25g"] > t["ethernet-100g"] > t["ib-hdr-200g"]
+    # within a node: PCIe 3 < NVLink V100 < NVLink A100 in bandwidth
+    t_intra = [
+        float(collective_time(preset(f"ethernet-10g,{i}", "v100"), "all_reduce", 1e9, 8, 8))
+        for i in ("pcie3-x16", "nvlink-v100", "nvlink-a100")
+    ]
+    assert t_intra[0] > t_intra[1] > t_intra[2]
+    flops = [float(preset("ethernet-10g", d).flops_per_s) for d in ("k80", "p100", "v100", "h100")]
+    assert np.all(np.diff(flops) > 0)
+    # RDMA has a lower latency than TCP: tiny messages are faster on InfiniBand at equal size
+    small = [
+        float(collective_time(preset(n, "v100"), "all_reduce", 8.0, 16, 1))
+        for n in ("ethernet-100g", "ib-edr-100g")
+    ]
+    assert small[1] < small[0]
+
+
+def test_intra_link_from_network_string_or_keyword_and_defaults():
+    a = preset("ib-hdr-200g,nvlink-a100", "a100")
+    b = preset("ib-hdr-200g", "a100", intra="nvlink-a100")
+    assert np.array_equal(np.asarray(a.log_beta), np.asarray(b.log_beta))
+    assert 1 / float(a.beta_s_per_byte[0]) == pytest.approx(230e9)
+    # defaults: PCIe 3 for GPUs, shared memory for the CPU device
+    assert 1 / float(preset("ethernet-10g", "v100").beta_s_per_byte[0]) == pytest.approx(12e9)
+    assert 1 / float(preset("ethernet-10g", "cpu").beta_s_per_byte[0]) == pytest.approx(5e9)
+    # describe_preset names a source per part
+    lines = describe_preset("ib-hdr-200g,nvlink-a100", "a100")
+    assert [line.split(":")[0] for line in lines] == ["ib-hdr-200g", "nvlink-a100", "a100"]
+
+
+def test_more_regimes_keep_the_preset_line_as_the_middle_regime():
+    p1, p3 = preset("ethernet-10g", "v100"), preset("ethernet-10g", "v100", n_regimes=3)
+    assert p3.n_regimes == 3
+    np.testing.assert_allclose(
+        np.asarray(p3.regime_beta_s_per_byte[:, :, 1]),
+        np.asarray(p1.regime_beta_s_per_byte[..., 0]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "pattern"),
+    [
+        (
+            ("ethernet-1g", "v100"),
+            {},
+            r"unknown network preset 'ethernet-1g'; valid: ethernet-100g",
+        ),
+        (("ethernet-10g", "v200"), {}, r"unknown device preset 'v200'; valid: a100, cpu, h100"),
+        (
+            ("ethernet-10g,nvlink", "v100"),
+            {},
+            r"unknown intra-node preset 'nvlink'; valid: .*pcie3",
+        ),
+        (("ethernet-10g,a,b", "v100"), {}, r"must be 'INTER' or 'INTER,INTRA', got"),
+        ((",pcie3-x16", "v100"), {}, r"must be 'INTER' or 'INTER,INTRA'"),
+        (
+            ("ethernet-10g,pcie3-x16", "v100"),
+            {"intra": "nvlink-v100"},
+            r"intra-node link given twice: 'pcie3-x16' and 'nvlink-v100'",
+        ),
+    ],
+)
+def test_bad_names_list_the_valid_ones(args, kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        preset(*args, **kwargs)
