@@ -35,10 +35,13 @@ def soft_max2(a: Float[Array, "*b"], b: Float[Array, "*b"], p: int = 8) -> Float
     a = jnp.maximum(a, 0.0)
     b = jnp.maximum(b, 0.0)
     m = jnp.maximum(a, b)
-    safe_m = jnp.maximum(m, _TINY)
+    safe_m = jnp.where(m > 0, m, 1.0)  # not max(m, tiny): 1/tiny² overflows in the gradient
     ra = a / safe_m
     rb = b / safe_m
     s = ra**p + rb**p  # integer powers: multiplications, no exp/log
+    # s ≥ 1 whenever m > 0; at a = b = 0 keep the root away from sqrt'(0) = ∞,
+    # which would put NaN into gradients (0·∞) through untaken branches.
+    s = jnp.where(m > 0, s, 1.0)
     q = p
     while q > 1:
         s = jnp.sqrt(s)

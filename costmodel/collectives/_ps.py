@@ -48,7 +48,8 @@ def ps_exchange_terms(S, workers, servers, g, fanin_exponent, *, colocated=False
     """
     n = jnp.maximum(workers, 1.0)
     k = jnp.maximum(jnp.minimum(servers, n) if colocated else servers, 1.0)
-    senders = n - 1.0 if colocated else n  # flows into one server
+    # flows into one server: none when there is no worker (a lone server rank)
+    senders = jnp.maximum(n - 1.0 if colocated else workers, 0.0)
     server_link = senders * S / k
     worker_link = S * ((k - 1.0) / k if colocated else 1.0)
     link = jnp.maximum(server_link, worker_link)
