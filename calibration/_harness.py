@@ -262,6 +262,7 @@ def run_training(
     return_params: bool = False,
     log_dir: str | os.PathLike | None = None,
     source: str = "ddltune validate",
+    on_spawn: Callable[[int, int], None] | None = None,
 ) -> TrainingRun:
     """Train ``model`` with every configuration in one local multi-process launch.
 
@@ -289,6 +290,8 @@ def run_training(
             after one step (tests); the timed steps still run.
         log_dir: keep each rank's output there (default: a temporary folder).
         source: the records' ``source`` field.
+        on_spawn: called as ``on_spawn(rank, pid)`` for every process started
+            (tests check that every PID is gone afterwards).
 
     Returns:
         A :class:`TrainingRun`.
@@ -393,6 +396,7 @@ def run_training(
             on_message=on_message,
             env=env,
             log_dir=log_dir,
+            on_spawn=on_spawn,
         )
     finally:
         with contextlib.suppress(OSError):
@@ -414,6 +418,7 @@ def measure_configurations(
     writer: RecordWriter | None = None,
     on_measurement: Callable[[StepMeasurement], None] | None = None,
     baseline: bool = True,
+    on_spawn: Callable[[int, int], None] | None = None,
 ) -> tuple[StepMeasurement | None, list[StepMeasurement]]:
     """Measure every configuration at every worker count, plus the single-worker step.
 
@@ -428,8 +433,8 @@ def measure_configurations(
         workers: worker counts, each ≥ 2.
         configs: configurations to run at every worker count (colocated ps
             configurations with more servers than workers are skipped there).
-        steps, warmup_steps, seed, timeout_s, writer, on_measurement: as
-            :func:`run_training`.
+        steps, warmup_steps, seed, timeout_s, writer, on_measurement, on_spawn:
+            as :func:`run_training`.
         baseline: measure the single-worker step first.
 
     Returns:
@@ -457,6 +462,7 @@ def measure_configurations(
             timeout_s=timeout_s,
             writer=writer,
             on_measurement=on_measurement,
+            on_spawn=on_spawn,
         ).measurements[0]
     out: list[StepMeasurement] = []
     for n in workers:
@@ -477,6 +483,7 @@ def measure_configurations(
                     timeout_s=timeout_s,
                     writer=writer,
                     on_measurement=on_measurement,
+                    on_spawn=on_spawn,
                 ).measurements
             )
     return base, out

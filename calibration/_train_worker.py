@@ -269,7 +269,7 @@ def bucket_indices(leaf_bytes: Sequence[int], bucket_bytes: int) -> list[list[in
         ValueError: if ``bucket_bytes`` < 0.
 
     Example:
-        >>> bucket_indices([1, 2, 3], 12)   # forward sizes in bytes
+        >>> bucket_indices([4, 8, 12], 20)   # forward sizes in bytes: 12 + 8, then 4
         [[2, 1], [0]]
         >>> bucket_indices([4, 4, 4], 0)
         [[2], [1], [0]]
