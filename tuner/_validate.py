@@ -1,0 +1,577 @@
+"""End-to-end validation: predicted against measured training iterations.
+
+Microbenchmarks fit the parts of the cost model; only real training steps show
+whether the whole prediction is right. :func:`validate` trains a real model
+with every configuration (the harness :func:`calibration.measure_configurations`:
+ring all-reduce, peer-to-peer, parameter servers, on ``jax.distributed``
+processes), predicts each configuration with a profile
+(:func:`costmodel.iteration_time`, compute from the single-worker step of the
+same model measured in the same run), and scores the predictions
+(:func:`compare`):
+
+* **MAPE** — mean over configurations of |predicted − measured| / measured.
+* **Kendall τ** — rank agreement of predicted and measured iteration times,
+  over the pairs of configurations whose measured times differ by more than
+  their spread (the larger of the two step-time IQRs): τ = (concordant −
+  discordant) / pairs, which equals ``scipy.stats.kendalltau`` (τ-b) when every
+  pair qualifies and there are no ties.
+* **Regret** — of the configuration the tuner would pick among those measured
+  (the lowest predicted time per sample): its measured time per sample / the
+  best measured − 1. Time per sample (iteration time / (workers × batch)) is
+  the tuner's objective across worker counts; within one worker count it is
+  the iteration time's ratio.
+
+Measured time is the statistic the profile is fitted on (DESIGN.md): the p10 of
+the step samples on CPU, the median elsewhere.
+
+Overlap: the cost model's ring all-reduce overlaps each bucket's all-reduce
+with the rest of backward. XLA:CPU runs a program's collectives and compute in
+sequence (measured: a 512³ matmul chain and a 4 MiB all-reduce in one program
+take the sum of their separate times, not the max), so on CPU the harness's
+ring is predicted with the same all-reduce costs and no overlap
+(``overlap="auto"``); ``overlap=True`` predicts with the stock overlapped ring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "ValidationRow",
+    "ValidationResult",
+    "load_params",
+    "predict_records",
+    "rank_agreement",
+    "regret",
+    "compare",
+    "validate",
+    "DEFAULT_VALIDATE_BUCKETS",
+]
+
+#: Default bucket caps of ``ddltune validate``: one bucket per tensor, 1.5 MiB, 16 MiB.
+DEFAULT_VALIDATE_BUCKETS = (0, 3 * 2**19, 16 * 2**20)
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationRow:
+    """One configuration: measured and predicted iteration time (seconds).
+
+    Attributes:
+        architecture, servers, colocated, workers, ranks_per_node, bucket_bytes,
+        model, batch_size: the configuration (as in the step record).
+        measured_s: the measured statistic of the step samples, s.
+        spread_s: the IQR of the step samples, s (run-to-run spread).
+        predicted_s: the cost model's iteration time, s.
+    """
+
+    architecture: str
+    servers: int
+    colocated: bool
+    workers: int
+    ranks_per_node: int
+    bucket_bytes: int
+    model: str
+    batch_size: int
+    measured_s: float
+    spread_s: float
+    predicted_s: float
+
+    @property
+    def error(self) -> float:
+        """predicted / measured − 1 (a fraction; positive: the model is slower)."""
+        return self.predicted_s / self.measured_s - 1.0
+
+    @property
+    def label(self) -> str:
+        """``ps k=1 (dedicated)``, ``ring``, … for tables."""
+        if self.architecture == "ps":
+            return f"ps k={self.servers} ({'colocated' if self.colocated else 'dedicated'})"
+        return self.architecture
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the configuration, ``measured_s``, ``predicted_s``, ``error``, ``spread_s``."""
+        d = dataclasses.asdict(self)
+        d["error"] = self.error
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationResult:
+    """What :func:`compare` and :func:`validate` return.
+
+    Attributes:
+        rows: one :class:`ValidationRow` per configuration.
+        mape: mean absolute percentage error, a fraction.
+        mape_by_workers: MAPE per worker count.
+        kendall_tau: τ over the distinguishable pairs (NaN if none).
+        tau_pairs: distinguishable pairs / all pairs.
+        kendall_tau_all: ``scipy.stats.kendalltau`` over all configurations (τ-b).
+        regret: measured time per sample of the predicted-best configuration /
+            the best measured − 1.
+        regret_by_workers: the same within each worker count (iteration time).
+        chosen, best: indices (into rows) of the predicted-best and measured-best
+            configurations (time per sample).
+        baseline_step_s: the measured single-worker step (the compute the
+            predictions use), s.
+        statistic: the sample statistic compared (``p10`` or ``median``).
+        overlap: whether the ring was predicted with overlap.
+    """
+
+    rows: list[ValidationRow]
+    mape: float
+    mape_by_workers: dict[int, float]
+    kendall_tau: float
+    tau_pairs: tuple[int, int]
+    kendall_tau_all: float
+    regret: float
+    regret_by_workers: dict[int, float]
+    chosen: int
+    best: int
+    baseline_step_s: float
+    statistic: str
+    overlap: bool
+
+    def to_dict(self) -> dict:
+        """``{"rows": [...], "mape", "kendall_tau", "regret", …}`` (fractions, not percents)."""
+        return {
+            "rows": [r.to_dict() for r in self.rows],
+            "mape": self.mape,
+            "kendall_tau": self.kendall_tau,
+            "regret": self.regret,
+            "mape_by_workers": {str(k): v for k, v in self.mape_by_workers.items()},
+            "kendall_tau_pairs": list(self.tau_pairs),
+            "kendall_tau_all": self.kendall_tau_all,
+            "regret_by_workers": {str(k): v for k, v in self.regret_by_workers.items()},
+            "chosen": self.rows[self.chosen].to_dict() if self.rows else None,
+            "best": self.rows[self.best].to_dict() if self.rows else None,
+            "baseline_step_s": self.baseline_step_s,
+            "statistic": self.statistic,
+            "overlap": self.overlap,
+        }
+
+
+# --------------------------------------------------------------------------- profile
+
+
+def load_params(profile):
+    """The :class:`costmodel.ClusterParams` of a profile, a path to one, or params themselves.
+
+    Accepts a ``calibration.Profile`` (its ``.params``), a
+    :class:`costmodel.ClusterParams`, or a path to a profile JSON file (read
+    with ``calibration.Profile.load`` when available; a file holding
+    ``ClusterParams.to_dict()``, bare or under ``"params"``, is also accepted).
+
+    Raises:
+        FileNotFoundError: the path does not exist.
+        InputFileError: the file is not a profile (naming the file).
+        TypeError: an object of another type.
+    """
+    from costmodel import ClusterParams, InputFileError
+
+    if isinstance(profile, ClusterParams):
+        return profile
+    if hasattr(profile, "params") and isinstance(profile.params, ClusterParams):
+        return profile.params
+    if not isinstance(profile, str | os.PathLike):
+        raise TypeError(
+            f"profile must be a calibration.Profile, ClusterParams or a path, got "
+            f"{type(profile).__name__}"
+        )
+    path = os.fspath(profile)
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, "No such file or directory", path)
+    first_error = None
+    try:
+        from calibration import Profile  # written by the calibration package
+
+        return Profile.load(path).params
+    except ImportError:
+        pass
+    except Exception as e:  # noqa: BLE001 - fall back to a bare parameter file below
+        first_error = e
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except json.JSONDecodeError as e:
+        raise InputFileError(path, e.lineno, f"not valid JSON: {e.msg}") from None
+    d = doc.get("params", doc) if isinstance(doc, dict) else doc
+    try:
+        return ClusterParams.from_dict(d)
+    except ValueError as e:
+        why = first_error if first_error is not None else e
+        raise InputFileError(path, None, f"not a ddltune profile: {why}") from None
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def rank_agreement(measured, predicted, spread) -> tuple[float, int, int]:
+    """Kendall τ over the pairs whose measured times differ by more than their spread.
+
+    A pair (i, j) counts when |mᵢ − mⱼ| > max(sᵢ, sⱼ); it is concordant when
+    the prediction orders it the same way. τ = (concordant − discordant) /
+    counted pairs (a predicted tie counts 0).
+
+    Args:
+        measured, predicted, spread: 1-D arrays of equal length N (seconds;
+            spread ≥ 0).
+
+    Returns:
+        ``(tau, counted pairs, all pairs)``; τ is NaN when no pair counts.
+
+    Raises:
+        ValueError: on arrays of different lengths.
+
+    Example:
+        >>> rank_agreement([1.0, 2.0, 3.0], [1.1, 2.5, 2.0], [0.0, 0.0, 0.0])[0]
+        0.3333333333333333
+        >>> rank_agreement([1.0, 1.05], [1.0, 2.0], [0.1, 0.1])
+        (nan, 0, 1)
+    """
+    m, p, s = (np.asarray(a, dtype=np.float64).ravel() for a in (measured, predicted, spread))
+    if not (len(m) == len(p) == len(s)):
+        raise ValueError(
+            f"measured, predicted and spread must have equal lengths, got {len(m)}, {len(p)}, {len(s)}"
+        )
+    i, j = np.triu_indices(len(m), k=1)
+    dm, dp = m[i] - m[j], p[i] - p[j]
+    ok = np.abs(dm) > np.maximum(s[i], s[j])
+    total = int(len(i))
+    if not ok.any():
+        return float("nan"), 0, total
+    agree = np.sign(dm[ok]) * np.sign(dp[ok])
+    return float(agree.sum() / ok.sum()), int(ok.sum()), total
+
+
+def regret(measured, predicted) -> tuple[float, int, int]:
+    """Regret of picking the lowest predicted value: measured[pick] / min(measured) − 1.
+
+    Returns:
+        ``(regret, index picked, index of the measured best)``.
+
+    Raises:
+        ValueError: on empty or unequal inputs.
+
+    Example:
+        >>> regret([2.0, 1.0, 1.5], [1.0, 1.2, 3.0])
+        (1.0, 0, 1)
+    """
+    m, p = np.asarray(measured, dtype=np.float64), np.asarray(predicted, dtype=np.float64)
+    if m.size == 0 or m.shape != p.shape:
+        raise ValueError(
+            f"measured and predicted must be non-empty and alike, got {m.shape}, {p.shape}"
+        )
+    pick, best = int(np.argmin(p)), int(np.argmin(m))
+    return float(m[pick] / m[best] - 1.0), pick, best
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def _statistic(rec: dict, statistic: str | None) -> str:
+    if statistic is not None:
+        return statistic
+    return "p10" if rec.get("backend") == "cpu" else "median"
+
+
+def _value(rec: dict, statistic: str) -> float:
+    ts = rec["time_s"]
+    if statistic in ts:
+        return float(ts[statistic])
+    samples = rec.get("samples_s")
+    if samples and statistic in ("p10", "median", "min", "mean"):
+        q = {"p10": 0.1, "median": 0.5, "min": 0.0}.get(statistic)
+        return float(np.mean(samples) if q is None else np.quantile(samples, q))
+    raise ValueError(
+        f"record {rec.get('_file', '')}:{rec.get('_line', '')} has no {statistic!r} statistic"
+    )
+
+
+def _spread(rec: dict) -> float:
+    ts = rec["time_s"]
+    if "iqr" in ts:
+        return float(ts["iqr"])
+    samples = rec.get("samples_s") or []
+    if len(samples) >= 2:
+        q1, q3 = np.quantile(samples, [0.25, 0.75])
+        return float(q3 - q1)
+    return 0.0
+
+
+_SERIAL: dict[type, type] = {}
+
+
+def _serial(arch):
+    """The same architecture without overlap of phase 1 and backward (XLA:CPU runs in sequence).
+
+    One subclass per architecture class, made once (a new class per call would
+    recompile the timeline every time).
+    """
+    if not arch.overlaps:
+        return arch
+    cls = type(arch)
+    if cls not in _SERIAL:
+        _SERIAL[cls] = type(
+            f"Serial{cls.__name__}", (cls,), {"overlaps": False, "__module__": __name__}
+        )
+    return _SERIAL[cls]()
+
+
+def _architecture(name: str, colocated: bool, overlap: bool):
+    from costmodel import get_architecture
+
+    arch = get_architecture(name, colocated=colocated if name == "ps" else False)
+    return arch if overlap else _serial(arch)
+
+
+def predict_records(
+    params, records: Sequence[dict], baseline_step_s: float, *, overlap: bool = True
+) -> np.ndarray:
+    """Predicted iteration time (s) of each ``kind: "step"`` record's configuration.
+
+    Compute comes from ``baseline_step_s``, the measured single-worker step of
+    the same model at the records' batch size (``Workload.with_step_time``);
+    the workload's tensors and FLOPs (which only say when each gradient is
+    ready) come from the record's ``model_spec`` (:func:`calibration.model_workload`).
+
+    Args:
+        params: :class:`costmodel.ClusterParams`.
+        records: step records of one model and batch size (from the harness).
+        baseline_step_s: single-worker step time, s > 0.
+        overlap: predict all-reduce with overlap of backward (the cost model's
+            ring); ``False`` for runtimes that run collectives after compute.
+
+    Returns:
+        float64 array (len(records),), seconds.
+
+    Raises:
+        ValueError: on a record without ``model_spec``, records of different
+            models or batch sizes, or a baseline that is not > 0.
+    """
+    from calibration import model_workload
+    from costmodel import iteration_time
+
+    if not (
+        isinstance(baseline_step_s, int | float)
+        and math.isfinite(baseline_step_s)
+        and baseline_step_s > 0
+    ):
+        raise ValueError(f"baseline_step_s must be a finite time > 0 s, got {baseline_step_s!r}")
+    if not records:
+        return np.zeros((0,))
+    specs = {json.dumps(r.get("model_spec"), sort_keys=True) for r in records}
+    batches = {r["batch_size"] for r in records}
+    if None in [r.get("model_spec") for r in records]:
+        raise ValueError("step records need 'model_spec' (written by the training harness)")
+    if len(specs) != 1 or len(batches) != 1:
+        raise ValueError("records of several models or batch sizes: compare each separately")
+    spec = records[0]["model_spec"]
+    workload = model_workload(spec, step_time_s=float(baseline_step_s))
+    out = np.zeros(len(records))
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault((r["architecture"], bool(r.get("colocated", False))), []).append(i)
+    for (name, colocated), idx in groups.items():
+        arch = _architecture(name, colocated, overlap)
+        sel = [records[i] for i in idx]
+        b = iteration_time(
+            params,
+            workload,
+            arch,
+            np.array([r["workers"] for r in sel], dtype=np.float64),
+            ranks_per_node=np.array(
+                [r.get("ranks_per_node", r["workers"]) for r in sel], dtype=np.float64
+            ),
+            servers=np.array([max(r.get("servers", 1), 1) for r in sel], dtype=np.float64),
+            bucket_bytes=np.array([r.get("bucket_bytes", 0) for r in sel], dtype=np.float64),
+            batch_size=np.array([r["batch_size"] for r in sel], dtype=np.float64),
+        )
+        out[idx] = np.asarray(b.iteration_s, dtype=np.float64)
+    return out
+
+
+def compare(
+    profile, records: Iterable[dict], *, statistic: str | None = None, overlap: bool | str = "auto"
+) -> ValidationResult:
+    """Score a profile's predictions against measured step records.
+
+    Args:
+        profile: a ``calibration.Profile``, :class:`costmodel.ClusterParams` or a path.
+        records: ``kind: "step"`` records of one model (others are ignored):
+            exactly one with ``workers == 1`` (the single-worker baseline) and
+            the configurations to compare (workers ≥ 2).
+        statistic: the sample statistic to compare (``p10``, ``median``, …);
+            default p10 on CPU, median elsewhere (the calibration's choice).
+        overlap: ``True``/``False``, or ``"auto"``: no overlap on CPU (XLA:CPU
+            runs collectives in sequence with compute), overlap elsewhere.
+
+    Returns:
+        A :class:`ValidationResult`.
+
+    Raises:
+        ValueError: no baseline record, several baselines of different
+            models, or no configuration to compare.
+    """
+    params = load_params(profile)
+    steps = [r for r in records if r.get("kind") == "step"]
+    base = [r for r in steps if r["workers"] == 1]
+    rows_in = [r for r in steps if r["workers"] >= 2]
+    if not base:
+        raise ValueError(
+            "no single-worker step record (workers = 1): the predictions need the measured "
+            "single-worker step of the same model"
+        )
+    if not rows_in:
+        raise ValueError("no step record with workers ≥ 2 to compare")
+    models = {r["model"] for r in rows_in} | {base[-1]["model"]}
+    if len(models) != 1:
+        raise ValueError(f"records of several models ({', '.join(sorted(models))}); give one")
+    stat = _statistic(base[-1], statistic)
+    if overlap == "auto":
+        overlap = base[-1].get("backend") != "cpu"
+    baseline = _value(base[-1], stat)
+    predicted = predict_records(params, rows_in, baseline, overlap=bool(overlap))
+    rows = [
+        ValidationRow(
+            r["architecture"],
+            int(r.get("servers", 0)),
+            bool(r.get("colocated", False)),
+            int(r["workers"]),
+            int(r.get("ranks_per_node", r["workers"])),
+            int(r.get("bucket_bytes", 0)),
+            r["model"],
+            int(r["batch_size"]),
+            _value(r, stat),
+            _spread(r),
+            float(p),
+        )
+        for r, p in zip(rows_in, predicted, strict=True)
+    ]
+    return _score(rows, baseline, stat, bool(overlap))
+
+
+def _score(rows: list[ValidationRow], baseline: float, stat: str, overlap: bool):
+    from scipy.stats import kendalltau
+
+    m = np.array([r.measured_s for r in rows])
+    p = np.array([r.predicted_s for r in rows])
+    s = np.array([r.spread_s for r in rows])
+    ape = np.abs(p - m) / m
+    by_n: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_n.setdefault(r.workers, []).append(i)
+    tau, used, total = rank_agreement(m, p, s)
+    tau_all = float(kendalltau(m, p).statistic) if len(rows) >= 2 else float("nan")
+    per_sample = np.array([r.workers * r.batch_size for r in rows], dtype=np.float64)
+    reg, chosen, best = regret(m / per_sample, p / per_sample)
+    return ValidationResult(
+        rows=rows,
+        mape=float(ape.mean()),
+        mape_by_workers={n: float(ape[i].mean()) for n, i in sorted(by_n.items())},
+        kendall_tau=tau,
+        tau_pairs=(used, total),
+        kendall_tau_all=tau_all,
+        regret=reg,
+        regret_by_workers={n: regret(m[i], p[i])[0] for n, i in sorted(by_n.items())},
+        chosen=chosen,
+        best=best,
+        baseline_step_s=baseline,
+        statistic=stat,
+        overlap=overlap,
+    )
+
+
+def validate(
+    profile,
+    model: dict | str = "mlp",
+    workers: Sequence[int] = (2, 3, 4),
+    *,
+    architectures: Sequence[str] = ("ps", "p2p", "ring"),
+    servers: Sequence[int] = (1,),
+    colocated: bool = False,
+    bucket_bytes: Sequence[int] = DEFAULT_VALIDATE_BUCKETS,
+    steps: int = 20,
+    warmup_steps: int = 3,
+    measurements: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    statistic: str | None = None,
+    overlap: bool | str = "auto",
+    timeout_s: float = 180.0,
+    on_measurement: Callable | None = None,
+) -> ValidationResult:
+    """Train a real model with every configuration, predict each with ``profile``, compare.
+
+    Runs the single-worker step and then one launch per (worker count,
+    process count) of the training harness (:func:`calibration.measure_configurations`),
+    for every architecture × servers × bucket size, on local CPU processes.
+
+    Args:
+        profile: a ``calibration.Profile``, :class:`costmodel.ClusterParams` or a path.
+        model: ``"mlp"``, ``"cnn"`` or a spec dict with sizes.
+        workers: worker counts, each ≥ 2.
+        architectures: subset of ``ps``, ``p2p``, ``ring``.
+        servers: parameter-server counts k ≥ 1 (ps only).
+        colocated: ps servers on workers (else dedicated extra processes).
+        bucket_bytes: bucket caps, bytes ≥ 0.
+        steps, warmup_steps: timed and untimed steps per configuration.
+        measurements: also write every step record there (JSON Lines).
+        overwrite: replace an existing ``measurements`` file.
+        statistic, overlap: see :func:`compare`.
+        timeout_s: a worker silent this long stops the run, seconds.
+        on_measurement: called with each :class:`calibration.StepMeasurement`.
+
+    Returns:
+        A :class:`ValidationResult`.
+
+    Raises:
+        ValueError: on a bad argument (named).
+        FileExistsError: ``measurements`` exists and ``overwrite`` is false.
+        LaunchError: a training run failed.
+    """
+    from calibration import RecordWriter, StepConfig, measure_configurations
+
+    params = load_params(profile)
+    for a in architectures:
+        if a not in ("ps", "p2p", "ring"):
+            raise ValueError(f"architectures must be among ps, p2p, ring; got {a!r}")
+    if not architectures:
+        raise ValueError("architectures is empty")
+    for k in servers:
+        if int(k) < 1:
+            raise ValueError(f"servers must be integers ≥ 1, got {k!r}")
+    buckets = sorted({int(b) for b in bucket_bytes})
+    if not buckets or buckets[0] < 0:
+        raise ValueError(f"bucket_bytes must be sizes ≥ 0 bytes, got {list(bucket_bytes)}")
+    configs = []
+    for a in architectures:
+        for b in buckets:
+            if a == "ps":
+                configs.extend(StepConfig("ps", b, int(k), bool(colocated)) for k in servers)
+            else:
+                configs.append(StepConfig(a, b))
+    writer = None
+    if measurements is not None:
+        writer = RecordWriter(measurements, "overwrite" if overwrite else "new")
+    try:
+        base, got = measure_configurations(
+            model,
+            workers,
+            configs,
+            steps=steps,
+            warmup_steps=warmup_steps,
+            timeout_s=timeout_s,
+            writer=writer,
+            on_measurement=on_measurement,
+        )
+    finally:
+        if writer is not None:
+            writer.close()
+    return compare(
+        params, [base.record] + [m.record for m in got], statistic=statistic, overlap=overlap
+    )

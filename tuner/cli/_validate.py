@@ -1,0 +1,294 @@
+"""``ddltune validate``: train a real model with each architecture and hold the profile's predictions against it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from costmodel import format_bytes
+
+from .._validate import DEFAULT_VALIDATE_BUCKETS, ValidationResult, compare, validate
+from ._common import (
+    CLIError,
+    UsageError,
+    bytes_list_arg,
+    int_list_arg,
+    name_list_arg,
+    positive_float_arg,
+    positive_int_arg,
+    print_json,
+)
+
+NAME = "validate"
+HELP = "train a real model with PS, P2P and ring all-reduce and compare with the predictions"
+DESCRIPTION = """\
+Run real synchronous data-parallel training on local jax.distributed CPU
+processes — an equinox MLP or small CNN, SGD with momentum, gradients
+exchanged by a parameter server (k servers, dedicated or --colocated),
+peer-to-peer (all_to_all, shard update, all_gather) or ring all-reduce
+(one all-reduce per bucket of at most --bucket-bytes) — for every architecture
+x worker count x bucket size (x servers), one launch per worker count. Each
+configuration's steps are timed (slowest rank, warm-up excluded) and written as
+kind 'step' measurement records; the single-worker step of the same model is
+measured first and gives the predictions their compute time.
+
+Then each configuration is predicted with the profile and the table shows the
+measured and predicted iteration time and the error, followed by the MAPE,
+Kendall's tau over the pairs whose measured times differ by more than their
+spread (step-time IQR), and the regret of the configuration the tuner would
+pick among them (lowest predicted time per sample): its measured time per
+sample / the best measured - 1. Measured time is the p10 of the steps on CPU
+(what the calibration fits), the median on GPU.
+
+On CPU the ring is predicted without overlap of backward and communication:
+XLA:CPU runs a program's collectives and compute in sequence (--overlap yes
+predicts with the overlapped ring anyway)."""
+EPILOG = """\
+examples:
+  ddltune validate --profile profile.json --workers 2,3,4 --model mlp
+  ddltune validate --profile profile.json --workers 2 --arch ring,ps --servers 1,2 --colocated \\
+      --bucket-bytes 0,1M,16M --steps 30 --measurements steps.jsonl --json
+  ddltune validate --profile profile2.json --from steps.jsonl   # re-score saved steps
+"""
+
+_STATISTICS = ("p10", "median", "min", "mean")
+
+
+def _size_arg(text: str) -> dict:
+    out = {}
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(
+                f"expected KEY=VALUE[,KEY=VALUE…] such as width=256,depth=2, got {text!r}"
+            )
+        try:
+            out[key.strip().replace("-", "_")] = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"model size {key.strip()!r} must be an integer, got {value!r}"
+            ) from None
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ddltune validate``."""
+    parser.add_argument(
+        "--profile", required=True, metavar="FILE", help="fitted profile (ddltune calibrate)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int_list_arg,
+        default=[2, 3, 4],
+        metavar="N[,N…]",
+        help="worker counts, each ≥ 2 (default 2,3,4)",
+    )
+    parser.add_argument(
+        "--model", choices=("mlp", "cnn"), default="mlp", help="model to train (default mlp)"
+    )
+    parser.add_argument(
+        "--size",
+        type=_size_arg,
+        default={},
+        metavar="KEY=N[,…]",
+        help="model sizes: mlp in, width, depth, classes, batch_size (default 784, 512, 3, 10, "
+        "32); cnn image, in_channels, channels, depth, kernel, classes, batch_size "
+        "(default 16, 3, 32, 3, 3, 10, 16); batch_size is per worker",
+    )
+    parser.add_argument(
+        "--arch",
+        type=name_list_arg,
+        default=["ps", "p2p", "ring"],
+        metavar="NAME[,NAME…]",
+        help="architectures among ps, p2p, ring (default all three)",
+    )
+    parser.add_argument(
+        "--servers",
+        type=int_list_arg,
+        default=[1],
+        metavar="K[,K…]",
+        help="parameter servers for ps (default 1)",
+    )
+    parser.add_argument(
+        "--colocated",
+        action="store_true",
+        help="ps servers run on workers 0…k−1 (default: k extra processes that only "
+        "aggregate and update)",
+    )
+    parser.add_argument(
+        "--bucket-bytes",
+        type=bytes_list_arg,
+        default=list(DEFAULT_VALIDATE_BUCKETS),
+        metavar="SIZE[,SIZE…]",
+        help="gradient bucket caps, bytes; 0 = one bucket per tensor; suffixes K, M, G "
+        "(default 0,1536K,16M)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=positive_int_arg,
+        default=20,
+        metavar="N",
+        help="timed steps per configuration (default 20)",
+    )
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=3,
+        metavar="N",
+        help="untimed steps per configuration first (default 3)",
+    )
+    parser.add_argument(
+        "--measurements",
+        default=None,
+        metavar="OUT.jsonl",
+        help="also write every step as a measurement record (kind 'step', schema v1)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --measurements file"
+    )
+    parser.add_argument(
+        "--from",
+        dest="from_file",
+        default=None,
+        metavar="FILE",
+        help="do not train: compare the step records of FILE (a --measurements output)",
+    )
+    parser.add_argument(
+        "--statistic",
+        choices=_STATISTICS,
+        default=None,
+        help="statistic of the step samples to compare (default p10 on CPU, median on GPU)",
+    )
+    parser.add_argument(
+        "--overlap",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="predict the ring with overlap of backward and all-reduce: auto = not on CPU "
+        "(default auto)",
+    )
+    parser.add_argument(
+        "--timeout-s",
+        type=positive_float_arg,
+        default=180.0,
+        metavar="SECONDS",
+        help="a worker silent this long (compiling included) stops the run (default 180)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON document: {"rows": [...], "mape", "kendall_tau", "regret", …} '
+        "(fractions, not percents)",
+    )
+
+
+def format_table(result: ValidationResult) -> str:
+    """The per-configuration table and the summary lines."""
+    rows = result.rows
+    out = []
+    if rows:
+        r0 = rows[0]
+        out.append(
+            f"# {r0.model}, batch {r0.batch_size} per worker; single-worker step "
+            f"{result.baseline_step_s * 1e3:.3f} ms; time = {result.statistic} of the steps; "
+            f"ring predicted {'with' if result.overlap else 'without'} overlap"
+        )
+    out.append(
+        f"# {'architecture':<22} {'workers':>7} {'procs/node':>10} {'bucket':>8} "
+        f"{'measured(ms)':>12} {'±iqr(ms)':>9} {'predicted(ms)':>13} {'error':>7}"
+    )
+    for i, r in enumerate(rows):
+        mark = (" <- picked" if i == result.chosen else "") + (
+            " <- best measured" if i == result.best else ""
+        )
+        bucket = format_bytes(r.bucket_bytes) if r.bucket_bytes else "per-tensor"
+        out.append(
+            f"  {r.label:<22} {r.workers:>7d} {r.ranks_per_node:>10d} {bucket:>8} "
+            f"{r.measured_s * 1e3:>12.3f} {r.spread_s * 1e3:>9.3f} {r.predicted_s * 1e3:>13.3f} "
+            f"{r.error * 100:>+6.1f}%{mark}"
+        )
+    by_n = ", ".join(f"{n} workers {v * 100:.1f}%" for n, v in result.mape_by_workers.items())
+    used, total = result.tau_pairs
+    out.append(f"MAPE {result.mape * 100:.1f}% ({by_n}) over {len(rows)} configurations")
+    out.append(
+        f"Kendall tau {result.kendall_tau:.3f} over {used} of {total} pairs whose measured times "
+        f"differ by more than their spread (all pairs: {result.kendall_tau_all:.3f})"
+    )
+    if rows:
+        c, b = rows[result.chosen], rows[result.best]
+        out.append(
+            f"regret {result.regret * 100:.1f}%: the model picks {c.label} at {c.workers} workers, "
+            f"bucket {format_bytes(c.bucket_bytes)}; best measured per sample: {b.label} at "
+            f"{b.workers} workers, bucket {format_bytes(b.bucket_bytes)}"
+        )
+        within = ", ".join(
+            f"{n} workers {v * 100:.1f}%" for n, v in result.regret_by_workers.items()
+        )
+        out.append(f"regret within each worker count (iteration time): {within}")
+    return "\n".join(out) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train, predict and compare (or re-score ``--from`` FILE); print the table or ``--json``."""
+    overlap = {"auto": "auto", "yes": True, "no": False}[args.overlap]
+    if args.from_file is not None:
+        from calibration import read_records
+
+        result = compare(
+            args.profile, read_records(args.from_file), statistic=args.statistic, overlap=overlap
+        )
+    else:
+        if min(args.workers) < 2:
+            raise UsageError(f"--workers must be ≥ 2 each, got {args.workers}")
+        if args.warmup_steps < 0:
+            raise UsageError(f"--warmup-steps must be ≥ 0, got {args.warmup_steps}")
+        spec = {"model": args.model, **args.size}
+        progress = not args.no_progress
+
+        def show(m) -> None:
+            if progress:
+                c = m.config
+                what = c.architecture + (
+                    f" k={c.servers} {'colocated' if c.colocated else 'dedicated'}"
+                    if c.architecture == "ps"
+                    else ""
+                )
+                print(
+                    f"ddltune validate: {m.workers} worker(s) {what} bucket "
+                    f"{format_bytes(c.bucket_bytes)}: {m.time_s['p10'] * 1e3:.3f} ms p10, "
+                    f"{m.time_s['median'] * 1e3:.3f} ms median",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+        if args.measurements and os.path.exists(args.measurements) and not args.overwrite:
+            if os.path.getsize(args.measurements) > 0:
+                raise CLIError(
+                    f"{args.measurements} already exists; pass --overwrite to replace it or "
+                    "choose another --measurements file"
+                )
+        result = validate(
+            args.profile,
+            spec,
+            args.workers,
+            architectures=args.arch,
+            servers=args.servers,
+            colocated=args.colocated,
+            bucket_bytes=args.bucket_bytes,
+            steps=args.steps,
+            warmup_steps=args.warmup_steps,
+            measurements=args.measurements,
+            overwrite=args.overwrite,
+            statistic=args.statistic,
+            overlap=overlap,
+            timeout_s=args.timeout_s,
+            on_measurement=show,
+        )
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        sys.stdout.write(format_table(result))
+    return 0
