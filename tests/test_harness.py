@@ -1,0 +1,291 @@
+"""The training harness: bucketing, models, the reference step, and real multi-process training.
+
+Physics checked: the buckets are costmodel.bucketize's; the model descriptions
+match the equinox modules; one synchronous step of every architecture (ring
+all-reduce, P2P with all_to_all and with reduce-scatter, parameter servers
+dedicated and colocated with k = 1, 2) from the same initial parameters gives
+the parameters of single-process training on the concatenated batch; every
+worker process is gone afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from calibration import (
+    StepConfig,
+    model_name,
+    model_workload,
+    processes_needed,
+    read_records,
+    record_key,
+    run_training,
+    validate_record,
+)
+from calibration._train_worker import (
+    bucket_indices,
+    build_model,
+    loss_fn,
+    make_batch,
+    model_layers,
+    model_spec,
+    reference_step,
+)
+from costmodel import bucketize
+
+TINY = {"model": "mlp", "in": 8, "width": 16, "depth": 1, "classes": 3, "batch_size": 4}
+TINY_CNN = {
+    "model": "cnn",
+    "image": 4,
+    "in_channels": 2,
+    "channels": 3,
+    "depth": 1,
+    "classes": 3,
+    "batch_size": 2,
+}
+
+
+def _gone(pid: int) -> bool:
+    """True when ``pid`` no longer exists (or is a zombie of another parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+def _children() -> list[int]:
+    me = os.getpid()
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me and fields[0] != "Z":
+                out.append(int(d))
+    return out
+
+
+# --------------------------------------------------------------------------- no processes
+
+
+@pytest.mark.parametrize("spec", ["mlp", "cnn", TINY, TINY_CNN])
+@pytest.mark.parametrize("cap", [0, 1, 4096, 1 << 20, 3 * 2**19, 1 << 30])
+def test_buckets_are_costmodels(spec, cap):
+    # Independent implementations of DDP's rule must give the same bucket sizes.
+    layers = model_layers(spec)
+    nbytes = [4 * t["count"] for t in layers]
+    got = [sum(nbytes[i] for i in b) for b in bucket_indices(nbytes, cap)]
+    want, _ = bucketize(model_workload(spec), cap)
+    np.testing.assert_array_equal(np.asarray(got, dtype=np.float64), want)
+    # Every tensor exactly once, in reverse (backward) order.
+    flat = [i for b in bucket_indices(nbytes, cap) for i in b]
+    assert flat == list(reversed(range(len(layers))))
+
+
+def test_bucket_limits():
+    sizes = [100, 200, 300]
+    assert bucket_indices(sizes, 0) == [[2], [1], [0]]  # one per tensor
+    assert bucket_indices(sizes, 10**9) == [[2, 1, 0]]  # all in one
+    assert bucket_indices(sizes, 250) == [[2], [1], [0]]  # 300 > cap stands alone
+    assert bucket_indices(sizes, 500) == [[2, 1], [0]]
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        bucket_indices(sizes, -1)
+
+
+@pytest.mark.parametrize("spec", [TINY, TINY_CNN, "mlp"])
+def test_model_description_matches_module(spec):
+    model = build_model(spec)
+    leaves = jax.tree_util.tree_leaves_with_path(eqx.filter(model, eqx.is_array))
+    layers = model_layers(spec)
+    assert len(leaves) == len(layers)
+    for (path, leaf), t in zip(leaves, layers, strict=True):
+        name = ".".join(str(getattr(k, "name", getattr(k, "idx", k))) for k in path)
+        assert name == t["name"]
+        assert tuple(leaf.shape) == tuple(t["shape"])
+        assert leaf.dtype == jnp.float32
+    w = model_workload(spec)
+    assert w.total_params == sum(int(np.prod(a.shape)) for _, a in leaves)
+    assert w.tensor_names == tuple(t["name"] for t in layers)
+
+
+def test_mlp_flops_closed_form():
+    s = model_spec({"model": "mlp", "in": 100, "width": 30, "depth": 2, "classes": 7})
+    dims = [100, 30, 30, 7]
+    want = sum(2.0 * a * b for a, b in zip(dims[:-1], dims[1:], strict=False))
+    assert model_workload(s).total_fwd_flops == want
+
+
+def test_cnn_flops_closed_form():
+    s = model_spec(TINY_CNN)
+    want = 2.0 * 4 * 4 * 2 * 3 * 3 * 3 + 2.0 * 3 * 3  # one 3x3 conv 2->3 on 4x4, head 3->3
+    assert model_workload(s).total_fwd_flops == want
+
+
+def test_reference_step_is_mean_of_worker_gradients():
+    # SGD on the concatenated batch of n equal batches = SGD on the mean of the
+    # n per-worker mean gradients (the quantity every architecture exchanges).
+    n, lr = 3, 0.05
+    model = build_model(TINY)
+    params, static = eqx.partition(model, eqx.is_array)
+    grads = []
+    for w in range(n):
+        x, y = make_batch(TINY, w)
+        g = jax.grad(lambda p, x=x, y=y: loss_fn(eqx.combine(p, static), x, y))(params)
+        grads.append(jax.tree_util.tree_leaves(g))
+    mean = [sum(gs) / n for gs in zip(*grads, strict=True)]
+    # First momentum step: trace = g, update = −lr · g.
+    want = [p - lr * g for p, g in zip(jax.tree_util.tree_leaves(params), mean, strict=True)]
+    got = reference_step(TINY, n, lr=lr, momentum=0.9)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, np.asarray(b), rtol=2e-5, atol=1e-6)
+
+
+def test_batches_differ_by_rank_and_repeat_by_seed():
+    a, b, a2 = make_batch(TINY, 0), make_batch(TINY, 1), make_batch(TINY, 0)
+    assert not np.array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[0], a2[0])
+    assert a[0].shape == (4, 8) and a[1].dtype == np.int32 and a[1].max() < 3
+
+
+def test_model_spec_errors():
+    with pytest.raises(ValueError, match="model must be one of"):
+        model_spec("resnet")
+    with pytest.raises(ValueError, match="unknown mlp size 'channels'"):
+        model_spec({"model": "mlp", "channels": 3})
+    with pytest.raises(ValueError, match="'width' must be an integer ≥ 1"):
+        model_spec({"model": "mlp", "width": 0})
+    assert model_name(TINY) == "mlp-8-16x1-3"
+
+
+def test_step_config_errors():
+    with pytest.raises(ValueError, match="architecture must be one of"):
+        StepConfig("hybrid")
+    with pytest.raises(ValueError, match="bucket_bytes must be ≥ 0"):
+        StepConfig("ring", -1)
+    with pytest.raises(ValueError, match="apply to the ps architecture only"):
+        StepConfig("ring", 0, servers=2)
+    with pytest.raises(ValueError, match="p2p_exchange"):
+        StepConfig("p2p", 0, p2p_exchange="tree")
+    assert StepConfig("ps").servers == 1
+    assert processes_needed(StepConfig("ps", servers=3), 2) == 5
+
+
+def test_run_training_argument_errors():
+    with pytest.raises(ValueError, match="different numbers of processes"):
+        run_training(TINY, 2, [StepConfig("ring"), StepConfig("ps", servers=1)])
+    with pytest.raises(ValueError, match="needs at least 3 workers"):
+        run_training(TINY, 2, [StepConfig("ps", servers=3, colocated=True)])
+    with pytest.raises(ValueError, match="workers must be an integer ≥ 1"):
+        run_training(TINY, 0, [StepConfig("ring")])
+    with pytest.raises(ValueError, match="configs is empty"):
+        run_training(TINY, 2, [])
+    with pytest.raises(ValueError, match="steps must be an integer ≥ 1"):
+        run_training(TINY, 2, [StepConfig("ring")], steps=0)
+
+
+# --------------------------------------------------------------------------- real processes
+
+
+def _check_equal_parameters(run, configs, workers, tmp_path, steps):
+    ref = reference_step(TINY, workers)
+    init = [
+        np.asarray(a)
+        for a in jax.tree_util.tree_leaves(eqx.filter(build_model(TINY), eqx.is_array))
+    ]
+    for rank in range(workers):
+        per_config = run.params[rank]
+        assert len(per_config) == len(configs)
+        for (initial, final), cfg in zip(per_config, configs, strict=True):
+            for a, b in zip(initial, init, strict=True):
+                np.testing.assert_array_equal(a.reshape(b.shape), b)
+            moved = max(float(np.abs(f - i).max()) for f, i in zip(final, initial, strict=True))
+            assert moved > 1e-3, f"{cfg}: parameters did not move"
+            for f, r in zip(final, ref, strict=True):
+                np.testing.assert_allclose(
+                    f.reshape(r.shape), r, rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}, {cfg}"
+                )
+    # Timing and records: one record per configuration, valid and distinct.
+    assert [m.config for m in run.measurements] == list(configs)
+    keys = set()
+    for m in run.measurements:
+        validate_record(m.record)
+        assert len(m.samples_s) == steps and min(m.samples_s) > 0
+        assert m.record["kind"] == "step" and m.record["workers"] == workers
+        keys.add(record_key(m.record))
+    assert len(keys) == len(configs)
+    recs = read_records(tmp_path / "steps.jsonl")
+    assert len(recs) == len(configs)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_every_architecture_equals_single_process_training(tmp_path):
+    from calibration import RecordWriter
+
+    configs = [
+        StepConfig("ring", 0),
+        StepConfig("ring", 1 << 20),
+        StepConfig("p2p", 64),
+        StepConfig("p2p", 128, p2p_exchange="reduce_scatter"),  # distinct record key
+        StepConfig("ps", 0, servers=1, colocated=True),
+        StepConfig("ps", 200, servers=2, colocated=True),
+    ]
+    pids: list[int] = []
+    with RecordWriter(tmp_path / "steps.jsonl") as writer:
+        run = run_training(
+            TINY,
+            2,
+            configs,
+            steps=2,
+            warmup_steps=1,
+            return_params=True,
+            writer=writer,
+            on_spawn=lambda rank, pid: pids.append(pid),
+            timeout_s=120,
+        )
+    assert len(pids) == 2 and all(_gone(p) for p in pids)
+    assert not _children()
+    _check_equal_parameters(run, configs, 2, tmp_path, 2)
+    # Bucket counts are the costmodel's.
+    assert [m.num_buckets for m in run.measurements][:2] == [4, 1]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_dedicated_parameter_server_equals_single_process_training(tmp_path):
+    from calibration import RecordWriter
+
+    configs = [StepConfig("ps", 0, servers=1), StepConfig("ps", 1 << 20, servers=1)]
+    pids: list[int] = []
+    with RecordWriter(tmp_path / "steps.jsonl") as writer:
+        run = run_training(
+            TINY,
+            2,
+            configs,
+            steps=2,
+            warmup_steps=1,
+            return_params=True,
+            writer=writer,
+            on_spawn=lambda rank, pid: pids.append(pid),
+            timeout_s=120,
+        )
+    assert len(pids) == 3 and all(_gone(p) for p in pids)
+    assert not _children()
+    _check_equal_parameters(run, configs, 2, tmp_path, 2)
+    m = run.measurements[0]
+    assert (m.processes, m.ranks_per_node, m.record["servers"]) == (3, 3, 1)
+    # The server process does not train: its model copy never moves.
+    initial, final = run.params[2][0]
+    for i, f in zip(initial, final, strict=True):
+        np.testing.assert_array_equal(i, f)

@@ -1,0 +1,284 @@
+"""ddltune validate: metrics, prediction of step records, the CLI, and a short real run.
+
+Physics checked: the rank agreement equals scipy's Kendall τ when every pair
+counts and ignores pairs within their spread; regret is the closed form;
+records whose measured times are the predictions times known factors give
+exactly those errors back; without overlap the ring can only be slower, and
+architectures that never overlap are unchanged; an end-to-end run on real
+processes writes valid step records that re-score to the same result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from scipy.stats import kendalltau
+
+from calibration import model_name, model_workload, read_records
+from costmodel import iteration_time, preset
+from tuner._validate import (
+    compare,
+    load_params,
+    predict_records,
+    rank_agreement,
+    regret,
+)
+from tuner.cli import main
+
+SPEC = {"model": "mlp", "in": 64, "width": 128, "depth": 2, "classes": 10, "batch_size": 16}
+TINY = {"model": "mlp", "in": 8, "width": 16, "depth": 1, "classes": 3, "batch_size": 4}
+
+
+def _rec(arch, workers, bucket, t, *, servers=0, colocated=False, iqr=0.0, spec=SPEC):
+    procs = workers + (servers if arch == "ps" and not colocated else 0)
+    return {
+        "schema": 1,
+        "kind": "step",
+        "architecture": arch,
+        "servers": servers,
+        "colocated": colocated,
+        "workers": workers,
+        "ranks_per_node": procs,
+        "bucket_bytes": bucket,
+        "model": model_name(spec),
+        "model_spec": spec,
+        "batch_size": spec["batch_size"],
+        "time_s": {"p10": t, "median": t * 1.1, "iqr": iqr},
+        "samples_s": [t],
+        "backend": "cpu",
+        "device_kind": "cpu",
+        "versions": {},
+        "host_fingerprint": "test",
+        "timestamp": "2026-01-01T00:00:00Z",
+        "source": "test",
+    }
+
+
+def _grid():
+    recs = []
+    for n in (2, 3, 4):
+        for b in (0, 1 << 16, 1 << 24):
+            recs.append(_rec("ring", n, b, 1.0))
+            recs.append(_rec("p2p", n, b, 1.0))
+            recs.append(_rec("ps", n, b, 1.0, servers=1))
+    return recs
+
+
+PARAMS = preset("ethernet-10g", "cpu")
+BASE = 2e-3
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def test_rank_agreement_is_kendall_tau_when_every_pair_counts():
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        m, p = rng.random(12), rng.random(12)
+        tau, used, total = rank_agreement(m, p, np.zeros(12))
+        assert (used, total) == (66, 66)
+        assert tau == pytest.approx(kendalltau(m, p).statistic, abs=1e-12)
+
+
+def test_rank_agreement_ignores_pairs_within_their_spread():
+    m = np.array([1.0, 1.02, 2.0, 3.0])
+    s = np.array([0.05, 0.05, 0.05, 0.05])
+    # The prediction swaps the two indistinguishable ones: that pair must not count.
+    p = np.array([1.5, 1.4, 2.5, 3.5])
+    tau, used, total = rank_agreement(m, p, s)
+    assert (tau, used, total) == (1.0, 5, 6)
+    # A spread larger than every difference leaves nothing to rank.
+    tau, used, _ = rank_agreement(m, p, np.full(4, 10.0))
+    assert np.isnan(tau) and used == 0
+    with pytest.raises(ValueError, match="equal lengths"):
+        rank_agreement([1.0], [1.0, 2.0], [0.0])
+
+
+def test_regret_closed_form():
+    assert regret([3.0, 2.0, 4.0], [1.0, 2.0, 3.0]) == (0.5, 0, 1)  # picks 3.0, best 2.0
+    assert regret([3.0, 2.0], [2.0, 1.0])[0] == 0.0
+    with pytest.raises(ValueError):
+        regret([], [])
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def test_predict_records_matches_iteration_time():
+    recs = [_rec("ring", 3, 1 << 16, 1.0), _rec("ps", 2, 0, 1.0, servers=2)]
+    got = predict_records(PARAMS, recs, BASE, overlap=True)
+    w = model_workload(SPEC, step_time_s=BASE)
+    want_ring = iteration_time(PARAMS, w, "ring", 3, ranks_per_node=3, bucket_bytes=1 << 16)
+    want_ps = iteration_time(PARAMS, w, "ps", 2, ranks_per_node=4, servers=2, bucket_bytes=0)
+    np.testing.assert_allclose(got, [float(want_ring.iteration_s), float(want_ps.iteration_s)])
+
+
+def test_no_overlap_is_compute_plus_all_communication():
+    # Without overlap the ring's iteration is the plain sum of its parts
+    # (forward + backward + every bucket's all-reduce + update + overhead);
+    # architectures that never overlap are unchanged.
+    recs = _grid()
+    with_ov = predict_records(PARAMS, recs, BASE, overlap=True)
+    without = predict_records(PARAMS, recs, BASE, overlap=False)
+    w = model_workload(SPEC, step_time_s=BASE)
+    for r, a, b in zip(recs, with_ov, without, strict=True):
+        if r["architecture"] == "ring":
+            bd = iteration_time(
+                PARAMS, w, "ring", r["workers"], ranks_per_node=r["workers"],
+                bucket_bytes=r["bucket_bytes"],
+            )  # fmt: skip
+            parts = sum(
+                float(getattr(bd, f))
+                for f in ("forward_s", "backward_s", "communication_s", "update_s", "overhead_s")
+            )
+            assert b == pytest.approx(parts, rel=1e-12)
+        else:
+            assert b == pytest.approx(a, rel=1e-12)
+
+
+def test_compare_recovers_known_errors():
+    recs = _grid()
+    pred = predict_records(PARAMS, recs, BASE, overlap=False)
+    factors = np.linspace(0.8, 1.25, len(recs))  # measured = predicted × factor
+    for r, p, f in zip(recs, pred, factors, strict=True):
+        r["time_s"]["p10"] = float(p * f)
+    base = _rec("ring", 1, 0, BASE)
+    res = compare(PARAMS, [base] + recs)  # cpu: p10, no overlap
+    assert res.statistic == "p10" and res.overlap is False
+    errs = np.array([r.error for r in res.rows])
+    np.testing.assert_allclose(errs, 1 / factors - 1, rtol=1e-9)
+    assert res.mape == pytest.approx(np.mean(np.abs(1 / factors - 1)), rel=1e-9)
+    assert set(res.mape_by_workers) == {2, 3, 4}
+    # Exact predictions: perfect rank agreement and no regret.
+    for r, p in zip(recs, pred, strict=True):
+        r["time_s"]["p10"] = float(p)
+    exact = compare(PARAMS, [base] + recs)
+    assert exact.mape == pytest.approx(0.0, abs=1e-12)
+    assert exact.regret == 0.0 and exact.kendall_tau == 1.0
+    doc = exact.to_dict()
+    assert set(doc) >= {"rows", "mape", "kendall_tau", "regret"}
+    assert set(doc["rows"][0]) >= {
+        "architecture",
+        "servers",
+        "workers",
+        "bucket_bytes",
+        "measured_s",
+        "predicted_s",
+    }
+
+
+def test_compare_errors():
+    with pytest.raises(ValueError, match="single-worker step"):
+        compare(PARAMS, [_rec("ring", 2, 0, 1.0)])
+    with pytest.raises(ValueError, match="workers ≥ 2"):
+        compare(PARAMS, [_rec("ring", 1, 0, 1.0)])
+    other = dict(SPEC, width=7)
+    with pytest.raises(ValueError, match="several models"):
+        compare(PARAMS, [_rec("ring", 1, 0, 1.0), _rec("ring", 2, 0, 1.0, spec=other)])
+
+
+def test_load_params(tmp_path):
+    assert load_params(PARAMS) is PARAMS
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(PARAMS.to_dict()))
+    np.testing.assert_allclose(load_params(bare).alpha_s, PARAMS.alpha_s)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "something else"}')
+    from costmodel import InputFileError
+
+    with pytest.raises(InputFileError, match="bad.json"):
+        load_params(bad)
+    with pytest.raises(FileNotFoundError):
+        load_params(tmp_path / "missing.json")
+    with pytest.raises(TypeError, match="profile must be"):
+        load_params(3)
+
+
+def test_load_params_from_a_profile(tmp_path):
+    try:
+        from calibration import Profile
+    except ImportError:
+        pytest.skip("calibration.Profile is not available in this checkout")
+    prof = Profile.from_preset("ethernet-10g", "cpu")
+    path = tmp_path / "profile.json"
+    prof.save(path)
+    np.testing.assert_allclose(load_params(path).beta_s_per_byte, PARAMS.beta_s_per_byte)
+    assert load_params(prof) is prof.params
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_rescore_from_file(tmp_path, capsys):
+    recs = [_rec("ring", 1, 0, BASE)] + _grid()
+    path = tmp_path / "steps.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(PARAMS.to_dict()))
+    assert main(["validate", "--profile", str(prof), "--from", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["rows"]) == 27 and 0 <= doc["mape"]
+    assert main(["validate", "--profile", str(prof), "--from", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "MAPE" in out and "Kendall tau" in out and "regret" in out
+
+
+def test_cli_usage_errors(tmp_path, capsys):
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(PARAMS.to_dict()))
+    assert main(["validate", "--workers", "2"]) == 2  # --profile is required
+    assert main(["validate", "--profile", str(prof), "--workers", "1"]) == 2
+    assert "--workers must be ≥ 2" in capsys.readouterr().err
+    assert main(["validate", "--profile", str(prof), "--size", "width"]) == 2
+    assert main(["validate", "--profile", str(tmp_path / "nope.json"), "--from", "x"]) == 1
+
+
+# --------------------------------------------------------------------------- real run
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_validate_end_to_end(tmp_path, capsys):
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(PARAMS.to_dict()))
+    out = tmp_path / "steps.jsonl"
+    args = [
+        "validate", "--profile", str(prof), "--workers", "2", "--model", "mlp",
+        "--size", "in=8,width=16,depth=1,classes=3,batch_size=4",
+        "--arch", "ps,p2p,ring", "--colocated", "--bucket-bytes", "0,16M",
+        "--steps", "3", "--warmup-steps", "1", "--measurements", str(out), "--json",
+        "--no-progress",
+    ]  # fmt: skip
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["rows"]
+    assert len(rows) == 6
+    assert {(r["architecture"], r["bucket_bytes"]) for r in rows} == {
+        (a, b) for a in ("ps", "p2p", "ring") for b in (0, 16 * 2**20)
+    }
+    for r in rows:
+        assert r["measured_s"] > 0 and r["predicted_s"] > 0 and r["workers"] == 2
+    assert doc["mape"] == pytest.approx(
+        np.mean([abs(r["predicted_s"] / r["measured_s"] - 1) for r in rows])
+    )
+    # Every step was recorded (baseline included) and re-scores to the same result.
+    recs = read_records(out)
+    assert len(recs) == 7 and sum(r["workers"] == 1 for r in recs) == 1
+    again = compare(prof, recs).to_dict()
+    assert again["mape"] == pytest.approx(doc["mape"])
+    # No worker left behind.
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            assert not (int(fields[1]) == me and fields[0] != "Z"), f"process {d} left behind"
+    # An existing measurement file is not overwritten without --overwrite.
+    assert main(args[:-2] + ["--no-progress"]) == 1
+    assert "already exists" in capsys.readouterr().err
