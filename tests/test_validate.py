@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 from scipy.stats import kendalltau
@@ -282,3 +283,59 @@ def test_validate_end_to_end(tmp_path, capsys):
     # An existing measurement file is not overwritten without --overwrite.
     assert main(args[:-2] + ["--no-progress"]) == 1
     assert "already exists" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- published scaling
+
+
+def _benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "accuracy_published_scaling.py"
+    spec = importlib.util.spec_from_file_location("accuracy_published_scaling", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_published_k80_scaling_beats_linear():
+    # Real data (tf_cnn_benchmarks, 8 to 64 K80 GPUs on EC2, parameter servers):
+    # from the 1-GPU throughput and datasheet presets alone, the model must stay
+    # within 10% MAPE and beat linear scaling (13.9% MAPE on this table).
+    from pathlib import Path
+
+    bench = _benchmark()
+    table = (
+        Path(__file__).resolve().parent
+        / "data"
+        / "scaling"
+        / "scaling_tf_cnn_benchmarks_aws-k80-distributed-ps_1-64gpus.csv"
+    )
+    # Standard promotion: HybridArchitecture.phase1_s multiplies a float by a bool
+    # (costmodel/architectures/_ps.py, "* (m > 1)"), which strict promotion rejects.
+    with jax.numpy_dtype_promotion("standard"):
+        res = bench.predict_file(table, what_if=False)
+    assert len(res["rows"]) == 20
+    assert res["linear_mape"] == pytest.approx(0.139, abs=0.001)
+    assert res["mape"] < 0.10 and res["beats_linear"]
+    for r in res["rows"]:
+        # Communication only ever adds time: never better than linear scaling.
+        assert r["predicted"] <= r["linear"] * (1 + 1e-9)
+        assert r["architecture"] == "hybrid" and r["ranks_per_node"] == 8
+
+
+def test_published_tables_parse():
+    from pathlib import Path
+
+    bench = _benchmark()
+    folder = Path(__file__).resolve().parent / "data" / "scaling"
+    for f in sorted(folder.glob("*.csv")):
+        rows = bench.load_table(f)
+        assert rows and all("images_per_sec" in r for r in rows)
+        assert bench.system_for(f)["gpus_per_node"] == 8
+    dgx = bench.load_table(folder / "scaling_tf_cnn_benchmarks_dgx1-p100_1-8gpus.csv")
+    assert sum(r["images_per_sec"] is None for r in dgx) == 1  # AlexNet, real data, 8 GPUs
+    with pytest.raises(ValueError, match="no system description"):
+        bench.system_for(Path("scaling_unknown.csv"))
