@@ -21,7 +21,7 @@ from scipy.stats import kendalltau
 from calibration import model_name, model_workload, read_records
 from costmodel import iteration_time, preset
 from tuner._validate import (
-    compare,
+    compare_steps,
     load_params,
     predict_records,
     rank_agreement,
@@ -147,7 +147,7 @@ def test_compare_recovers_known_errors():
     for r, p, f in zip(recs, pred, factors, strict=True):
         r["time_s"]["p10"] = float(p * f)
     base = _rec("ring", 1, 0, BASE)
-    res = compare(PARAMS, [base] + recs)  # cpu: p10, no overlap
+    res = compare_steps(PARAMS, [base] + recs)  # cpu: p10, no overlap
     assert res.statistic == "p10" and res.overlap is False
     errs = np.array([r.error for r in res.rows])
     np.testing.assert_allclose(errs, 1 / factors - 1, rtol=1e-9)
@@ -156,7 +156,7 @@ def test_compare_recovers_known_errors():
     # Exact predictions: perfect rank agreement and no regret.
     for r, p in zip(recs, pred, strict=True):
         r["time_s"]["p10"] = float(p)
-    exact = compare(PARAMS, [base] + recs)
+    exact = compare_steps(PARAMS, [base] + recs)
     assert exact.mape == pytest.approx(0.0, abs=1e-12)
     assert exact.regret == 0.0 and exact.kendall_tau == 1.0
     doc = exact.to_dict()
@@ -173,12 +173,12 @@ def test_compare_recovers_known_errors():
 
 def test_compare_errors():
     with pytest.raises(ValueError, match="single-worker step"):
-        compare(PARAMS, [_rec("ring", 2, 0, 1.0)])
+        compare_steps(PARAMS, [_rec("ring", 2, 0, 1.0)])
     with pytest.raises(ValueError, match="workers ≥ 2"):
-        compare(PARAMS, [_rec("ring", 1, 0, 1.0)])
+        compare_steps(PARAMS, [_rec("ring", 1, 0, 1.0)])
     other = dict(SPEC, width=7)
     with pytest.raises(ValueError, match="several models"):
-        compare(PARAMS, [_rec("ring", 1, 0, 1.0), _rec("ring", 2, 0, 1.0, spec=other)])
+        compare_steps(PARAMS, [_rec("ring", 1, 0, 1.0), _rec("ring", 2, 0, 1.0, spec=other)])
 
 
 def test_load_params(tmp_path):
@@ -268,7 +268,7 @@ def test_validate_end_to_end(tmp_path, capsys):
     # Every step was recorded (baseline included) and re-scores to the same result.
     recs = read_records(out)
     assert len(recs) == 7 and sum(r["workers"] == 1 for r in recs) == 1
-    again = compare(prof, recs).to_dict()
+    again = compare_steps(prof, recs).to_dict()
     assert again["mape"] == pytest.approx(doc["mape"])
     # No worker left behind.
     me = os.getpid()

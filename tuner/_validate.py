@@ -7,7 +7,7 @@ ring all-reduce, peer-to-peer, parameter servers, on ``jax.distributed``
 processes), predicts each configuration with a profile
 (:func:`costmodel.iteration_time`, compute from the single-worker step of the
 same model measured in the same run), and scores the predictions
-(:func:`compare`):
+(:func:`compare_steps`):
 
 * **MAPE** — mean over configurations of |predicted − measured| / measured.
 * **Kendall τ** — rank agreement of predicted and measured iteration times,
@@ -49,7 +49,7 @@ __all__ = [
     "predict_records",
     "rank_agreement",
     "regret",
-    "compare",
+    "compare_steps",
     "validate",
     "DEFAULT_VALIDATE_BUCKETS",
 ]
@@ -103,7 +103,7 @@ class ValidationRow:
 
 @dataclasses.dataclass(frozen=True)
 class ValidationResult:
-    """What :func:`compare` and :func:`validate` return.
+    """What :func:`compare_steps` and :func:`validate` return.
 
     Attributes:
         rows: one :class:`ValidationRow` per configuration.
@@ -396,7 +396,7 @@ def predict_records(
     return out
 
 
-def compare(
+def compare_steps(
     profile, records: Iterable[dict], *, statistic: str | None = None, overlap: bool | str = "auto"
 ) -> ValidationResult:
     """Score a profile's predictions against measured step records.
@@ -522,7 +522,7 @@ def validate(
         steps, warmup_steps: timed and untimed steps per configuration.
         measurements: also write every step record there (JSON Lines).
         overwrite: replace an existing ``measurements`` file.
-        statistic, overlap: see :func:`compare`.
+        statistic, overlap: see :func:`compare_steps`.
         timeout_s: a worker silent this long stops the run, seconds.
         on_measurement: called with each :class:`calibration.StepMeasurement`.
 
@@ -572,6 +572,6 @@ def validate(
     finally:
         if writer is not None:
             writer.close()
-    return compare(
+    return compare_steps(
         params, [base.record] + [m.record for m in got], statistic=statistic, overlap=overlap
     )

@@ -8,7 +8,7 @@ import sys
 
 from costmodel import format_bytes
 
-from .._validate import DEFAULT_VALIDATE_BUCKETS, ValidationResult, compare, validate
+from .._validate import DEFAULT_VALIDATE_BUCKETS, ValidationResult, compare_steps, validate
 from ._common import (
     CLIError,
     UsageError,
@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     if args.from_file is not None:
         from calibration import read_records
 
-        result = compare(
+        result = compare_steps(
             args.profile, read_records(args.from_file), statistic=args.statistic, overlap=overlap
         )
     else:
