@@ -1,0 +1,359 @@
+"""``ddltune predict``: the rows are the model's numbers, nccl-tests' bandwidth
+definitions hold, and bad input is one line naming the flag (exit 2, or 1 for files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costmodel import collective_time, get_workload, iteration_time, preset
+from tuner.cli import main
+
+DATA = Path(__file__).parent / "data"
+BREAKDOWN_KEYS = {
+    "forward_s",
+    "backward_s",
+    "communication_s",
+    "exposed_communication_s",
+    "update_s",
+    "overhead_s",
+    "iteration_s",
+    "throughput_samples_per_s",
+    "scaling_efficiency",
+    "num_buckets",
+}
+
+
+def _run(capsys, *argv):
+    code = main(["predict", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _json(capsys, *argv):
+    code, out, err = _run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)  # exactly one JSON document
+
+
+def _one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("ddltune predict: error: ")
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------
+# Iteration mode
+# ---------------------------------------------------------------------------
+def test_iteration_rows_are_the_models_breakdown(capsys):
+    doc = _json(
+        capsys,
+        *("--preset", "ethernet-10g", "--device", "v100", "--model", "resnet50"),
+        *("--arch", "ps,p2p,ring", "--servers", "1,2", "--workers", "4,32"),
+        *("--bucket-bytes", "0,25M"),
+    )
+    rows = doc["rows"]
+    # ps × 2 servers × 2 workers × 2 buckets, p2p and ring × 2 × 2
+    assert len(rows) == 8 + 4 + 4
+    p, w = preset("ethernet-10g", "v100"), get_workload("resnet50", 64)
+    for r in rows:
+        assert {
+            "architecture",
+            "servers",
+            "colocated",
+            "workers",
+            "ranks_per_node",
+            "bucket_bytes",
+            "time_s",
+        } | BREAKDOWN_KEYS <= set(r)
+        assert r["time_s"] == r["iteration_s"]
+        assert (r["servers"] is None) == (r["architecture"] != "ps")
+        want = iteration_time(
+            p,
+            w,
+            r["architecture"],
+            r["workers"],
+            servers=r["servers"] or 1,
+            bucket_bytes=r["bucket_bytes"],
+        )
+        for key in BREAKDOWN_KEYS:
+            assert r[key] == pytest.approx(float(getattr(want, key)), rel=1e-12), (r, key)
+    assert {r["bucket_bytes"] for r in rows} == {0, 25 * 1024**2}
+    assert doc["workload"]["name"] == "resnet50" and doc["workload"]["batch_size"] == 64
+    # the paper's finding is visible in the command's own output
+    t = {(r["architecture"], r["workers"]): r["time_s"] for r in rows if r["bucket_bytes"]}
+    t_ps1 = {
+        r["workers"]: r["time_s"]
+        for r in rows
+        if r["architecture"] == "ps" and r["servers"] == 1 and r["bucket_bytes"]
+    }
+    assert t_ps1[32] / t_ps1[4] >= 5 and t[("ring", 32)] / t[("ring", 4)] < 1.5
+
+
+def test_table_has_units_and_one_line_per_configuration(capsys):
+    code, out, err = _run(
+        capsys,
+        *("--preset", "ethernet-10g", "--device", "v100", "--model", "resnet50"),
+        *("--arch", "ps,p2p,ring", "--workers", "4,8,16,32"),
+    )
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("arch"))
+    for unit in ("iteration ms", "exposed ms", "samples/s", "efficiency %"):
+        assert unit in header
+    body = [line for line in lines if line.split()[:1] and line.split()[0] in ("ps", "p2p", "ring")]
+    assert len(body) == 12
+    assert "resnet50" in lines[0] and "ethernet-10g" in lines[0]
+
+
+def test_colocated_servers_batch_and_ranks_per_node(capsys):
+    doc = _json(
+        capsys,
+        *("--preset", "ib-hdr-200g,nvlink-a100", "--device", "a100", "--model", "bert_base"),
+        *("--arch", "ps,hierarchical", "--servers", "4", "--colocated", "--workers", "16"),
+        *("--ranks-per-node", "8", "--batch-size", "32", "--bucket-bytes", "100M"),
+    )
+    ps, hier = doc["rows"]
+    assert ps["colocated"] is True and hier["colocated"] is False
+    assert ps["servers"] == 4 and ps["ranks_per_node"] == 8 and ps["bucket_bytes"] == 100 * 2**20
+    p, w = preset("ib-hdr-200g,nvlink-a100", "a100"), get_workload("bert_base", 32)
+    want = iteration_time(
+        p, w, "ps", 16, servers=4, colocated=True, ranks_per_node=8, bucket_bytes=100 * 2**20
+    )
+    assert ps["time_s"] == pytest.approx(float(want.iteration_s), rel=1e-12)
+    assert ps["throughput_samples_per_s"] == pytest.approx(16 * 32 / ps["time_s"], rel=1e-12)
+
+
+def test_layer_file_and_measured_step_time(capsys):
+    # One worker, no communication: the iteration is the measured step.
+    doc = _json(
+        capsys,
+        *("--preset", "ethernet-25g", "--layers", str(DATA / "layers_example.json")),
+        *("--batch-size", "32", "--step-time", "0.41", "--arch", "ring", "--workers", "1,8"),
+    )
+    one, eight = doc["rows"]
+    assert one["time_s"] == pytest.approx(0.41, rel=1e-12)
+    assert one["scaling_efficiency"] == pytest.approx(1.0, rel=1e-12)
+    assert eight["time_s"] > one["time_s"]
+    assert doc["workload"]["name"] == "lenet5" and doc["workload"]["step_time_s"] == 0.41
+
+
+# ---------------------------------------------------------------------------
+# Collective mode
+# ---------------------------------------------------------------------------
+def test_collective_rows_follow_nccl_tests_definitions(capsys):
+    sizes = "1K,1M,64M,1G,64G"
+    doc = _json(
+        capsys,
+        *("--preset", "ib-edr-100g", "--device", "v100", "--collective", "all_reduce"),
+        *("--num-ranks", "16", "--message-bytes", sizes),
+    )
+    rows = doc["rows"]
+    p = preset("ib-edr-100g", "v100")
+    S = np.array([1024, 1024**2, 64 * 1024**2, 1024**3, 64 * 1024**3])
+    t = np.asarray(collective_time(p, "all_reduce", S, 16, 1))
+    assert [r["message_bytes"] for r in rows] == S.tolist()
+    for r, s, ti in zip(rows, S, t, strict=True):
+        assert {"collective", "num_ranks", "message_bytes", "time_s", "algbw", "busbw"} <= set(r)
+        assert r["time_s"] == pytest.approx(float(ti), rel=1e-13)
+        assert r["algbw"] == pytest.approx(s / ti, rel=1e-13)
+        assert r["busbw"] == pytest.approx(s / ti * 2 * 15 / 16, rel=1e-13)
+    # busbw grows with the size towards the link's bandwidth (0.92 × 100 Gb/s / 8);
+    # within 10 %: the preset's NIC cap equals the link, which the smooth max blurs
+    # (tests/test_presets.py::test_preset_busbw_reaches_the_link_rate)
+    link = 0.92 * 100e9 / 8
+    assert 0.9 * link < rows[-1]["busbw"] < link
+    assert all(a["busbw"] < b["busbw"] for a, b in zip(rows, rows[1:], strict=False))
+
+
+@pytest.mark.parametrize(
+    ("collective", "factor"),
+    [("all_gather", 7 / 8), ("reduce_scatter", 7 / 8), ("broadcast", 1.0), ("ps_push", 1.0)],
+)
+def test_busbw_factor_per_collective(capsys, collective, factor):
+    doc = _json(
+        capsys,
+        *("--preset", "ethernet-100g", "--collective", collective),
+        *("--num-ranks", "8", "--message-bytes", "4M"),
+    )
+    (r,) = doc["rows"]
+    assert r["busbw"] == pytest.approx(r["algbw"] * factor, rel=1e-13)
+    assert r["algbw"] == pytest.approx(4 * 2**20 / r["time_s"], rel=1e-13)
+
+
+def test_collective_table_and_algorithm(capsys):
+    code, out, _ = _run(
+        capsys,
+        *("--preset", "ib-edr-100g,nvlink-v100", "--collective", "all_reduce"),
+        *("--algorithm", "hierarchical", "--num-ranks", "16", "--ranks-per-node", "8"),
+        *("--message-bytes", "1K,1G"),
+    )
+    assert code == 0
+    assert "all_reduce (hierarchical), 16 ranks, 8 per node" in out
+    header = next(line for line in out.splitlines() if line.startswith("size"))
+    for unit in ("time µs", "algbw GB/s", "busbw GB/s"):
+        assert unit in header
+
+
+def test_one_rank_collective_has_no_bandwidth(capsys):
+    (r,) = _json(
+        capsys,
+        *("--preset", "ethernet-10g", "--collective", "all_reduce"),
+        *("--num-ranks", "1", "--message-bytes", "1M"),
+    )["rows"]
+    assert r["time_s"] == 0.0 and r["algbw"] is None and r["busbw"] is None
+
+
+# ---------------------------------------------------------------------------
+# Profiles
+# ---------------------------------------------------------------------------
+def _profile_class():
+    try:
+        from calibration import Profile
+    except ImportError:
+        return None
+    return Profile
+
+
+@pytest.mark.skipif(_profile_class() is None, reason="calibration.Profile has not landed")
+def test_profile_gives_the_same_numbers_and_an_interval(tmp_path, capsys):
+    Profile = _profile_class()
+    path = tmp_path / "prior.json"
+    Profile.from_preset("ethernet-10g", "v100").save(path)
+    args = ("--model", "resnet50", "--arch", "ring,ps", "--workers", "4,32")
+    with_profile = _json(capsys, "--profile", str(path), *args)["rows"]
+    with_preset = _json(capsys, "--preset", "ethernet-10g", "--device", "v100", *args)["rows"]
+    for a, b in zip(with_profile, with_preset, strict=True):
+        assert a["time_s"] == pytest.approx(b["time_s"], rel=1e-9)
+        lo, hi = a["interval_s"]
+        assert 0 < lo < a["time_s"] < hi
+        assert "interval_s" not in b
+    rows = _json(
+        capsys,
+        *("--profile", str(path), "--collective", "all_gather"),
+        *("--num-ranks", "8", "--message-bytes", "1K,1G"),
+    )["rows"]
+    assert all(r["interval_s"][0] < r["time_s"] < r["interval_s"][1] for r in rows)
+    code, out, _ = _run(capsys, "--profile", str(path), *args)
+    assert code == 0 and "90% interval ms" in out
+    # a profile holds its device: --device is a usage error
+    code, _, err = _run(capsys, "--profile", str(path), "--device", "a100", *args)
+    assert code == 2 and "--device" in _one_line_error(err)
+    # a missing profile file is a file problem: exit 1, naming the file
+    code, _, err = _run(capsys, "--profile", str(tmp_path / "none.json"), *args)
+    assert code == 1 and "none.json" in _one_line_error(err)
+
+
+@pytest.mark.skipif(_profile_class() is not None, reason="calibration.Profile has landed")
+def test_profile_before_calibration_lands_is_a_clear_error(tmp_path, capsys):
+    code, _, err = _run(
+        capsys, "--profile", str(tmp_path / "p.json"), "--model", "resnet50", "--arch", "ring"
+    )
+    assert code == 2 and "profiles arrive with calibration" in _one_line_error(err)
+
+
+# ---------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------
+ITER = ("--preset", "ethernet-10g", "--model", "resnet50", "--arch", "ring", "--workers", "4")
+COLL = ("--preset", "ethernet-10g", "--collective", "all_reduce", "--num-ranks", "4")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            (*COLL, "--message-bytes", "1K", "--collective", "allreduce"),
+            ["--collective", "ps_push"],
+        ),
+        (("--preset", "ethernet-1g", *ITER[2:]), ["--preset", "ethernet-1g", "ib-hdr-200g"]),
+        ((*ITER, "--device", "v200"), ["--device", "v200", "a100"]),
+        ((*ITER[:4], "--arch", "ring,allreduce", "--workers", "4"), ["--arch", "p2p"]),
+        ((*ITER[:2], "--model", "resnet5", *ITER[4:]), ["--model", "resnet50", "--layers"]),
+        ((*ITER[:-1], "0,4"), ["--workers", "≥ 1"]),
+        ((*COLL[:-1], "0", "--message-bytes", "1K"), ["--num-ranks", "≥ 1"]),
+        ((*COLL, "--message-bytes=-1K"), ["--message-bytes", "-1K"]),
+        ((*COLL, "--message-bytes", "1Q"), ["--message-bytes", "suffix"]),
+        ((*ITER, "--batch-size", "0"), ["--batch-size", "≥ 1"]),
+        ((*ITER, "--batch-size", "-3"), ["--batch-size"]),
+        ((*ITER, "--step-time", "0"), ["--step-time", "> 0"]),
+        ((*ITER, "--ranks-per-node", "0"), ["--ranks-per-node"]),
+        ((*ITER, "--colocated"), ["--colocated", "ps"]),
+        ((*ITER, "--servers", "2"), ["--servers", "ps"]),
+        ((*ITER, "--collective", "all_reduce"), ["--collective", "--model"]),
+        ((*COLL, "--message-bytes", "1K", "--algorithm", "ring2"), ["--algorithm", "tree"]),
+        (
+            (
+                *COLL[:3],
+                "all_gather",
+                "--algorithm",
+                "tree",
+                "--num-ranks",
+                "4",
+                "--message-bytes",
+                "1",
+            ),
+            ["--algorithm", "all_gather has one algorithm"],
+        ),
+        (ITER[2:], ["--preset", "--profile"]),
+        (ITER[:2], ["--model", "--collective"]),
+        (ITER[:4], ["--arch", "--workers"]),
+        (COLL, ["--message-bytes"]),
+        ((*ITER, "--preset", "ethernet-10g", "--profile", "p.json"), ["--profile", "--preset"]),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(capsys, argv, words):
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == ""
+    line = _one_line_error(err)
+    for w in words:
+        assert w in line, line
+
+
+def test_malformed_layer_file_is_exit_1_with_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,params,fwd_flops\nfc.weight,7840,0\nfc.bias,-10,15690\n")
+    code, _, err = _run(
+        capsys, "--preset", "ethernet-10g", "--layers", str(bad), "--arch", "ring", "--workers", "2"
+    )
+    assert code == 1
+    assert f"{bad}:3" in _one_line_error(err)
+    code, _, err = _run(
+        capsys, "--preset", "ethernet-10g", "--layers", str(tmp_path / "none.json"), *ITER[4:]
+    )
+    assert code == 1 and "none.json: no such file" in _one_line_error(err)
+
+
+def test_help_explains_the_options_with_an_example(capsys):
+    code = main(["predict", "--help"])
+    out = capsys.readouterr().out
+    assert code == 0
+    for opt in (
+        "--preset",
+        "--profile",
+        "--device",
+        "--model",
+        "--layers",
+        "--batch-size",
+        "--step-time",
+        "--arch",
+        "--servers",
+        "--colocated",
+        "--workers",
+        "--ranks-per-node",
+        "--bucket-bytes",
+        "--collective",
+        "--algorithm",
+        "--num-ranks",
+        "--message-bytes",
+        "--json",
+    ):
+        assert opt in out, opt
+    assert "ddltune predict --preset ethernet-10g --device v100 --model resnet50" in out
+    for unit in ("ms", "samples/s", "µs", "GB/s", "powers of 1024"):
+        assert unit in out
+    assert main(["--help"]) == 0 and "predict" in capsys.readouterr().out

@@ -1,0 +1,538 @@
+"""``ddltune predict``: the cost model's prediction for given configurations.
+
+Two modes: an *iteration* breakdown per (architecture, servers, workers, bucket
+size) of a model, or a *collective*'s time, algbw and busbw per message size.
+Parsing and formatting only; the numbers come from :mod:`costmodel` (and from
+:class:`calibration.Profile` for ``--profile``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+from ._common import (
+    UsageError,
+    bytes_list_arg,
+    int_list_arg,
+    name_list_arg,
+    positive_float_arg,
+    positive_int_arg,
+    print_json,
+)
+
+NAME = "predict"
+HELP = "predict iteration times per architecture, or a collective's time per size"
+DESCRIPTION = """\
+Predict with the cost model, from datasheet presets (--preset/--device) or a
+fitted profile (--profile), in one of two modes:
+
+iteration mode (--model or --layers, with --arch and --workers): one row per
+configuration — every architecture × servers (for ps and hybrid) × workers ×
+bucket size — with the breakdown of one synchronous SGD iteration: forward,
+backward, all communication, the part of it not hidden behind backward
+("exposed"), the update, the iteration time (ms), throughput (samples/s over
+all workers) and scaling efficiency (%: throughput / (workers × one worker's
+throughput without any communication)).
+
+collective mode (--collective with --num-ranks and --message-bytes): one row
+per message size with the time (µs), algbw = S/t and busbw = algbw × factor
+(GB/s = 1e9 bytes/s), as nccl-tests defines them (factor: all_reduce
+2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n; others 1).
+
+Sizes take nccl-tests suffixes: K, M, G are powers of 1024 (64M = 64 MiB).
+With --profile, each row also gets a 90% prediction interval (parameter
+uncertainty and held-out residual spread of the fit)."""
+EPILOG = """\
+examples:
+  # the seed paper's comparison: 1PS vs peer-to-peer vs ring all-reduce, 10 GbE, V100s
+  ddltune predict --preset ethernet-10g --device v100 --model resnet50 \\
+      --arch ps,p2p,ring --workers 4,8,16,32
+
+  # two parameter servers, colocated, against ring with 8 GPUs per node, 2 bucket sizes
+  ddltune predict --preset ib-hdr-200g,nvlink-a100 --device a100 --model bert_large \\
+      --arch ps,ring,hierarchical --servers 2 --colocated --workers 16,64 \\
+      --ranks-per-node 8 --bucket-bytes 25M,100M --json
+
+  # your model from a layer file, with a measured single-GPU step time of 0.41 s at batch 32
+  ddltune predict --preset ethernet-25g --layers my_model.json --batch-size 32 \\
+      --step-time 0.41 --arch ring --workers 2,4,8
+
+  # a collective: all_reduce over 16 ranks (2 nodes of 8), 1 KiB to 1 GiB
+  ddltune predict --preset ib-edr-100g,nvlink-v100 --collective all_reduce \\
+      --num-ranks 16 --ranks-per-node 8 --message-bytes 1K,1M,64M,1G
+
+Exit codes: 0 success; 2 bad arguments (unknown names, values out of range);
+1 a file that cannot be read or is malformed."""
+
+#: Interval level of ``--profile`` predictions.
+LEVEL = 0.9
+
+
+def _usage_error(parser: argparse.ArgumentParser, message: str):
+    # argparse prints the whole usage block; ddltune errors are one line.
+    parser.exit(2, f"ddltune {NAME}: error: {message} (see 'ddltune {NAME} --help')\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ddltune predict``."""
+    parser.error = lambda message: _usage_error(parser, message)  # one-line usage errors
+
+    src = parser.add_argument_group("cluster (one of)")
+    g = src.add_mutually_exclusive_group()
+    g.add_argument(
+        "--preset",
+        metavar="NET[,INTRA]",
+        help="datasheet presets: inter-node network (ethernet-10g, ethernet-25g, "
+        "ethernet-100g, ib-edr-100g, ib-hdr-200g, ib-ndr-400g), optionally with the "
+        "intra-node link (pcie3-x16 (default), pcie4-x16, nvlink-v100, nvlink-a100, "
+        "nvlink-h100, shm)",
+    )
+    g.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="a fitted profile (from 'ddltune calibrate'); adds 90%% prediction intervals",
+    )
+    src.add_argument(
+        "--device",
+        metavar="NAME",
+        help="device preset with --preset: k80, p100, v100 (default), a100, h100, cpu",
+    )
+
+    it = parser.add_argument_group("iteration mode")
+    m = it.add_mutually_exclusive_group()
+    m.add_argument(
+        "--model",
+        metavar="NAME",
+        help="a model of the zoo: alexnet, vgg16, resnet18/34/50/101/152, inception_v3, "
+        "bert_base, bert_large, gpt2",
+    )
+    m.add_argument(
+        "--layers",
+        metavar="FILE",
+        help="your model's parameter tensors as a JSON or CSV layer file (see the README)",
+    )
+    it.add_argument(
+        "--batch-size",
+        type=positive_int_arg,
+        metavar="B",
+        help="samples per worker per step, ≥ 1 (default 64)",
+    )
+    it.add_argument(
+        "--step-time",
+        type=positive_float_arg,
+        metavar="S",
+        help="measured single-worker step time in seconds at the batch size; replaces "
+        "the compute time estimated from FLOPs",
+    )
+    it.add_argument(
+        "--arch",
+        type=name_list_arg,
+        metavar="LIST",
+        help="comma-separated architectures: ps (parameter servers), ps_host (each "
+        "node's CPU), hybrid (all-reduce in a node, servers across), p2p, ring, tree, "
+        "hierarchical",
+    )
+    it.add_argument(
+        "--servers",
+        type=int_list_arg,
+        metavar="LIST",
+        help="parameter servers k ≥ 1 for ps and hybrid, comma-separated (default 1)",
+    )
+    it.add_argument(
+        "--colocated",
+        action="store_true",
+        help="ps servers run on k of the workers (default: dedicated machines)",
+    )
+    it.add_argument(
+        "--workers",
+        type=int_list_arg,
+        metavar="LIST",
+        help="numbers of workers (data-parallel ranks) n ≥ 1, comma-separated",
+    )
+    it.add_argument(
+        "--bucket-bytes",
+        type=bytes_list_arg,
+        metavar="LIST",
+        help="gradient bucket caps in bytes, comma-separated (default 25M, PyTorch DDP's); "
+        "0 = one collective per tensor",
+    )
+
+    co = parser.add_argument_group("collective mode")
+    co.add_argument(
+        "--collective",
+        metavar="NAME",
+        help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce, "
+        "sendrecv, ps_push, ps_pull",
+    )
+    co.add_argument(
+        "--algorithm",
+        choices=("ring", "tree", "hierarchical"),
+        help="all_reduce algorithm (default ring)",
+    )
+    co.add_argument(
+        "--num-ranks", type=positive_int_arg, metavar="N", help="ranks in the collective, ≥ 1"
+    )
+    co.add_argument(
+        "--message-bytes",
+        type=bytes_list_arg,
+        metavar="LIST",
+        help="message sizes S in bytes, comma-separated, nccl-tests' convention (the "
+        "full array for all_gather and reduce_scatter)",
+    )
+
+    parser.add_argument(
+        "--ranks-per-node",
+        type=positive_int_arg,
+        metavar="G",
+        default=1,
+        help="workers (ranks) per node sharing its network link, ≥ 1 (default 1)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON document {"rows": [...]} (SI units: s, bytes, bytes/s)',
+    )
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------
+_ITERATION_FLAGS = ("model", "layers", "batch_size", "step_time", "arch", "servers", "workers")
+_ITERATION_FLAGS += ("bucket_bytes",)
+_COLLECTIVE_FLAGS = ("collective", "algorithm", "num_ranks", "message_bytes")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _mode(args) -> str:
+    given_it = [d for d in _ITERATION_FLAGS if getattr(args, d) not in (None, False)]
+    if args.colocated:
+        given_it.append("colocated")
+    given_co = [d for d in _COLLECTIVE_FLAGS if getattr(args, d) is not None]
+    if given_it and given_co:
+        raise UsageError(
+            f"{_flag(given_co[0])} (collective mode) cannot be combined with "
+            f"{_flag(given_it[0])} (iteration mode); run them separately"
+        )
+    if given_co:
+        missing = [d for d in ("collective", "num_ranks", "message_bytes") if d not in given_co]
+        if missing:
+            raise UsageError(
+                f"collective mode needs {', '.join(_flag(d) for d in missing)} "
+                "(e.g. --collective all_reduce --num-ranks 8 --message-bytes 1K,1M,1G)"
+            )
+        return "collective"
+    if not given_it:
+        raise UsageError(
+            "say what to predict: --model NAME (or --layers FILE) with --arch LIST and "
+            "--workers LIST, or --collective NAME with --num-ranks N and --message-bytes LIST"
+        )
+    missing = [d for d in ("arch", "workers") if getattr(args, d) is None]
+    if args.model is None and args.layers is None:
+        missing.insert(0, "model")
+    if missing:
+        raise UsageError(
+            f"iteration mode needs {', '.join(_flag(d) for d in missing)} "
+            "(e.g. --model resnet50 --arch ps,p2p,ring --workers 4,8,16,32)"
+        )
+    return "iteration"
+
+
+def _cluster(args):
+    """(ClusterParams, profile or None, description dict)."""
+    from costmodel import preset
+
+    if args.profile is not None:
+        if args.device is not None:
+            raise UsageError("--device applies to --preset; a profile already holds the device")
+        try:
+            from calibration import Profile
+        except ImportError:
+            raise UsageError(
+                "--profile: profiles arrive with calibration ('ddltune calibrate'), which "
+                "this installation does not have yet; use --preset NET[,INTRA] --device NAME"
+            ) from None
+        profile = Profile.load(args.profile)
+        return profile.params, profile, {"profile": str(args.profile)}
+    if args.preset is None:
+        raise UsageError(
+            "give the cluster: --preset NET[,INTRA] [--device NAME] (datasheet presets, "
+            "e.g. --preset ethernet-10g --device v100) or --profile FILE (a fitted profile)"
+        )
+    device = args.device or "v100"
+    try:
+        params = preset(args.preset, device)
+    except ValueError as e:  # names the preset and lists the choices
+        flag = "--device" if "device" in str(e) else "--preset"
+        raise UsageError(f"{flag}: {e}") from None
+    return params, None, {"preset": args.preset, "device": device}
+
+
+def _workload(args):
+    from costmodel import WORKLOAD_NAMES, format_choices, get_workload, load_layers
+
+    batch = args.batch_size or 64
+    if args.model is not None:
+        try:
+            w = get_workload(args.model, batch)
+        except ValueError:
+            raise UsageError(
+                f"--model: unknown model {args.model!r}; valid: "
+                f"{format_choices(WORKLOAD_NAMES)} (or your own with --layers FILE)"
+            ) from None
+    else:
+        w = load_layers(args.layers, batch_size=batch)  # InputFileError: file and line
+    if args.step_time is not None:
+        w = w.with_step_time(args.step_time)
+    return w
+
+
+def _interval(profile, fn):
+    if profile is None:
+        return None
+    import numpy as np
+
+    low, high = profile.interval(fn, level=LEVEL)
+    return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------
+# The two modes
+# ---------------------------------------------------------------------------
+def _iteration_rows(args, params, profile):
+    """(rows, workload)."""
+    import numpy as np
+
+    from costmodel import (
+        ARCHITECTURE_NAMES,
+        DEFAULT_BUCKET_BYTES,
+        Breakdown,
+        format_choices,
+        get_architecture,
+        iteration_time,
+    )
+
+    archs = list(dict.fromkeys(args.arch))
+    for a in archs:
+        if a not in ARCHITECTURE_NAMES:
+            raise UsageError(
+                f"--arch: unknown architecture {a!r}; valid: {format_choices(ARCHITECTURE_NAMES)}"
+            )
+    if args.colocated and "ps" not in archs:
+        raise UsageError("--colocated applies to the ps architecture; add ps to --arch")
+    if args.servers is not None and not any(get_architecture(a).uses_servers for a in archs):
+        raise UsageError("--servers applies to ps and hybrid; add one of them to --arch")
+    workload = _workload(args)
+    workers = list(dict.fromkeys(args.workers))
+    servers = list(dict.fromkeys(args.servers or [1]))
+    buckets = list(dict.fromkeys(args.bucket_bytes or [DEFAULT_BUCKET_BYTES]))
+    g = args.ranks_per_node
+
+    rows = []
+    for a in archs:
+        colocated = a == "ps" and args.colocated
+        arch = get_architecture(a, colocated=colocated)
+        ks = servers if arch.uses_servers else [None]
+        grid = list(itertools.product(ks, workers, buckets))
+        k_arr = np.array([k or 1 for k, _, _ in grid], dtype=np.float64)
+        n_arr = np.array([n for _, n, _ in grid], dtype=np.float64)
+        b_arr = np.array([b for _, _, b in grid], dtype=np.float64)
+
+        def predict(p, arch=arch, n_arr=n_arr, k_arr=k_arr, b_arr=b_arr):
+            return iteration_time(
+                p, workload, arch, n_arr, ranks_per_node=g, servers=k_arr, bucket_bytes=b_arr
+            )
+
+        out = predict(params).to_dict()
+        interval = _interval(profile, lambda p, f=predict: f(p).iteration_s)
+        for i, (k, n, b) in enumerate(grid):
+            row = {
+                "architecture": a,
+                "servers": k,
+                "colocated": colocated,
+                "workers": n,
+                "ranks_per_node": g,
+                "bucket_bytes": b,
+                "time_s": out["iteration_s"][i],
+            }
+            row.update({f: out[f][i] for f in Breakdown.FIELDS})
+            if interval is not None:
+                row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
+            rows.append(row)
+    return rows, workload
+
+
+def _collective_rows(args, params, profile) -> list[dict]:
+    import numpy as np
+
+    from costmodel import BUSBW_FACTOR, collective_time, get_collective
+
+    try:
+        coll = get_collective(args.collective, args.algorithm)
+    except ValueError as e:  # lists the valid names
+        flag = "--collective" if "unknown collective" in str(e) else "--algorithm"
+        raise UsageError(f"{flag}: {e}") from None
+    S = np.array(args.message_bytes, dtype=np.float64)
+    n, g = args.num_ranks, args.ranks_per_node
+
+    def predict(p):
+        return collective_time(p, args.collective, S, n, g, algorithm=args.algorithm)
+
+    t = np.asarray(predict(params), dtype=np.float64)
+    interval = _interval(profile, predict)
+    factor = float(BUSBW_FACTOR(args.collective, n))
+    rows = []
+    for i, s in enumerate(args.message_bytes):
+        algbw = s / t[i] if t[i] > 0 else None
+        row = {
+            "collective": args.collective,
+            "algorithm": coll.algorithm,
+            "num_ranks": n,
+            "ranks_per_node": min(g, n),
+            "message_bytes": s,
+            "time_s": float(t[i]),
+            "algbw": algbw,
+            "busbw": None if algbw is None else algbw * factor,
+        }
+        if interval is not None:
+            row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------
+def _table(head: list[str], lines: list[list[str]], right: set[int]) -> None:
+    widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
+
+    def fmt(r):
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        return "  ".join(cells).rstrip()
+
+    print(fmt(head))
+    for r in lines:
+        print(fmt(r))
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.2f}"
+
+
+def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
+    from costmodel import format_bytes
+
+    with_interval = rows and "interval_s" in rows[0]
+    head = ["arch", "servers", "workers", "ranks/node", "bucket", "iteration ms"]
+    head += ["90% interval ms"] if with_interval else []
+    head += ["forward ms", "backward ms", "comm ms", "exposed ms", "update ms"]
+    head += ["samples/s", "efficiency %"]
+    lines = []
+    for r in rows:
+        arch = r["architecture"] + (" (colocated)" if r["colocated"] else "")
+        line = [
+            arch,
+            "-" if r["servers"] is None else str(r["servers"]),
+            str(r["workers"]),
+            str(r["ranks_per_node"]),
+            "per tensor" if r["bucket_bytes"] == 0 else format_bytes(r["bucket_bytes"]),
+            _ms(r["iteration_s"]),
+        ]
+        if with_interval:
+            lo, hi = r["interval_s"]
+            line.append(f"{lo * 1e3:.2f} – {hi * 1e3:.2f}")
+        line += [
+            _ms(r["forward_s"]),
+            _ms(r["backward_s"]),
+            _ms(r["communication_s"]),
+            _ms(r["exposed_communication_s"]),
+            _ms(r["update_s"]),
+            f"{r['throughput_samples_per_s']:.1f}",
+            f"{100 * r['scaling_efficiency']:.1f}",
+        ]
+        lines.append(line)
+    print(f"{workload_line}; cluster: {_describe(cluster)}")
+    _table(head, lines, right=set(range(1, len(head))))
+    print(
+        "\ncomm = all gradient exchange; exposed = the part not hidden behind backward "
+        "(plus backward's slowdown while overlapping); efficiency = throughput / "
+        "(workers × one worker's throughput without communication)"
+    )
+
+
+def _print_collectives(rows, cluster: dict) -> None:
+    from costmodel import format_bytes
+
+    r0 = rows[0]
+    with_interval = "interval_s" in r0
+    print(
+        f"{r0['collective']} ({r0['algorithm']}), {r0['num_ranks']} ranks, "
+        f"{r0['ranks_per_node']} per node; cluster: {_describe(cluster)}"
+    )
+    head = ["size", "bytes", "time µs"] + (["90% interval µs"] if with_interval else [])
+    head += ["algbw GB/s", "busbw GB/s"]
+    lines = []
+    for r in rows:
+        line = [
+            format_bytes(r["message_bytes"]),
+            str(r["message_bytes"]),
+            f"{r['time_s'] * 1e6:.2f}",
+        ]
+        if with_interval:
+            lo, hi = r["interval_s"]
+            line.append(f"{lo * 1e6:.2f} – {hi * 1e6:.2f}")
+        for key in ("algbw", "busbw"):
+            line.append("-" if r[key] is None else f"{r[key] / 1e9:.3f}")
+        lines.append(line)
+    _table(head, lines, right=set(range(1, len(head))))
+
+
+def _describe(cluster: dict) -> str:
+    if "profile" in cluster:
+        return f"profile {cluster['profile']}"
+    return f"presets {cluster['preset']} + {cluster['device']} (datasheet, nothing measured)"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Predict and print (a table, or ``{"rows": [...]}`` with ``--json``)."""
+    import jax
+
+    # float64 so that printed times and bandwidths are exact to the digits shown
+    # (the entry point decides; library code never calls jax.config)
+    jax.config.update("jax_enable_x64", True)
+
+    mode = _mode(args)
+    params, profile, cluster = _cluster(args)
+    if mode == "collective":
+        rows = _collective_rows(args, params, profile)
+        doc = {"rows": rows, "cluster": cluster}
+        if args.json:
+            print_json(doc)
+        else:
+            _print_collectives(rows, cluster)
+        return 0
+    rows, w = _iteration_rows(args, params, profile)
+    workload = {
+        "name": w.name,
+        "batch_size": w.batch_size,
+        "parameters": w.total_params,
+        "gradient_bytes": w.total_param_bytes,
+        "step_time_s": w.step_time_s,
+    }
+    if args.json:
+        print_json({"rows": rows, "cluster": cluster, "workload": workload})
+        return 0
+    step = "" if w.step_time_s is None else f", measured step {w.step_time_s:g} s"
+    line = (
+        f"{w.name}: {w.total_params / 1e6:.1f} M parameters, "
+        f"{w.total_param_bytes / 1024**2:.0f} MiB of gradients, batch {w.batch_size} per worker"
+        f"{step}"
+    )
+    _print_iterations(rows, cluster, line)
+    return 0
