@@ -238,6 +238,7 @@ def _step_record(msg: dict, spec: dict) -> dict:
         "samples_s": samples,
         "compile_s": float(msg["compile_s"]),
         "warmup_iters": int(msg["warmup_steps"]),
+        "repeats": int(msg.get("repeats", 1)),
     }
     if cfg["architecture"] == "p2p":
         rec["p2p_exchange"] = cfg.get("p2p_exchange", "all_to_all")
@@ -252,6 +253,7 @@ def run_training(
     *,
     steps: int = 10,
     warmup_steps: int = 3,
+    repeats: int = 1,
     seed: int = 0,
     lr: float = 0.05,
     momentum: float = 0.9,
@@ -277,7 +279,10 @@ def run_training(
         workers: n ≥ 1 processes computing gradients.
         configs: the configurations, at least one.
         steps: timed steps per configuration, ≥ 1.
-        warmup_steps: untimed steps first, ≥ 0.
+        warmup_steps: untimed steps first, ≥ 0 (per round).
+        repeats: rounds over all configurations, ≥ 1: each configuration is
+            timed ``steps`` times per round, rounds interleaved, so that a
+            burst of other load on the machine spreads over every configuration.
         seed: initial parameters and data.
         lr, momentum: optax SGD settings (> 0; momentum in [0, 1)).
         platform: jax platform of the workers (``"cpu"``, ``"gpu"``); default
@@ -327,7 +332,11 @@ def run_training(
             "run each group separately (dedicated parameter servers are extra processes)"
         )
     nproc = procs.pop()
-    for name, v, lo in (("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
+    for name, v, lo in (
+        ("steps", steps, 1),
+        ("warmup_steps", warmup_steps, 0),
+        ("repeats", repeats, 1),
+    ):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{name} must be an integer ≥ {lo}, got {v!r}")
     if not lr > 0:
@@ -342,6 +351,7 @@ def run_training(
         "configs": [c.to_json() for c in configs],
         "steps": steps,
         "warmup_steps": warmup_steps,
+        "repeats": repeats,
         "seed": seed,
         "lr": lr,
         "momentum": momentum,
@@ -413,6 +423,7 @@ def measure_configurations(
     *,
     steps: int = 10,
     warmup_steps: int = 3,
+    repeats: int = 1,
     seed: int = 0,
     timeout_s: float = 180.0,
     writer: RecordWriter | None = None,
@@ -426,16 +437,17 @@ def measure_configurations(
     runs on the same processes (all but dedicated parameter servers with
     different k) shares a launch, looping over bucket sizes and servers inside.
     The single-worker step (one process, no exchange: what the cost model's
-    compute comes from) runs first, on CPU like the multi-worker runs.
+    compute comes from) runs first and again last, on CPU like the
+    multi-worker runs; its record pools both runs' samples.
 
     Args:
         model: ``"mlp"``, ``"cnn"`` or a spec dict.
         workers: worker counts, each ≥ 2.
         configs: configurations to run at every worker count (colocated ps
             configurations with more servers than workers are skipped there).
-        steps, warmup_steps, seed, timeout_s, writer, on_measurement, on_spawn:
-            as :func:`run_training`.
-        baseline: measure the single-worker step first.
+        steps, warmup_steps, repeats, seed, timeout_s, writer, on_measurement,
+            on_spawn: as :func:`run_training`.
+        baseline: measure the single-worker step (before and after the others).
 
     Returns:
         ``(baseline measurement or None, measurements)``.
@@ -449,21 +461,22 @@ def measure_configurations(
         raise ValueError(f"workers must be integers ≥ 2, got {workers}")
     if not configs:
         raise ValueError("configs is empty")
-    base = None
-    if baseline:
-        base = run_training(
+
+    def single() -> StepMeasurement:
+        return run_training(
             model,
             1,
             [StepConfig("ring", 0)],
             steps=steps,
             warmup_steps=warmup_steps,
+            repeats=repeats,
             seed=seed,
             platform="cpu",
             timeout_s=timeout_s,
-            writer=writer,
-            on_measurement=on_measurement,
             on_spawn=on_spawn,
         ).measurements[0]
+
+    first = single() if baseline else None
     out: list[StepMeasurement] = []
     for n in workers:
         groups: dict[int, list[StepConfig]] = {}
@@ -479,6 +492,7 @@ def measure_configurations(
                     groups[nproc],
                     steps=steps,
                     warmup_steps=warmup_steps,
+                    repeats=repeats,
                     seed=seed,
                     timeout_s=timeout_s,
                     writer=writer,
@@ -486,7 +500,26 @@ def measure_configurations(
                     on_spawn=on_spawn,
                 ).measurements
             )
+    base = None
+    if baseline:
+        # The single-worker step again at the end: its samples pooled with the
+        # first run's, so that the compute every prediction uses does not
+        # depend on the load of one moment.
+        base = _pooled(first, single())
+        if writer is not None:
+            writer.write(base.record)
+        if on_measurement is not None:
+            on_measurement(base)
     return base, out
+
+
+def _pooled(a: StepMeasurement, b: StepMeasurement) -> StepMeasurement:
+    samples = tuple(a.samples_s) + tuple(b.samples_s)
+    rec = dict(a.record)
+    rec["samples_s"] = list(samples)
+    rec["time_s"] = time_statistics(samples)
+    rec["repeats"] = int(a.record.get("repeats", 1)) + int(b.record.get("repeats", 1))
+    return dataclasses.replace(a, samples_s=samples, record=rec)
 
 
 # Re-exported for the models list in --help texts.

@@ -31,8 +31,10 @@ the mean over its batch), so one step equals single-process training on the
 concatenated batch (:func:`reference_step`); the optimizer is optax SGD with
 momentum, which acts element by element, so a sharded update equals the full one.
 
-Timing (as the collector's): each configuration is compiled ahead of time
-(``compile_s``), run ``warmup_steps`` times untimed, then ``steps`` times; every
+Timing (as the collector's): every configuration is compiled ahead of time
+(``compile_s``); then, in ``repeats`` rounds over all configurations (so that
+a burst of other load spreads over them), each runs ``warmup_steps`` times
+untimed, then ``steps`` times; every
 timed step is preceded by a barrier (a psum of a few floats) that carries every
 rank's time of the previous step, and ``block_until_ready`` precedes each clock
 read, so a sample is the slowest rank's step. Rank 0 sends one
@@ -695,8 +697,10 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
 
     Args:
         config: ``model`` (spec, see :func:`model_spec`), ``workers`` (n ≥ 1),
-            ``configs`` (list, see :func:`check_config`), ``steps`` (≥ 1 timed),
-            ``warmup_steps`` (≥ 0), ``seed``, ``lr``, ``momentum``,
+            ``configs`` (list, see :func:`check_config`), ``steps`` (≥ 1 timed
+            per round), ``warmup_steps`` (≥ 0, per round), ``repeats`` (≥ 1
+            rounds over all configurations, interleaved; default 1), ``seed``,
+            ``lr``, ``momentum``,
             optional ``platform`` (jax platform name), ``return_params``,
             ``source``.
         emit: where messages go (the launcher's ``send`` or a list's append).
@@ -714,6 +718,7 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
     seed = int(config.get("seed", 0))
     lr, momentum = float(config.get("lr", 0.05)), float(config.get("momentum", 0.9))
     steps, warmup = int(config["steps"]), int(config.get("warmup_steps", 2))
+    repeats = int(config.get("repeats", 1))
     configs = [check_config(c, workers, nproc) for c in config["configs"]]
     rpn = ranks.processes_per_host()
     prov = provenance(config.get("source", "ddltune validate"))
@@ -735,19 +740,25 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
     xg, yg = ranks.put(x[None]), ranks.put(y[None])
     from jax.sharding import PartitionSpec as P
 
-    for ci, cfg in enumerate(configs):
-        where = (
+    def describe(ci: int, cfg: dict) -> str:
+        return (
             f"training {spec['model']} with {cfg['architecture']}"
             f"{' k=' + str(cfg['servers']) if cfg['servers'] else ''}, bucket "
             f"{cfg['bucket_bytes']} B (configuration {ci + 1}/{len(configs)})"
         )
+
+    # Compile every configuration first (and check its first step), then time
+    # them in `repeats` interleaved rounds, so that a burst of other load on
+    # the machine spreads over all configurations instead of hitting one.
+    prepared = []
+    for ci, cfg in enumerate(configs):
+        where = describe(ci, cfg)
         heartbeat(where, force=True)
         step, init_state, buckets = build_step(
             cfg, spec, static, leaves, treedef, workers, nproc, lr, momentum
         )
-        state = init_state(leaves)
         p_g = ranks.put_tree(list(leaves))
-        s_g = ranks.put_tree(state)
+        s_g = ranks.put_tree(init_state(leaves))
         fn = jax.jit(
             jax.shard_map(step, mesh=ranks.mesh, in_specs=P("r"), out_specs=P("r"), check_vma=False)
         )
@@ -766,31 +777,40 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
                     "initial": [a.ravel().tolist() for a in leaves],
                 }
             )
-        for _ in range(warmup):
-            ranks.sync(False, 0.0)
-            p_g, s_g = compiled(p_g, s_g, xg, yg)
-            jax.block_until_ready((p_g, s_g))
-            heartbeat(where)
-        samples: list[float] = []
-        last = 0.0
-        k = 0
-        while True:
-            stop, t_max = ranks.sync(k >= steps, last)
-            if k > 0:
-                samples.append(max(t_max, 1e-9))
-            if stop:
-                break
-            t0 = time.perf_counter()
-            p_g, s_g = compiled(p_g, s_g, xg, yg)
-            jax.block_until_ready((p_g, s_g))
-            last = time.perf_counter() - t0
-            k += 1
-            heartbeat(where)
-        if me == 0:
+        prepared.append(
+            {"compiled": compiled, "state": (p_g, s_g), "buckets": buckets,
+             "compile_s": compile_s, "samples": []}
+        )  # fmt: skip
+    for rep in range(repeats):
+        for ci, (cfg, prep) in enumerate(zip(configs, prepared, strict=True)):
+            where = describe(ci, cfg) + (f", round {rep + 1}/{repeats}" if repeats > 1 else "")
+            compiled, (p_g, s_g) = prep["compiled"], prep["state"]
+            for _ in range(warmup):
+                ranks.sync(False, 0.0)
+                p_g, s_g = compiled(p_g, s_g, xg, yg)
+                jax.block_until_ready((p_g, s_g))
+                heartbeat(where)
+            last = 0.0
+            k = 0
+            while True:
+                stop, t_max = ranks.sync(k >= steps, last)
+                if k > 0:
+                    prep["samples"].append(max(t_max, 1e-9))
+                if stop:
+                    break
+                t0 = time.perf_counter()
+                p_g, s_g = compiled(p_g, s_g, xg, yg)
+                jax.block_until_ready((p_g, s_g))
+                last = time.perf_counter() - t0
+                k += 1
+                heartbeat(where)
+            prep["state"] = (p_g, s_g)
+    if me == 0:
+        for ci, (cfg, prep) in enumerate(zip(configs, prepared, strict=True)):
             emit(
                 {
                     "type": "step",
-                    "where": where,
+                    "where": describe(ci, cfg),
                     "config": cfg,
                     "config_index": ci,
                     "workers": workers,
@@ -798,10 +818,11 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
                     "ranks_per_node": rpn,
                     "model": spec,
                     "batch_size": spec["batch_size"],
-                    "num_buckets": len(buckets),
-                    "samples_s": samples,
-                    "compile_s": compile_s,
+                    "num_buckets": len(prep["buckets"]),
+                    "samples_s": prep["samples"],
+                    "compile_s": prep["compile_s"],
                     "warmup_steps": warmup,
+                    "repeats": repeats,
                     "provenance": prov,
                 }
             )

@@ -250,7 +250,7 @@ def test_validate_end_to_end(tmp_path, capsys):
         "validate", "--profile", str(prof), "--workers", "2", "--model", "mlp",
         "--size", "in=8,width=16,depth=1,classes=3,batch_size=4",
         "--arch", "ps,p2p,ring", "--colocated", "--bucket-bytes", "0,16M",
-        "--steps", "3", "--warmup-steps", "1", "--measurements", str(out), "--json",
+        "--steps", "3", "--warmup-steps", "1", "--repeats", "1", "--measurements", str(out), "--json",
         "--no-progress",
     ]  # fmt: skip
     assert main(args) == 0

@@ -496,8 +496,9 @@ def validate(
     servers: Sequence[int] = (1,),
     colocated: bool = False,
     bucket_bytes: Sequence[int] = DEFAULT_VALIDATE_BUCKETS,
-    steps: int = 20,
-    warmup_steps: int = 3,
+    steps: int = 10,
+    warmup_steps: int = 2,
+    repeats: int = 3,
     measurements: str | os.PathLike | None = None,
     overwrite: bool = False,
     statistic: str | None = None,
@@ -519,7 +520,10 @@ def validate(
         servers: parameter-server counts k ≥ 1 (ps only).
         colocated: ps servers on workers (else dedicated extra processes).
         bucket_bytes: bucket caps, bytes ≥ 0.
-        steps, warmup_steps: timed and untimed steps per configuration.
+        steps, warmup_steps: timed and untimed steps per configuration and round.
+        repeats: rounds over all configurations of a launch (interleaved, so
+            that other load on the machine spreads over all of them); the
+            single-worker step is measured before and after everything else.
         measurements: also write every step record there (JSON Lines).
         overwrite: replace an existing ``measurements`` file.
         statistic, overlap: see :func:`compare_steps`.
@@ -565,6 +569,7 @@ def validate(
             configs,
             steps=steps,
             warmup_steps=warmup_steps,
+            repeats=repeats,
             timeout_s=timeout_s,
             writer=writer,
             on_measurement=on_measurement,

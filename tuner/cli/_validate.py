@@ -129,16 +129,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps",
         type=positive_int_arg,
-        default=20,
+        default=10,
         metavar="N",
-        help="timed steps per configuration (default 20)",
+        help="timed steps per configuration and round (default 10)",
     )
     parser.add_argument(
         "--warmup-steps",
         type=int,
-        default=3,
+        default=2,
         metavar="N",
-        help="untimed steps per configuration first (default 3)",
+        help="untimed steps per configuration and round first (default 2)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=positive_int_arg,
+        default=3,
+        metavar="R",
+        help="timing rounds over all configurations of a launch, interleaved so that other "
+        "load spreads over all of them; the single-worker step runs before and after the rest "
+        "(default 3)",
     )
     parser.add_argument(
         "--measurements",
@@ -280,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
             bucket_bytes=args.bucket_bytes,
             steps=args.steps,
             warmup_steps=args.warmup_steps,
+            repeats=args.repeats,
             measurements=args.measurements,
             overwrite=args.overwrite,
             statistic=args.statistic,
