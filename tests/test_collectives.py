@@ -23,7 +23,6 @@ tested one at a time.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import jax
@@ -74,26 +73,8 @@ def exact_params(**overrides) -> ClusterParams:
 
 
 def ct(params, name, S, n, g=1, algorithm=None):
-    """``collective_time``; the hierarchical algorithm under standard dtype promotion.
-
-    costmodel/collectives/_hierarchical.py multiplies a float by a bool, which
-    jax's strict promotion (tests/conftest.py) refuses; that defect has its own
-    test (:func:`test_hierarchical_runs_under_strict_promotion`, xfail) and the
-    physics of the algorithm is checked here under standard promotion.
-    """
-    with promotion(algorithm):
-        return collective_time(params, name, S, n, g, algorithm=algorithm)
-
-
-def promotion(algorithm):
-    """Standard dtype promotion for the hierarchical algorithm (see :func:`ct`), else none.
-
-    Wrap whole transformations (``jax.grad``: the backward pass runs after the
-    traced function has returned).
-    """
-    if algorithm == "hierarchical":
-        return jax.numpy_dtype_promotion("standard")
-    return contextlib.nullcontext()
+    """``collective_time`` with the algorithm as a positional argument."""
+    return collective_time(params, name, S, n, g, algorithm=algorithm)
 
 
 def closed_form(name, algorithm, S, n, g, alpha=ALPHA, beta=BETA, gamma=GAMMA):
@@ -179,22 +160,7 @@ def test_collective_equals_closed_form(name, algorithm):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
 
 
-_PS_ONE_RANK = pytest.mark.xfail(
-    strict=True,
-    reason="bug: collectives/_ps.py _PS.terms passes workers = n − 1 = 0 to "
-    "ps_exchange_terms, which clamps workers to ≥ 1, so one rank still 'sends' "
-    "(α + S·β + overhead)",
-)
-
-
-@pytest.mark.parametrize(
-    ("name", "algorithm"),
-    [
-        pytest.param(c, a, marks=_PS_ONE_RANK) if c.startswith("ps_") else (c, a)
-        for c, a in ALL_CASES
-    ],
-    ids=CASE_IDS,
-)
+@pytest.mark.parametrize(("name", "algorithm"), ALL_CASES, ids=CASE_IDS)
 def test_one_rank_costs_nothing(name, algorithm):
     # Default presets-like parameters (with caps and overheads): n = 1 is exactly free.
     p = ClusterParams.create()
@@ -348,10 +314,8 @@ def test_call_overhead_adds_once_per_call(name, algorithm):
         t0 = float(ct(p0, name, S, n, g, algorithm=algorithm))
         t1 = float(ct(p1, name, S, n, g, algorithm=algorithm))
         assert t1 - t0 == pytest.approx(o, rel=1e-6, abs=1e-15)
-    # and not at all for a call that needs no communication (n = 1) — see
-    # test_one_rank_costs_nothing for ps_push / ps_pull
-    if not name.startswith("ps_"):
-        assert float(ct(p1, name, 1e6, 1, 1, algorithm=algorithm)) == 0.0
+    # and not at all for a call that needs no communication (n = 1)
+    assert float(ct(p1, name, 1e6, 1, 1, algorithm=algorithm)) == 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -407,10 +371,8 @@ def test_gradient_signs(name, algorithm):
         gamma_s_per_byte=GAMMA,
         n_regimes=3,
     )
-    ranks = ((2, 1), (8, 8), (16, 4))
-    if algorithm == "hierarchical":  # g = 1 or one node: NaN, see the xfail test below
-        ranks = ((4, 2), (8, 2), (16, 4))
-    rows = [(S, n, g) for S in (1.0, 1e4, 1e7, 1e9) for (n, g) in ranks]
+    ranks = ((2, 1), (8, 8), (16, 4), (8, 2))
+    rows = [(S, n, g) for S in (0.0, 1.0, 1e4, 1e7, 1e9) for (n, g) in ranks]
     S, n, g = (jnp.asarray([r[i] for r in rows], dtype=jnp.float64) for i in range(3))
 
     def t(params, s, nn, gg):
@@ -418,13 +380,14 @@ def test_gradient_signs(name, algorithm):
 
     # one compiled, vmapped gradient per collective: ∂T/∂params and ∂T/∂S per row
     grads = jax.jit(jax.vmap(jax.grad(t, argnums=(0, 1)), in_axes=(None, 0, 0, 0)))
-    with promotion(algorithm):
-        gp, dS = grads(p, S, n, g)
+    gp, dS = grads(p, S, n, g)
     lvl = np.array([1 if nn > gg else 0 for _, nn, gg in rows])
     i = np.arange(len(rows))
-    # ∂T/∂β > 0 and ∂T/∂α > 0 at the level in use (gradients w.r.t. the stored
-    # log β, log α have the sign of ∂T/∂β, ∂T/∂α); the per-call overhead too.
-    assert np.all(np.asarray(gp.log_beta)[i, lvl] > 0)
+    sized = np.asarray(S) > 0
+    # ∂T/∂β > 0 (once there are bytes) and ∂T/∂α > 0 at the level in use
+    # (gradients w.r.t. the stored log β, log α have the sign of ∂T/∂β, ∂T/∂α);
+    # the per-call overhead too.
+    assert np.all(np.asarray(gp.log_beta)[i, lvl][sized] > 0)
     assert np.all(np.asarray(gp.log_alpha)[i, lvl] > 0)
     assert np.all(np.asarray(gp.log_call_overhead) > 0)
     if algorithm != "hierarchical":  # only hierarchical mixes the levels
@@ -448,10 +411,9 @@ def test_jit_and_vmap_agree_with_eager(name, algorithm):
         return ct(params, name, s, nn, gg, algorithm=algorithm)
 
     jf = jax.jit(f)
-    with promotion(algorithm):
-        jitted = np.asarray(jf(p, S, n, g))
-        mapped = np.asarray(jax.jit(jax.vmap(f, in_axes=(None, 0, 0, 0)))(p, S, n, g))
-        one_by_one = np.array([float(jf(p, *map(np.float64, row))) for row in GRID])
+    jitted = np.asarray(jf(p, S, n, g))
+    mapped = np.asarray(jax.jit(jax.vmap(f, in_axes=(None, 0, 0, 0)))(p, S, n, g))
+    one_by_one = np.array([float(jf(p, *map(np.float64, row))) for row in GRID])
     np.testing.assert_allclose(jitted, eager, rtol=1e-13)
     np.testing.assert_allclose(mapped, eager, rtol=1e-13)
     np.testing.assert_allclose(one_by_one, eager, rtol=1e-13)
@@ -488,27 +450,14 @@ def test_out_of_range_inputs_name_the_argument(kwargs, pattern):
 
 
 # ---------------------------------------------------------------------------
-# Known defects of the core (each strict: it fails loudly once fixed)
+# Regressions (defects these tests found, fixed in 9166c93)
 # ---------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    raises=jax.dtypes.TypePromotionError,
-    reason="bug: collectives/_hierarchical.py HierarchicalAllReduce.time multiplies a "
-    "float time by the bool (ph.steps > 0); strict dtype promotion refuses it "
-    "(fix: jnp.where(ph.steps > 0, evaluate(...), 0.0))",
-)
 def test_hierarchical_runs_under_strict_promotion():
+    # (was: a float time multiplied by a bool, refused by strict dtype promotion)
     t = collective_time(exact_params(), "all_reduce", 1e6, 16, 4, algorithm="hierarchical")
     assert float(t) == pytest.approx(closed_form("all_reduce", "hierarchical", 1e6, 16, 4))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: _smooth.soft_max2 has a NaN gradient when both inputs are 0 "
-    "(sqrt'(0) = inf times 0): ∂T/∂S at S = 0, and ∂T/∂params at n = 1 through the "
-    "untaken branch of finish's jnp.where (fix: s = jnp.where(m > 0, s, 1.0) before "
-    "the square roots)",
-)
 @pytest.mark.parametrize(
     ("case", "S", "n", "g", "algorithm"),
     [
@@ -519,9 +468,9 @@ def test_hierarchical_runs_under_strict_promotion():
     ],
 )
 def test_gradients_are_finite(case, S, n, g, algorithm):
+    # (was: soft_max2's gradient was NaN at a = b = 0 and leaked through jnp.where)
     p = exact_params()
-    with promotion(algorithm):
-        dS = jax.grad(lambda s: ct(p, "all_reduce", s, n, g, algorithm))(jnp.asarray(S))
-        gp = jax.grad(lambda q: ct(q, "all_reduce", S, n, g, algorithm))(p)
+    dS = jax.grad(lambda s: ct(p, "all_reduce", s, n, g, algorithm))(jnp.asarray(S))
+    gp = jax.grad(lambda q: ct(q, "all_reduce", S, n, g, algorithm))(p)
     assert math.isfinite(float(dS)), case
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(gp)), case
