@@ -1,1 +1,32 @@
-"""ddltune tuner: sweep architectures × worker counts × bucket sizes and recommend one."""
+"""ddltune tuner: sweep architectures × worker counts × bucket sizes and recommend one.
+
+Public API:
+
+* :func:`recommend` → :class:`Recommendation` (with :class:`Configuration`
+  runner-ups, :class:`Curve` helpers and every :class:`Sweep`);
+* :func:`sensitivity` — elasticities ∂log T/∂log θ per hardware parameter;
+* :func:`what_if` — a recommendation under scaled hardware parameters;
+* :func:`min_bandwidth_for_efficiency` → :class:`BandwidthResult` — the
+  smallest link bandwidth reaching a target scaling efficiency;
+* errors :class:`UnreliableProfileError` and :class:`InfeasibleError`
+  (both ``ValueError``).
+"""
+
+from ._recommend import OBJECTIVES as OBJECTIVES
+from ._recommend import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
+from ._recommend import Configuration as Configuration
+from ._recommend import Curve as Curve
+from ._recommend import InfeasibleError as InfeasibleError
+from ._recommend import Recommendation as Recommendation
+from ._recommend import UnreliableProfileError as UnreliableProfileError
+from ._recommend import recommend as recommend
+from ._search import DEFAULT_BUCKET_GRID as DEFAULT_BUCKET_GRID
+from ._search import HOROVOD_FUSION_BYTES as HOROVOD_FUSION_BYTES
+from ._search import Sweep as Sweep
+from ._search import Variant as Variant
+from ._search import resolve_variants as resolve_variants
+from ._sensitivity import SENSITIVITY_NAMES as SENSITIVITY_NAMES
+from ._sensitivity import sensitivity as sensitivity
+from ._whatif import BandwidthResult as BandwidthResult
+from ._whatif import min_bandwidth_for_efficiency as min_bandwidth_for_efficiency
+from ._whatif import what_if as what_if

@@ -1,0 +1,183 @@
+"""How fast is the tuner's exhaustive search, and what would Bayesian optimisation give up?
+
+Times :func:`tuner.recommend` on its full default search for ResNet-50 (batch
+64 per worker) with up to 1024 workers on a preset profile (10 Gb/s Ethernet,
+V100): every architecture variant × 1 … 1024 workers × server counts × bucket
+caps, exact model, continuous bucket refinement, the profile's intervals and
+p_best. Compile time (first call minus the warm median) is reported apart
+from the warm wall time. Then a Bayesian-optimisation baseline (optuna's TPE
+sampler) searches the same space with budgets of 20 and 100 model evaluations,
+and its regret is reported: the time per sample of its best configuration over
+the exhaustive optimum's, minus one (0 = found the optimum).
+
+Run:
+    python benchmarks/tuner_speed.py            # float64, as the CLI runs
+    python benchmarks/tuner_speed.py --float32  # jax's default precision
+    python benchmarks/tuner_speed.py --seeds 10 --max-workers 256
+
+Full results are written to benchmarks/results/tuner_speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--max-workers", type=int, default=1024)
+    ap.add_argument("--preset", default="ethernet-10g")
+    ap.add_argument("--device", default="v100")
+    ap.add_argument("--repeats", type=int, default=3, help="warm repetitions")
+    ap.add_argument("--seeds", type=int, default=5, help="BO runs per budget")
+    ap.add_argument("--float32", action="store_true", help="do not enable jax_enable_x64")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "tuner_speed.json"))
+    args = ap.parse_args()
+
+    import jax
+
+    if not args.float32:
+        jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    import optuna
+
+    import tuner
+    from calibration import Profile
+    from costmodel import get_workload
+    from tuner._search import evaluate  # the tuner's own stable-shape evaluator
+
+    profile = Profile.from_preset(args.preset, args.device)
+    workload = get_workload(args.model, 64)
+
+    # --- exhaustive search: compile, then warm ------------------------------------
+    t0 = time.perf_counter()
+    rec = tuner.recommend(profile, workload, max_workers=args.max_workers)
+    first = time.perf_counter() - t0
+    warm = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        rec = tuner.recommend(profile, workload, max_workers=args.max_workers)
+        warm.append(time.perf_counter() - t0)
+    warm_s = statistics.median(warm)
+    # the grid alone (no refinement, intervals or p_best), warm
+    tuner.recommend(profile.params, workload, max_workers=args.max_workers, refine=False)
+    grid = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        tuner.recommend(profile.params, workload, max_workers=args.max_workers, refine=False)
+        grid.append(time.perf_counter() - t0)
+    n_configs = int(rec.excluded["total"])
+    best_time_per_sample = 1.0 / rec.throughput_samples_per_s
+
+    # --- Bayesian optimisation over the same space ---------------------------------
+    sweeps = rec.sweeps
+    labels = list(sweeps)
+    variants = {label: sw.variant for label, sw in sweeps.items()}
+    caps = sorted({int(c) for sw in sweeps.values() for c in np.unique(sw.bucket_bytes)})
+    max_exp = int(math.floor(math.log2(args.max_workers)))
+    memory = float(np.asarray(profile.params.memory_bytes))
+
+    def objective(trial):
+        label = trial.suggest_categorical("architecture", labels)
+        n = trial.suggest_int("workers", 1, args.max_workers, log=True)
+        v = variants[label]
+        k = 0
+        if v.uses_servers:
+            e = trial.suggest_int("servers_log2", 0, max_exp)
+            k = min(2**e, n)
+        b = trial.suggest_categorical("bucket_bytes", caps)
+        out = evaluate(profile.params, workload, v, [n], [k], [b])
+        wb, sb = v.arch.state_bytes(float(workload.total_param_bytes), n, max(k, 1), 1.0)
+        if float(wb) > memory or float(sb) > memory:
+            return 0.0
+        return float(np.asarray(out.throughput_samples_per_s)[0])
+
+    # compile the evaluator for every variant first (the exhaustive timing excludes compile too)
+    for v in variants.values():
+        evaluate(profile.params, workload, v, [2], [1], [caps[-1]])
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    bo = {}
+    for budget in (20, 100):
+        runs = []
+        for seed in range(args.seeds):
+            study = optuna.create_study(
+                direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed)
+            )
+            t0 = time.perf_counter()
+            study.optimize(objective, n_trials=budget)
+            wall = time.perf_counter() - t0
+            best = study.best_value
+            regret = (1.0 / best) / best_time_per_sample - 1.0 if best > 0 else math.inf
+            runs.append(
+                {
+                    "seed": seed,
+                    "wall_s": wall,
+                    "best_throughput": best,
+                    "regret": regret,
+                    "best_params": study.best_params,
+                }
+            )
+        bo[budget] = {
+            "runs": runs,
+            "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+            "median_regret": statistics.median(r["regret"] for r in runs),
+            "worst_regret": max(r["regret"] for r in runs),
+            "found_optimum": sum(r["regret"] <= 1e-9 for r in runs),
+        }
+
+    result = {
+        "model": args.model,
+        "max_workers": args.max_workers,
+        "profile": f"{args.preset}:{args.device} (preset profile, prior covariance)",
+        "float64": not args.float32,
+        "configurations": n_configs,
+        "recommendation": rec.config.describe(),
+        "throughput_samples_per_s": rec.throughput_samples_per_s,
+        "first_call_s": first,
+        "warm_s": warm,
+        "warm_median_s": warm_s,
+        "compile_s": first - warm_s,
+        "grid_only_warm_s": grid,
+        "bayesian_optimisation": bo,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg": os.getloadavg(),
+            "python": platform.python_version(),
+            "jax": jax.__version__,
+            "optuna": optuna.__version__,
+        },
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+
+    print(
+        f"{args.model}, up to {args.max_workers} workers, {n_configs:,} configurations, "
+        f"{'float64' if not args.float32 else 'float32'}; load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs"
+    )
+    print(f"recommended: {rec.config.describe()} ({rec.throughput_samples_per_s:,.0f} samples/s)")
+    print()
+    print(f"{'search':<36}{'wall s':>10}{'regret':>12}")
+    print(f"{'exhaustive, compile (first − warm)':<36}{first - warm_s:>10.2f}{'':>12}")
+    print(f"{'exhaustive, warm (full recommend)':<36}{warm_s:>10.2f}{0.0:>12.2%}")
+    print(f"{'exhaustive, warm (grid only)':<36}{statistics.median(grid):>10.2f}{0.0:>12.2%}")
+    for budget, r in bo.items():
+        print(
+            f"{f'TPE, {budget} evaluations (median of {args.seeds})':<36}"
+            f"{r['median_wall_s']:>10.2f}{r['median_regret']:>12.2%}"
+        )
+    print(f"\nfull results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,227 @@
+"""CLI tests of ``ddltune recommend``: arguments in, exit code and output out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from calibration import Profile
+from costmodel import get_workload, iteration_time, preset
+from tuner.cli import main
+
+BASE = ["recommend", "--preset", "ethernet-10g", "--device", "v100", "--model", "resnet18"]
+SMALL = [*BASE, "--max-workers", "4", "--arch", "ring,ps", "--no-refine"]
+
+
+def _json(capsys, argv):
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_json_document_has_the_documented_keys_and_consistent_numbers(capsys):
+    doc = _json(capsys, [*SMALL, "--batch-size", "32"])
+    for key in (
+        "architecture",
+        "servers",
+        "colocated",
+        "workers",
+        "bucket_bytes",
+        "iteration_time_s",
+        "interval_s",
+        "throughput_samples_per_s",
+        "scaling_efficiency",
+        "breakdown",
+        "alternatives",
+        "p_best",
+        "rationale",
+        "warnings",
+    ):
+        assert key in doc, key
+    assert doc["architecture"] in ("ring", "ps")
+    assert 1 <= doc["workers"] <= 4
+    lo, hi = doc["interval_s"]
+    assert lo < doc["iteration_time_s"] < hi  # a preset profile carries its prior's spread
+    assert 0.0 <= doc["p_best"] <= 1.0
+    # the numbers are the cost model's: recompute the step time independently
+    w = get_workload("resnet18", 32)
+    t = iteration_time(
+        preset("ethernet-10g", "v100"),
+        w,
+        doc["architecture"],
+        doc["workers"],
+        servers=max(doc["servers"], 1),
+        bucket_bytes=doc["bucket_bytes"],
+        colocated=doc["colocated"],
+    ).iteration_s
+    assert doc["iteration_time_s"] == pytest.approx(float(t), rel=1e-9)
+    assert doc["throughput_samples_per_s"] == pytest.approx(
+        doc["workers"] * 32 / doc["iteration_time_s"], rel=1e-9
+    )
+    assert all(set(a) >= {"architecture", "workers", "interval_s"} for a in doc["alternatives"])
+
+
+def test_text_output_has_units_and_the_runner_ups(capsys):
+    code = main(SMALL)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Recommended:" in out and "Runner-ups:" in out
+    assert " ms" in out and "samples/s" in out and " %" in out
+    assert "MiB" in out or "per tensor" in out
+    assert "Why:" in out
+
+
+def test_profile_file_and_global_batch(tmp_path, capsys):
+    path = tmp_path / "profile.json"
+    Profile.from_preset("ib-edr-100g", "a100").save(path)
+    doc = _json(
+        capsys,
+        [
+            "recommend",
+            "--profile",
+            str(path),
+            "--model",
+            "resnet18",
+            "--global-batch",
+            "256",
+            "--max-workers",
+            "8",
+            "--ranks-per-node",
+            "4",
+            "--arch",
+            "ring,hierarchical",
+            "--bucket-bytes",
+            "0,1M,25M",
+            "--no-refine",
+        ],
+    )
+    assert doc["workers"] in (4, 8) and doc["ranks_per_node"] == 4
+    assert doc["bucket_bytes"] in (0, 2**20, 25 * 2**20)
+    assert doc["throughput_samples_per_s"] == pytest.approx(256 / doc["iteration_time_s"])
+
+
+def test_objective_cost_reports_the_cost(capsys):
+    doc = _json(
+        capsys,
+        [*SMALL, "--objective", "cost", "--price-per-hour", "2.5", "--server-price-per-hour", "1"],
+    )
+    dedicated = doc["architecture"] == "ps" and not doc["colocated"]
+    rate = doc["workers"] * 2.5 + (doc["servers"] * 1.0 if dedicated else 0.0)
+    assert doc["cost_per_sample"] == pytest.approx(
+        rate / 3600 / doc["throughput_samples_per_s"], rel=1e-9
+    )
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        ([*BASE, "--max-workers", "0"], "--max-workers"),
+        ([*BASE], "--max-workers"),
+        ([*BASE, "--max-workers", "4", "--arch", "rings"], "unknown architecture 'rings'"),
+        ([*BASE, "--max-workers", "4", "--objective", "fastest"], "unknown objective 'fastest'"),
+        ([*BASE, "--max-workers", "4", "--objective", "cost"], "--price-per-hour"),
+        ([*BASE, "--max-workers", "4", "--objective", "efficiency"], "--min-efficiency"),
+        ([*BASE, "--max-workers", "4", "--bucket-bytes", "1Q"], "unknown size suffix"),
+        (
+            ["recommend", "--preset", "ethernet-1g", "--model", "resnet18", "--max-workers", "4"],
+            "unknown network preset",
+        ),
+        (
+            ["recommend", "--preset", "ethernet-10g", "--model", "resnet5", "--max-workers", "4"],
+            "unknown workload 'resnet5'",
+        ),
+        ([*BASE, "--max-workers", "2", "--ranks-per-node", "4"], "max_workers=2 is less than"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(capsys, argv, needle):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert needle in err
+    assert "Traceback" not in err
+
+
+def test_infeasible_and_refused_exit_1_with_one_line(tmp_path, capsys):
+    code = main([*SMALL, "--target-throughput", "1e9"])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert "no configuration reaches" in err and "the most possible is" in err
+    assert len(err.strip().splitlines()) == 1
+    base = Profile.from_preset("ethernet-10g", "v100")
+    bad = Profile(
+        params=base.params,
+        covariance=base.covariance,
+        leaf_names=base.leaf_names,
+        prior=base.prior,
+        reliable=False,
+        heldout_p90=0.31,
+    )
+    path = tmp_path / "bad.json"
+    bad.save(path)
+    argv = ["recommend", "--profile", str(path), "--model", "resnet18", "--max-workers", "2"]
+    code = main([*argv, "--arch", "ring", "--no-refine"])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert "31%" in err and "15%" in err and "--force" in err
+    doc = _json(capsys, [*argv, "--arch", "ring", "--no-refine", "--force"])
+    assert doc["reliable"] is False
+    assert any("unreliable" in w for w in doc["warnings"])
+
+
+def test_missing_and_malformed_profile_files_exit_1(tmp_path, capsys):
+    code = main(
+        [
+            "recommend",
+            "--profile",
+            str(tmp_path / "nope.json"),
+            "--model",
+            "resnet18",
+            "--max-workers",
+            "2",
+        ]
+    )
+    _, err = capsys.readouterr()
+    assert code == 1 and "nope.json" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json\n")
+    code = main(["recommend", "--profile", str(bad), "--model", "resnet18", "--max-workers", "2"])
+    _, err = capsys.readouterr()
+    assert code == 1 and "bad.json:1" in err
+
+
+def test_layers_file_and_step_time(tmp_path, capsys):
+    layers = tmp_path / "m.csv"
+    layers.write_text(
+        "name,params,fwd_flops\nfc1.weight,1000000,0\nfc1.bias,1000,0\nfc2.weight,10000,0\n"
+    )
+    doc = _json(
+        capsys,
+        [
+            "recommend",
+            "--preset",
+            "ethernet-10g",
+            "--layers",
+            str(layers),
+            "--step-time",
+            "0.05",
+            "--batch-size",
+            "16",
+            "--max-workers",
+            "1",
+            "--arch",
+            "ring",
+        ],
+    )
+    assert doc["architecture"] == "ring" and doc["workers"] == 1
+    # one worker, no communication: the step is the measured single-worker step
+    assert doc["iteration_time_s"] == pytest.approx(0.05, rel=1e-9)
+    assert doc["breakdown"]["communication_s"] == 0.0
+
+
+def test_help_explains_with_an_example(capsys):
+    assert main(["recommend", "--help"]) == 0
+    out, _ = capsys.readouterr()
+    assert "examples:" in out and "--max-workers" in out and "ddltune recommend --preset" in out

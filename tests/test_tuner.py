@@ -1,0 +1,613 @@
+"""Tests of the tuner: search, objectives, refinement, uncertainty, what-if, sensitivity.
+
+Physics, not snapshots: closed forms are computed here independently (the
+toy's optimum bucket size b* = √(G·α'/c), the bandwidth a non-overlapping
+architecture needs), the grid search is compared with a brute-force loop over
+:func:`costmodel.iteration_time`, and limits and monotonicity are checked
+(more bandwidth never lowers throughput; elasticities of a model homogeneous
+of degree one in its times sum to one).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+
+import tuner
+from calibration import Profile
+from costmodel import (
+    ClusterParams,
+    Workload,
+    get_architecture,
+    get_workload,
+    iteration_time,
+    preset,
+)
+
+P10G = preset("ethernet-10g", "v100")
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    return get_workload("resnet18", 32)
+
+
+def _brute_force(params, workload, label_variant, workers, caps, g=1, global_batch=None):
+    """Every configuration of one variant, one iteration_time call per worker count."""
+    v = label_variant
+    arch = get_architecture(v.name, colocated=v.colocated)
+    rows = []
+    for n in workers:
+        if v.uses_servers:
+            limit = n if v.name == "ps" else math.ceil(n / g)
+            servers = [k for k in (2**e for e in range(12)) if k <= limit] or [1]
+        else:
+            servers = [0]
+        for k in servers:
+            batch = workload.batch_size if global_batch is None else math.ceil(global_batch / n)
+            base = batch if global_batch is None else global_batch
+            out = iteration_time(
+                params,
+                workload,
+                arch,
+                np.full(len(caps), float(n)),
+                ranks_per_node=g,
+                servers=max(k, 1),
+                bucket_bytes=np.asarray(caps, dtype=np.float64),
+                batch_size=float(batch),
+                base_batch_size=float(base),
+            )
+            t = np.asarray(out.iteration_s)
+            thr = n * batch / t if global_batch is None else global_batch / t
+            for c, ti, th in zip(caps, t, thr, strict=True):
+                rows.append((n, k, c, float(ti), float(th)))
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# The toy with a known optimum bucket size
+# ---------------------------------------------------------------------------
+def _toy():
+    """4000 equal tensors of 4 KiB, communication-bound ring all-reduce on 8 workers.
+
+    With every tensor's backward cost equal, the first bucket (b bytes) is
+    ready after b·c seconds of backward, c = T_bwd·(1 + interference)/G; each
+    bucket then costs α' = 2(n−1)α + o per message and β' = 2(n−1)/n·β (+γ)
+    per byte, so the step is T(b) = T_fwd + b·c + (G/b)·α' + G·β' + const,
+    minimised at b* = √(G·α'/c). The parameters below put b* at exactly 100
+    tensors (409,600 bytes, G/b* = 40 buckets), where the exact bucketing
+    equals the continuous formula; every other cap is strictly worse.
+    """
+    n_tensors, per = 4000, 1024
+    flops = 1e12
+    f_fwd = flops * 0.010 / n_tensors  # 10 ms forward, 20 ms backward (bwd = 2 × fwd)
+    w = Workload(
+        "toy",
+        tuple(f"t{i}" for i in range(n_tensors)),
+        np.full(n_tensors, per),
+        np.full(n_tensors, f_fwd),
+        None,
+        batch_size=1,
+    )
+    G = float(w.total_param_bytes)
+    n = 8
+    interference = 1e-9
+    t_bwd = w.batch_size * w.total_bwd_flops / flops
+    c = t_bwd * (1 + interference) / G
+    b_star = 100 * per * 4
+    alpha_prime = b_star**2 * c / G
+    call = 1e-12
+    alpha = (alpha_prime - call) / (2 * (n - 1))
+    p = ClusterParams.create(
+        alpha_s=(1e-6, alpha),
+        beta_s_per_byte=(1e-11, 1e-9),
+        node_beta_s_per_byte=(1e-30, 1e-30),
+        gamma_s_per_byte=1e-30,
+        call_overhead_s=call,
+        flops_per_s=flops,
+        step_overhead_s=1e-6,
+        update_s_per_byte=1e-15,
+        overlap_interference=interference,
+    )
+    return p, w, n, c, alpha_prime, G
+
+
+def test_toy_optimum_bucket_size_found_within_5_percent():
+    p, w, n, c, alpha_prime, G = _toy()
+    b_star = math.sqrt(G * alpha_prime / c)  # the closed form
+    assert abs(b_star - 409_600) < 1e-3 * b_star
+    rec = tuner.recommend(p, w, max_workers=n, architectures=["ring"])
+    assert rec.workers == n
+    assert rec.config.refined
+    assert abs(rec.bucket_bytes / b_star - 1) < 0.05
+    # The grid alone (powers of two) cannot get there, and is slower under the exact model.
+    grid = tuner.recommend(p, w, max_workers=n, architectures=["ring"], refine=False)
+    assert abs(grid.bucket_bytes / b_star - 1) > 0.05
+    assert rec.iteration_time_s < grid.iteration_time_s
+    # The exact model agrees with the continuous formula at b* (exact bucketing there).
+    t_star = float(iteration_time(p, w, "ring", n, bucket_bytes=b_star).iteration_s)
+    bd = rec.breakdown
+    t_formula = (
+        bd["forward_s"]
+        + b_star * c
+        + (G / b_star) * alpha_prime
+        + G * (2 * (n - 1) / n * 1e-9 + (n - 1) / n * 1e-30)
+        + bd["update_s"]
+        + bd["overhead_s"]
+    )
+    assert t_star == pytest.approx(t_formula, rel=1e-9)
+    assert rec.iteration_time_s <= t_star * (1 + 1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Grid search = brute force
+# ---------------------------------------------------------------------------
+def test_grid_search_equals_brute_force(resnet18):
+    caps = [0, 2**20, 2**24]
+    rec = tuner.recommend(P10G, resnet18, max_workers=4, bucket_bytes=caps, refine=False)
+    assert set(rec.sweeps) == {"ps (dedicated)", "ps (colocated)", "p2p", "ring", "tree"}
+    best = (-math.inf, None)
+    for sw in rec.sweeps.values():
+        rows = _brute_force(P10G, resnet18, sw.variant, range(1, 5), caps)
+        assert len(rows) == len(sw)
+        got = {
+            (int(a), int(b), int(c)): (t, th)
+            for a, b, c, t, th in zip(
+                sw.workers, sw.servers, sw.bucket_bytes, sw.iteration_s, sw.throughput, strict=True
+            )
+        }
+        for nn, k, c, t, th in rows:
+            assert got[(nn, k, c)][0] == pytest.approx(t, rel=1e-12)
+            assert got[(nn, k, c)][1] == pytest.approx(th, rel=1e-12)
+            if th > best[0]:
+                best = (th, (sw.variant.name, sw.variant.colocated, nn, k, c))
+    assert rec.throughput_samples_per_s == pytest.approx(best[0], rel=1e-12)
+    name, colocated, nn, k, c = best[1]
+    assert (rec.architecture, rec.colocated, rec.workers, rec.servers, rec.bucket_bytes) == (
+        name,
+        colocated,
+        nn,
+        k,
+        c,
+    )
+
+
+def test_grid_equals_brute_force_multi_rank_global_batch(resnet18):
+    # costmodel's hybrid architecture multiplies by a bool (architectures/_ps.py,
+    # HybridArchitecture.phase1_s, `* (m > 1)`), which strict dtype promotion rejects;
+    # until that is fixed, this test runs with standard promotion.
+    with jax.numpy_dtype_promotion("standard"):
+        _multi_rank_global_batch(resnet18)
+
+
+def _multi_rank_global_batch(resnet18):
+    caps = [0, 4 * 2**20]
+    B = 96
+    rec = tuner.recommend(
+        P10G,
+        resnet18,
+        max_workers=4,
+        ranks_per_node=2,
+        bucket_bytes=caps,
+        global_batch=B,
+        refine=False,
+    )
+    assert {"ps_host", "hybrid", "hierarchical"} <= set(rec.sweeps)
+    best = -math.inf
+    for sw in rec.sweeps.values():
+        assert set(sw.workers.tolist()) == {2, 4}  # multiples of ranks per node
+        rows = _brute_force(P10G, resnet18, sw.variant, [2, 4], caps, g=2, global_batch=B)
+        assert len(rows) == len(sw)
+        np.testing.assert_allclose(sorted(r[4] for r in rows), np.sort(sw.throughput), rtol=1e-12)
+        best = max(best, max(r[4] for r in rows))
+        # fixed global batch: throughput = B / T, and efficiency = T1 / (n T)
+        np.testing.assert_allclose(sw.throughput, B / sw.iteration_s, rtol=1e-12)
+    assert rec.throughput_samples_per_s == pytest.approx(best, rel=1e-12)
+    # efficiency against one worker computing the whole global batch alone
+    one = iteration_time(P10G, resnet18, "ring", 1, batch_size=B)
+    t1 = float(one.iteration_s)
+    assert rec.scaling_efficiency == pytest.approx(t1 / (rec.workers * rec.iteration_time_s), 1e-9)
+
+
+# ---------------------------------------------------------------------------
+# Never worse than the frameworks' defaults; the paper's 1PS collapse
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("network,model", [("ethernet-10g", "resnet50"), ("ib-edr-100g", "vgg16")])
+def test_never_slower_than_ddp_or_horovod_defaults(network, model):
+    p, w = preset(network, "v100"), get_workload(model, 32)
+    rec = tuner.recommend(p, w, max_workers=16)
+    for cap in (25 * 2**20, tuner.HOROVOD_FUSION_BYTES):  # DDP 25 MiB, Horovod 64 MiB
+        t = float(iteration_time(p, w, "ring", rec.workers, bucket_bytes=cap).iteration_s)
+        assert rec.iteration_time_s <= t * (1 + 1e-12)
+    # …and at every worker count, the best configuration beats ring with DDP's default
+    ring = iteration_time(p, w, "ring", np.arange(1, 17), bucket_bytes=25 * 2**20)
+    best = np.full(16, np.inf)
+    for sw in rec.sweeps.values():
+        np.minimum.at(best, sw.workers - 1, np.where(sw.feasible, sw.iteration_s, np.inf))
+    assert np.all(best <= np.asarray(ring.iteration_s) * (1 + 1e-12))
+
+
+def test_vgg16_on_10g_ethernet_does_not_pick_a_single_parameter_server():
+    w = get_workload("vgg16", 32)
+    rec = tuner.recommend(P10G, w, max_workers=32)
+    assert not (rec.architecture == "ps" and rec.servers == 1)
+    # 1PS collapses: its server link carries n × the model, so adding workers adds nothing.
+    sw = rec.sweeps["ps (dedicated)"]
+    one_ps = sw.servers == 1
+    thr = {n: sw.throughput[one_ps & (sw.workers == n)].max() for n in (8, 32)}
+    assert thr[32] < 1.2 * thr[8]
+    assert rec.throughput_samples_per_s > 3 * thr[32]
+
+
+# ---------------------------------------------------------------------------
+# Objectives and constraints
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def resnet18_sweeps(resnet18):
+    return tuner.recommend(P10G, resnet18, max_workers=12, refine=False)
+
+
+def _all(rec):
+    keys = ("workers", "servers", "bucket_bytes", "iteration_s", "throughput", "efficiency")
+    out = {k: [] for k in (*keys, "dedicated", "feasible")}
+    for sw in rec.sweeps.values():
+        for k in keys:
+            out[k].append(np.asarray(getattr(sw, k), dtype=np.float64))
+        out["dedicated"].append(np.full(len(sw), sw.variant.dedicated_servers))
+        out["feasible"].append(sw.feasible)
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def test_cost_objective_minimises_cost_per_sample(resnet18, resnet18_sweeps):
+    price, server_price = 3.0, 1.0
+    rec = tuner.recommend(
+        P10G,
+        resnet18,
+        max_workers=12,
+        objective="cost",
+        price_per_hour=price,
+        server_price_per_hour=server_price,
+        refine=False,
+    )
+    a = _all(resnet18_sweeps)
+    rate = a["workers"] * price + np.where(a["dedicated"], a["servers"] * server_price, 0.0)
+    cost = rate / 3600.0 / a["throughput"]
+    assert rec.config.cost_per_sample == pytest.approx(cost.min(), rel=1e-9)
+    assert rec.objective == "cost"
+
+
+def test_efficiency_and_min_workers_objectives(resnet18, resnet18_sweeps):
+    a = _all(resnet18_sweeps)
+    rec = tuner.recommend(
+        P10G, resnet18, max_workers=12, objective="efficiency", min_efficiency=0.6, refine=False
+    )
+    ok = a["efficiency"] >= 0.6
+    assert rec.scaling_efficiency >= 0.6
+    assert rec.throughput_samples_per_s == pytest.approx(a["throughput"][ok].max(), rel=1e-12)
+    target = 0.5 * a["throughput"].max()
+    rec = tuner.recommend(
+        P10G,
+        resnet18,
+        max_workers=12,
+        objective="min-workers",
+        target_throughput=target,
+        refine=False,
+    )
+    reach = a["throughput"] >= target
+    assert rec.workers == a["workers"][reach].min()
+    assert rec.throughput_samples_per_s >= target
+
+
+def test_memory_excludes_configurations_that_do_not_fit(resnet18):
+    G = resnet18.total_param_bytes
+    # ring workers hold parameters, gradients and momentum: 3 G; a p2p worker holds
+    # parameters, gradients and a 1/n shard of the momentum: 2 G + G / n.
+    rec = tuner.recommend(P10G, resnet18, max_workers=8, device_memory_bytes=2.6 * G, refine=False)
+    assert not rec.sweeps["ring"].feasible.any()
+    p2p = rec.sweeps["p2p"]
+    np.testing.assert_array_equal(p2p.feasible, 2 * G + G / p2p.workers <= 2.6 * G)
+    assert rec.architecture != "ring" and rec.architecture != "tree"
+    assert rec.excluded["worker_memory"] > 0
+    assert any(w.startswith("memory:") for w in rec.warnings)
+    assert "Memory bounds the choice" in rec.rationale
+
+
+# ---------------------------------------------------------------------------
+# Bad input and infeasible constraints
+# ---------------------------------------------------------------------------
+def test_bad_input_gives_clear_errors(resnet18):
+    with pytest.raises(ValueError, match="max_workers must be ≥ 1"):
+        tuner.recommend(P10G, resnet18, max_workers=0)
+    with pytest.raises(ValueError, match="unknown architecture 'rng'; valid: .*ring"):
+        tuner.recommend(P10G, resnet18, max_workers=4, architectures=["rng"])
+    with pytest.raises(ValueError, match="unknown objective 'speed'"):
+        tuner.recommend(P10G, resnet18, max_workers=4, objective="speed")
+    with pytest.raises(ValueError, match="--price-per-hour"):
+        tuner.recommend(P10G, resnet18, max_workers=4, objective="cost")
+    with pytest.raises(ValueError, match="--server-price-per-hour"):
+        tuner.recommend(P10G, resnet18, max_workers=4, objective="cost", price_per_hour=1.0)
+    with pytest.raises(ValueError, match="--min-efficiency"):
+        tuner.recommend(P10G, resnet18, max_workers=4, objective="efficiency")
+    with pytest.raises(ValueError, match="--target-throughput"):
+        tuner.recommend(P10G, resnet18, max_workers=4, objective="min-workers")
+    with pytest.raises(ValueError, match="ranks_per_node > 1"):
+        tuner.recommend(P10G, resnet18, max_workers=4, architectures=["hierarchical"])
+    with pytest.raises(ValueError, match="min_efficiency must be in"):
+        tuner.recommend(P10G, resnet18, max_workers=4, min_efficiency=1.5)
+    with pytest.raises(TypeError, match="calibration.Profile"):
+        tuner.recommend("profile.json", resnet18, max_workers=4)
+
+
+def test_infeasible_constraints_say_what_is_possible(resnet18, resnet18_sweeps):
+    most = _all(resnet18_sweeps)["throughput"].max()
+    kw = dict(max_workers=12, refine=False)
+    with pytest.raises(tuner.InfeasibleError, match="the most possible is") as e:
+        tuner.recommend(P10G, resnet18, target_throughput=10 * most, **kw)
+    rec = e.value.recommendation
+    assert rec.status == "infeasible"
+    assert rec.throughput_samples_per_s == pytest.approx(most, rel=1e-12)
+    rec = tuner.recommend(
+        P10G,
+        resnet18,
+        architectures=["ps_dedicated"],
+        min_efficiency=0.9999,
+        on_infeasible="return",
+        **kw,
+    )
+    assert rec.status == "infeasible" and "the best possible is" in rec.message
+    assert rec.scaling_efficiency < 0.9999
+    with pytest.raises(tuner.InfeasibleError, match="no configuration fits in memory"):
+        tuner.recommend(P10G, resnet18, device_memory_bytes=1024, **kw)
+
+
+# ---------------------------------------------------------------------------
+# Uncertainty: intervals, p_best, reliability, extrapolation
+# ---------------------------------------------------------------------------
+def _scaled_profile(base: Profile, factor: float, **kw) -> Profile:
+    return Profile(
+        params=base.params,
+        covariance=base.covariance * factor,
+        leaf_names=base.leaf_names,
+        prior=base.prior,
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def preset_profile():
+    return Profile.from_preset("ethernet-10g", "v100")
+
+
+def test_intervals_shrink_with_the_covariance(resnet18, preset_profile):
+    kw = dict(max_workers=8, architectures=["ring", "ps"], refine=False)
+    wide = tuner.recommend(preset_profile, resnet18, **kw)
+    narrow = tuner.recommend(_scaled_profile(preset_profile, 0.25), resnet18, **kw)
+    assert narrow.config.describe() == wide.config.describe()
+    for a, b in zip(
+        [wide.config, *wide.alternatives], [narrow.config, *narrow.alternatives], strict=True
+    ):
+        lo, hi = a.interval_s
+        assert lo < a.iteration_time_s < hi
+        # a preset has no residual spread: the log-width is 2zσ, and σ halves
+        ratio = math.log(b.interval_s[1] / b.interval_s[0]) / math.log(hi / lo)
+        assert ratio == pytest.approx(0.5, rel=1e-3)
+    assert 0.0 <= wide.p_best <= 1.0
+    # (almost) no uncertainty: the nominal winner wins every draw
+    certain = tuner.recommend(_scaled_profile(preset_profile, 1e-10), resnet18, **kw)
+    assert certain.p_best == 1.0
+
+
+def test_bare_parameters_give_point_intervals_and_say_so(resnet18_sweeps):
+    rec = resnet18_sweeps
+    assert rec.interval_s == (rec.iteration_time_s, rec.iteration_time_s)
+    assert math.isnan(rec.p_best)
+    assert any("no profile covariance" in w for w in rec.warnings)
+    doc = json.loads(json.dumps(rec.to_dict(), allow_nan=False))
+    for key in (
+        "architecture",
+        "servers",
+        "colocated",
+        "workers",
+        "bucket_bytes",
+        "iteration_time_s",
+        "interval_s",
+        "throughput_samples_per_s",
+        "scaling_efficiency",
+        "breakdown",
+        "alternatives",
+        "p_best",
+        "rationale",
+        "warnings",
+    ):
+        assert key in doc
+    assert doc["p_best"] is None
+    assert len(doc["alternatives"]) == 5
+    labels = [a["label"] for a in doc["alternatives"]]
+    assert len(set(labels[:4])) == 4 and doc["label"] not in labels[:4]  # distinct first
+
+
+def test_curve_is_the_best_configuration_per_worker_count(resnet18_sweeps):
+    rec = resnet18_sweeps
+    curves = rec.curves()
+    assert set(curves) == set(rec.sweeps)
+    for label, c in curves.items():
+        sw = rec.sweeps[label]
+        for n, t, lo, hi in zip(c.workers, c.iteration_s, c.low_s, c.high_s, strict=True):
+            assert t == sw.iteration_s[sw.workers == n].min()
+            assert lo == t == hi  # bare parameters: a point
+    bc = rec.bucket_curve()
+    assert bc["workers"] == rec.workers and len(bc["bucket_bytes"]) == len(bc["iteration_s"])
+    with pytest.raises(ValueError, match="unknown architecture label"):
+        rec.curve("ring-ish")
+
+
+def test_unreliable_profile_is_refused_unless_forced(resnet18, preset_profile):
+    bad = _scaled_profile(preset_profile, 1.0, reliable=False, heldout_p90=0.2)
+    with pytest.raises(tuner.UnreliableProfileError, match=r"20%.*15%.*--force"):
+        tuner.recommend(bad, resnet18, max_workers=4, architectures=["ring"])
+    rec = tuner.recommend(
+        bad, resnet18, max_workers=4, architectures=["ring"], force=True, refine=False
+    )
+    assert rec.reliable is False
+    assert any("unreliable profile" in w for w in rec.warnings)
+
+
+def test_extrapolation_beyond_measured_ranges_is_flagged(resnet18, preset_profile):
+    measured = {
+        "message_bytes": [1024, 2**20],
+        "num_ranks": [2, 4],
+        "ranks_per_node": [1, 1],
+        "collectives": ["all_reduce"],
+    }
+    prof = _scaled_profile(preset_profile, 1.0, measured_ranges=measured)
+    rec = tuner.recommend(prof, resnet18, max_workers=8, architectures=["ps"], refine=False)
+    text = " ".join(rec.warnings)
+    assert f"{rec.workers} workers is outside the measured rank counts" in text
+    assert "bucket messages" in text and "outside the measured sizes" in text
+    assert "no measurements of ps_push, ps_pull" in text
+
+
+# ---------------------------------------------------------------------------
+# What-if and the inverse question
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "changes", [{"beta_inter": 0.5}, {"beta_inter": 0.5, "node_beta_inter": 0.5}]
+)
+def test_what_if_double_bandwidth_never_lowers_throughput(resnet18, resnet18_sweeps, changes):
+    fast = tuner.what_if(P10G, resnet18, changes, max_workers=12, refine=False)
+    for label, sw in resnet18_sweeps.sweeps.items():
+        assert np.all(fast.sweeps[label].throughput >= sw.throughput * (1 - 1e-12))
+    assert fast.throughput_samples_per_s >= resnet18_sweeps.throughput_samples_per_s
+    assert any("what-if" in w for w in fast.warnings)
+    with pytest.raises(ValueError, match="unknown parameter 'bandwidth'"):
+        tuner.what_if(P10G, resnet18, {"bandwidth": 2.0}, max_workers=4)
+
+
+def test_min_bandwidth_matches_the_closed_form_for_a_non_overlapping_architecture(resnet18):
+    # p2p communicates after backward: T(bw) = T_inf + B / bw exactly (β and the NIC cap
+    # scale together), so efficiency e = T1 / T reaches e* at bw* = B / (T1 / e* − T_inf).
+    config = {"architecture": "p2p", "workers": 8, "bucket_bytes": 2**24}
+    target = 0.5
+    r = tuner.min_bandwidth_for_efficiency(P10G, resnet18, config, target)
+    assert r.status == "ok"
+
+    def step(bw_factor):
+        p = P10G.scaled(beta_inter=1 / bw_factor, node_beta_inter=1 / bw_factor)
+        return float(iteration_time(p, resnet18, "p2p", 8, bucket_bytes=2**24).iteration_s)
+
+    bw0 = 1 / float(P10G.beta_s_per_byte[1])
+    t0, t_inf = step(1.0), step(1e9)
+    B = (t0 - t_inf) * bw0
+    t1 = float(iteration_time(P10G, resnet18, "ring", 1).iteration_s)
+    bw_star = B / (t1 / target - t_inf)
+    assert r.bandwidth_bytes_per_s == pytest.approx(bw_star, rel=1e-3)
+    assert r.efficiency >= target
+    assert r.iterations < 30
+    unreachable = tuner.min_bandwidth_for_efficiency(
+        P10G, resnet18, {"architecture": "ps", "workers": 12, "servers": 1}, 0.999
+    )
+    assert unreachable.status == "unreachable" and unreachable.max_efficiency < 0.999
+    assert math.isnan(unreachable.bandwidth_bytes_per_s)
+    with pytest.raises(ValueError, match="target_efficiency must be in"):
+        tuner.min_bandwidth_for_efficiency(P10G, resnet18, config, 1.5)
+
+
+# ---------------------------------------------------------------------------
+# Sensitivity
+# ---------------------------------------------------------------------------
+_TIME_SCALES = (
+    "alpha_intra",
+    "alpha_inter",
+    "beta_intra",
+    "beta_inter",
+    "node_beta_intra",
+    "node_beta_inter",
+    "gamma",
+    "call_overhead",
+    "step_overhead",
+    "update",
+)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"architecture": "ring", "workers": 8, "bucket_bytes": 2**22},
+        {"architecture": "ps", "workers": 8, "servers": 2, "bucket_bytes": 2**24},
+    ],
+)
+def test_sensitivity_elasticities_follow_eulers_theorem(resnet18, config):
+    # Every time in the model scales with α, β, γ, overheads and 1/FLOP/s: T is
+    # homogeneous of degree one in them, so the elasticities sum to one.
+    e = tuner.sensitivity(P10G, resnet18, config)
+    assert set(e) == set(tuner.SENSITIVITY_NAMES)
+    total = sum(e[k] for k in _TIME_SCALES) - e["flops"]
+    assert total == pytest.approx(1.0, abs=1e-9)
+    # and each is the derivative of log T: compare with central differences
+    arch = get_architecture(config["architecture"])
+
+    def log_t(p):
+        return math.log(
+            float(
+                iteration_time(
+                    p,
+                    resnet18,
+                    arch,
+                    config["workers"],
+                    servers=config.get("servers", 1),
+                    bucket_bytes=config["bucket_bytes"],
+                ).iteration_s
+            )
+        )
+
+    h = 1e-5
+    for key in ("beta_inter", "alpha_inter", "flops"):
+        fd = log_t(P10G.scaled(**{key: math.exp(h)})) - log_t(P10G.scaled(**{key: math.exp(-h)}))
+        assert e[key] == pytest.approx(fd / (2 * h), rel=1e-4, abs=1e-9)
+
+
+def test_sensitivity_of_one_worker_is_compute_only(resnet18):
+    e = tuner.sensitivity(P10G, resnet18, {"architecture": "ring", "workers": 1})
+    assert e["beta_inter"] == 0.0 and e["alpha_inter"] == 0.0
+    bd = iteration_time(P10G, resnet18, "ring", 1)
+    share = float((bd.forward_s + bd.backward_s) / bd.iteration_s)
+    assert e["flops"] == pytest.approx(-share, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Compilation: a repeated query does not compile again
+# ---------------------------------------------------------------------------
+def test_repeated_recommendation_does_not_recompile(resnet18, preset_profile):
+    kw = dict(max_workers=6, architectures=["ring", "p2p"])
+    tuner.recommend(preset_profile, resnet18, **kw)
+    compiles = []
+
+    def listener(event, duration, **_):
+        if event.endswith("backend_compile_duration"):
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        tuner.recommend(preset_profile, resnet18, **kw)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+
+
+def test_variants_and_worker_grid():
+    labels = [v.label for v in tuner.resolve_variants(None, 1)]
+    assert labels == ["ps (dedicated)", "ps (colocated)", "p2p", "ring", "tree"]
+    labels8 = [v.label for v in tuner.resolve_variants(None, 8)]
+    assert {"ps_host", "hybrid", "hierarchical"} <= set(labels8)
+    assert tuner.DEFAULT_BUCKET_GRID[0] == 0 and 25 * 2**20 in tuner.DEFAULT_BUCKET_GRID
+    assert all(
+        b == 2 * a
+        for a, b in itertools.pairwise(
+            [c for c in tuner.DEFAULT_BUCKET_GRID if c & (c - 1) == 0][1:]
+        )
+    )

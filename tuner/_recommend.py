@@ -1,0 +1,1364 @@
+"""Recommend an architecture, worker count and bucket size: :func:`recommend`.
+
+The search (see :mod:`tuner._search`) evaluates every configuration exactly
+with :func:`costmodel.iteration_time`; the objective picks one; the bucket
+size of the leading configurations is refined continuously; the choice gets a
+prediction interval from the profile, the probability that it really beats the
+best other architecture, a plain-words rationale and warnings.
+
+References:
+    Alqahtani & Demirbas, "Performance Analysis and Comparison of Distributed
+    Machine Learning Systems", arXiv 1909.02061 (PS, 1PS, P2P, ring all-reduce);
+    Li et al., VLDB 2020 (DDP buckets); Sergeev & Del Balso, arXiv 1802.05799.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costmodel import (
+    Breakdown,
+    Workload,
+    bucketize,
+    format_bytes,
+    format_choices,
+)
+
+from ._search import (
+    Sweep,
+    TimeSpec,
+    Variant,
+    bucket_grid,
+    evaluate,
+    memory_need,
+    refine_bucket,
+    resolve_variants,
+    spec_times_draws,
+    spec_times_fd,
+    spec_times_jit,
+    sweep,
+    worker_grid,
+)
+from ._uncertainty import as_profile, flat_covariance, heldout_p90, parameter_draws
+
+__all__ = [
+    "OBJECTIVES",
+    "RELIABLE_P90_LIMIT",
+    "Configuration",
+    "Curve",
+    "Recommendation",
+    "UnreliableProfileError",
+    "InfeasibleError",
+    "recommend",
+]
+
+#: Objectives :func:`recommend` accepts.
+OBJECTIVES = ("throughput", "cost", "efficiency", "min-workers")
+
+#: The calibration's limit on the held-out p90 error above which the tuner refuses.
+RELIABLE_P90_LIMIT = 0.15
+
+#: Random parameter draws for :attr:`Recommendation.p_best`.
+P_BEST_DRAWS = 200
+
+#: Collectives (as named in profiles' measured ranges) each architecture relies on.
+_COLLECTIVES_USED = {
+    "ps": ("ps_push", "ps_pull"),
+    "ps_host": ("ps_push", "ps_pull"),
+    "hybrid": ("all_reduce", "ps_push", "ps_pull", "broadcast"),
+    "p2p": ("all_to_all", "all_gather"),
+    "ring": ("all_reduce",),
+    "tree": ("all_reduce",),
+    "hierarchical": ("all_reduce",),
+}
+
+
+class UnreliableProfileError(ValueError):
+    """The profile's held-out error is over the calibration's limit; pass ``force=True``."""
+
+
+class InfeasibleError(ValueError):
+    """No configuration meets the constraints.
+
+    Attributes:
+        recommendation: the :class:`Recommendation` with ``status ==
+            "infeasible"``, its configuration the best that is possible.
+    """
+
+    def __init__(self, message: str, recommendation: Recommendation):
+        super().__init__(message)
+        self.recommendation = recommendation
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One evaluated configuration (SI units).
+
+    Attributes:
+        architecture: name in :data:`costmodel.ARCHITECTURE_NAMES`.
+        colocated: ``ps`` servers on workers (False for dedicated machines and
+            other architectures).
+        servers: parameter servers k (0 for architectures without servers).
+        workers: n.
+        ranks_per_node: g.
+        bucket_bytes: gradient bucket cap, bytes (0 = one collective per tensor).
+        batch_size: samples each worker computes per step.
+        iteration_time_s: predicted step time, s.
+        interval_s: (low, high) 90% prediction interval of the step time, s.
+        throughput_samples_per_s: samples per second over all workers.
+        scaling_efficiency: throughput / (n × single-worker throughput), in (0, 1].
+        cost_per_sample: price per sample (the prices' currency), or None
+            without prices.
+        breakdown: :meth:`costmodel.Breakdown.to_dict` of this configuration.
+        refined: the bucket size came from the continuous refinement.
+    """
+
+    architecture: str
+    colocated: bool
+    servers: int
+    workers: int
+    ranks_per_node: int
+    bucket_bytes: int
+    batch_size: float
+    iteration_time_s: float
+    interval_s: tuple[float, float]
+    throughput_samples_per_s: float
+    scaling_efficiency: float
+    cost_per_sample: float | None
+    breakdown: dict = field(repr=False)
+    refined: bool = False
+
+    @property
+    def variant(self) -> Variant:
+        """The architecture variant."""
+        return Variant(self.architecture, self.colocated)
+
+    @property
+    def label(self) -> str:
+        """``ring``, ``ps (dedicated)``, …"""
+        return self.variant.label
+
+    def describe(self) -> str:
+        """One line: architecture, servers, workers, bucket size.
+
+        Example:
+            >>> c = Configuration("ring", False, 0, 8, 1, 25 * 2**20, 64.0, 0.1, (0.1, 0.1),
+            ...                   5120.0, 0.9, None, {})
+            >>> c.describe()
+            'ring, 8 workers, 25 MiB buckets'
+        """
+        parts = [self.label]
+        if self.servers:
+            parts.append(f"{self.servers} server{'s' if self.servers != 1 else ''}")
+        parts.append(f"{self.workers} worker{'s' if self.workers != 1 else ''}")
+        if self.ranks_per_node > 1:
+            parts[-1] += f" ({self.ranks_per_node} per node)"
+        parts.append(
+            "one collective per tensor"
+            if self.bucket_bytes == 0
+            else f"{format_bytes(self.bucket_bytes)} buckets"
+        )
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict with the keys of :meth:`Recommendation.to_dict` for one configuration."""
+        return {
+            "architecture": self.architecture,
+            "label": self.label,
+            "servers": int(self.servers),
+            "colocated": bool(self.colocated),
+            "workers": int(self.workers),
+            "ranks_per_node": int(self.ranks_per_node),
+            "bucket_bytes": int(self.bucket_bytes),
+            "batch_size": float(self.batch_size),
+            "iteration_time_s": float(self.iteration_time_s),
+            "interval_s": [float(self.interval_s[0]), float(self.interval_s[1])],
+            "throughput_samples_per_s": float(self.throughput_samples_per_s),
+            "scaling_efficiency": float(self.scaling_efficiency),
+            "cost_per_sample": None
+            if self.cost_per_sample is None
+            else float(self.cost_per_sample),
+            "breakdown": dict(self.breakdown),
+            "refined": bool(self.refined),
+        }
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Per worker count, the best configuration of one architecture variant.
+
+    All arrays have shape (W,), one entry per worker count that has a
+    configuration fitting in memory; intervals at the requested level.
+
+    Attributes:
+        label: the variant's label.
+        workers, servers, bucket_bytes: the configuration at each worker count.
+        iteration_s, low_s, high_s: predicted step time and its interval, s.
+        throughput, throughput_low, throughput_high: samples/s and its interval.
+        efficiency: scaling efficiency.
+        level: the interval's level.
+    """
+
+    label: str
+    workers: np.ndarray
+    servers: np.ndarray
+    bucket_bytes: np.ndarray
+    iteration_s: np.ndarray
+    low_s: np.ndarray
+    high_s: np.ndarray
+    throughput: np.ndarray
+    throughput_low: np.ndarray
+    throughput_high: np.ndarray
+    efficiency: np.ndarray
+    level: float
+
+    def to_dict(self) -> dict:
+        """Plain lists."""
+        out = {"label": self.label, "level": self.level}
+        for k in (
+            "workers",
+            "servers",
+            "bucket_bytes",
+            "iteration_s",
+            "low_s",
+            "high_s",
+            "throughput",
+            "throughput_low",
+            "throughput_high",
+            "efficiency",
+        ):
+            out[k] = np.asarray(getattr(self, k)).tolist()
+        return out
+
+
+@dataclass(frozen=True)
+class _Context:
+    profile: object
+    workload: Workload
+    ranks_per_node: int
+    global_batch: int | None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The tuner's answer.
+
+    Attributes:
+        config: the chosen :class:`Configuration`.
+        alternatives: up to 5 runner-ups: the best of each other architecture
+            variant first (best first), then the next-best configurations.
+        p_best: probability, under the profile's parameter uncertainty, that
+            the chosen configuration scores better on the objective than the
+            best configuration of the runner-up architecture variant (both
+            held at their nominal configurations): 200 parameter draws
+            θ = θ̂ + A·z from the covariance of the flattened unconstrained
+            leaves (A its Cholesky factor), wins counted (ties half). NaN when
+            the profile has no covariance or there is no other architecture.
+        rationale: plain words: what bounds the choice (compute, bandwidth,
+            latency, server congestion, memory) and why it wins.
+        warnings: extrapolation beyond measured ranges, unreliable profile,
+            memory exclusions, missing covariance.
+        reliable: False when the profile's held-out error is over the limit
+            (only with ``force=True``).
+        objective: the objective used.
+        status: ``"ok"``, or ``"infeasible"`` (then ``config`` is the best
+            possible and ``message`` says what could not be met).
+        message: a human summary of the status.
+        excluded: configurations excluded for memory, by reason
+            (``worker_memory``, ``server_memory``), and ``total`` searched.
+        sweeps: label → :class:`tuner.Sweep`, every configuration searched
+            (flat arrays workers, servers, bucket_bytes, iteration_s,
+            throughput, efficiency, feasible); not in :meth:`to_dict` unless asked.
+    """
+
+    config: Configuration
+    alternatives: tuple[Configuration, ...]
+    p_best: float
+    rationale: str
+    warnings: tuple[str, ...]
+    reliable: bool
+    objective: str
+    status: str
+    message: str
+    excluded: Mapping[str, int]
+    sweeps: Mapping[str, Sweep] = field(repr=False, compare=False)
+    _context: _Context | None = field(default=None, repr=False, compare=False)
+
+    # --- the chosen configuration's fields, for convenience --------------------
+    architecture = property(lambda self: self.config.architecture, doc="Chosen architecture.")
+    servers = property(lambda self: self.config.servers, doc="Chosen server count (0: none).")
+    colocated = property(lambda self: self.config.colocated, doc="Chosen ps placement.")
+    workers = property(lambda self: self.config.workers, doc="Chosen worker count.")
+    ranks_per_node = property(lambda self: self.config.ranks_per_node, doc="Ranks per node.")
+    bucket_bytes = property(lambda self: self.config.bucket_bytes, doc="Chosen bucket cap, bytes.")
+    iteration_time_s = property(lambda self: self.config.iteration_time_s, doc="Step time, s.")
+    interval_s = property(lambda self: self.config.interval_s, doc="90% interval, s.")
+    throughput_samples_per_s = property(
+        lambda self: self.config.throughput_samples_per_s, doc="Samples/s."
+    )
+    scaling_efficiency = property(lambda self: self.config.scaling_efficiency, doc="Efficiency.")
+    breakdown = property(lambda self: self.config.breakdown, doc="Breakdown dict.")
+    label = property(lambda self: self.config.label, doc="Chosen variant's label.")
+
+    def to_dict(self, *, include_sweeps: bool = False) -> dict:
+        """One JSON-ready document.
+
+        Keys: ``architecture``, ``label``, ``servers``, ``colocated``,
+        ``workers``, ``ranks_per_node``, ``bucket_bytes``, ``batch_size``,
+        ``iteration_time_s``, ``interval_s`` ([low, high]),
+        ``throughput_samples_per_s``, ``scaling_efficiency``,
+        ``cost_per_sample``, ``breakdown``, ``refined``, ``alternatives``
+        (list of dicts with the configuration keys), ``p_best`` (None when
+        NaN), ``rationale``, ``warnings``, ``reliable``, ``objective``,
+        ``status``, ``message``, ``excluded``; with ``include_sweeps`` also
+        ``sweeps`` (label → :meth:`Sweep.to_dict`).
+        """
+        out = self.config.to_dict()
+        out.update(
+            alternatives=[a.to_dict() for a in self.alternatives],
+            p_best=None if not math.isfinite(self.p_best) else float(self.p_best),
+            rationale=self.rationale,
+            warnings=list(self.warnings),
+            reliable=bool(self.reliable),
+            objective=self.objective,
+            status=self.status,
+            message=self.message,
+            excluded=dict(self.excluded),
+        )
+        if include_sweeps:
+            out["sweeps"] = {k: s.to_dict() for k, s in self.sweeps.items()}
+        return out
+
+    def curve(self, label: str, level: float = 0.9) -> Curve:
+        """Per worker count, the fastest configuration of one variant that fits in memory.
+
+        For the report's plots of iteration time and throughput vs workers
+        with bands. Configurations are the grid's (not refined); intervals
+        come from the profile (a point for bare parameters). For every
+        variant at once (one interval computation), use :meth:`curves`.
+
+        Args:
+            label: a key of :attr:`sweeps` (``"ring"``, ``"ps (dedicated)"``, …).
+            level: interval level in (0, 1).
+
+        Raises:
+            ValueError: on an unknown label (listing the valid ones) or level.
+        """
+        if label not in self.sweeps:
+            raise ValueError(
+                f"unknown architecture label {label!r}; valid: {format_choices(self.sweeps)}"
+            )
+        return self.curves(level, labels=[label])[label]
+
+    def curves(self, level: float = 0.9, labels=None) -> dict[str, Curve]:
+        """:meth:`curve` for several variants (default all), with one interval computation.
+
+        Variants with no configuration that fits in memory are left out.
+
+        Raises:
+            ValueError: on an unknown label or a level outside (0, 1).
+        """
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {level!r}")
+        labels = list(self.sweeps) if labels is None else list(labels)
+        for label in labels:
+            if label not in self.sweeps:
+                raise ValueError(
+                    f"unknown architecture label {label!r}; valid: {format_choices(self.sweeps)}"
+                )
+        ctx = self._context
+        picked, spec_rows, nominal = [], [], []
+        for label in labels:
+            sw = self.sweeps[label]
+            t = sw.iteration_s
+            idx = np.flatnonzero(sw.feasible & np.isfinite(t))
+            order = idx[np.lexsort((t[idx], sw.workers[idx]))]
+            _, first = np.unique(sw.workers[order], return_index=True)
+            rows = order[first]
+            picked.append((label, sw, rows))
+            for i in rows:
+                base = float(ctx.global_batch) if ctx.global_batch else sw.batch_size[i]
+                spec_rows.append(
+                    (
+                        sw.variant,
+                        sw.workers[i],
+                        max(sw.servers[i], 1),
+                        sw.bucket_bytes[i],
+                        sw.batch_size[i],
+                        base,
+                    )
+                )
+            nominal.append(t[rows])
+        if spec_rows:
+            lo_all, hi_all = _intervals(ctx, spec_rows, level, np.concatenate(nominal))
+        out, at = {}, 0
+        for label, sw, rows in picked:
+            m = rows.size
+            if m == 0:
+                continue
+            lo, hi = lo_all[at : at + m], hi_all[at : at + m]
+            at += m
+            t = sw.iteration_s[rows]
+            thr = sw.throughput[rows]
+            scale = thr * t  # samples per step
+            out[label] = Curve(
+                label,
+                sw.workers[rows],
+                sw.servers[rows],
+                sw.bucket_bytes[rows],
+                t,
+                lo,
+                hi,
+                thr,
+                scale / hi,
+                scale / lo,
+                sw.efficiency[rows],
+                float(level),
+            )
+        return out
+
+    def bucket_curve(self, label: str | None = None, workers: int | None = None) -> dict:
+        """Iteration time vs bucket cap for one architecture and worker count (grid points).
+
+        Args:
+            label: variant label; default the chosen one.
+            workers: worker count; default the chosen one (for variants with
+                servers, the best server count at each cap is taken).
+
+        Returns:
+            ``{"label", "workers", "bucket_bytes": [...], "iteration_s": [...],
+            "servers": [...]}``.
+
+        Raises:
+            ValueError: unknown label or a worker count not searched.
+        """
+        label = self.config.label if label is None else label
+        if label not in self.sweeps:
+            raise ValueError(
+                f"unknown architecture label {label!r}; valid: {format_choices(self.sweeps)}"
+            )
+        n = self.config.workers if workers is None else int(workers)
+        sw = self.sweeps[label]
+        sel = np.flatnonzero(sw.workers == n)
+        if sel.size == 0:
+            raise ValueError(f"{n} workers were not searched for {label!r}")
+        caps = np.unique(sw.bucket_bytes[sel])
+        times, servers = [], []
+        for c in caps:
+            rows = sel[sw.bucket_bytes[sel] == c]
+            j = rows[np.argmin(sw.iteration_s[rows])]
+            times.append(float(sw.iteration_s[j]))
+            servers.append(int(sw.servers[j]))
+        return {
+            "label": label,
+            "workers": n,
+            "bucket_bytes": caps.tolist(),
+            "iteration_s": times,
+            "servers": servers,
+        }
+
+
+# ---------------------------------------------------------------------------
+# Input checks
+# ---------------------------------------------------------------------------
+def _check_objective(objective: str) -> str:
+    key = str(objective).strip().lower().replace("_", "-")
+    if key not in OBJECTIVES:
+        raise ValueError(
+            f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)} (--objective)"
+        )
+    return key
+
+
+def _positive(name: str, value, flag: str, *, allow_none=True, upper=None) -> float | None:
+    if value is None:
+        if allow_none:
+            return None
+        raise ValueError(f"{name} is required ({flag})")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r} ({flag})") from None
+    if not math.isfinite(v) or v <= 0 or (upper is not None and v > upper):
+        rng = f"in (0, {upper:g}]" if upper is not None else "finite and > 0"
+        raise ValueError(f"{name} must be {rng}, got {value!r} ({flag})")
+    return v
+
+
+# ---------------------------------------------------------------------------
+# Scores
+# ---------------------------------------------------------------------------
+class _Scorer:
+    """The objective as a key to minimise, plus constraints."""
+
+    def __init__(
+        self,
+        objective,
+        price,
+        server_price,
+        min_efficiency,
+        target_throughput,
+    ):
+        self.objective = objective
+        self.price = price
+        self.server_price = server_price
+        self.min_efficiency = min_efficiency
+        self.target = target_throughput
+
+    def cost(self, variant: Variant, n, k, thr):
+        if self.price is None:
+            return None
+        rate = np.asarray(n, dtype=np.float64) * self.price
+        if variant.dedicated_servers:
+            rate = rate + np.asarray(k, dtype=np.float64) * (self.server_price or 0.0)
+        return rate / 3600.0 / np.asarray(thr, dtype=np.float64)
+
+    def constraints(self, thr, eff) -> np.ndarray:
+        ok = np.isfinite(thr)
+        if self.min_efficiency is not None:
+            ok &= eff >= self.min_efficiency - 1e-12
+        if self.target is not None:
+            ok &= thr >= self.target * (1 - 1e-12)
+        return ok
+
+    def key(self, variant: Variant, n, k, thr) -> np.ndarray:
+        """Lower is better: a (N, 2) array of (primary, secondary) keys."""
+        thr = np.asarray(thr, dtype=np.float64)
+        n = np.asarray(n, dtype=np.float64)
+        if self.objective == "cost":
+            return np.stack([self.cost(variant, n, k, thr), -thr], axis=-1)
+        if self.objective == "min-workers":
+            return np.stack([n, -thr], axis=-1)
+        return np.stack([-thr, n], axis=-1)
+
+
+def _argbest(keys: np.ndarray) -> int:
+    """Row with the lexicographically smallest (primary, secondary) key (first on ties)."""
+    return int(np.lexsort((np.arange(len(keys)), keys[:, 1], keys[:, 0]))[0])
+
+
+@dataclass
+class _Row:
+    variant: Variant
+    n: int
+    k: int
+    b: int
+    batch: float
+    bd: dict  # breakdown as floats
+    refined: bool = False
+
+    @property
+    def thr(self):
+        return self.bd["throughput_samples_per_s"]
+
+    @property
+    def eff(self):
+        return self.bd["scaling_efficiency"]
+
+    @property
+    def t(self):
+        return self.bd["iteration_s"]
+
+
+def _row(sw: Sweep, i: int) -> _Row:
+    bd = {f: float(np.asarray(getattr(sw.breakdown, f))[i]) for f in Breakdown.FIELDS}
+    return _Row(
+        sw.variant,
+        int(sw.workers[i]),
+        int(sw.servers[i]),
+        int(sw.bucket_bytes[i]),
+        float(sw.batch_size[i]),
+        bd,
+    )
+
+
+def _row_key(scorer: _Scorer, r: _Row) -> tuple:
+    k = scorer.key(r.variant, [r.n], [r.k], [r.thr])[0]
+    return (float(k[0]), float(k[1]))
+
+
+# ---------------------------------------------------------------------------
+# Evaluation helpers (stable shapes; params may be drawn)
+# ---------------------------------------------------------------------------
+def _eval_rows(params, ctx: _Context, variant, n, k, b, batch, differentiable=False) -> Breakdown:
+    base = (
+        np.full(np.shape(n), float(ctx.global_batch))
+        if ctx.global_batch is not None
+        else np.asarray(batch, dtype=np.float64)
+    )
+    out = evaluate(
+        params,
+        ctx.workload,
+        variant,
+        n,
+        k,
+        b,
+        ranks_per_node=ctx.ranks_per_node,
+        batch_size=batch,
+        base_batch_size=base,
+        differentiable=differentiable,
+    )
+    return out
+
+
+def _throughput(ctx: _Context, n, batch, t):
+    if ctx.global_batch is not None:
+        return ctx.global_batch / t
+    return np.asarray(n, dtype=np.float64) * np.asarray(batch, dtype=np.float64) / t
+
+
+def _spec_rows(ctx: _Context, rows) -> list:
+    """(variant, n, k, b, batch, base) tuples for :class:`TimeSpec` from :class:`_Row` s."""
+    return [
+        (
+            r.variant,
+            r.n,
+            max(r.k, 1),
+            r.b,
+            r.batch,
+            float(ctx.global_batch) if ctx.global_batch is not None else r.batch,
+        )
+        for r in rows
+    ]
+
+
+def _intervals(ctx: _Context, spec_rows: list, level: float, nominal) -> tuple:
+    """The profile's ``level`` intervals of the step times of ``spec_rows``.
+
+    For bare parameters (no covariance) the interval is the point: ``nominal``
+    is returned without evaluating anything. Otherwise the profile's
+    :meth:`interval` (delta method + held-out residual spread) runs on one
+    jitted function of every configuration, whose directional derivatives are
+    central differences (:func:`tuner._search.spec_times_fd`); should they
+    not be finite, automatic derivatives are used instead.
+    """
+    t = np.asarray(nominal, dtype=np.float64)
+    if getattr(ctx.profile, "bare", False):
+        return t, t.copy()
+
+    def run(exact: bool):
+        spec, order = TimeSpec.build(ctx.workload, ctx.ranks_per_node, spec_rows, exact)
+        fn = (lambda p: spec_times_jit(p, spec)) if exact else (lambda p: spec_times_fd(p, spec))
+        lo, hi = ctx.profile.interval(fn, level=level)
+        lo = np.atleast_1d(np.asarray(lo, dtype=np.float64))
+        hi = np.atleast_1d(np.asarray(hi, dtype=np.float64))
+        if lo.shape != (len(spec_rows),) or hi.shape != lo.shape:
+            raise RuntimeError(
+                f"profile.interval returned arrays of shape {lo.shape} and {hi.shape}; "
+                f"expected ({len(spec_rows)},)"
+            )
+        out_lo, out_hi = np.empty_like(lo), np.empty_like(hi)
+        out_lo[order], out_hi[order] = lo, hi
+        return out_lo, out_hi
+
+    lo, hi = run(False)
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        lo, hi = run(True)  # automatic derivatives, cap by cap
+    return lo, hi
+
+
+# ---------------------------------------------------------------------------
+# Refinement of the bucket size
+# ---------------------------------------------------------------------------
+def _refine(ctx, params, sw: Sweep, row: _Row, caps: np.ndarray, scorer) -> _Row:
+    """Refine one overlapping configuration's bucket cap; keep it if the exact model agrees."""
+    G = float(ctx.workload.total_param_bytes)
+    sel = np.flatnonzero((sw.workers == row.n) & (sw.servers == row.k) & (sw.bucket_bytes > 0))
+    if sel.size == 0:
+        return row
+    start = float(sw.bucket_bytes[sel[np.argmin(sw.iteration_s[sel])]])
+    pos = caps[caps > 0]
+    low = max(1024.0, float(pos.min()) / 2.0) if pos.size else 1024.0
+    high = max(2.0 * low, min(G, float(pos.max()) * 2.0)) if pos.size else G
+    batch = row.batch
+    base = float(ctx.global_batch) if ctx.global_batch is not None else batch
+    b_ref = refine_bucket(
+        params,
+        ctx.workload,
+        row.variant,
+        row.n,
+        row.k,
+        start,
+        ranks_per_node=ctx.ranks_per_node,
+        batch_size=batch,
+        base_batch_size=base,
+        low_bytes=low,
+        high_bytes=high,
+    )
+    cands = np.unique(np.round(b_ref * np.array([1 / 1.1, 1 / 1.03, 1.0, 1.03, 1.1])))
+    cands = cands[cands >= 1]
+    m = cands.size
+    out = _eval_rows(
+        params, ctx, row.variant, np.full(m, row.n), np.full(m, row.k), cands, np.full(m, batch)
+    )
+    t = np.asarray(out.iteration_s, dtype=np.float64)
+    j = int(np.argmin(t))
+    if not t[j] < row.t * (1 - 1e-9):
+        return row
+    bd = {f: float(np.asarray(getattr(out, f))[j]) for f in Breakdown.FIELDS}
+    bd["throughput_samples_per_s"] = float(_throughput(ctx, row.n, batch, t[j]))
+    if ctx.global_batch is not None:
+        bd["scaling_efficiency"] *= (ctx.global_batch / row.n) / batch
+    return _Row(row.variant, row.n, row.k, int(cands[j]), batch, bd, refined=True)
+
+
+# ---------------------------------------------------------------------------
+# p_best
+# ---------------------------------------------------------------------------
+def _p_best(ctx, profile, chosen: _Row, others: list[_Row], scorer: _Scorer) -> float:
+    """Share of parameter draws in which ``chosen`` beats every row of ``others`` (ties half)."""
+    if not others:
+        return float("nan")
+    draws, ok = parameter_draws(profile, P_BEST_DRAWS)
+    if not ok:
+        return float("nan")
+    rows = [chosen, *others]
+    spec, order = TimeSpec.build(ctx.workload, ctx.ranks_per_node, _spec_rows(ctx, rows))
+    out = np.asarray(spec_times_draws(draws, spec), dtype=np.float64)
+    times = np.empty_like(out)
+    times[:, order] = out
+    times = times[1:]  # drop the nominal draw
+    n = np.array([r.n for r in rows], dtype=np.float64)
+    batch = np.array([r.batch for r in rows], dtype=np.float64)
+    thr = _throughput(ctx, n[None, :], batch[None, :], times)
+    if scorer.objective == "cost":
+        score = np.stack(
+            [scorer.cost(r.variant, r.n, r.k, thr[:, i]) for i, r in enumerate(rows)], axis=1
+        )
+        better, ties = score[:, :1] < score[:, 1:], score[:, :1] == score[:, 1:]
+    elif scorer.objective == "min-workers":
+        reach = thr[:, 0] >= (scorer.target or 0.0)
+        same = n[None, 1:] <= n[0]
+        better = np.where(same, thr[:, :1] > thr[:, 1:], True) & reach[:, None]
+        ties = np.where(same, thr[:, :1] == thr[:, 1:], False) & reach[:, None]
+    else:
+        better, ties = thr[:, :1] > thr[:, 1:], thr[:, :1] == thr[:, 1:]
+    win = np.all(better | ties, axis=1)
+    tie = win & np.any(ties, axis=1)
+    return float((np.sum(win) - 0.5 * np.sum(tie)) / P_BEST_DRAWS)
+
+
+# ---------------------------------------------------------------------------
+# Rationale and warnings
+# ---------------------------------------------------------------------------
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.0f}%"
+
+
+def _arc_elasticity(params, ctx, row: _Row, **factors) -> float:
+    """log(T(θ·2) / T(θ)) / log 2 for the given parameters doubled (exact model)."""
+    p2 = params.scaled(**{k: 2.0 for k in factors})
+    out = _eval_rows(
+        p2,
+        ctx,
+        row.variant,
+        np.array([row.n]),
+        np.array([row.k]),
+        np.array([row.b]),
+        np.array([row.batch]),
+    )
+    t2 = float(np.asarray(out.iteration_s)[0])
+    return math.log(t2 / row.t) / math.log(2.0)
+
+
+def _rationale(params, ctx, chosen: _Row, others: list[_Row], scorer, memory_note) -> str:
+    bd = chosen.bd
+    T = bd["iteration_s"]
+    comp = (bd["forward_s"] + bd["backward_s"]) / T
+    exposed = bd["exposed_communication_s"] / T
+    v = chosen.variant
+    parts = []
+    if exposed < 0.10:
+        hidden = "overlapped with backward" if v.overlaps else "short"
+        parts.append(
+            f"Compute-bound: {_pct(comp)} of the {bd['iteration_s'] * 1e3:.4g} ms step is "
+            f"forward and backward compute; communication is {hidden} "
+            f"(exposed: {_pct(exposed)})."
+        )
+    else:
+        lat = _arc_elasticity(params, ctx, chosen, alpha=1, call_overhead=1)
+        bw = _arc_elasticity(params, ctx, chosen, beta=1, node_beta=1)
+        server_bound = v.name in ("ps", "hybrid") and chosen.k > 0 and chosen.n > chosen.k
+        if server_bound and bw >= lat:
+            ratio = chosen.n / max(chosen.k, 1)
+            parts.append(
+                f"Server congestion: {_pct(exposed)} of the step is exposed communication, "
+                f"and each of the {chosen.k} server links carries {ratio:.3g}× a worker's "
+                f"traffic (doubling link times would lengthen the step by {_pct(2**bw - 1)})."
+            )
+        elif bw >= lat:
+            parts.append(
+                f"Bandwidth-bound: {_pct(exposed)} of the step is exposed communication; "
+                f"halving the bandwidth would lengthen the step by {_pct(2**bw - 1)}, "
+                f"doubling latency by {_pct(2**lat - 1)}."
+            )
+        else:
+            parts.append(
+                f"Latency-bound: {_pct(exposed)} of the step is exposed communication, "
+                f"dominated by per-message latency (doubling it would lengthen the step by "
+                f"{_pct(2**lat - 1)}; halving the bandwidth by {_pct(2**bw - 1)})."
+            )
+    if others:
+        o = others[0]
+        where = f"{o.variant.label} ({o.n} workers"
+        where += f", {o.k} servers)" if o.k else ")"
+        if scorer.objective == "cost" and scorer.price is not None:
+            c0 = float(scorer.cost(v, chosen.n, chosen.k, chosen.thr))
+            c1 = float(scorer.cost(o.variant, o.n, o.k, o.thr))
+            gain = 1.0 - c0 / c1
+            parts.append(
+                f"The best other architecture, {where}, costs practically the same per sample "
+                "(within 0.5%)."
+                if gain < 0.005
+                else f"It costs {_pct(gain)} less per sample than the best other "
+                f"architecture, {where}."
+            )
+        elif scorer.objective == "min-workers" and o.n > chosen.n:
+            parts.append(f"The best other architecture, {where}, needs more workers.")
+        else:
+            gain = chosen.thr / o.thr - 1.0
+            parts.append(
+                f"The best other architecture, {where}, is practically as fast (within 0.5%)."
+                if abs(gain) < 0.005
+                else f"It is {_pct(gain)} faster than the best other architecture, {where}, "
+                f"{o.thr:,.0f} samples/s."
+            )
+    if scorer.objective == "efficiency":
+        parts.append(
+            f"Scaling efficiency {_pct(chosen.eff)} meets the floor of "
+            f"{_pct(scorer.min_efficiency)}."
+        )
+    if scorer.objective == "min-workers":
+        parts.append(
+            f"{chosen.n} workers are the fewest that reach {scorer.target:,.0f} samples/s."
+        )
+    if memory_note:
+        parts.append(memory_note)
+    if chosen.refined:
+        parts.append(
+            f"The bucket size was refined continuously to {format_bytes(chosen.b)} "
+            "(faster than every grid size under the exact model)."
+        )
+    return " ".join(parts)
+
+
+def _range(mr: Mapping, key: str):
+    v = mr.get(key) if isinstance(mr, Mapping) else None
+    try:
+        lo, hi = float(v[0]), float(v[1])
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return lo, hi
+
+
+def _relevant_names(chosen: _Row, g: int):
+    """A predicate on profile parameter names: does the chosen configuration use it?"""
+    levels = (["inter"] if chosen.n > g else []) + (["intra"] if g > 1 else [])
+    colls = _COLLECTIVES_USED[chosen.variant.name]
+
+    def relevant(name: str) -> bool:
+        base, _, idx = name.partition("[")
+        parts = idx.rstrip("]").split(",") if idx else []
+        if base in ("alpha_s", "beta_s_per_byte", "node_beta_s_per_byte"):
+            return bool(parts) and parts[0] in levels
+        if base.startswith("regime_") and base != "regime_sharpness":
+            return len(parts) >= 2 and parts[0] in colls and parts[1] in levels
+        if base == "fanin_exponent":
+            return chosen.variant.name in ("ps", "ps_host", "hybrid") and bool(levels)
+        if base == "all_to_all_exponent":
+            return chosen.variant.name == "p2p" and bool(levels)
+        if base == "call_overhead_s":
+            return bool(levels)
+        return base == "flops_per_s"
+
+    return relevant
+
+
+def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bare) -> list[str]:
+    out = []
+    if forced_unreliable:
+        out.append(
+            f"unreliable profile: held-out p90 error {_pct(heldout_p90(profile))} is over the "
+            f"{_pct(RELIABLE_P90_LIMIT)} limit; this recommendation was forced and may be wrong"
+        )
+    if bare:
+        out.append(
+            "no profile covariance (bare parameters): the interval is the point prediction "
+            "and p_best is unknown"
+        )
+    elif flat_covariance(profile) is None:
+        out.append("the profile has no usable covariance: p_best is unknown")
+    mr = getattr(profile, "measured_ranges", None) or {}
+    ranks = _range(mr, "num_ranks")
+    sizes = _range(mr, "message_bytes")
+    rpn = _range(mr, "ranks_per_node")
+    if not bare and ranks is None and sizes is None:
+        out.append(
+            "the profile holds no measurements (datasheet presets): every prediction is a "
+            "prior; calibrate on the cluster for a trustworthy answer"
+        )
+    if ranks is not None and not ranks[0] <= chosen.n <= ranks[1]:
+        out.append(
+            f"extrapolation: {chosen.n} workers is outside the measured rank counts "
+            f"({ranks[0]:g}–{ranks[1]:g})"
+        )
+    if sizes is not None:
+        s, _ = bucketize(ctx.workload, chosen.b)
+        lo, hi = float(np.min(s)), float(np.max(s))
+        if lo < sizes[0] or hi > sizes[1]:
+            out.append(
+                f"extrapolation: bucket messages of {format_bytes(lo)}–{format_bytes(hi)} "
+                f"reach outside the measured sizes ({format_bytes(sizes[0])}–"
+                f"{format_bytes(sizes[1])})"
+            )
+    if rpn is not None and not rpn[0] <= ctx.ranks_per_node <= rpn[1]:
+        out.append(
+            f"extrapolation: {ctx.ranks_per_node} ranks per node is outside the measured "
+            f"{rpn[0]:g}–{rpn[1]:g}"
+        )
+    measured = mr.get("collectives") if isinstance(mr, Mapping) else None
+    if measured:
+        missing = [c for c in _COLLECTIVES_USED[chosen.variant.name] if c not in measured]
+        if missing:
+            out.append(
+                f"the profile has no measurements of {', '.join(missing)}, which "
+                f"{chosen.variant.label} uses: its prediction rests on the prior"
+            )
+    ident = getattr(profile, "identified", None) or {}
+    if isinstance(ident, Mapping) and (ranks is not None or sizes is not None):
+        relevant = _relevant_names(chosen, ctx.ranks_per_node)
+        not_id = sorted(str(k) for k, v in ident.items() if not v and relevant(str(k)))
+        if not_id:
+            shown = ", ".join(not_id[:6]) + (
+                f" and {len(not_id) - 6} more" if len(not_id) > 6 else ""
+            )
+            out.append(
+                "parameters this configuration depends on that the measurements could not "
+                f"identify (held at the prior): {shown}"
+            )
+    total = excluded.get("total", 0)
+    nw, ns = excluded.get("worker_memory", 0), excluded.get("server_memory", 0)
+    if nw or ns:
+        what = []
+        if nw:
+            what.append(f"{nw:,} because a worker cannot hold them")
+        if ns:
+            what.append(f"{ns:,} because a server cannot hold its shard")
+        out.append(
+            f"memory: {nw + ns:,} of {total:,} configurations excluded ({'; '.join(what)}) "
+            f"with {format_bytes(excluded.get('memory_bytes', 0))} per device for parameters, "
+            "gradients and optimizer state"
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# recommend
+# ---------------------------------------------------------------------------
+def recommend(
+    profile,
+    workload: Workload,
+    *,
+    max_workers: int,
+    ranks_per_node: int = 1,
+    architectures: Sequence[str] | str | None = None,
+    bucket_bytes: Sequence[int] | None = None,
+    servers: Sequence[int] | None = None,
+    global_batch: int | None = None,
+    objective: str = "throughput",
+    min_efficiency: float | None = None,
+    target_throughput: float | None = None,
+    price_per_hour: float | None = None,
+    server_price_per_hour: float | None = None,
+    optimizer_state_factor: float = 1.0,
+    device_memory_bytes: float | None = None,
+    force: bool = False,
+    refine: bool = True,
+    on_infeasible: str = "raise",
+) -> Recommendation:
+    """Recommend the architecture, servers, worker count and bucket size for a workload.
+
+    Search: every architecture variant — ``ps`` with dedicated and with
+    colocated servers (k ∈ ``servers``, default the powers of two ≤ n),
+    ``p2p``, ``ring``, ``tree``, and with ``ranks_per_node`` > 1 also
+    ``ps_host``, ``hybrid`` and ``hierarchical`` — × worker counts 1 …
+    ``max_workers`` (multiples of ``ranks_per_node`` when it is > 1) × bucket
+    caps, each evaluated exactly by :func:`costmodel.iteration_time`. The best
+    configurations of architectures that overlap communication with backward
+    (those within 10% of the best score, and the best overall) get their
+    bucket size refined by gradient steps on log bucket size through
+    :func:`costmodel.fluid_iteration_time`, snapped to the exact bucketing and
+    kept only where the exact model says it is faster.
+
+    Objectives (all subject to memory and to the optional constraints
+    ``min_efficiency`` and ``target_throughput``, which apply to every
+    objective):
+
+    * ``throughput``: the most samples/s;
+    * ``cost``: the lowest cost per sample, (n·``price_per_hour`` + k·
+      ``server_price_per_hour`` for dedicated ps servers) / 3600 / throughput;
+    * ``efficiency``: the most samples/s with scaling efficiency ≥ ``min_efficiency``;
+    * ``min-workers``: the fewest workers reaching ``target_throughput``
+      (ties: the most samples/s).
+
+    Memory: a configuration is excluded when a worker or a server cannot hold
+    parameters + gradients + optimizer state (``arch.state_bytes``) in
+    ``device_memory_bytes`` (default the profile's ``memory_bytes``);
+    :attr:`Recommendation.excluded` counts them and a warning says so.
+
+    Args:
+        profile: a :class:`calibration.Profile` (``Profile.load``,
+            ``Profile.from_preset``) or bare :class:`costmodel.ClusterParams`
+            (then intervals are points and ``p_best`` is NaN; a warning says so).
+        workload: a :class:`costmodel.Workload`; its ``batch_size`` is the
+            per-worker batch unless ``global_batch`` is given.
+        max_workers: the most workers to consider, integer ≥ 1.
+        ranks_per_node: g ≥ 1 workers per node (GPUs per node).
+        architectures: names to search (see :func:`tuner.resolve_variants`),
+            default all applicable.
+        bucket_bytes: bucket caps in bytes ≥ 0 (0 = one collective per
+            tensor); default :data:`tuner.DEFAULT_BUCKET_GRID` (0, 64 KiB …
+            1 GiB in powers of two, and DDP's 25 MiB).
+        servers: server counts for ``ps``/``hybrid`` (default powers of two).
+        global_batch: a fixed global batch B ≥ 1: each of n workers computes
+            ⌈B/n⌉ samples; throughput is B / step time. Default: fixed batch
+            per worker (the workload's).
+        objective: one of :data:`OBJECTIVES`.
+        min_efficiency: scaling-efficiency floor in (0, 1]; required for
+            ``efficiency``.
+        target_throughput: samples/s > 0; required for ``min-workers``.
+        price_per_hour: price of one worker-hour (> 0), required for ``cost``.
+        server_price_per_hour: price of one dedicated server-hour (> 0),
+            required for ``cost`` when dedicated ps servers are searched.
+        optimizer_state_factor: optimizer state in units of the model bytes
+            (SGD 0, momentum 1, Adam 2), ≥ 0.
+        device_memory_bytes: memory per worker and server, bytes > 0.
+        force: recommend even from an unreliable profile (held-out p90 over
+            :data:`RELIABLE_P90_LIMIT`); the result is marked ``reliable=False``.
+        refine: refine the bucket size continuously.
+        on_infeasible: ``"raise"`` (default) raises :class:`InfeasibleError`
+            when no configuration meets the constraints, carrying the
+            recommendation; ``"return"`` returns it with ``status="infeasible"``.
+
+    Returns:
+        A :class:`Recommendation`.
+
+    Raises:
+        UnreliableProfileError: the profile is unreliable and ``force`` is False.
+        InfeasibleError: nothing meets the constraints (memory, efficiency
+            floor, target throughput) and ``on_infeasible="raise"``; the
+            message says what is infeasible and the best that is possible.
+        ValueError: bad input, naming the argument and its CLI flag:
+            ``max_workers`` < 1, an unknown architecture or objective, a
+            missing price for ``cost``, a missing ``min_efficiency`` or
+            ``target_throughput`` for their objectives, out-of-range numbers.
+        TypeError: ``profile`` or ``workload`` of the wrong type.
+
+    Example:
+        >>> from costmodel import preset, get_workload
+        >>> rec = recommend(preset("ethernet-10g", "v100"), get_workload("resnet50", 64),
+        ...                 max_workers=4, architectures=["ring", "ps"], refine=False)
+        >>> rec.architecture in ("ring", "ps"), 1 <= rec.workers <= 4
+        (True, True)
+    """
+    objective = _check_objective(objective)
+    if on_infeasible not in ("raise", "return"):
+        raise ValueError(f"on_infeasible must be 'raise' or 'return', got {on_infeasible!r}")
+    if not isinstance(workload, Workload):
+        raise TypeError(
+            "workload must be a costmodel.Workload (get_workload(name), load_layers(path)), "
+            f"got {type(workload).__name__}"
+        )
+    prof = as_profile(profile)
+    bare = bool(getattr(prof, "bare", False))
+    params = prof.params
+    workers = worker_grid(max_workers, ranks_per_node)
+    variants = resolve_variants(architectures, ranks_per_node)
+    min_efficiency = _positive("min_efficiency", min_efficiency, "--min-efficiency", upper=1.0)
+    target = _positive("target_throughput", target_throughput, "--target-throughput")
+    price = _positive("price_per_hour", price_per_hour, "--price-per-hour")
+    server_price = _positive(
+        "server_price_per_hour", server_price_per_hour, "--server-price-per-hour"
+    )
+    if objective == "efficiency" and min_efficiency is None:
+        raise ValueError(
+            "objective 'efficiency' needs min_efficiency, the scaling-efficiency floor in (0, 1] "
+            "(--min-efficiency 0.8)"
+        )
+    if objective == "min-workers" and target is None:
+        raise ValueError(
+            "objective 'min-workers' needs target_throughput in samples/s (--target-throughput)"
+        )
+    if objective == "cost":
+        if price is None:
+            raise ValueError(
+                "objective 'cost' needs price_per_hour, the price of one worker-hour "
+                "(--price-per-hour)"
+            )
+        if server_price is None and any(v.dedicated_servers for v in variants):
+            raise ValueError(
+                "objective 'cost' with dedicated parameter servers needs server_price_per_hour "
+                "(--server-price-per-hour), or leave dedicated ps out of the search "
+                "(--arch without 'ps', or 'ps_colocated')"
+            )
+    if global_batch is not None:
+        if isinstance(global_batch, bool) or not isinstance(global_batch, int | np.integer):
+            raise ValueError(f"global_batch must be an integer ≥ 1, got {global_batch!r}")
+        if global_batch < 1:
+            raise ValueError(f"global_batch must be ≥ 1, got {global_batch} (--global-batch)")
+        if global_batch < workers[0]:
+            raise ValueError(
+                f"global_batch={global_batch} is smaller than the fewest workers searched "
+                f"({workers[0]}): every worker needs at least one sample"
+            )
+    try:
+        osf = float(optimizer_state_factor)
+    except (TypeError, ValueError):
+        osf = float("nan")
+    if not math.isfinite(osf) or osf < 0:
+        raise ValueError(
+            f"optimizer_state_factor must be ≥ 0 (SGD 0, momentum 1, Adam 2), "
+            f"got {optimizer_state_factor!r}"
+        )
+    if device_memory_bytes is not None:
+        memory = _positive("device_memory_bytes", device_memory_bytes, "--device-memory")
+    else:
+        memory = float(np.asarray(params.memory_bytes))
+    if servers is not None:
+        servers = [int(s) for s in servers]
+        if not servers or min(servers) < 1:
+            raise ValueError(f"servers must be integers ≥ 1, got {servers!r}")
+
+    p90 = heldout_p90(prof)
+    reliable = bool(getattr(prof, "reliable", True))
+    if not reliable and not force:
+        shown = "unknown" if not math.isfinite(p90) else _pct(p90)
+        raise UnreliableProfileError(
+            f"the profile's held-out p90 error is {shown}, over the {_pct(RELIABLE_P90_LIMIT)} "
+            "limit: its predictions are not trustworthy enough to recommend from. Recalibrate "
+            "with more measurements, or pass --force (force=True) to get a recommendation "
+            "marked unreliable."
+        )
+
+    ctx = _Context(prof, workload, int(ranks_per_node), global_batch)
+    caps = bucket_grid(bucket_bytes, float(workload.total_param_bytes))
+    scorer = _Scorer(objective, price, server_price, min_efficiency, target)
+
+    # --- exhaustive sweep ----------------------------------------------------------
+    sweeps: dict[str, Sweep] = {}
+    for v in variants:
+        sweeps[v.label] = sweep(
+            params,
+            workload,
+            v,
+            workers,
+            caps,
+            ranks_per_node=ranks_per_node,
+            servers=servers,
+            global_batch=global_batch,
+            memory_bytes=memory,
+            optimizer_state_factor=osf,
+        )
+    total = sum(len(s) for s in sweeps.values())
+    n_worker_mem = sum(int(np.sum(s.worker_bytes > memory)) for s in sweeps.values())
+    n_server_mem = sum(
+        int(np.sum((s.server_bytes > memory) & (s.worker_bytes <= memory))) for s in sweeps.values()
+    )
+    excluded = {
+        "total": total,
+        "worker_memory": n_worker_mem,
+        "server_memory": n_server_mem,
+        "memory_bytes": memory,
+    }
+
+    # --- best per variant under memory + constraints -------------------------------
+    best: dict[str, _Row] = {}
+    keys: dict[str, np.ndarray] = {}
+    masks: dict[str, np.ndarray] = {}
+    for label, sw in sweeps.items():
+        ok = sw.feasible & scorer.constraints(sw.throughput, sw.efficiency)
+        masks[label] = ok
+        keys[label] = scorer.key(sw.variant, sw.workers, sw.servers, sw.throughput)
+        if ok.any():
+            idx = np.flatnonzero(ok)
+            best[label] = _row(sw, int(idx[_argbest(keys[label][idx])]))
+
+    status, message, memory_note = "ok", "", ""
+    if not best:
+        status = "infeasible"
+        message, fallback = _infeasible(sweeps, scorer, memory)
+        best = {fallback.variant.label: fallback}
+
+    # --- continuous refinement of the leading overlapping configurations -----------
+    if refine and status == "ok":
+        lead = min(best.values(), key=lambda r: _row_key(scorer, r))
+        lead_key = _row_key(scorer, lead)
+        for label, r in list(best.items()):
+            if not r.variant.overlaps:
+                continue
+            k0 = _row_key(scorer, r)
+            close = r is lead or _close(k0, lead_key, scorer)
+            if close:
+                best[label] = _refine(ctx, params, sweeps[label], r, caps, scorer)
+
+    ranked = sorted(best.values(), key=lambda r: _row_key(scorer, r))
+    chosen, others = ranked[0], ranked[1:]
+
+    # memory: did the exclusion change the answer?
+    if status == "ok" and (n_worker_mem or n_server_mem):
+        free = []
+        for _label, sw in sweeps.items():
+            ok = scorer.constraints(sw.throughput, sw.efficiency)
+            if ok.any():
+                idx = np.flatnonzero(ok)
+                free.append(_row(sw, int(idx[_argbest(keys[_label][idx])])))
+        if free:
+            unconstrained = min(free, key=lambda r: _row_key(scorer, r))
+            if _row_key(scorer, unconstrained) < _row_key(scorer, chosen):
+                wb, sb = memory_need(
+                    workload, unconstrained.variant, unconstrained.n, max(unconstrained.k, 1), osf
+                )
+                need = max(float(wb), float(sb))
+                memory_note = (
+                    f"Memory bounds the choice: {unconstrained.variant.label} with "
+                    f"{unconstrained.n} workers would be better but needs "
+                    f"{format_bytes(need)} per device, over the {format_bytes(memory)} available."
+                )
+
+    # --- alternatives: distinct architectures first, then the next-best ------------
+    alt_rows = list(others[:5])
+    if len(alt_rows) < 5 and status == "ok":
+        taken = {(r.variant, r.n, r.k, r.b) for r in [chosen, *alt_rows]}
+        pool = []
+        for label, sw in sweeps.items():
+            idx = np.flatnonzero(masks[label])
+            if idx.size == 0:
+                continue
+            kk = keys[label][idx]
+            order = idx[np.lexsort((kk[:, 1], kk[:, 0]))][: 5 + len(taken)]
+            pool += [_row(sw, int(i)) for i in order]
+        pool.sort(key=lambda r: _row_key(scorer, r))
+        for r in pool:
+            if len(alt_rows) >= 5:
+                break
+            key = (r.variant, r.n, r.k, r.b)
+            if key not in taken:
+                taken.add(key)
+                alt_rows.append(r)
+
+    # --- intervals, p_best, rationale, warnings ------------------------------------
+    rows = [chosen, *alt_rows]
+    lo_by, hi_by = _intervals(ctx, _spec_rows(ctx, rows), 0.9, [r.t for r in rows])
+
+    p_best = _p_best(ctx, prof, chosen, others[:1], scorer) if not bare else float("nan")
+    rationale = _rationale(params, ctx, chosen, others, scorer, memory_note)
+    warns = _warnings(prof, ctx, chosen, not reliable, excluded, bare)
+    if not others:
+        warns.append("only one architecture was searched: p_best does not apply")
+
+    def config(r: _Row, i: int) -> Configuration:
+        cost = scorer.cost(r.variant, r.n, r.k, r.thr)
+        return Configuration(
+            r.variant.name,
+            r.variant.colocated,
+            int(r.k),
+            int(r.n),
+            int(ranks_per_node),
+            int(r.b),
+            float(r.batch),
+            float(r.t),
+            (float(lo_by[i]), float(hi_by[i])),
+            float(r.thr),
+            float(r.eff),
+            None if cost is None else float(cost),
+            dict(r.bd),
+            r.refined,
+        )
+
+    if status == "ok":
+        message = f"recommended: {config(chosen, 0).describe()}"
+    rec = Recommendation(
+        config(chosen, 0),
+        tuple(config(r, i + 1) for i, r in enumerate(alt_rows)),
+        p_best,
+        rationale,
+        tuple(warns),
+        reliable,
+        objective,
+        status,
+        message,
+        excluded,
+        sweeps,
+        ctx,
+    )
+    if status == "infeasible" and on_infeasible == "raise":
+        raise InfeasibleError(message, rec)
+    return rec
+
+
+def _close(k0: tuple, lead: tuple, scorer: _Scorer) -> bool:
+    """Whether a variant's best is within 10% of the lead (refinement could change the order)."""
+    if scorer.objective == "min-workers":
+        return k0[0] == lead[0]
+    a, b = abs(k0[0]), abs(lead[0])
+    return a <= 1.10 * b if scorer.objective == "cost" else a >= b / 1.10
+
+
+def _infeasible(sweeps: dict[str, Sweep], scorer: _Scorer, memory: float):
+    """The message and best-possible row when nothing meets the constraints."""
+    fits = {k: s for k, s in sweeps.items() if s.feasible.any()}
+    if not fits:
+        # nothing fits in memory: the configuration that needs the least
+        best_need, best = math.inf, None
+        for sw in sweeps.values():
+            need = np.maximum(sw.worker_bytes, sw.server_bytes)
+            i = int(np.argmin(need))
+            if need[i] < best_need:
+                best_need, best = float(need[i]), _row(sw, i)
+        msg = (
+            f"no configuration fits in memory: every worker or server needs more than the "
+            f"{format_bytes(memory)} per device for parameters, gradients and optimizer state; "
+            f"the least demanding, {best.variant.label} with {best.n} workers"
+            + (f" and {best.k} servers" if best.k else "")
+            + f", needs {format_bytes(best_need)}. Use a device with more memory "
+            "(--device-memory), more servers, or a smaller optimizer state"
+        )
+        return msg, best
+    reasons, cands = [], []
+    for sw in fits.values():
+        idx = np.flatnonzero(sw.feasible)
+        cands += [(sw, int(i)) for i in idx[[np.argmax(sw.efficiency[idx])]]]
+        cands += [(sw, int(i)) for i in idx[[np.argmax(sw.throughput[idx])]]]
+    if scorer.min_efficiency is not None:
+        sw, i = max(cands, key=lambda c: c[0].efficiency[c[1]])
+        if sw.efficiency[i] < scorer.min_efficiency:
+            reasons.append(
+                f"no configuration reaches the scaling efficiency floor of "
+                f"{_pct(scorer.min_efficiency)}: the best possible is "
+                f"{_pct(sw.efficiency[i])} ({sw.label}, {sw.workers[i]} workers)"
+            )
+            best = _row(sw, i)
+    if scorer.target is not None:
+        sw, i = max(cands, key=lambda c: c[0].throughput[c[1]])
+        if sw.throughput[i] < scorer.target:
+            reasons.append(
+                f"no configuration reaches {scorer.target:,.0f} samples/s: the most possible is "
+                f"{sw.throughput[i]:,.0f} samples/s ({sw.label}, {sw.workers[i]} workers)"
+            )
+            best = _row(sw, i)
+    if not reasons:
+        # both constraints reachable separately but not together
+        sw, i = max(cands, key=lambda c: c[0].throughput[c[1]])
+        best = _row(sw, i)
+        reasons.append(
+            f"no configuration meets the efficiency floor of {_pct(scorer.min_efficiency)} and "
+            f"{scorer.target:,.0f} samples/s at once: the fastest reaches "
+            f"{sw.throughput[i]:,.0f} samples/s at {_pct(sw.efficiency[i])} efficiency"
+        )
+    return "; ".join(reasons), best

@@ -1,0 +1,867 @@
+"""The search space and its exhaustive evaluation, plus continuous bucket refinement.
+
+The tuner evaluates every configuration of every architecture *variant* (an
+architecture with its server placement: ``ps`` dedicated or colocated, ``ring``,
+…) with :func:`costmodel.iteration_time`, which vmaps the exact bucketed
+timeline over flat arrays of (workers, servers, bucket cap, batch). The flat
+arrays are cut into chunks of one fixed length so that every chunk reuses one
+compiled function per variant.
+
+The bucket cap is then refined continuously for the best configurations of the
+architectures that overlap communication with backward compute (for the others
+the time is a sum of per-bucket costs, Σ_b (α + s_b·β) = K·α + G·β, which the
+largest cap on the grid already minimises): gradient steps on log bucket size
+through :func:`costmodel.fluid_iteration_time` (the smooth relaxation), then the
+result is snapped to the exact bucketing and kept only if the exact model says
+it is faster.
+
+References:
+    Li et al., "PyTorch Distributed", VLDB 2020 (DDP's 25 MiB ``bucket_cap_mb``);
+    Sergeev & Del Balso, arXiv 1802.05799 (Horovod's 64 MiB fusion threshold);
+    Kingma & Ba, "Adam", ICLR 2015 (the refinement's update rule).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from costmodel import (
+    ARCHITECTURE_NAMES,
+    DEFAULT_BUCKET_BYTES,
+    Breakdown,
+    ClusterParams,
+    fluid_iteration_time,
+    format_choices,
+    get_architecture,
+    iteration_time,
+)
+
+__all__ = [
+    "DEFAULT_BUCKET_GRID",
+    "HOROVOD_FUSION_BYTES",
+    "Variant",
+    "Sweep",
+    "resolve_variants",
+    "worker_grid",
+    "bucket_grid",
+    "sweep",
+    "evaluate",
+    "refine_bucket",
+]
+
+#: Horovod's default tensor-fusion threshold, 64 MiB (``HOROVOD_FUSION_THRESHOLD``).
+HOROVOD_FUSION_BYTES = 64 * 1024**2
+
+#: The default bucket caps, bytes: 0 (one collective per tensor), powers of two
+#: from 64 KiB to 1 GiB, and PyTorch DDP's default 25 MiB (so that the search
+#: always contains the frameworks' defaults: DDP 25 MiB, Horovod 64 MiB).
+DEFAULT_BUCKET_GRID: tuple[int, ...] = tuple(
+    sorted({0, DEFAULT_BUCKET_BYTES, *(2**e for e in range(16, 31))})
+)
+
+#: Configurations per call of :func:`costmodel.iteration_time` in a sweep.
+_CHUNK = 32768
+
+#: Fixed shapes of the small evaluations (refinement snap, intervals, draws):
+#: at most ``_SMALL_REAL`` real configurations per call, padded to
+#: ``_SMALL_ROWS`` rows holding exactly ``_SMALL_CAPS`` distinct caps.
+_SMALL_REAL = 32
+_SMALL_ROWS = 64
+_SMALL_CAPS = 32
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One architecture with its placement, as the search enumerates them.
+
+    Attributes:
+        name: a name in :data:`costmodel.ARCHITECTURE_NAMES`.
+        colocated: for ``ps``: servers run on workers (else dedicated machines).
+    """
+
+    name: str
+    colocated: bool = False
+
+    @property
+    def arch(self):
+        """The :class:`costmodel.AbstractArchitecture`."""
+        return get_architecture(self.name, colocated=self.colocated)
+
+    @property
+    def label(self) -> str:
+        """Human-readable, unique label: ``ring``, ``ps (dedicated)``, ``ps (colocated)``."""
+        return self.arch.label
+
+    @property
+    def uses_servers(self) -> bool:
+        """Whether the server count ``k`` is a search dimension (``ps``, ``hybrid``)."""
+        return bool(self.arch.uses_servers)
+
+    @property
+    def dedicated_servers(self) -> bool:
+        """Whether servers are extra machines (billed with the server price)."""
+        return self.name == "ps" and not self.colocated
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether communication overlaps backward compute (bucket size has an interior optimum)."""
+        return bool(self.arch.overlaps)
+
+
+#: Architectures that only exist with several ranks per node.
+_MULTI_RANK = ("ps_host", "hybrid", "hierarchical")
+
+#: Extra spellings accepted for the ps placements.
+_ALIASES = {
+    "ps_dedicated": Variant("ps", False),
+    "ps-dedicated": Variant("ps", False),
+    "ps (dedicated)": Variant("ps", False),
+    "ps_colocated": Variant("ps", True),
+    "ps-colocated": Variant("ps", True),
+    "ps (colocated)": Variant("ps", True),
+}
+
+
+def resolve_variants(architectures: Sequence[str] | str | None, ranks_per_node: int) -> tuple:
+    """The architecture variants to search.
+
+    Args:
+        architectures: names from :data:`costmodel.ARCHITECTURE_NAMES` (``ps``
+            means both placements; ``ps_dedicated`` / ``ps_colocated`` one of
+            them), a comma-separated string, or ``None`` for every applicable
+            one: ps (both), p2p, ring, tree, and ps_host, hybrid, hierarchical
+            when ``ranks_per_node`` > 1.
+        ranks_per_node: g ≥ 1.
+
+    Returns:
+        A tuple of :class:`Variant`, without duplicates, in a fixed order.
+
+    Raises:
+        ValueError: an unknown name (listing the valid ones), an empty list, or
+            ps_host / hybrid / hierarchical asked for with ``ranks_per_node`` = 1.
+
+    Example:
+        >>> [v.label for v in resolve_variants(["ring", "ps"], 1)]
+        ['ps (dedicated)', 'ps (colocated)', 'ring']
+    """
+    multi = ranks_per_node > 1
+    if architectures is None:
+        names = [n for n in ARCHITECTURE_NAMES if multi or n not in _MULTI_RANK]
+        wanted = []
+        for n in names:
+            wanted += [Variant("ps", False), Variant("ps", True)] if n == "ps" else [Variant(n)]
+    else:
+        if isinstance(architectures, str):
+            architectures = [a for a in architectures.split(",") if a.strip()]
+        architectures = [str(a).strip() for a in architectures]
+        if not architectures:
+            raise ValueError("architectures: expected at least one architecture name, got none")
+        wanted = []
+        for a in architectures:
+            key = a.lower()
+            if key in _ALIASES:
+                wanted.append(_ALIASES[key])
+            elif key == "ps":
+                wanted += [Variant("ps", False), Variant("ps", True)]
+            elif key in ARCHITECTURE_NAMES:
+                if key in _MULTI_RANK and not multi:
+                    raise ValueError(
+                        f"architecture {a!r} needs several workers per node "
+                        f"(ranks_per_node > 1), got ranks_per_node={ranks_per_node}; "
+                        "pass --ranks-per-node G or drop it from --arch"
+                    )
+                wanted.append(Variant(key))
+            else:
+                valid = format_choices([*ARCHITECTURE_NAMES, "ps_dedicated", "ps_colocated"])
+                raise ValueError(f"unknown architecture {a!r}; valid: {valid}")
+    order = {n: i for i, n in enumerate(ARCHITECTURE_NAMES)}
+    unique = sorted(set(wanted), key=lambda v: (order[v.name], v.colocated))
+    return tuple(unique)
+
+
+def worker_grid(max_workers: int, ranks_per_node: int = 1) -> np.ndarray:
+    """Worker counts to search: 1..max_workers, or multiples of g when g > 1.
+
+    Raises:
+        ValueError: ``max_workers`` < 1 or < ``ranks_per_node`` (when > 1),
+            or either is not an integer.
+
+    Example:
+        >>> worker_grid(10, 4).tolist()
+        [4, 8]
+    """
+    for name, v in (("max_workers", max_workers), ("ranks_per_node", ranks_per_node)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise ValueError(f"{name} must be an integer ≥ 1, got {v!r}")
+        if v < 1:
+            raise ValueError(f"{name} must be ≥ 1, got {v}")
+    if ranks_per_node > 1:
+        if max_workers < ranks_per_node:
+            raise ValueError(
+                f"max_workers={max_workers} is less than ranks_per_node={ranks_per_node}: "
+                "not even one full node; lower --ranks-per-node or raise --max-workers"
+            )
+        return np.arange(ranks_per_node, max_workers + 1, ranks_per_node, dtype=np.int64)
+    return np.arange(1, max_workers + 1, dtype=np.int64)
+
+
+def bucket_grid(bucket_bytes, total_bytes: float) -> np.ndarray:
+    """Sorted distinct bucket caps, bytes, without caps that repeat a single-bucket result.
+
+    Caps above the smallest cap ≥ the model's gradient bytes G all give one
+    bucket (the same configuration), so they are dropped.
+
+    Args:
+        bucket_bytes: caps in bytes ≥ 0 (0 = one collective per tensor), or
+            ``None`` for :data:`DEFAULT_BUCKET_GRID`.
+        total_bytes: G, the model's gradient bytes.
+
+    Raises:
+        ValueError: an empty list, or a negative, fractional or non-finite cap.
+
+    Example:
+        >>> bucket_grid([0, 1024, 4096, 8192], 3000).tolist()
+        [0, 1024, 4096]
+    """
+    caps = DEFAULT_BUCKET_GRID if bucket_bytes is None else bucket_bytes
+    arr = np.asarray(caps, dtype=np.float64).ravel()
+    if arr.size == 0:
+        raise ValueError("bucket_bytes: expected at least one bucket size, got none")
+    bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.round(arr))
+    if bad.any():
+        raise ValueError(
+            f"bucket_bytes must be whole numbers of bytes ≥ 0 (0 = one collective per tensor), "
+            f"got {arr[bad][0]!r}"
+        )
+    arr = np.unique(arr)
+    big = arr[arr >= total_bytes]
+    if big.size:
+        arr = arr[arr <= big[0]]
+    return arr.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Exhaustive results of one architecture variant (flat arrays of length N).
+
+    Attributes:
+        variant: the :class:`Variant`.
+        workers: (N,) worker counts n.
+        servers: (N,) server counts k (0 for architectures without servers).
+        bucket_bytes: (N,) bucket caps, bytes (0 = one collective per tensor).
+        batch_size: (N,) per-worker batch, samples.
+        breakdown: a :class:`costmodel.Breakdown` of numpy arrays (N,);
+            ``throughput_samples_per_s`` and ``scaling_efficiency`` are exact
+            for a fixed global batch (see :func:`sweep`).
+        worker_bytes, server_bytes: (N,) memory each worker / server needs for
+            parameters + gradients + optimizer state, bytes.
+        feasible: (N,) bool, fits in memory.
+    """
+
+    variant: Variant
+    workers: np.ndarray
+    servers: np.ndarray
+    bucket_bytes: np.ndarray
+    batch_size: np.ndarray
+    breakdown: Breakdown = field(repr=False)
+    worker_bytes: np.ndarray = field(repr=False)
+    server_bytes: np.ndarray = field(repr=False)
+    feasible: np.ndarray = field(repr=False)
+
+    @property
+    def label(self) -> str:
+        """The variant's label."""
+        return self.variant.label
+
+    @property
+    def iteration_s(self) -> np.ndarray:
+        """(N,) iteration time, s."""
+        return np.asarray(self.breakdown.iteration_s)
+
+    @property
+    def throughput(self) -> np.ndarray:
+        """(N,) samples/s over all workers."""
+        return np.asarray(self.breakdown.throughput_samples_per_s)
+
+    @property
+    def efficiency(self) -> np.ndarray:
+        """(N,) scaling efficiency, throughput / (n × single-worker throughput)."""
+        return np.asarray(self.breakdown.scaling_efficiency)
+
+    def __len__(self) -> int:
+        return int(self.workers.size)
+
+    def to_dict(self) -> dict:
+        """Plain lists: workers, servers, bucket_bytes, iteration_s, throughput, efficiency, feasible."""
+        return {
+            "label": self.label,
+            "architecture": self.variant.name,
+            "colocated": self.variant.colocated,
+            "workers": self.workers.tolist(),
+            "servers": self.servers.tolist(),
+            "bucket_bytes": self.bucket_bytes.tolist(),
+            "iteration_s": self.iteration_s.tolist(),
+            "throughput": self.throughput.tolist(),
+            "efficiency": self.efficiency.tolist(),
+            "feasible": self.feasible.tolist(),
+        }
+
+
+def _batches(workers, batch_size: int, global_batch: int | None):
+    """Per-worker batch (the slowest worker's: ⌈B/n⌉) and the baseline batch."""
+    n = np.asarray(workers, dtype=np.float64)
+    if global_batch is None:
+        b = np.full_like(n, float(batch_size))
+        return b, b
+    return np.ceil(global_batch / n), np.full_like(n, float(global_batch))
+
+
+def _fix_global(out: Breakdown, n, batch, global_batch) -> Breakdown:
+    """Exact throughput and efficiency when a global batch B is split as ⌈B/n⌉ per worker."""
+    if global_batch is None:
+        return out
+    t = np.asarray(out.iteration_s, dtype=np.float64)
+    thr = global_batch / t
+    eff = np.asarray(out.scaling_efficiency, dtype=np.float64) * (global_batch / n) / batch
+    return Breakdown(
+        *(np.asarray(getattr(out, f), dtype=np.float64) for f in Breakdown.FIELDS[:7]),
+        thr,
+        eff,
+        np.asarray(out.num_buckets, dtype=np.float64),
+    )
+
+
+def _to_numpy(b: Breakdown) -> Breakdown:
+    return jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=np.float64), b)
+
+
+def sweep(
+    params: ClusterParams,
+    workload,
+    variant: Variant,
+    workers: np.ndarray,
+    bucket_caps: np.ndarray,
+    *,
+    ranks_per_node: int = 1,
+    servers: Sequence[int] | None = None,
+    global_batch: int | None = None,
+    memory_bytes: float = math.inf,
+    optimizer_state_factor: float = 1.0,
+) -> Sweep:
+    """Evaluate every (workers, servers, bucket cap) of one variant exactly.
+
+    Server counts k (for ``ps`` and ``hybrid``) are ``servers`` or the powers of
+    two, restricted to k ≤ n (``hybrid``: k ≤ the node count n/g). With a
+    global batch B, each worker computes ⌈B/n⌉ samples (the slowest worker sets
+    the step), throughput is B / T and efficiency T₁ / (n·T); worker counts
+    with n > B are skipped.
+
+    Args:
+        params: cluster parameters.
+        workload: a :class:`costmodel.Workload`.
+        variant: the architecture variant.
+        workers: (W,) worker counts ≥ 1.
+        bucket_caps: (U,) caps, bytes ≥ 0.
+        ranks_per_node: g ≥ 1.
+        servers: server counts to try, or ``None`` for powers of two.
+        global_batch: fixed global batch B, or ``None`` for the workload's
+            batch per worker.
+        memory_bytes: device memory per worker and per server, bytes.
+        optimizer_state_factor: optimizer state in units of the model bytes.
+
+    Returns:
+        A :class:`Sweep`, configurations ordered by (n, k, cap).
+    """
+    workers = np.asarray(workers, dtype=np.int64)
+    if global_batch is not None:
+        workers = workers[workers <= global_batch]
+    caps = np.asarray(bucket_caps, dtype=np.int64)
+    g = ranks_per_node
+    if variant.uses_servers:
+        cand = (
+            np.asarray(servers, dtype=np.int64)
+            if servers is not None
+            else 2 ** np.arange(0, max(1, int(workers.max()).bit_length()))
+        )
+        limit = workers if variant.name == "ps" else np.ceil(workers / g).astype(np.int64)
+        nn, kk = np.meshgrid(workers, cand, indexing="ij")
+        keep = kk <= limit[:, None]
+        # a worker count without any allowed server count keeps k = 1
+        none = ~keep.any(axis=1)
+        keep[none, 0] = True
+        kk[none, 0] = 1
+        n_pairs, k_pairs = nn[keep], kk[keep]
+    else:
+        n_pairs, k_pairs = workers, np.zeros_like(workers)
+    n = np.repeat(n_pairs, caps.size)
+    k = np.repeat(k_pairs, caps.size)
+    b = np.tile(caps, n_pairs.size)
+    batch, base = _batches(n, workload.batch_size, global_batch)
+    out = _evaluate_chunked(params, workload, variant, n, k, b, g, batch, base)
+    out = _fix_global(out, n, batch, global_batch)
+    wb, sb = memory_need(workload, variant, n, k, optimizer_state_factor)
+    feasible = (wb <= memory_bytes) & (sb <= memory_bytes)
+    return Sweep(variant, n, k, b, batch, out, wb, sb, feasible)
+
+
+def memory_need(workload, variant: Variant, workers, servers, optimizer_state_factor=1.0):
+    """(worker bytes, server bytes) of parameters + gradients + optimizer state, as numpy.
+
+    Evaluates ``arch.state_bytes`` once per distinct (workers, servers) pair,
+    padded to a power of two (≥ 1024) so that its array operations are
+    compiled once per process, not once per search size.
+    """
+    n = np.asarray(workers, dtype=np.float64)
+    k = np.maximum(np.asarray(servers, dtype=np.float64), 1.0)
+    n, k = np.broadcast_arrays(n, k)
+    pairs, inverse = np.unique(
+        np.stack([n.ravel(), k.ravel()], axis=1), axis=0, return_inverse=True
+    )
+    size = max(1024, 1 << int(math.ceil(math.log2(max(len(pairs), 1)))))
+    pn = np.concatenate([pairs[:, 0], np.ones(size - len(pairs))])
+    pk = np.concatenate([pairs[:, 1], np.ones(size - len(pairs))])
+    wb, sb = variant.arch.state_bytes(
+        float(workload.total_param_bytes), pn, pk, float(optimizer_state_factor)
+    )
+    wb = np.broadcast_to(np.asarray(wb, dtype=np.float64), (size,))[: len(pairs)]
+    sb = np.broadcast_to(np.asarray(sb, dtype=np.float64), (size,))[: len(pairs)]
+    inverse = np.asarray(inverse).ravel()
+    return wb[inverse].reshape(n.shape), sb[inverse].reshape(n.shape)
+
+
+def _evaluate_chunked(params, workload, variant, n, k, b, g, batch, base) -> Breakdown:
+    """iteration_time over flat arrays in chunks of one length (one compilation).
+
+    Rows are grouped by configuration with the caps varying fastest, so a chunk
+    of whole groups holds every cap and all chunks share one bucket table; the
+    last chunk is padded to full length by repeating its own rows.
+    """
+    total = n.size
+    if total <= _CHUNK:
+        chunks = [np.arange(total)]
+    else:
+        ncaps = max(1, np.unique(b).size)
+        length = max(ncaps, (_CHUNK // ncaps) * ncaps)
+        chunks = [
+            start + np.arange(length) % min(length, total - start)
+            for start in range(0, total, length)
+        ]
+    parts = []
+    for idx in chunks:
+        real = int(min(idx.size, total - idx[0]))
+        out = iteration_time(
+            params,
+            workload,
+            variant.arch,
+            n[idx],
+            ranks_per_node=g,
+            servers=np.maximum(k[idx], 1),
+            bucket_bytes=b[idx],
+            batch_size=batch[idx],
+            base_batch_size=base[idx],
+        )
+        parts.append(jax.tree_util.tree_map(lambda x, m=real: np.asarray(x)[:m], out))
+    joined = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *parts)
+    return _to_numpy(joined)
+
+
+@functools.cache
+def padding_grad_ok() -> bool:
+    """Whether derivatives stay finite through an empty (zero-byte) bucket slot.
+
+    Bucket tables pad short bucketings with zero-byte slots (weight 0). A
+    one-off probe: the derivative of a zero-byte all_reduce's time with
+    respect to the parameters. While costmodel's smooth max has a NaN
+    derivative at (0, 0), this is False and differentiable evaluations are
+    split by cap (no padding).
+    """
+    from costmodel import collective_time
+
+    g = jax.grad(lambda p: collective_time(p, "all_reduce", 0.0, 4))(ClusterParams.create())
+    leaves = jax.tree_util.tree_leaves(g)
+    return bool(all(np.all(np.isfinite(np.asarray(x))) for x in leaves))
+
+
+def _filler_caps(real: np.ndarray, count: int) -> np.ndarray:
+    """``count`` caps not in ``real``: 0 first (it fixes the table width), then powers of two."""
+    have = set(real.tolist())
+    out = []
+    for c in [0.0, *(float(2**e) for e in range(10, 63))]:
+        if len(out) == count:
+            break
+        if c not in have:
+            out.append(c)
+    return np.asarray(out, dtype=np.float64)
+
+
+def evaluate(
+    params: ClusterParams,
+    workload,
+    variant: Variant,
+    workers,
+    servers,
+    bucket_bytes,
+    *,
+    ranks_per_node: int = 1,
+    batch_size=None,
+    base_batch_size=None,
+    differentiable: bool = False,
+    split_by_cap: bool | None = None,
+) -> Breakdown:
+    """:func:`costmodel.iteration_time` for a few configurations, with stable shapes.
+
+    By default every call is padded to the same array and bucket-table shapes
+    (filler rows and caps, including cap 0, which fixes the table's width to
+    the tensor count), so calls with different configurations reuse one
+    compiled function per variant; ``params`` may be traced by ``jax.vmap``.
+
+    With ``differentiable=True`` (for ``jax.grad`` / ``jax.jvp`` with respect
+    to ``params``) each distinct cap is evaluated in its own call, so that no
+    bucket table holds empty padding slots: costmodel's ``soft_max2`` has a NaN
+    derivative at (0, 0), which an empty slot reaches (multiplied by a zero
+    weight, NaN stays NaN). One compilation per distinct bucket count.
+
+    Args:
+        params: cluster parameters (concrete or traced).
+        workload: a :class:`costmodel.Workload`.
+        variant: the architecture variant.
+        workers, servers, bucket_bytes: (N,) arrays (servers 0 means none).
+        ranks_per_node: g ≥ 1.
+        batch_size, base_batch_size: (N,) per-worker and baseline batches;
+            default the workload's batch.
+        differentiable: see above.
+        split_by_cap: force (True) or forbid (False) one call per cap;
+            default: split when ``differentiable`` and :func:`padding_grad_ok`
+            is False.
+
+    Returns:
+        A :class:`costmodel.Breakdown` of jax arrays of shape (N,).
+    """
+    n = np.atleast_1d(np.asarray(workers, dtype=np.float64))
+    k = np.maximum(np.atleast_1d(np.asarray(servers, dtype=np.float64)), 1.0)
+    b = np.atleast_1d(np.asarray(bucket_bytes, dtype=np.float64))
+    n, k, b = np.broadcast_arrays(n, k, b)
+    batch = np.broadcast_to(
+        float(workload.batch_size) if batch_size is None else np.asarray(batch_size, float),
+        n.shape,
+    )
+    base = batch if base_batch_size is None else np.broadcast_to(base_batch_size, n.shape)
+
+    def call(idx, caps, extra=0, filler_caps=()):
+        def cat(x, filler):
+            return np.concatenate([x[idx], np.full(extra, filler)])
+
+        return iteration_time(
+            params,
+            workload,
+            variant.arch,
+            cat(n, 1.0),
+            ranks_per_node=ranks_per_node,
+            servers=cat(k, 1.0),
+            bucket_bytes=np.concatenate([caps, filler_caps]),
+            batch_size=cat(batch, 1.0),
+            base_batch_size=cat(base, 1.0),
+        )
+
+    parts, order = [], []
+    if split_by_cap is None:
+        split_by_cap = differentiable and not padding_grad_ok()
+    if split_by_cap:
+        for cap in np.unique(b):
+            idx = np.flatnonzero(b == cap)
+            parts.append(call(idx, b[idx]))
+            order.append(idx)
+        parts = [p if differentiable else jax.tree_util.tree_map(np.asarray, p) for p in parts]
+    else:
+        for start in range(0, n.size, _SMALL_REAL):
+            idx = np.arange(start, min(start + _SMALL_REAL, n.size))
+            real = b[idx]
+            fill = _filler_caps(np.unique(real), max(0, _SMALL_CAPS - np.unique(real).size))
+            pad = _SMALL_ROWS - idx.size - fill.size
+            out = call(
+                idx, real, _SMALL_ROWS - idx.size, np.concatenate([fill, np.full(pad, real[-1])])
+            )
+            parts.append(jax.tree_util.tree_map(lambda x, m=idx.size: x[:m], out))
+            order.append(idx)
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(parts))
+    xp = jnp if traced else np  # numpy for concrete values: no op-by-op dispatch
+    joined = jax.tree_util.tree_map(lambda *xs: xp.concatenate(xs), *parts)
+    inverse = np.argsort(np.concatenate(order), kind="stable")
+    if np.array_equal(inverse, np.arange(inverse.size)):
+        return joined
+    return jax.tree_util.tree_map(lambda x: x[inverse], joined)
+
+
+# ---------------------------------------------------------------------------
+# Continuous refinement of the bucket size
+# ---------------------------------------------------------------------------
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "workload",
+        "variant",
+        "slots",
+        "ranks_per_node",
+        "batch_size",
+        "base_batch_size",
+    ),
+)
+def _fluid_value_and_grad(
+    params, n, k, u, *, workload, variant, slots, ranks_per_node, batch_size, base_batch_size
+):
+    """log T_fluid(u) and its derivative in u = log bucket bytes."""
+
+    def loss(u):
+        t = fluid_iteration_time(
+            params,
+            workload,
+            variant.arch,
+            n,
+            u,
+            num_slots=slots,
+            ranks_per_node=ranks_per_node,
+            servers=k,
+            batch_size=batch_size,
+            base_batch_size=base_batch_size,
+        ).iteration_s
+        return jnp.log(t)
+
+    return jax.value_and_grad(loss)(u)
+
+
+def refine_bucket(
+    params: ClusterParams,
+    workload,
+    variant: Variant,
+    workers: float,
+    servers: float,
+    start_bytes: float,
+    *,
+    ranks_per_node: int = 1,
+    batch_size: float | None = None,
+    base_batch_size: float | None = None,
+    low_bytes: float,
+    high_bytes: float,
+    max_steps: int = 40,
+    xtol: float = 1e-3,
+) -> float:
+    """Minimise the smooth (fluid) step time over u = log bucket size with gradient steps.
+
+    The derivative d log T_fluid / du comes from ``jax.value_and_grad``
+    through :func:`costmodel.fluid_iteration_time`. Starting from a bracket
+    of ±log 2 around ``start_bytes`` (widened by doublings while the
+    derivative has one sign, up to [``low_bytes``, ``high_bytes``]), the
+    stationary point is found by secant steps on the derivative (regula falsi
+    with the Illinois modification), which converges superlinearly and never
+    leaves the bracket; the best u seen is returned.
+
+    Args:
+        params: cluster parameters.
+        workload: a :class:`costmodel.Workload`.
+        variant: the architecture variant.
+        workers, servers: the configuration (servers ≥ 1 where used).
+        start_bytes: the grid's best bucket cap, bytes > 0.
+        ranks_per_node: g ≥ 1.
+        batch_size, base_batch_size: per-worker and baseline batch (``None`` =
+            the workload's).
+        low_bytes, high_bytes: bounds of the bucket size, 0 < low < high.
+        max_steps: most derivative evaluations.
+        xtol: stop when the bracket is narrower than this in log bytes.
+
+    Returns:
+        The refined bucket size, bytes (a float; snap it with the exact model).
+
+    References:
+        Dowell & Jarratt, BIT 11 (1971) (the Illinois method).
+    """
+    G = float(workload.total_param_bytes)
+    slots = int(math.ceil(G / low_bytes)) + 1
+    dtype = jnp.result_type(float)
+    lo, hi = math.log(low_bytes), math.log(high_bytes)
+    kw = dict(
+        workload=workload,
+        variant=variant,
+        slots=slots,
+        ranks_per_node=float(ranks_per_node),
+        batch_size=None if batch_size is None else float(batch_size),
+        base_batch_size=None if base_batch_size is None else float(base_batch_size),
+    )
+    n = jnp.asarray(float(workers), dtype=dtype)
+    k = jnp.asarray(float(max(servers, 1)), dtype=dtype)
+    best = [math.inf, None]
+    calls = [0]
+
+    def dfdu(u: float) -> float:
+        v, d = _fluid_value_and_grad(params, n, k, jnp.asarray(u, dtype=dtype), **kw)
+        calls[0] += 1
+        v, d = float(v), float(d)
+        if v < best[0]:
+            best[:] = [v, u]
+        return d
+
+    u0 = min(max(math.log(max(start_bytes, 1.0)), lo), hi)
+    a, b = max(lo, u0 - math.log(2.0)), min(hi, u0 + math.log(2.0))
+    da, db = dfdu(a), dfdu(b)
+    # widen until the derivative changes sign (a minimum inside) or a bound is hit
+    while da < 0 and db < 0 and b < hi and calls[0] < max_steps:
+        a, da = b, db
+        b = min(hi, b + math.log(2.0))
+        db = dfdu(b)
+    while da > 0 and db > 0 and a > lo and calls[0] < max_steps:
+        b, db = a, da
+        a = max(lo, a - math.log(2.0))
+        da = dfdu(a)
+    if da < 0 < db:
+        side = 0
+        while b - a > xtol and calls[0] < max_steps:
+            c = (a * db - b * da) / (db - da)
+            if not a < c < b:
+                c = 0.5 * (a + b)
+            dc = dfdu(c)
+            if dc == 0:
+                break
+            if dc < 0:
+                a, da = c, dc
+                if side == -1:
+                    db *= 0.5
+                side = -1
+            else:
+                b, db = c, dc
+                if side == 1:
+                    da *= 0.5
+                side = 1
+    return math.exp(best[1])
+
+
+# ---------------------------------------------------------------------------
+# Jitted evaluation of a fixed set of configurations (for derivatives and draws)
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TimeSpec:
+    """A fixed, hashable set of configurations whose step times are a function of the parameters.
+
+    Used as a static argument of jitted functions, so that derivatives
+    (``jax.jvp`` in a profile's interval, ``jax.grad`` for elasticities) and
+    parameter draws (``jax.vmap``) compile one program for the whole set —
+    cached, so a repeated query does not compile again.
+
+    Attributes:
+        workload: the :class:`costmodel.Workload`.
+        ranks_per_node: g.
+        groups: ``((variant, workers, servers, bucket_bytes, batch, base_batch), …)``
+            with tuples of floats per group.
+        split_by_cap: evaluate each cap in its own call, so that derivatives
+            do not meet padding's NaN (see :func:`evaluate`).
+    """
+
+    workload: object
+    ranks_per_node: int
+    groups: tuple
+    split_by_cap: bool = False
+
+    @classmethod
+    def build(cls, workload, ranks_per_node, rows, differentiable=False):
+        """A spec from rows ``[(variant, n, k, b, batch, base_batch), …]``.
+
+        Args:
+            workload, ranks_per_node: as the attributes.
+            rows: the configurations.
+            differentiable: the times will be differentiated (splits by cap
+                while :func:`padding_grad_ok` is False).
+
+        Returns:
+            ``(spec, order)``: output position i of :func:`spec_times` holds
+            row ``order[i]`` (rows are grouped by variant).
+        """
+        groups: dict = {}
+        index: dict = {}
+        for i, (v, n, k, b, batch, base) in enumerate(rows):
+            groups.setdefault(v, []).append(
+                (float(n), float(k), float(b), float(batch), float(base))
+            )
+            index.setdefault(v, []).append(i)
+        split = bool(differentiable and not padding_grad_ok())
+        spec = cls(
+            workload,
+            int(ranks_per_node),
+            tuple((v, tuple(map(tuple, zip(*g, strict=True)))) for v, g in groups.items()),
+            split,
+        )
+        order = np.asarray([i for v in groups for i in index[v]], dtype=np.int64)
+        return spec, order
+
+    def size(self) -> int:
+        """Number of configurations."""
+        return sum(len(cols[0]) for _, cols in self.groups)
+
+
+def spec_times(params, spec: TimeSpec, field: str = "iteration_s"):
+    """(N,) step times (or another Breakdown field) of ``spec``'s configurations (traceable)."""
+    parts = []
+    for v, (n, k, b, batch, base) in spec.groups:
+        out = evaluate(
+            params,
+            spec.workload,
+            v,
+            np.asarray(n),
+            np.asarray(k),
+            np.asarray(b),
+            ranks_per_node=spec.ranks_per_node,
+            batch_size=np.asarray(batch),
+            base_batch_size=np.asarray(base),
+            split_by_cap=spec.split_by_cap,
+        )
+        parts.append(getattr(out, field))
+    return jnp.concatenate(parts)
+
+
+def spec_efficiency(params, spec: TimeSpec):
+    """(N,) scaling efficiencies of ``spec``'s configurations (traceable)."""
+    return spec_times(params, spec, "scaling_efficiency")
+
+
+#: :func:`spec_times`, jitted with the spec static.
+spec_times_jit = jax.jit(spec_times, static_argnames=("spec",))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def spec_times_fd(params, spec: TimeSpec):
+    """:func:`spec_times` whose directional derivatives are central differences.
+
+    For a tangent v of the unconstrained leaves, the derivative is
+    (T(θ + h·v) − T(θ − h·v)) / 2h with h = ε / max|v| (ε = 10⁻⁴ in float64,
+    10⁻² in float32): the parameters move by a factor e^{±ε} at most. A
+    profile's delta method then needs only the primal program (vmapped over
+    its tangents), which compiles several times faster than the
+    forward-mode-differentiated one, does not meet the NaN derivative that
+    padding causes (see :func:`evaluate`), and averages over the model's
+    kinks (hard max over buckets) instead of picking one side.
+    """
+    return spec_times_jit(params, spec)
+
+
+@spec_times_fd.defjvp
+def _spec_times_fd_jvp(spec, primals, tangents):
+    (p,), (v,) = primals, tangents
+    y = spec_times_jit(p, spec)
+    leaves = [jnp.max(jnp.abs(x)) for x in jax.tree_util.tree_leaves(v)]
+    scale = functools.reduce(jnp.maximum, leaves)
+    eps = 1e-4 if y.dtype == jnp.float64 else 1e-2
+    h = eps / jnp.maximum(scale, 1e-30)
+    plus = jax.tree_util.tree_map(lambda a, b: a + h * b, p, v)
+    minus = jax.tree_util.tree_map(lambda a, b: a - h * b, p, v)
+    dy = (spec_times_jit(plus, spec) - spec_times_jit(minus, spec)) / (2.0 * h)
+    return y, jnp.where(scale > 0, dy, jnp.zeros_like(dy))
+
+
+@functools.partial(jax.jit, static_argnames=("spec",))
+def spec_times_draws(draws, spec: TimeSpec):
+    """(D, N) step times under D stacked parameter sets (leading axis of every leaf)."""
+    return jax.vmap(lambda p: spec_times(p, spec))(draws)

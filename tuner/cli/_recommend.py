@@ -1,0 +1,367 @@
+"""``ddltune recommend``: the architecture, worker count and bucket size to run."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import textwrap
+
+from ._common import (
+    CLIError,
+    UsageError,
+    bytes_arg,
+    bytes_list_arg,
+    int_list_arg,
+    name_list_arg,
+    positive_float_arg,
+    positive_int_arg,
+    print_json,
+)
+
+NAME = "recommend"
+HELP = "recommend the architecture, worker count and bucket size for a model on a cluster"
+DESCRIPTION = """\
+Search every gradient-exchange architecture — parameter servers (dedicated or
+colocated, 1, 2, 4, … servers), peer-to-peer, ring and tree all-reduce, and
+with several ranks per node also host parameter servers, hybrid and
+hierarchical all-reduce — for every worker count up to --max-workers and every
+gradient bucket size (0 = one collective per tensor, 64 KiB … 1 GiB, and
+PyTorch DDP's 25 MiB), with the cost model under a fitted profile (--profile)
+or datasheet presets (--preset/--device). The best bucket size is then refined
+continuously. Prints the choice with its predicted step time and 90% interval,
+throughput, scaling efficiency, where the time goes, the probability that it
+beats the runner-up architecture, why it wins, and the runner-ups.
+
+Objectives: throughput (most samples/s, default), cost (cheapest per sample:
+needs --price-per-hour, and --server-price-per-hour when dedicated parameter
+servers are searched), efficiency (most samples/s at a scaling efficiency of
+at least --min-efficiency), min-workers (fewest workers reaching
+--target-throughput). --min-efficiency and --target-throughput also constrain
+the other objectives.
+
+A profile whose held-out p90 error is over 15% is refused unless --force.
+Exit codes: 0 success; 2 bad arguments; 1 no configuration meets the
+constraints, or the profile is refused."""
+EPILOG = """\
+examples:
+  # datasheet presets: 10 Gb/s Ethernet, V100s, ResNet-50 at 64 images per GPU
+  ddltune recommend --preset ethernet-10g --device v100 --model resnet50 --max-workers 64
+
+  # a fitted profile, 8 GPUs per node, a fixed global batch, as JSON
+  ddltune recommend --profile profile.json --model bert_base --global-batch 2048 \\
+      --max-workers 128 --ranks-per-node 8 --json
+
+  # the cheapest configuration that still scales at 80% or better
+  ddltune recommend --preset ib-hdr-200g,nvlink-a100 --device a100 --model gpt2 \\
+      --max-workers 256 --ranks-per-node 8 --objective cost --price-per-hour 4.1 \\
+      --server-price-per-hour 1.2 --min-efficiency 0.8"""
+
+_OPTIMIZER_STATE = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ddltune recommend``."""
+    src = parser.add_argument_group("cluster (one of)")
+    g = src.add_mutually_exclusive_group(required=True)
+    g.add_argument("--profile", metavar="FILE", help="a fitted profile (from 'ddltune calibrate')")
+    g.add_argument(
+        "--preset",
+        metavar="NET[,INTRA]",
+        help="datasheet presets instead of a profile: inter-node network (ethernet-10g, "
+        "ethernet-25g, ethernet-100g, ib-edr-100g, ib-hdr-200g, ib-ndr-400g), optionally "
+        "with the intra-node link (pcie3-x16, pcie4-x16, nvlink-v100, nvlink-a100, "
+        "nvlink-h100, shm)",
+    )
+    src.add_argument(
+        "--device",
+        metavar="NAME",
+        default=None,
+        help="device preset with --preset: k80, p100, v100 (default), a100, h100, cpu",
+    )
+    wl = parser.add_argument_group("model (one of)")
+    m = wl.add_mutually_exclusive_group(required=True)
+    m.add_argument(
+        "--model",
+        metavar="NAME",
+        help="a model of the zoo: alexnet, vgg16, resnet18/34/50/101/152, inception_v3, "
+        "bert_base, bert_large, gpt2",
+    )
+    m.add_argument(
+        "--layers",
+        metavar="FILE",
+        help="your model's parameter tensors as a JSON or CSV layer file (see the README)",
+    )
+    b = wl.add_mutually_exclusive_group()
+    b.add_argument(
+        "--batch-size",
+        type=positive_int_arg,
+        metavar="B",
+        help="samples per worker per step (default 64), fixed as workers are added",
+    )
+    b.add_argument(
+        "--global-batch",
+        type=positive_int_arg,
+        metavar="B",
+        help="a fixed global batch in samples: each of n workers computes ⌈B/n⌉",
+    )
+    wl.add_argument(
+        "--step-time",
+        type=positive_float_arg,
+        metavar="S",
+        help="measured single-worker step time in seconds at the per-worker batch "
+        "(replaces the FLOP-based compute time)",
+    )
+    s = parser.add_argument_group("search")
+    s.add_argument(
+        "--max-workers",
+        type=positive_int_arg,
+        required=True,
+        metavar="N",
+        help="the most workers (ranks, e.g. GPUs) to consider, ≥ 1",
+    )
+    s.add_argument(
+        "--ranks-per-node",
+        type=positive_int_arg,
+        default=1,
+        metavar="G",
+        help="workers per node (default 1); worker counts are then multiples of G",
+    )
+    s.add_argument(
+        "--arch",
+        type=name_list_arg,
+        metavar="LIST",
+        help="architectures to search, comma-separated: ps (both placements), ps_dedicated, "
+        "ps_colocated, ps_host, hybrid, p2p, ring, tree, hierarchical (default: all that apply)",
+    )
+    s.add_argument(
+        "--bucket-bytes",
+        type=bytes_list_arg,
+        metavar="LIST",
+        help="bucket sizes to search, comma-separated with K/M/G suffixes (powers of 1024), "
+        "0 = one collective per tensor (default 0,64K,128K,…,1G and 25M)",
+    )
+    s.add_argument(
+        "--servers",
+        type=int_list_arg,
+        metavar="LIST",
+        help="parameter-server counts to search (default 1,2,4,… up to the worker count)",
+    )
+    s.add_argument(
+        "--no-refine",
+        action="store_true",
+        help="keep the best grid bucket size (skip the continuous refinement)",
+    )
+    o = parser.add_argument_group("objective")
+    o.add_argument(
+        "--objective",
+        default="throughput",
+        metavar="NAME",
+        help="throughput (default), cost, efficiency or min-workers",
+    )
+    o.add_argument(
+        "--min-efficiency",
+        type=positive_float_arg,
+        metavar="F",
+        help="scaling-efficiency floor in (0, 1], e.g. 0.8 (required by --objective efficiency)",
+    )
+    o.add_argument(
+        "--target-throughput",
+        type=positive_float_arg,
+        metavar="X",
+        help="samples/s to reach (required by --objective min-workers)",
+    )
+    o.add_argument(
+        "--price-per-hour",
+        type=positive_float_arg,
+        metavar="P",
+        help="price of one worker-hour, any currency (required by --objective cost)",
+    )
+    o.add_argument(
+        "--server-price-per-hour",
+        type=positive_float_arg,
+        metavar="P",
+        help="price of one dedicated parameter-server-hour, same currency",
+    )
+    mem = parser.add_argument_group("memory")
+    mem.add_argument(
+        "--optimizer",
+        choices=sorted(_OPTIMIZER_STATE),
+        default="momentum",
+        help="optimizer, for the memory its state needs: sgd (none), momentum (default, "
+        "1× the model), adam (2×)",
+    )
+    mem.add_argument(
+        "--device-memory",
+        type=bytes_arg,
+        metavar="SIZE",
+        help="memory per worker and per server, e.g. 16G (default: the profile's device)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="recommend even from a profile whose held-out error is over the 15%% limit "
+        "(the result is marked unreliable)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (keys: architecture, servers, colocated, workers, "
+        "bucket_bytes, iteration_time_s, interval_s, throughput_samples_per_s, "
+        "scaling_efficiency, breakdown, alternatives, p_best, rationale, warnings, …)",
+    )
+
+
+def _load_profile(args):
+    from calibration import Profile
+
+    if args.profile:
+        return Profile.load(args.profile), f"profile {args.profile}"
+    if args.device is None:
+        args.device = "v100"
+    try:
+        prof = Profile.from_preset(args.preset, args.device)
+    except ValueError as e:
+        raise UsageError(f"--preset/--device: {e}") from None
+    return prof, f"presets {args.preset} + {args.device} (datasheet prior, nothing measured)"
+
+
+def _load_workload(args):
+    from costmodel import get_workload, load_layers
+
+    batch = args.batch_size or 64
+    if args.model:
+        try:
+            w = get_workload(args.model, batch)
+        except ValueError as e:
+            raise UsageError(f"--model: {e}") from None
+    else:
+        w = load_layers(args.layers)
+        w = w.with_batch_size(batch)
+    if args.step_time is not None:
+        w = w.with_step_time(args.step_time)
+    return w
+
+
+def run(args: argparse.Namespace) -> int:
+    """Recommend; print the choice and the runner-ups (or one JSON document)."""
+    import jax
+
+    # float64 for sums of thousands of bucket times and for the refinement's gradients
+    jax.config.update("jax_enable_x64", True)
+    import tuner
+
+    if args.device is not None and args.profile:
+        raise UsageError("--device applies to --preset only; a profile carries its device")
+    if args.step_time is not None and args.global_batch is not None and args.batch_size is None:
+        raise UsageError(
+            "--step-time is the single-worker step time at --batch-size; with --global-batch "
+            "give the --batch-size it was measured at"
+        )
+    profile, source = _load_profile(args)
+    workload = _load_workload(args)
+    try:
+        rec = tuner.recommend(
+            profile,
+            workload,
+            max_workers=args.max_workers,
+            ranks_per_node=args.ranks_per_node,
+            architectures=args.arch,
+            bucket_bytes=args.bucket_bytes,
+            servers=args.servers,
+            global_batch=args.global_batch,
+            objective=args.objective,
+            min_efficiency=args.min_efficiency,
+            target_throughput=args.target_throughput,
+            price_per_hour=args.price_per_hour,
+            server_price_per_hour=args.server_price_per_hour,
+            optimizer_state_factor=_OPTIMIZER_STATE[args.optimizer],
+            device_memory_bytes=args.device_memory,
+            force=args.force,
+            refine=not args.no_refine,
+        )
+    except (tuner.InfeasibleError, tuner.UnreliableProfileError) as e:
+        raise CLIError(str(e)) from None
+    if args.json:
+        print_json(rec.to_dict())
+        return 0
+    print(format_text(rec, workload, source, args))
+    return 0
+
+
+# --------------------------------------------------------------------------- text output
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.4g} ms"
+
+
+def _describe_workload(w, args) -> str:
+    from costmodel import format_bytes
+
+    batch = (
+        f"global batch {args.global_batch}"
+        if args.global_batch
+        else f"batch {w.batch_size} per worker"
+    )
+    return (
+        f"{w.name}: {w.total_params / 1e6:.3g} M parameters, "
+        f"{format_bytes(w.total_param_bytes)} of gradients, {batch}"
+    )
+
+
+def format_text(rec, workload, source: str, args) -> str:
+    """The recommendation as text with units on every number."""
+    from costmodel import format_bytes
+
+    c = rec.config
+    bd = c.breakdown
+    lines = [
+        f"model:    {_describe_workload(workload, args)}",
+        f"cluster:  {source}; up to {args.max_workers} workers"
+        + (f", {args.ranks_per_node} per node" if args.ranks_per_node > 1 else ""),
+        f"objective: {rec.objective}",
+        "",
+        f"Recommended: {c.describe()}" + ("" if rec.reliable else "   [UNRELIABLE: forced]"),
+        f"  step time        {_ms(c.iteration_time_s)}  (90% interval "
+        f"{_ms(c.interval_s[0])} – {_ms(c.interval_s[1])})",
+        f"  throughput       {c.throughput_samples_per_s:,.0f} samples/s",
+        f"  scaling eff.     {100 * c.scaling_efficiency:.1f} %",
+        f"  compute          {_ms(bd['forward_s'] + bd['backward_s'])} "
+        f"(forward {_ms(bd['forward_s'])}, backward {_ms(bd['backward_s'])})",
+        f"  communication    {_ms(bd['communication_s'])} in {bd['num_buckets']:.0f} "
+        f"bucket{'s' if bd['num_buckets'] != 1 else ''}, exposed "
+        f"{_ms(bd['exposed_communication_s'])}",
+        f"  update           {_ms(bd['update_s'])}",
+    ]
+    if c.cost_per_sample is not None:
+        lines.append(f"  cost             {c.cost_per_sample * 1e6:.4g} per million samples")
+    lines.append(
+        "  p_best           "
+        + (
+            "n/a (no parameter uncertainty, or a single architecture)"
+            if not math.isfinite(rec.p_best)
+            else f"{100 * rec.p_best:.0f} % (chance it beats the runner-up architecture)"
+        )
+    )
+    lines.append("")
+    lines += textwrap.wrap("Why: " + rec.rationale, width=96, subsequent_indent="     ")
+    if rec.alternatives:
+        lines += ["", "Runner-ups:"]
+        head = (
+            f"  {'architecture':<16}{'servers':>8}{'workers':>8}{'bucket':>12}"
+            f"{'step':>12}{'90% interval':>22}{'samples/s':>12}{'eff.':>8}"
+        )
+        lines.append(head)
+        for a in rec.alternatives:
+            bucket = "per tensor" if a.bucket_bytes == 0 else format_bytes(a.bucket_bytes)
+            interval = f"{a.interval_s[0] * 1e3:.4g}–{a.interval_s[1] * 1e3:.4g} ms"
+            lines.append(
+                f"  {a.label:<16}{(a.servers or '-')!s:>8}{a.workers:>8}{bucket:>12}"
+                f"{_ms(a.iteration_time_s):>12}{interval:>22}"
+                f"{a.throughput_samples_per_s:>12,.0f}{100 * a.scaling_efficiency:>7.1f}%"
+            )
+    if rec.warnings:
+        lines += ["", "Warnings:"]
+        for w in rec.warnings:
+            lines += textwrap.wrap(w, width=94, initial_indent="  - ", subsequent_indent="    ")
+    return "\n".join(lines)
