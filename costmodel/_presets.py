@@ -218,14 +218,15 @@ def preset(
         )
     net, link, dev = NETWORK_PRESETS[inter_name], INTRA_PRESETS[intra], DEVICE_PRESETS[device]
     beta = (1.0 / link.bandwidth_bytes_per_s, 1.0 / net.bandwidth_bytes_per_s)
-    # Node caps: the NIC carries one link's worth per node (inter); inside a node
-    # the switch/memory carries 16 links' worth (binds only with many flows),
-    # for CPUs the memory bandwidth shared by all processes.
+    # Node caps: a node's NICs carry 4 links' worth at once (binds for all_to_all
+    # and fan-in with several ranks per node, not for a ring that crosses each
+    # node once); inside a node the switch/memory carries 16 links' worth, for
+    # CPUs the memory bandwidth shared by all processes. A fit replaces both.
     node_intra = 1.0 / dev.memory_bandwidth_bytes_per_s if device == "cpu" else beta[0] / 16.0
     return ClusterParams.create(
         alpha_s=(link.alpha_s, net.alpha_s),
         beta_s_per_byte=beta,
-        node_beta_s_per_byte=(node_intra, beta[1]),
+        node_beta_s_per_byte=(node_intra, beta[1] / 4.0),
         gamma_s_per_byte=3.0 / dev.memory_bandwidth_bytes_per_s,
         n_regimes=n_regimes,
         call_overhead_s=dev.call_overhead_s,

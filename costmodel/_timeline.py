@@ -275,7 +275,8 @@ def bucket_table(workload, bucket_bytes, first_bucket_bytes: int | None = None) 
         sizes[i, : len(s)] = s
         ready[i, : len(r)] = r
         counts[i] = len(s)
-    K = max(1, int(counts.max()))  # trim padding no bucketing uses
+    # trim padding no bucketing uses, to a power of two (bounded recompilations)
+    K = min(T, 1 << max(0, int(math.ceil(math.log2(max(1, int(counts.max())))))))
     sizes, ready = sizes[:, :K], ready[:, :K]
     padded = np.concatenate([caps, np.full(U - len(caps), caps[-1])])
     sizes[len(caps) :] = sizes[len(caps) - 1]
@@ -314,7 +315,7 @@ def _core(
         core = soft_max(cand) if smooth else jnp.max(cand)
     else:
         core = bwd + C1
-    update = arch.update_s(params, wt.total_bytes, n, k)
+    update = arch.update_s(params, wt.total_bytes, n, k, g)
     overhead = params.step_overhead_s
     total = fwd + core + update + C2 + overhead
     exposed = jnp.maximum(total - fwd - bwd - update - overhead, 0.0)

@@ -134,14 +134,6 @@ def test_all_reduce_architectures_have_no_second_phase(name):
 # ---------------------------------------------------------------------------
 # One worker
 # ---------------------------------------------------------------------------
-_PS_COLOCATED_N1 = pytest.mark.xfail(
-    strict=True,
-    reason="bug: costmodel/architectures/_ps.py PSArchitecture.phase1_s adds the servers' "
-    "sum n·s/k·γ even when there is nothing to sum (colocated, n = 1: no sender); "
-    "multiply it by (senders > 0), as HybridArchitecture does with (m > 1)",
-)
-
-
 @pytest.mark.parametrize(
     ("name", "colocated"),
     [
@@ -150,7 +142,7 @@ _PS_COLOCATED_N1 = pytest.mark.xfail(
         ("hierarchical", False),
         ("p2p", False),
         ("hybrid", False),
-        pytest.param("ps", True, marks=_PS_COLOCATED_N1),
+        ("ps", True),
     ],
 )
 def test_one_worker_communicates_nothing(name, colocated):

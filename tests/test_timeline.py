@@ -337,14 +337,6 @@ def test_breakdown_identities(resnet_sweep, arch):
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: costmodel/architectures/_ps.py HybridArchitecture.update_s divides the "
-    "update by max(k, 1) while phase1/phase2 clip k to the m nodes; on one node with "
-    "servers=2 the update is halved and one worker beats the single-worker baseline "
-    "(scaling efficiency > 1). update_s gets no ranks_per_node to compute m: clip k ≤ n "
-    "at least, or pass g",
-)
 def test_hybrid_update_on_one_node():
     p, w = preset("ethernet-10g", "v100"), toy()
     for k in (1, 2, 4):
@@ -516,14 +508,6 @@ def test_no_retracing_across_a_sweep_of_values(monkeypatch):
     assert eqx.debug.get_num_traces(counted) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="costmodel/_timeline.py bucket_table trims the bucket axis K to the most "
-    "buckets any requested cap needs, so every call whose caps give a different "
-    "bucket count retraces and recompiles _sweep (a tuner calling iteration_time "
-    "once per bucket size compiles once per size); padding K to a power of two "
-    "(as the rows U and configurations M already are) bounds it to ~log2(T) traces",
-)
 def test_no_retracing_across_bucket_sizes(monkeypatch):
     counted = _count_traces(monkeypatch)
     w = _unique_workload(T=29)

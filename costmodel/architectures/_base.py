@@ -46,8 +46,13 @@ class AbstractArchitecture(eqx.Module):
         """Seconds of the bucket's post-update communication (default none)."""
         return jnp.zeros_like(s)
 
-    def update_s(self, params: ClusterParams, total_bytes, n, k) -> Float[Array, "*b"]:
-        """Optimizer update time on the critical path: every worker updates all (default)."""
+    def update_s(self, params: ClusterParams, total_bytes, n, k, g=None) -> Float[Array, "*b"]:
+        """Optimizer update time on the critical path: every worker updates all (default).
+
+        Args:
+            total_bytes: G, parameter bytes; n workers, k servers, g ranks per
+                node (``None``: one per node).
+        """
         return total_bytes * params.update_s_per_byte + 0.0 * n
 
     def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):

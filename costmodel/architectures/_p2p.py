@@ -30,7 +30,7 @@ class P2PArchitecture(AbstractArchitecture):
     def phase2_s(self, params: ClusterParams, s, n, g, k):
         return RingAllGather().time(params, s, n, g)
 
-    def update_s(self, params: ClusterParams, total_bytes, n, k):
+    def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
         return total_bytes / n * params.update_s_per_byte
 
     def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):

@@ -50,13 +50,14 @@ class PSArchitecture(AbstractArchitecture):
     def phase1_s(self, params: ClusterParams, s, n, g, k):
         kk = jnp.minimum(k, n) if self.colocated else k
         push = _exchange(params, "ps_push", s, n, kk, g, colocated=self.colocated)
-        return push + n * s / kk * params.gamma_s_per_byte
+        senders = n - 1.0 if self.colocated else n  # a colocated lone worker sums nothing
+        return push + jnp.where(senders > 0, n * s / kk * params.gamma_s_per_byte, 0.0)
 
     def phase2_s(self, params: ClusterParams, s, n, g, k):
         kk = jnp.minimum(k, n) if self.colocated else k
         return _exchange(params, "ps_pull", s, n, kk, g, colocated=self.colocated)
 
-    def update_s(self, params: ClusterParams, total_bytes, n, k):
+    def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
         kk = jnp.minimum(k, n) if self.colocated else k
         return total_bytes / kk * params.update_s_per_byte
 
@@ -103,7 +104,7 @@ class PSHostArchitecture(AbstractArchitecture):
     def phase2_s(self, params: ClusterParams, s, n, g, k):
         return self._phase(params, "ps_pull", s, n, g)
 
-    def update_s(self, params: ClusterParams, total_bytes, n, k):
+    def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
         return total_bytes * params.update_s_per_byte + 0.0 * n
 
     def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
@@ -123,7 +124,7 @@ class HybridArchitecture(AbstractArchitecture):
         kk = jnp.clip(k, 1.0, m)
         intra = RingAllReduce().time(params, s, g, g)
         push = _exchange(params, "ps_push", s, m, kk, jnp.ones_like(s), colocated=True, inter=m > 1)
-        return intra + push + m * s / kk * params.gamma_s_per_byte * (m > 1)
+        return intra + push + jnp.where(m > 1, m * s / kk * params.gamma_s_per_byte, 0.0)
 
     def phase2_s(self, params: ClusterParams, s, n, g, k):
         g = jnp.minimum(g, n)
@@ -150,5 +151,7 @@ class HybridArchitecture(AbstractArchitecture):
         )
         return pull + bcast
 
-    def update_s(self, params: ClusterParams, total_bytes, n, k):
-        return total_bytes / jnp.maximum(k, 1.0) * params.update_s_per_byte + 0.0 * n
+    def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
+        # the servers are clipped to the m nodes, as in the communication phases
+        m = jnp.ceil(n / jnp.minimum(1.0 if g is None else g, n))
+        return total_bytes / jnp.clip(k, 1.0, m) * params.update_s_per_byte

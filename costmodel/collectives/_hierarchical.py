@@ -53,5 +53,7 @@ class HierarchicalAllReduce(AbstractCollective):
 
     def time(self, params: ClusterParams, S, n, g):
         rs, ar, ag = self.phases(S, n, g)
-        t = sum(jnp.where(ph.steps > 0, evaluate(params, self.name, ph), 0.0) for ph in (rs, ar, ag))
+        t = sum(
+            jnp.where(ph.steps > 0, evaluate(params, self.name, ph), 0.0) for ph in (rs, ar, ag)
+        )
         return finish(params, t, rs.steps + ar.steps, jnp.minimum(g, n))
