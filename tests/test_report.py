@@ -144,11 +144,9 @@ def _curves(p, w, max_workers=32):
     for arch in ("ring", "p2p", "ps"):
         bd = iteration_time(p, w, arch, n.astype(float), bucket_bytes=25 * 2**20)
         t = np.asarray(bd.iteration_s)
-        out.append(
-            ScalingCurve(
-                arch, arch, n, t, 0.9 * t, 1.1 * t, np.asarray(bd.scaling_efficiency), w.batch_size
-            )
-        )
+        thr = n * w.batch_size / t
+        eff = np.asarray(bd.scaling_efficiency)
+        out.append(ScalingCurve(arch, arch, n, t, 0.9 * t, 1.1 * t, thr, thr / 1.1, thr / 0.9, eff))
     return out
 
 

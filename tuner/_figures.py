@@ -90,8 +90,9 @@ class ScalingCurve:
         iteration_s: (W,) predicted iteration time, s.
         low_s, high_s: (W,) 90% interval of the iteration time, s (equal to
             ``iteration_s`` when there is no uncertainty).
+        throughput, throughput_low, throughput_high: (W,) samples/s and its
+            90% interval (n·B/T with B the per-worker batch at that point).
         efficiency: (W,) scaling efficiency in (0, 1].
-        batch_size: samples per worker per iteration (throughput = n·B/T).
     """
 
     label: str
@@ -100,8 +101,10 @@ class ScalingCurve:
     iteration_s: np.ndarray
     low_s: np.ndarray
     high_s: np.ndarray
+    throughput: np.ndarray
+    throughput_low: np.ndarray
+    throughput_high: np.ndarray
     efficiency: np.ndarray
-    batch_size: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,8 +200,13 @@ def _int_formatter():
     return FuncFormatter(lambda x, _pos: f"{x:.0f}" if x >= 1 else f"{x:.2g}")
 
 
-def arch_colour(architecture: str, i: int = 0) -> str:
-    """The colour of an architecture family (a stable palette), else the i-th cycle colour."""
+def arch_colour(architecture: str, i: int = 0, label: str = "") -> str:
+    """The colour of an architecture (a stable palette), else the i-th cycle colour.
+
+    ``ps`` with colocated servers (label ``ps (colocated)``) gets its own colour.
+    """
+    if architecture == "ps" and "colocated" in label:
+        return "#e377c2"
     return _ARCH_COLOURS.get(architecture, _CYCLE[i % len(_CYCLE)])
 
 
@@ -337,7 +345,13 @@ def plot_scaling(
     *,
     recommended: tuple[str, int] | None = None,
 ) -> Path:
-    """Iteration time, throughput (with 90% bands) and scaling efficiency vs workers.
+    """Iteration time, throughput and scaling efficiency vs workers, with 90% bands.
+
+    Top row: every architecture together (lines; the band of the recommended
+    one), so they can be compared. Bottom row: one small panel per
+    architecture with its own 90% throughput band and, for reference, the
+    recommended architecture's line — overlapping bands of several
+    architectures would hide each other.
 
     Args:
         curves: one :class:`ScalingCurve` per architecture variant, ≥ 1.
@@ -348,56 +362,118 @@ def plot_scaling(
         ValueError: if ``curves`` is empty.
     """
     _check_nonempty("curves", curves)
-    fig = _figure(13.0, 4.2)
-    ax_t, ax_x, ax_e = (fig.add_subplot(1, 3, i) for i in (1, 2, 3))
+    ncol = min(4, len(curves))
+    nsmall = math.ceil(len(curves) / ncol)
+    fig = _figure(13.0, 4.2 + 2.6 * nsmall)
+    gs = fig.add_gridspec(1 + nsmall, 12, height_ratios=[1.6] + [1.0] * nsmall)
+    ax_t, ax_x, ax_e = (fig.add_subplot(gs[0, 4 * i : 4 * i + 4]) for i in range(3))
     scale, unit = _time_unit(np.concatenate([np.asarray(c.iteration_s, float) for c in curves]))
-    for i, c in enumerate(curves):
-        col = arch_colour(c.architecture, i)
-        n = np.asarray(c.workers, float)
-        t, lo, hi = (np.asarray(a, float) for a in (c.iteration_s, c.low_s, c.high_s))
-        ax_t.plot(n, t / scale, "-", color=col, lw=1.6, label=c.label)
-        ax_t.fill_between(n, lo / scale, hi / scale, color=col, alpha=0.18, lw=0)
-        thr = n * c.batch_size / t
-        ax_x.plot(n, thr, "-", color=col, lw=1.6, label=c.label)
-        ax_x.fill_between(
-            n, n * c.batch_size / hi, n * c.batch_size / lo, color=col, alpha=0.18, lw=0
-        )
-        ax_e.plot(n, 100.0 * np.asarray(c.efficiency, float), "-", color=col, lw=1.6, label=c.label)
-    for i, c in enumerate(curves):
-        if recommended is None or recommended[0] != c.label:
-            continue
-        col = arch_colour(c.architecture, i)
+    colours = [arch_colour(c.architecture, i, c.label) for i, c in enumerate(curves)]
+    rec_curve = next((c for c in curves if recommended and c.label == recommended[0]), None)
+    for c, col in zip(curves, colours, strict=True):
         n = np.asarray(c.workers, float)
         t = np.asarray(c.iteration_s, float)
-        k = int(np.argmin(np.abs(n - recommended[1])))
-        kw = dict(marker="*", ms=15, color=col, mec="k", zorder=5, ls="none", label="recommended")
-        ax_t.plot(n[k], t[k] / scale, **kw)
-        ax_x.plot(n[k], n[k] * c.batch_size / t[k], **kw)
-        ax_e.plot(n[k], 100.0 * float(np.asarray(c.efficiency)[k]), **kw)
-    n_all = np.concatenate([np.asarray(c.workers, float) for c in curves])
-    ideal = np.unique(n_all)
+        is_rec = c is rec_curve
+        lw = 2.4 if is_rec else 1.4
+        ax_t.plot(n, t / scale, "-", color=col, lw=lw, label=c.label, zorder=3)
+        ax_x.plot(
+            n, np.asarray(c.throughput, float), "-", color=col, lw=lw, label=c.label, zorder=3
+        )
+        ax_e.plot(
+            n,
+            100.0 * np.asarray(c.efficiency, float),
+            "-",
+            color=col,
+            lw=lw,
+            label=c.label,
+            zorder=3,
+        )
+        if is_rec:
+            ax_t.fill_between(
+                n,
+                np.asarray(c.low_s, float) / scale,
+                np.asarray(c.high_s, float) / scale,
+                color=col,
+                alpha=0.15,
+                lw=0,
+                label=f"90% interval ({c.label})",
+            )
+            ax_x.fill_between(
+                n,
+                np.asarray(c.throughput_low, float),
+                np.asarray(c.throughput_high, float),
+                color=col,
+                alpha=0.15,
+                lw=0,
+                label=f"90% interval ({c.label})",
+            )
+            k = int(np.argmin(np.abs(n - recommended[1])))
+            kw = dict(
+                marker="*", ms=15, color=col, mec="k", zorder=5, ls="none", label="recommended"
+            )
+            ax_t.plot(n[k], t[k] / scale, **kw)
+            ax_x.plot(n[k], float(np.asarray(c.throughput)[k]), **kw)
+            ax_e.plot(n[k], 100.0 * float(np.asarray(c.efficiency)[k]), **kw)
+    n_all = np.unique(np.concatenate([np.asarray(c.workers, float) for c in curves]))
     base = max(
-        (c.batch_size / float(np.asarray(c.iteration_s)[0]) for c in curves if c.workers[0] == 1),
+        (float(np.asarray(c.throughput)[0]) for c in curves if c.workers[0] == 1),
         default=None,
     )
     if base is not None:
-        ax_x.plot(ideal, ideal * base, ":", color="grey", lw=1, label="linear (best at n=1)")
-    for ax in (ax_t, ax_x, ax_e):
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(_int_formatter())
-        ax.set_xlabel("workers")
-        ax.grid(True, alpha=0.3)
+        ax_x.plot(n_all, n_all * base, ":", color="grey", lw=1, label="linear scaling")
     ax_t.set_yscale("log")
     ax_x.set_yscale("log")
     ax_t.set_ylabel(f"iteration time ({unit})")
-    ax_t.set_title("Iteration time (band: 90% interval)")
+    ax_t.set_title("Iteration time")
     ax_x.set_ylabel("throughput (samples/s)")
-    ax_x.set_title("Throughput (band: 90% interval)")
+    ax_x.set_title("Throughput")
     ax_e.set_ylabel("scaling efficiency (%)")
     ax_e.set_ylim(0, 105)
     ax_e.set_title("Scaling efficiency")
-    ax_t.legend(fontsize=7, loc="best")
-    ax_x.legend(fontsize=7, loc="best")
+    ax_e.legend(fontsize=7, loc="lower left")
+    ax_x.legend(fontsize=7, loc="upper left")
+    axes = [ax_t, ax_x, ax_e]
+    width = 12 // ncol
+    share = None
+    for i, (c, col) in enumerate(zip(curves, colours, strict=True)):
+        r, q = divmod(i, ncol)
+        ax = fig.add_subplot(gs[1 + r, q * width : (q + 1) * width], sharey=share)
+        share = share or ax
+        n = np.asarray(c.workers, float)
+        ax.fill_between(
+            n,
+            np.asarray(c.throughput_low, float),
+            np.asarray(c.throughput_high, float),
+            color=col,
+            alpha=0.25,
+            lw=0,
+            label="90% interval",
+        )
+        ax.plot(n, np.asarray(c.throughput, float), "-", color=col, lw=1.8, label=c.label)
+        if rec_curve is not None and c is not rec_curve:
+            ax.plot(
+                np.asarray(rec_curve.workers, float),
+                np.asarray(rec_curve.throughput, float),
+                "--",
+                color="k",
+                lw=0.9,
+                label=f"{rec_curve.label} (recommended)",
+            )
+        ax.set_yscale("log")
+        ax.set_title(f"{c.label}: throughput", fontsize=9)
+        ax.set_ylabel("samples/s", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6, loc="upper left")
+        axes.append(ax)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(_int_formatter())
+        ax.set_xlabel("workers", fontsize=8 if ax not in (ax_t, ax_x, ax_e) else None)
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(
+        "Scaling per architecture: each point is that architecture's best "
+        "configuration at that worker count"
+    )
     return _save(fig, path)
 
 
@@ -438,7 +514,7 @@ def plot_bucket_sweep(
     order = np.argsort(b)
     b, t = b[order], t[order]
     scale, unit = _time_unit(t)
-    fig = _figure(6.4, 4.0)
+    fig = _figure(6.4, 4.6)
     ax = fig.add_subplot()
     pos = b > 0
     ax.plot(b[pos], t[pos] / scale, "o-", color=_CYCLE[0], ms=3, lw=1.5, label="model")
@@ -478,7 +554,7 @@ def plot_bucket_sweep(
     ax.set_ylabel(f"iteration time ({unit})")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    fig.legend(loc="outside lower center", ncol=3, fontsize=8)
     return _save(fig, path)
 
 
@@ -598,29 +674,49 @@ def plot_sensitivity(
     path: str | os.PathLike,
     *,
     title: str = "Sensitivity of the iteration time",
+    threshold: float = 1e-3,
 ) -> Path:
     """Horizontal bars of ∂ log T / ∂ log θ per hardware parameter, largest first.
 
     An elasticity of 0.5 means: 1% more of θ (e.g. β, the inverse bandwidth)
-    makes the iteration 0.5% slower.
+    makes the iteration 0.5% slower. Parameters with |elasticity| below
+    ``threshold`` are listed under the axis instead of drawn as empty bars.
 
     Args:
         elasticities: ``{parameter: elasticity}``, finite values, ≥ 1 entry.
         path: PNG file to write.
         title: the figure's title.
+        threshold: smallest |elasticity| drawn as a bar (≥ 0).
 
     Raises:
         ValueError: if empty.
     """
     items = [(k, float(v)) for k, v in elasticities.items() if math.isfinite(float(v))]
     _check_nonempty("elasticities", items)
-    items.sort(key=lambda kv: abs(kv[1]))
-    fig = _figure(6.4, 0.9 + 0.28 * len(items))
+    shown = [(k, v) for k, v in items if abs(v) >= threshold] or items
+    hidden = [k for k, v in items if (k, v) not in shown]
+    shown.sort(key=lambda kv: abs(kv[1]))
+    fig = _figure(6.8, 1.5 + 0.32 * len(shown))
     ax = fig.add_subplot()
-    vals = np.array([v for _, v in items])
-    ax.barh([k for k, _ in items], vals, color=np.where(vals >= 0, "#c44e52", "#4c72b0"))
+    vals = np.array([v for _, v in shown])
+    ax.barh([k for k, _ in shown], vals, color=np.where(vals >= 0, "#c44e52", "#4c72b0"))
+    for y, v in enumerate(vals):
+        ax.annotate(
+            f"{v:+.3g}",
+            (v, y),
+            xytext=(4 if v >= 0 else -4, 0),
+            textcoords="offset points",
+            va="center",
+            ha="left" if v >= 0 else "right",
+            fontsize=7,
+        )
+    lim = max(float(np.max(np.abs(vals))), 1e-6) * 1.3
+    ax.set_xlim(-lim if np.any(vals < 0) else -0.05 * lim, lim if np.any(vals > 0) else 0.05 * lim)
     ax.axvline(0.0, color="k", lw=0.8)
-    ax.set_xlabel("elasticity ∂log T / ∂log θ (% change in T per 1% change in θ)")
+    xlabel = "elasticity ∂log T / ∂log θ (% change in T per 1% change in θ)"
+    if hidden:
+        xlabel += f"\n|elasticity| < {threshold:g}: " + ", ".join(hidden)
+    ax.set_xlabel(xlabel, fontsize=8, wrap=True)
     ax.set_title(title)
     ax.grid(True, axis="x", alpha=0.3)
     ax.tick_params(axis="y", labelsize=8)

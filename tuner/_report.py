@@ -33,6 +33,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import equinox as eqx
 import numpy as np
 
 from costmodel import (
@@ -41,6 +42,7 @@ from costmodel import (
     bucketize,
     collective_time,
     format_bytes,
+    format_seconds,
     get_architecture,
     iteration_time,
 )
@@ -93,6 +95,7 @@ def iteration_timeline(
     batch_size: int | None = None,
     colocated: bool = False,
     label: str | None = None,
+    breakdown: Mapping[str, float] | None = None,
 ) -> Timeline:
     """One iteration of one configuration, bucket by bucket, for the timeline figure.
 
@@ -115,6 +118,10 @@ def iteration_timeline(
         batch_size: per worker (default: the workload's).
         colocated: ``ps`` servers run on workers.
         label: the configuration's name in the figure (default: built from the above).
+        breakdown: this configuration's :meth:`costmodel.Breakdown.to_dict`
+            when the caller has it already (a tuner sweep): saves evaluating
+            the model again. Only ``forward_s``, ``backward_s``, ``update_s``
+            and ``overhead_s`` are read.
 
     Returns:
         A :class:`tuner._figures.Timeline`, times in seconds from the iteration's start.
@@ -133,20 +140,23 @@ def iteration_timeline(
     import jax.numpy as jnp
 
     arch = get_architecture(str(architecture), colocated=colocated)
-    bd = iteration_time(
-        params,
-        workload,
-        arch,
-        workers,
-        ranks_per_node=ranks_per_node,
-        servers=servers,
-        bucket_bytes=bucket_bytes,
-        first_bucket_bytes=first_bucket_bytes,
-        batch_size=batch_size,
-        colocated=False,
-    )
-    fwd, bwd = float(bd.forward_s), float(bd.backward_s)
-    update, overhead = float(bd.update_s), float(bd.overhead_s)
+    if breakdown is None:
+        bd = iteration_time(
+            params,
+            workload,
+            arch,
+            workers,
+            ranks_per_node=ranks_per_node,
+            servers=servers,
+            bucket_bytes=bucket_bytes,
+            first_bucket_bytes=first_bucket_bytes,
+            batch_size=batch_size,
+            colocated=False,
+        ).to_dict()
+    else:
+        bd = breakdown
+    fwd, bwd = float(bd["forward_s"]), float(bd["backward_s"])
+    update, overhead = float(bd["update_s"]), float(bd["overhead_s"])
     sizes, ready_frac = bucketize(workload, bucket_bytes, first_bucket_bytes)
     K = len(sizes)
     dtype = jnp.asarray(params.alpha_s).dtype
@@ -156,8 +166,7 @@ def iteration_timeline(
 
     s = jnp.asarray(sizes, dtype=dtype)
     n, g, k = full(workers), full(ranks_per_node), full(servers)
-    c1 = np.asarray(arch.phase1_s(params, s, n, g, k), dtype=np.float64)
-    c2 = np.asarray(arch.phase2_s(params, s, n, g, k), dtype=np.float64)
+    c1, c2 = (np.asarray(c, dtype=np.float64) for c in _phase_times(arch, params, s, n, g, k))
     C1 = float(c1.sum())
     if arch.overlaps:
         frac = min(C1 / max(bwd, 1e-30), 1.0)
@@ -203,6 +212,12 @@ def iteration_timeline(
         iteration_s=total,
         exposed_s=exposed,
     )
+
+
+@eqx.filter_jit
+def _phase_times(arch, params, s, n, g, k):
+    """Each bucket's (phase 1, phase 2) seconds, jitted (eager dispatch is slow on CPU)."""
+    return arch.phase1_s(params, s, n, g, k), arch.phase2_s(params, s, n, g, k)
 
 
 def _config_label(arch_label: str, workers, servers, bucket_bytes) -> str:
@@ -353,7 +368,7 @@ def _fmt_value(value: float, unit: str) -> tuple[str, str]:
         return f"{value / 1e9:.4g}", "GFLOP/s"
     if unit == "bytes":
         return f"{value / 1024**3:.4g}", "GiB"
-    return f"{value:.4g}", unit
+    return f"{value:.4g}", "" if unit == "1" else unit
 
 
 def _params_table_from_params(params) -> list[dict]:
@@ -665,7 +680,7 @@ def profile_summary(profile) -> dict:
     fit = getattr(profile, "fit", None) or {}
     p90 = float(getattr(profile, "heldout_p90", math.nan))
     try:
-        from calibration._validation import UNRELIABLE_P90 as limit
+        from tuner import RELIABLE_P90_LIMIT as limit
     except ImportError:  # pragma: no cover
         limit = 0.15
     return {
@@ -697,3 +712,597 @@ def format_parameter_rows(table: Sequence[Mapping]) -> list[list[str]]:
         [['beta_s_per_byte[inter]', '10', 'GB/s', '8 – 12.5', 'yes']]
     """
     return _human_rows(table)
+
+
+# --------------------------------------------------------------------------- assembling
+
+
+def _heldout_keys(profile, series: Sequence[CollectiveSeries]) -> list[tuple]:
+    """(collective, n, g, bytes) of the points the profile's fit held out, where knowable.
+
+    Recomputed with ``calibration.holdout_mask`` (deterministic, per series)
+    and the profile's holdout fraction; empty when either is unavailable.
+    """
+    import calibration
+
+    mask_fn = getattr(calibration, "holdout_mask", None)
+    frac = (getattr(profile, "validation", None) or {}).get("holdout")
+    if mask_fn is None or not frac:
+        return []
+    keys, sizes, pts = [], [], []
+    for s in series:
+        for b in s.message_bytes:
+            keys.append(("collective", s.collective, s.num_ranks, s.ranks_per_node))
+            sizes.append(float(b))
+            pts.append((s.collective, s.num_ranks, s.ranks_per_node, int(b)))
+    mask = np.asarray(mask_fn(keys, np.asarray(sizes), float(frac)), dtype=bool)
+    return [p for p, m in zip(pts, mask, strict=True) if m]
+
+
+def _scaling_curves(profile, workload, rec, level: float = 0.9) -> list[ScalingCurve]:
+    """Per architecture variant and worker count, the fastest configuration that fits in memory.
+
+    The same selection as :meth:`tuner.Recommendation.curve`, with the 90%
+    intervals of every variant's points from ONE ``profile.interval`` call
+    (its derivatives compile once for all variants instead of once per
+    variant); falls back to ``Recommendation.curve`` per variant if that call
+    yields non-finite bounds.
+    """
+    import jax.numpy as jnp
+
+    picked = []
+    for label, sw in rec.sweeps.items():
+        t = sw.iteration_s
+        ok = np.flatnonzero(sw.feasible & np.isfinite(t))
+        if ok.size == 0:
+            continue
+        order = ok[np.lexsort((t[ok], sw.workers[ok]))]
+        _, first = np.unique(sw.workers[order], return_index=True)
+        picked.append((label, sw, order[first]))
+    if not picked:
+        return []
+    nominal = np.concatenate([sw.iteration_s[r] for _, sw, r in picked])
+    lo, hi = nominal, nominal
+    if hasattr(profile, "interval"):
+        g = rec.config.ranks_per_node
+
+        def fn(p):
+            parts = []
+            for _, sw, r in picked:
+                parts.append(
+                    jnp.atleast_1d(
+                        iteration_time(
+                            p,
+                            workload,
+                            sw.variant.arch,
+                            sw.workers[r].astype(np.float64),
+                            ranks_per_node=g,
+                            servers=np.maximum(sw.servers[r], 1).astype(np.float64),
+                            bucket_bytes=sw.bucket_bytes[r].astype(np.float64),
+                            batch_size=sw.batch_size[r].astype(np.float64),
+                        ).iteration_s
+                    )
+                )
+            return jnp.concatenate(parts)
+
+        lo, hi = (np.asarray(a, dtype=np.float64) for a in profile.interval(fn, level=level))
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+            return _scaling_curves_one_by_one(rec, level)
+    out, at = [], 0
+    for label, sw, r in picked:
+        m = len(r)
+        t, tl, th = nominal[at : at + m], lo[at : at + m], hi[at : at + m]
+        at += m
+        thr = sw.throughput[r]
+        out.append(
+            ScalingCurve(
+                label,
+                sw.variant.name,
+                sw.workers[r],
+                t,
+                tl,
+                th,
+                thr,
+                thr * t / th,
+                thr * t / tl,
+                sw.efficiency[r],
+            )
+        )
+    return out
+
+
+def _scaling_curves_one_by_one(rec, level: float) -> list[ScalingCurve]:
+    out = []
+    for label, sw in rec.sweeps.items():
+        c = rec.curve(label, level=level)
+        if len(c.workers) == 0:
+            continue
+        out.append(
+            ScalingCurve(
+                label,
+                sw.variant.name,
+                np.asarray(c.workers),
+                np.asarray(c.iteration_s),
+                np.asarray(c.low_s),
+                np.asarray(c.high_s),
+                np.asarray(c.throughput),
+                np.asarray(c.throughput_low),
+                np.asarray(c.throughput_high),
+                np.asarray(c.efficiency),
+            )
+        )
+    return out
+
+
+def _bucket_sweep(profile, params, workload, rec) -> dict:
+    import jax.numpy as jnp
+
+    bc = rec.bucket_curve()
+    caps = np.asarray(bc["bucket_bytes"], dtype=np.float64)
+    times = np.asarray(bc["iteration_s"], dtype=np.float64)
+    servers = np.maximum(np.asarray(bc["servers"], dtype=np.float64), 1.0)
+    cfg = rec.config
+    arch = get_architecture(cfg.architecture, colocated=cfg.colocated)
+    out = {
+        "bucket_bytes": caps,
+        "iteration_s": times,
+        "chosen_bytes": float(cfg.bucket_bytes),
+        "defaults": {"PyTorch DDP 25 MiB": 25 * 2**20, "Horovod 64 MiB": 64 * 2**20},
+        "title": f"Iteration time vs bucket size: {cfg.label}, {cfg.workers} workers",
+    }
+    if hasattr(profile, "interval"):
+
+        def fn(p):
+            return jnp.asarray(
+                iteration_time(
+                    p,
+                    workload,
+                    arch,
+                    cfg.workers,
+                    ranks_per_node=cfg.ranks_per_node,
+                    servers=servers,
+                    bucket_bytes=caps,
+                    batch_size=cfg.batch_size,
+                ).iteration_s
+            )
+
+        lo, hi = profile.interval(fn)
+        out["low_s"], out["high_s"] = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    return out
+
+
+def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
+    cfg = rec.config
+
+    def one(arch, colocated, n, k, b, batch, label, bd):
+        return iteration_timeline(
+            params,
+            workload,
+            arch,
+            int(n),
+            ranks_per_node=cfg.ranks_per_node,
+            servers=max(int(k), 1),
+            bucket_bytes=float(b),
+            batch_size=batch,
+            colocated=colocated,
+            label=label,
+            breakdown=bd,
+        )
+
+    out = [
+        one(
+            cfg.architecture,
+            cfg.colocated,
+            cfg.workers,
+            cfg.servers,
+            cfg.bucket_bytes,
+            cfg.batch_size,
+            "recommended: " + cfg.describe(),
+            cfg.breakdown,
+        )
+    ]
+    for label, sw in rec.sweeps.items():
+        if label == cfg.label or len(out) >= limit:
+            continue
+        ok = np.flatnonzero(sw.feasible & np.isfinite(sw.iteration_s))
+        if ok.size == 0:
+            continue
+        i = ok[np.argmax(sw.throughput[ok])]
+        n, k, b = int(sw.workers[i]), int(sw.servers[i]), int(sw.bucket_bytes[i])
+        srv = f", {k} server{'s' if k != 1 else ''}" if k else ""
+        bb = "per tensor" if b == 0 else format_bytes(b)
+        out.append(
+            one(
+                sw.variant.name,
+                sw.variant.colocated,
+                n,
+                k,
+                b,
+                float(sw.batch_size[i]),
+                f"best {label}: {n} workers{srv}, bucket {bb}",
+                {f: float(np.asarray(getattr(sw.breakdown, f))[i]) for f in _BD_FIELDS},
+            )
+        )
+    return out
+
+
+_BD_FIELDS = ("forward_s", "backward_s", "update_s", "overhead_s")
+
+
+def _interval_text(lo, hi) -> str:
+    return f"{format_seconds(lo)} – {format_seconds(hi)}"
+
+
+def _config_row(i: int, c) -> list[str]:
+    lo, hi = c.interval_s
+    return [
+        str(i),
+        c.label,
+        str(c.servers) if c.servers else "—",
+        str(c.workers),
+        "per tensor" if c.bucket_bytes == 0 else format_bytes(c.bucket_bytes),
+        format_seconds(c.iteration_time_s),
+        _interval_text(lo, hi),
+        f"{c.throughput_samples_per_s:.4g}",
+        _pct(c.scaling_efficiency),
+    ]
+
+
+def _context(profile, params, workload, rec, *, records, inputs, timings, refusal, command):
+    cfg = rec.config
+    lo, hi = cfg.interval_s
+    summary = profile_summary(profile) if hasattr(profile, "parameter_table") else None
+    bd = cfg.breakdown
+    facts = [
+        ("architecture", cfg.label + (f", {cfg.servers} servers" if cfg.servers else "")),
+        (
+            "workers",
+            f"{cfg.workers}"
+            + (f" ({cfg.ranks_per_node} per node)" if cfg.ranks_per_node > 1 else ""),
+        ),
+        (
+            "gradient bucket",
+            "one collective per tensor"
+            if cfg.bucket_bytes == 0
+            else format_bytes(cfg.bucket_bytes),
+        ),
+        (
+            "iteration time",
+            f"{format_seconds(cfg.iteration_time_s)} (90% interval {_interval_text(lo, hi)})",
+        ),
+        (
+            "throughput",
+            f"{cfg.throughput_samples_per_s:.4g} samples/s "
+            f"({cfg.batch_size:g} per worker per step)",
+        ),
+        ("scaling efficiency", _pct(cfg.scaling_efficiency)),
+        (
+            "P(beats the best other architecture)",
+            "—" if not math.isfinite(rec.p_best) else _pct(rec.p_best),
+        ),
+        (
+            "where the time goes",
+            ", ".join(
+                f"{k} {format_seconds(bd[f])}"
+                for k, f in (
+                    ("forward", "forward_s"),
+                    ("backward", "backward_s"),
+                    ("exposed communication", "exposed_communication_s"),
+                    ("update", "update_s"),
+                    ("overhead", "overhead_s"),
+                )
+                if f in bd
+            ),
+        ),
+        ("objective", rec.objective),
+    ]
+    unreliable = None
+    if not rec.reliable:
+        limit = summary["limit"] if summary else 0.15
+        rows = [
+            [s["series"], _pct(s["heldout_median"] or math.nan), _pct(s["heldout_p90"])]
+            for s in (summary["series"] if summary else [])
+            if s["heldout_points"] and (s["heldout_p90"] or 0) > limit
+        ]
+        p90 = summary["heldout_p90"] if summary else None
+        reason = (
+            (refusal[:1].upper() + refusal[1:])
+            if refusal
+            else (
+                f"The profile's held-out p90 error is {_pct(p90 or math.nan)}, over the "
+                f"{_pct(limit)} limit."
+            )
+        )
+        unreliable = {
+            "reason": reason,
+            "rows": rows,
+            "advice": "The model does not predict held-out measurements of this cluster well "
+            "enough to trust its ranking. Measure again with more repetitions (a larger "
+            "--budget), on a quieter machine, or over the sizes you care about, and recalibrate; "
+            "'ddltune recommend' refuses such a profile unless --force is given.",
+        }
+    head = [
+        "#",
+        "architecture",
+        "servers",
+        "workers",
+        "bucket",
+        "iteration",
+        "90% interval",
+        "samples/s",
+        "efficiency",
+    ]
+    alt_rows = [_config_row(0, cfg)] + [
+        _config_row(i + 1, a) for i, a in enumerate(rec.alternatives)
+    ]
+    alt_rows[0][0] = "chosen"
+    tables: dict[str, list] = {"calibration": []}
+    notes: dict[str, list] = {"calibration": []}
+    if summary:
+        main = [r for r in summary["parameters"] if not str(r["name"]).startswith("regime_")]
+        regimes = [
+            r
+            for r in summary["parameters"]
+            if str(r["name"]).startswith("regime_") and r.get("identified")
+        ]
+        phead = ["parameter", "value", "unit", "90% interval", "identified"]
+        tables["calibration"].append(
+            {
+                "title": "Fitted parameters",
+                "head": phead,
+                "rows": format_parameter_rows(main),
+                "note": "β (s/byte) is shown as a bandwidth, 1/β. 'no (prior)': the measurements "
+                "cannot pin it down, so it stays at the prior preset "
+                f"({summary['prior'] or 'none'}); predictions that depend on it extrapolate.",
+            }
+        )
+        if regimes:
+            tables["calibration"].append(
+                {
+                    "title": "Protocol regimes the data identified (α, 1/β per collective, level, regime)",
+                    "head": phead,
+                    "rows": format_parameter_rows(regimes),
+                    "note": "",
+                }
+            )
+        if summary["series"]:
+            tables["calibration"].append(
+                {
+                    "title": "Fit error per series (absolute error of the fitted "
+                    f"{summary['statistic'] or 'time'})",
+                    "head": [
+                        "series",
+                        "train points",
+                        "train median",
+                        "train p90",
+                        "held-out points",
+                        "held-out median",
+                        "held-out p90",
+                    ],
+                    "rows": [
+                        [
+                            s["series"],
+                            str(s["train_points"]),
+                            _pct(s["train_median"] or math.nan),
+                            _pct(s["train_p90"] or math.nan),
+                            str(s["heldout_points"]),
+                            _pct(
+                                s["heldout_median"] if s["heldout_median"] is not None else math.nan
+                            ),
+                            _pct(s["heldout_p90"] if s["heldout_p90"] is not None else math.nan),
+                        ]
+                        for s in summary["series"]
+                    ],
+                    "note": f"Held-out points were not used by the fit. Overall held-out p90: "
+                    f"{_pct(summary['heldout_p90'] if summary['heldout_p90'] is not None else math.nan)}"
+                    f" (limit {_pct(summary['limit'])}).",
+                }
+            )
+        if summary["worst"]:
+            tables["calibration"].append(
+                {
+                    "title": "Worst points",
+                    "head": [
+                        "series",
+                        "size",
+                        "measured",
+                        "predicted",
+                        "error",
+                        "held out",
+                        "where",
+                    ],
+                    "rows": [
+                        [
+                            _series_label(w),
+                            _size_or_flops(w),
+                            format_seconds(w["measured_s"]),
+                            format_seconds(w["predicted_s"]),
+                            f"{100 * w['error']:+.1f}%",
+                            "yes" if w.get("heldout") else "no",
+                            f"{Path(str(w.get('file'))).name}:{w.get('line')}"
+                            if w.get("file")
+                            else "—",
+                        ]
+                        for w in summary["worst"]
+                    ],
+                    "note": "",
+                }
+            )
+        notes["calibration"] += summary["warnings"] + summary["notes"]
+    else:
+        tables["calibration"].append(
+            {
+                "title": "Cluster parameters (a preset: nothing was fitted)",
+                "head": ["parameter", "value", "unit", "90% interval", "identified"],
+                "rows": format_parameter_rows(_params_table_from_params(params)),
+                "note": "",
+            }
+        )
+    prov = []
+    for f in inputs:
+        p = Path(f)
+        prov.append(("input", f"{p} (sha256 {_sha256(p)})" if p.is_file() else str(p)))
+    if summary:
+        mr = summary["measured_ranges"]
+        if mr.get("message_bytes"):
+            prov.append(
+                ("measured sizes", " – ".join(format_bytes(b) for b in mr["message_bytes"]))
+            )
+            prov.append(("measured ranks", " – ".join(str(v) for v in mr.get("num_ranks", []))))
+        prov.append(("prior", str(summary["prior"])))
+        prov.append(("fitted statistic", str(summary["statistic"])))
+        if summary["n_regimes"]:
+            prov.append(("regimes per collective", str(summary["n_regimes"])))
+        created = summary["provenance"].get("created")
+        if created:
+            prov.append(("profile created", str(created)))
+    prov.append(
+        (
+            "workload",
+            f"{workload.name}: {workload.total_params:,} parameters "
+            f"({format_bytes(workload.total_param_bytes)} of gradients), "
+            f"batch {workload.batch_size} per worker"
+            + (f"; {workload.source}" if workload.source else ""),
+        )
+    )
+    n_rec = sum(1 for _ in records)
+    if n_rec:
+        prov.append(("measurements", f"{n_rec} records"))
+    if command:
+        prov.append(("command", command))
+    for phase, secs in (timings or {}).items():
+        prov.append((f"time: {phase}", f"{float(secs):.1f} s"))
+    prov.append(("versions", _versions()))
+    prov.append(("date", _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")))
+    max_n = max((int(np.max(sw.workers)) for sw in rec.sweeps.values()), default=cfg.workers)
+    where = "preset parameters (no measurements)"
+    if summary:
+        dev = ", ".join(summary["provenance"].get("device_kinds") or []) or "?"
+        where = (
+            f"a profile fitted on {summary['provenance'].get('records', '?')} measurements "
+            f"(backend {summary['provenance'].get('backend', '?')}, device {dev})"
+        )
+    return {
+        "title": f"ddltune report: {workload.name}",
+        "subtitle": f"{workload.name}, batch {workload.batch_size} per worker, up to {max_n} "
+        f"workers, objective {rec.objective}; from {where}.",
+        "rec": {"headline": cfg.describe(), "facts": facts, "reliable": bool(rec.reliable)},
+        "unreliable": unreliable,
+        "rationale": rec.rationale,
+        "warnings": list(rec.warnings),
+        "alternatives": {"head": head, "rows": alt_rows},
+        "tables": tables,
+        "notes": notes,
+        "calibration_text": "Each point is a measured time (the fitted statistic); lines are "
+        "the fitted model. The residual panels show model/measured − 1.",
+        "provenance": prov,
+    }
+
+
+def _size_or_flops(w: Mapping) -> str:
+    size = w.get("size")
+    if size is None:
+        return "—"
+    return format_bytes(size) if w.get("kind", "collective") == "collective" else f"{size:.3g} FLOP"
+
+
+def build_report(
+    out_dir: str | os.PathLike,
+    *,
+    profile,
+    workload,
+    recommendation,
+    records: Sequence[Mapping] = (),
+    inputs: Sequence[str | os.PathLike] = (),
+    timings: Mapping[str, float] | None = None,
+    refusal: str | None = None,
+    command: str | None = None,
+    overwrite: bool = False,
+    keep: Iterable[str] = (),
+    progress=None,
+) -> ReportFiles:
+    """Compute every figure's data and write the report (the whole of ``ddltune report``).
+
+    Args:
+        out_dir: the report folder (created; see :func:`write_report` for
+            ``overwrite`` and ``keep``).
+        profile: a :class:`calibration.Profile` (intervals, fit errors,
+            parameter table) or a bare :class:`costmodel.ClusterParams`.
+        workload: the :class:`costmodel.Workload` the recommendation is for.
+        recommendation: the :class:`tuner.Recommendation` (its sweeps give the
+            scaling curves, its chosen configuration the bucket sweep, timeline
+            and sensitivity).
+        records: the measurement records the profile was fitted on (for the
+            measured-vs-predicted figures); none: those figures are skipped.
+        inputs: input files to list (with their sha256) under provenance.
+        timings: ``{phase: seconds}`` to list under provenance.
+        refusal: the tuner's refusal message when the recommendation was forced
+            on an unreliable profile (shown prominently).
+        command: the command line that made the report.
+        overwrite, keep: see :func:`write_report`.
+        progress: optional ``callable(str)`` told what is being computed.
+
+    Returns:
+        :class:`ReportFiles`.
+
+    Raises:
+        FileExistsError: a non-empty ``out_dir`` without ``overwrite``.
+    """
+    from tuner import sensitivity as _sensitivity
+
+    say = progress or (lambda _msg: None)
+    out = Path(out_dir)
+    if out.exists() and not overwrite:  # fail before the slow part
+        extra = [p.name for p in out.iterdir() if p.name not in set(keep)]
+        if extra:
+            _prepare_dir(out, overwrite, keep)
+    params = profile.params if hasattr(profile, "params") else profile
+    records = list(records)
+    say("collective fit")
+    series = collective_series(
+        params,
+        records,
+        statistic=((getattr(profile, "fit", None) or {}).get("statistic")),
+    )
+    if series:
+        held = _heldout_keys(profile, series)
+        if held:
+            series = collective_series(
+                params,
+                records,
+                statistic=((getattr(profile, "fit", None) or {}).get("statistic")),
+                heldout=held,
+            )
+    say("scaling curves with intervals")
+    curves = _scaling_curves(profile, workload, recommendation)
+    say("bucket sweep")
+    buckets = _bucket_sweep(profile, params, workload, recommendation)
+    say("timelines")
+    timelines = _timelines(params, workload, recommendation)
+    say("sensitivity")
+    elasticity = _sensitivity(profile, workload, recommendation)
+    say("context")
+    context = _context(
+        profile,
+        params,
+        workload,
+        recommendation,
+        records=records,
+        inputs=inputs,
+        timings=timings,
+        refusal=refusal,
+        command=command,
+    )
+    say("figures")
+    return write_report(
+        out,
+        context,
+        collectives=series,
+        curves=curves,
+        recommended=(recommendation.config.label, recommendation.config.workers),
+        bucket_sweep=buckets,
+        timelines=timelines,
+        sensitivity=elasticity,
+        overwrite=overwrite,
+        keep=keep,
+    )
