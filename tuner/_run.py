@@ -1,0 +1,362 @@
+"""The main job, ``ddltune run``: measure, calibrate, recommend, report — in one folder.
+
+:func:`run_main_job` chains the public steps, each of which can be rerun on
+its own from the files it leaves behind:
+
+1. **collect** (:func:`calibration.collect`): local worker processes joined by
+   ``jax.distributed`` measure the collectives and the compute kernels →
+   ``DIR/measurements.jsonl``. Skipped with ``measurements=[...]`` (a
+   cluster's collector output or imported nccl-tests files), whose records are
+   then copied into ``DIR/measurements.jsonl`` so the folder stands alone.
+2. **calibrate** (:func:`calibration.calibrate`) → ``DIR/profile.json``, with
+   the held-out errors per series.
+3. **recommend** (:func:`tuner.recommend`) for the workload. A profile whose
+   held-out error is over the tuner's limit is refused by ``recommend``; the
+   main job then asks again with ``force=True`` and keeps the refusal's
+   message, which the report shows at the top → ``DIR/recommendation.json``
+   (with the phase timings under ``"timings"``).
+4. **report** (:func:`tuner._report.build_report`) → ``DIR/index.html``,
+   ``DIR/report.md``, ``DIR/figures/*.png``.
+
+Equivalent commands (what the folder lets you rerun)::
+
+    ddltune collect --workers 2 --max-bytes 16M -o DIR/measurements.jsonl
+    ddltune calibrate DIR/measurements.jsonl -o DIR/profile.json
+    ddltune recommend --profile DIR/profile.json --model resnet50 --max-workers 64 --force
+    ddltune report --profile DIR/profile.json --measurements DIR/measurements.jsonl \\
+        --model resnet50 -o DIR
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+__all__ = ["RUN_DEFAULTS", "RunResult", "run_main_job", "DATA_FILES"]
+
+#: Files the main job keeps beside the report.
+DATA_FILES = ("measurements.jsonl", "profile.json", "recommendation.json")
+
+#: The main job's collector settings: sized to finish in about a minute with 2
+#: local processes on a 2-core machine (7 collectives × 8 sizes from 1 KiB to
+#: 16 MiB, ×4 apart, plus the compute kernels; at least 5 timed repetitions
+#: and 0.5 s per point).
+RUN_DEFAULTS = {
+    "workers": 2,
+    "min_bytes": 1024,
+    "max_bytes": 16 * 1024**2,
+    "step_factor": 4,
+    "iters": 5,
+    "budget_s": 0.5,
+    "model": "resnet50",
+    "batch_size": 64,
+    "max_workers": 64,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What :func:`run_main_job` produced.
+
+    Attributes:
+        directory: the output folder.
+        report: ``DIR/index.html``.
+        markdown: ``DIR/report.md``.
+        measurements, profile_path, recommendation_path: the three data files.
+        profile: the fitted :class:`calibration.Profile`.
+        recommendation: the :class:`tuner.Recommendation`.
+        refusal: the tuner's refusal message when the profile was unreliable
+            and the recommendation had to be forced, else ``None``.
+        timings: ``{phase: seconds}`` (collect, calibrate, recommend, report, total).
+        records: number of measurement records used.
+    """
+
+    directory: Path
+    report: Path
+    markdown: Path
+    measurements: Path
+    profile_path: Path
+    recommendation_path: Path
+    profile: object
+    recommendation: object
+    refusal: str | None
+    timings: dict
+    records: int
+
+
+def _jsonable(obj):
+    """Plain JSON: NaN/inf → None, numpy scalars and arrays → Python."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return _jsonable(obj.tolist())
+    return obj
+
+
+def _say(log: Callable[[str], None] | None, msg: str) -> None:
+    if log is not None:
+        log(msg)
+
+
+def _check_out_dir(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"-o {out}: exists and is not a folder; choose another -o")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        names = sorted(p.name for p in out.iterdir())
+        raise FileExistsError(
+            f"-o {out}: the folder is not empty ({', '.join(names[:3])}"
+            f"{', ...' if len(names) > 3 else ''}); pass --overwrite to replace what the main "
+            "job writes there, or choose another -o folder"
+        )
+
+
+def _copy_measurements(paths: Sequence[str | os.PathLike], dest: Path) -> int:
+    """Validate ``paths`` and write their records into ``dest`` (atomically); return the count."""
+    from calibration import atomic_write_text, read_records
+
+    recs = read_records(list(paths))  # raises InputFileError naming file and line
+    text = "".join(
+        json.dumps({k: v for k, v in r.items() if not k.startswith("_")}, allow_nan=False) + "\n"
+        for r in recs
+    )
+    atomic_write_text(dest, text)
+    return len(recs)
+
+
+def _print_errors(profile, log) -> None:
+    from ._report import profile_summary
+
+    s = profile_summary(profile)
+    p90 = s["heldout_p90"]
+    state = "reliable" if s["reliable"] else "UNRELIABLE"
+    overall = "no held-out point" if p90 is None else f"held-out p90 error {100 * p90:.1f}%"
+    _say(log, f"  profile: {state} ({overall}, limit {100 * s['limit']:.0f}%)")
+    for e in s["series"]:
+        if not e["heldout_points"]:
+            continue
+        _say(
+            log,
+            f"    {e['series']:<28} held-out median {100 * (e['heldout_median'] or 0):5.1f}%"
+            f"  p90 {100 * (e['heldout_p90'] or 0):5.1f}%  ({e['heldout_points']} points)",
+        )
+
+
+def run_main_job(
+    out_dir: str | os.PathLike = "ddltune-report",
+    *,
+    workers: int = RUN_DEFAULTS["workers"],
+    measurements: Sequence[str | os.PathLike] | None = None,
+    model: str | None = RUN_DEFAULTS["model"],
+    layers: str | os.PathLike | None = None,
+    batch_size: int = RUN_DEFAULTS["batch_size"],
+    max_workers: int = RUN_DEFAULTS["max_workers"],
+    ranks_per_node: int = 1,
+    prior_preset: str | None = None,
+    min_bytes: int = RUN_DEFAULTS["min_bytes"],
+    max_bytes: int = RUN_DEFAULTS["max_bytes"],
+    budget_s: float = RUN_DEFAULTS["budget_s"],
+    overwrite: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+    command: str | None = None,
+) -> RunResult:
+    """Measure this machine (or read measurements), calibrate, recommend and write the report.
+
+    Args:
+        out_dir: the output folder; created; a non-empty folder is refused
+            unless ``overwrite``.
+        workers: local worker processes for the collector, ≥ 2 (ignored with
+            ``measurements``).
+        measurements: measurement files (JSON Lines, schema v1) to use instead
+            of collecting.
+        model: a zoo model (:data:`costmodel.WORKLOAD_NAMES`); ignored with ``layers``.
+        layers: a layer file (JSON or CSV, see :func:`costmodel.load_layers`).
+        batch_size: samples per worker per step, ≥ 1.
+        max_workers: the largest worker count to consider, ≥ 1.
+        ranks_per_node: workers per node of the target cluster, ≥ 1.
+        prior_preset: ``"NETWORK[,INTRA]:DEVICE"``: the prior for what the
+            measurements cannot identify (default: chosen by the calibration
+            from the measured backend).
+        min_bytes, max_bytes: message sizes the collector measures, bytes.
+        budget_s: the collector's seconds per point (> 0).
+        overwrite: replace what a previous run left in ``out_dir``.
+        progress: progress bars on stderr.
+        log: where to print progress lines (``None``: silent).
+        command: the command line, recorded in the report.
+
+    Returns:
+        A :class:`RunResult`.
+
+    Raises:
+        FileExistsError: ``out_dir`` is not empty and ``overwrite`` is false
+            (checked before anything is measured).
+        ValueError: an invalid argument (named), an unknown model.
+        calibration.InputFileError: a malformed measurement or layer file.
+        calibration.CollectError: a worker crashed or hung.
+    """
+    import calibration
+    import tuner
+    from costmodel import get_workload, load_layers
+
+    from ._report import build_report
+
+    t_start = time.monotonic()
+    out = Path(out_dir)
+    for name, v, lo in (
+        ("workers", workers, 2),
+        ("batch_size", batch_size, 1),
+        ("max_workers", max_workers, 1),
+        ("ranks_per_node", ranks_per_node, 1),
+    ):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be an integer ≥ {lo}, got {v!r}")
+    if not (isinstance(budget_s, int | float) and math.isfinite(budget_s) and budget_s > 0):
+        raise ValueError(f"budget_s must be a number of seconds > 0, got {budget_s!r}")
+    # Everything that can be checked cheaply is checked before the slow part.
+    workload = (
+        load_layers(layers, batch_size=batch_size)
+        if layers is not None
+        else get_workload(model or RUN_DEFAULTS["model"], batch_size)
+    )
+    if measurements:
+        for p in measurements:
+            if not Path(p).is_file():
+                raise FileNotFoundError(2, "No such file", str(p))
+    _check_out_dir(out, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    m_path = out / "measurements.jsonl"
+    prof_path = out / "profile.json"
+    rec_path = out / "recommendation.json"
+    timings: dict[str, float] = {}
+
+    # 1. measurements
+    t0 = time.monotonic()
+    if measurements:
+        _say(log, f"[1/4] reading {len(measurements)} measurement file(s)")
+        n_records = _copy_measurements(measurements, m_path)
+        _say(log, f"  {n_records} records copied to {m_path}")
+    else:
+        _say(
+            log,
+            f"[1/4] measuring collectives and compute with {workers} local worker processes "
+            f"({min_bytes} B – {max_bytes // 1024**2} MiB)",
+        )
+        res = calibration.collect(
+            m_path,
+            workers=[workers],
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            step_factor=RUN_DEFAULTS["step_factor"],
+            iters=RUN_DEFAULTS["iters"],
+            budget_s=budget_s,
+            launcher="local",
+            overwrite=True,
+            progress=progress,
+            log_dir=out / "logs",
+        )
+        n_records = res.written
+        _say(log, f"  {res.written} records in {res.elapsed_s:.0f} s ({res.wrong} wrong results)")
+    timings["collect" if not measurements else "read"] = time.monotonic() - t0
+
+    # 2. calibrate
+    t0 = time.monotonic()
+    _say(log, "[2/4] calibrating the cost model (held-out errors below)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", calibration.CalibrationWarning)  # shown below instead
+        profile = calibration.calibrate(m_path, prior_preset=prior_preset, progress=progress)
+    profile.save(prof_path, overwrite=True)
+    timings["calibrate"] = time.monotonic() - t0
+    _print_errors(profile, log)
+
+    # 3. recommend
+    t0 = time.monotonic()
+    _say(
+        log,
+        f"[3/4] recommending for {workload.name}, batch {batch_size} per worker, up to "
+        f"{max_workers} workers",
+    )
+    kwargs = dict(max_workers=max_workers, ranks_per_node=ranks_per_node)
+    refusal = None
+    try:
+        rec = tuner.recommend(profile, workload, **kwargs)
+    except tuner.UnreliableProfileError as e:
+        refusal = str(e)
+        _say(log, f"  the tuner refused the profile: {refusal}")
+        _say(log, "  recommending anyway (forced); the report marks it UNRELIABLE")
+        rec = tuner.recommend(profile, workload, force=True, **kwargs)
+    timings["recommend"] = time.monotonic() - t0
+
+    # 4. report
+    t0 = time.monotonic()
+    _say(log, "[4/4] writing the report")
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=7, desc="report", unit="step", file=sys.stderr, leave=False)
+
+    def step(msg: str) -> None:
+        if bar is not None:
+            bar.set_postfix_str(msg)
+            bar.update(1)
+
+    try:
+        files = build_report(
+            out,
+            profile=profile,
+            workload=workload,
+            recommendation=rec,
+            records=calibration.read_records(m_path),
+            inputs=[m_path] + [Path(p) for p in (measurements or [])],
+            timings=dict(timings),
+            refusal=refusal,
+            command=command,
+            overwrite=True,
+            progress=step,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    timings["report"] = time.monotonic() - t0
+    timings["total"] = time.monotonic() - t_start
+    doc = rec.to_dict()
+    doc["refusal"] = refusal
+    doc["workload"] = {
+        "name": workload.name,
+        "batch_size": workload.batch_size,
+        "parameters": workload.total_params,
+        "gradient_bytes": workload.total_param_bytes,
+    }
+    doc["inputs"] = {
+        "measurements": str(m_path),
+        "profile": str(prof_path),
+        "source_measurements": [str(p) for p in (measurements or [])],
+    }
+    doc["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    calibration.atomic_write_text(
+        rec_path, json.dumps(_jsonable(doc), indent=2, allow_nan=False) + "\n"
+    )
+    return RunResult(
+        directory=out,
+        report=files.html,
+        markdown=files.markdown,
+        measurements=m_path,
+        profile_path=prof_path,
+        recommendation_path=rec_path,
+        profile=profile,
+        recommendation=rec,
+        refusal=refusal,
+        timings=timings,
+        records=n_records,
+    )

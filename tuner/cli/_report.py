@@ -1,0 +1,161 @@
+"""``ddltune report``: the HTML/Markdown report from a profile, for a model."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import warnings
+
+from ._common import CLIError, positive_int_arg, print_json
+
+NAME = "report"
+HELP = "write the HTML/Markdown report (figures, tables) from a profile, for a model"
+DESCRIPTION = """\
+Recommend a configuration for the model from a fitted profile and write
+DIR/index.html (opens from disk: no server, no network), DIR/report.md and the
+figures (PNG, in DIR/figures/):
+
+  * measured vs predicted time per collective and rank count, with residuals,
+    and bus bandwidth vs size (needs --measurements: the files the profile was
+    fitted on);
+  * iteration time, throughput and scaling efficiency vs workers for every
+    architecture, with 90% bands;
+  * iteration time vs bucket size for the recommended configuration;
+  * one iteration as a timeline, recommended and best of each other
+    architecture;
+  * sensitivity of the iteration time to each hardware parameter;
+  * tables: fitted parameters (µs, GB/s) with intervals, fit errors per
+    series, the recommendation with its runner-ups, rationale and warnings,
+    provenance.
+
+A profile over the tuner's error limit still gets a report: the
+recommendation is then forced and marked UNRELIABLE at the top, with the
+errors that make it so."""
+EPILOG = """\
+examples:
+  ddltune report --profile profile.json --measurements m.jsonl --model resnet50 -o report
+  ddltune report --profile profile.json --layers my_model.json --batch-size 32 \\
+      --max-workers 256 --ranks-per-node 8 -o report --overwrite"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ddltune report``."""
+    parser.add_argument(
+        "--profile", required=True, metavar="FILE", help="a profile from 'ddltune calibrate'"
+    )
+    parser.add_argument(
+        "--measurements",
+        nargs="+",
+        metavar="FILE",
+        help="the measurement files the profile was fitted on (for the measured-vs-model "
+        "figures; without them those figures are left out)",
+    )
+    m = parser.add_mutually_exclusive_group(required=True)
+    m.add_argument("--model", metavar="NAME", help="a model of the zoo, e.g. resnet50")
+    m.add_argument("--layers", metavar="FILE", help="your model as a JSON or CSV layer file")
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int_arg,
+        default=64,
+        metavar="B",
+        help="samples per worker per step (default 64)",
+    )
+    parser.add_argument(
+        "--max-workers",
+        type=positive_int_arg,
+        default=64,
+        metavar="N",
+        help="the most workers to consider (default 64)",
+    )
+    parser.add_argument(
+        "--ranks-per-node",
+        type=positive_int_arg,
+        default=1,
+        metavar="G",
+        help="workers per node (default 1)",
+    )
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="the report folder (created)"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty folder, replacing a previous report there",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the written paths as one JSON document"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Recommend and write the report."""
+    import jax
+
+    import calibration
+    import tuner
+    from costmodel import get_workload, load_layers
+
+    from .._report import build_report
+
+    jax.config.update("jax_enable_x64", True)  # as 'ddltune recommend'
+    from pathlib import Path
+
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"-o {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise CLIError(
+            f"-o {out}: the folder is not empty; pass --overwrite to replace the report there, "
+            "or choose another folder"
+        )
+    profile = calibration.Profile.load(args.profile)
+    records = calibration.read_records(args.measurements) if args.measurements else []
+    workload = (
+        load_layers(args.layers, batch_size=args.batch_size)
+        if args.layers
+        else get_workload(args.model, args.batch_size)
+    )
+    kwargs = dict(max_workers=args.max_workers, ranks_per_node=args.ranks_per_node)
+    refusal = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            rec = tuner.recommend(profile, workload, **kwargs)
+        except tuner.UnreliableProfileError as e:
+            refusal = str(e)
+            rec = tuner.recommend(profile, workload, force=True, **kwargs)
+    files = build_report(
+        out,
+        profile=profile,
+        workload=workload,
+        recommendation=rec,
+        records=records,
+        inputs=[args.profile, *(args.measurements or [])],
+        refusal=refusal,
+        command="ddltune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["report"] else None,
+        overwrite=args.overwrite,
+    )
+    if args.json:
+        print_json(
+            {
+                "html": str(files.html),
+                "markdown": str(files.markdown),
+                "figures": {k: str(v) for k, v in files.figures.items()},
+                "skipped": files.skipped,
+                "reliable": bool(rec.reliable),
+                "refusal": refusal,
+                "recommendation": rec.to_dict(),
+            }
+        )
+        return 0
+    if refusal:
+        print(
+            f"ddltune report: warning: {refusal} (the report marks it UNRELIABLE)", file=sys.stderr
+        )
+    for name, why in files.skipped.items():
+        print(f"ddltune report: note: {name} left out: {why}", file=sys.stderr)
+    print(f"recommendation: {rec.config.describe()}")
+    print(f"report: {files.html}")
+    print(f"        {files.markdown}")
+    return 0

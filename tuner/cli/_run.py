@@ -1,0 +1,244 @@
+"""``ddltune run``: the main job — measure this machine, calibrate, recommend, write the report."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from costmodel import format_bytes, format_seconds
+
+from ._common import UsageError, bytes_arg, positive_float_arg, positive_int_arg, print_json
+
+NAME = "run"
+HELP = "the main job: measure, calibrate, recommend and write an HTML/Markdown report"
+DESCRIPTION = """\
+Run everything in one go and write a report you can open in a browser:
+
+  1. start local worker processes (2 by default) joined by jax.distributed and
+     measure the collectives (all_reduce, reduce_scatter, all_gather,
+     all_to_all, sendrecv, parameter-server push and pull; 1 KiB – 16 MiB)
+     and the compute kernels — or, with --measurements, read a cluster's
+     measurement files (from 'ddltune collect' or 'ddltune import-nccl-tests');
+  2. calibrate the cost model on them and print the held-out errors;
+  3. recommend the gradient-exchange architecture, worker count and bucket
+     size for the model (default resnet50, batch 64 per worker, up to 64
+     workers);
+  4. write DIR/index.html (opens from disk), DIR/report.md and the figures.
+
+Everything measured and fitted is kept in DIR (measurements.jsonl,
+profile.json, recommendation.json with the phase timings), so each step can be
+rerun on its own ('ddltune calibrate', 'ddltune recommend', 'ddltune report').
+
+If the profile's held-out error is over the tuner's limit (15% p90) the run
+still finishes: the recommendation is forced and the report marks it
+UNRELIABLE, with the errors that make it so. A run with 2 local workers takes
+a few minutes on a 2-core machine."""
+EPILOG = """\
+examples:
+  # this machine, everything by default: ./ddltune-report/index.html
+  ddltune run
+
+  # a cluster's measurements, 8 GPUs per node, BERT-large at 32 per GPU
+  ddltune run --measurements cluster.jsonl --model bert_large --batch-size 32 \\
+      --ranks-per-node 8 --max-workers 256 --preset ib-hdr-200g,nvlink-a100 --device a100 \\
+      -o bert-report
+
+  # imported nccl-tests logs, your own model
+  ddltune import-nccl-tests logs/*.txt -o nccl.jsonl
+  ddltune run --measurements nccl.jsonl --layers my_model.json -o my-report"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ddltune run``."""
+    from .._run import RUN_DEFAULTS
+
+    src = parser.add_argument_group("measurements")
+    src.add_argument(
+        "--workers",
+        type=positive_int_arg,
+        default=RUN_DEFAULTS["workers"],
+        metavar="N",
+        help=f"local worker processes to measure with, ≥ 2 (default {RUN_DEFAULTS['workers']})",
+    )
+    src.add_argument(
+        "--measurements",
+        nargs="+",
+        metavar="FILE",
+        help="skip measuring: use these measurement files (JSON Lines from 'ddltune collect' "
+        "on a cluster, or 'ddltune import-nccl-tests')",
+    )
+    src.add_argument(
+        "--max-bytes",
+        type=bytes_arg,
+        default=RUN_DEFAULTS["max_bytes"],
+        metavar="SIZE",
+        help="largest message to measure (default 16M; K/M/G are powers of 1024)",
+    )
+    src.add_argument(
+        "--budget",
+        type=positive_float_arg,
+        default=RUN_DEFAULTS["budget_s"],
+        metavar="SECONDS",
+        help=f"seconds of repetitions per measured point (default {RUN_DEFAULTS['budget_s']}); "
+        "more gives steadier CPU timings",
+    )
+    prior = parser.add_argument_group("prior (what the measurements cannot tell)")
+    prior.add_argument(
+        "--preset",
+        metavar="NET[,INTRA]",
+        help="network preset the calibration falls back on for what was not measured, e.g. "
+        "ethernet-10g or ib-hdr-200g,nvlink-a100 (default: chosen from the measured backend)",
+    )
+    prior.add_argument(
+        "--device",
+        metavar="NAME",
+        help="device preset for the prior: k80, p100, v100, a100, h100, cpu "
+        "(default: with --preset, v100; without, chosen from the measurements)",
+    )
+    wl = parser.add_argument_group("model")
+    m = wl.add_mutually_exclusive_group()
+    m.add_argument(
+        "--model",
+        metavar="NAME",
+        default=None,
+        help=f"a model of the zoo (default {RUN_DEFAULTS['model']}): alexnet, vgg16, "
+        "resnet18/34/50/101/152, inception_v3, bert_base, bert_large, gpt2",
+    )
+    m.add_argument(
+        "--layers", metavar="FILE", help="your model as a JSON or CSV layer file (see README)"
+    )
+    wl.add_argument(
+        "--batch-size",
+        type=positive_int_arg,
+        default=RUN_DEFAULTS["batch_size"],
+        metavar="B",
+        help=f"samples per worker per step (default {RUN_DEFAULTS['batch_size']})",
+    )
+    s = parser.add_argument_group("search")
+    s.add_argument(
+        "--max-workers",
+        type=positive_int_arg,
+        default=RUN_DEFAULTS["max_workers"],
+        metavar="N",
+        help=f"the most workers to consider (default {RUN_DEFAULTS['max_workers']})",
+    )
+    s.add_argument(
+        "--ranks-per-node",
+        type=positive_int_arg,
+        default=1,
+        metavar="G",
+        help="workers per node of the target cluster (default 1)",
+    )
+    o = parser.add_argument_group("output")
+    o.add_argument(
+        "-o",
+        "--output",
+        default="ddltune-report",
+        metavar="DIR",
+        help="report folder (default ./ddltune-report); a non-empty folder is refused "
+        "unless --overwrite",
+    )
+    o.add_argument(
+        "--overwrite", action="store_true", help="replace what a previous run left in DIR"
+    )
+    o.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
+    o.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (paths, recommendation, timings) on stdout; progress "
+        "stays on stderr",
+    )
+
+
+def _prior(args) -> str | None:
+    if args.preset is None and args.device is None:
+        return None
+    if args.preset is None:
+        raise UsageError(
+            "--device needs --preset (the network) as well, e.g. --preset ethernet-10g --device cpu"
+        )
+    import costmodel
+
+    try:  # validate the names now, not after minutes of measuring
+        costmodel.preset(args.preset, args.device or "v100")
+    except ValueError as e:
+        raise UsageError(f"--preset/--device: {e}") from None
+    return f"{args.preset}:{args.device or 'v100'}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the main job and print a short summary (or JSON)."""
+    import jax
+
+    from .._run import run_main_job
+
+    # The entry point decides the precision (library code never does): float64
+    # as 'ddltune calibrate' and 'ddltune recommend' use.
+    jax.config.update("jax_enable_x64", True)
+    if args.workers < 2 and not args.measurements:
+        raise UsageError(f"--workers must be ≥ 2 to measure collectives, got {args.workers}")
+    prior = _prior(args)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    res = run_main_job(
+        args.output,
+        workers=args.workers,
+        measurements=args.measurements,
+        model=args.model,
+        layers=args.layers,
+        batch_size=args.batch_size,
+        max_workers=args.max_workers,
+        ranks_per_node=args.ranks_per_node,
+        prior_preset=prior,
+        max_bytes=args.max_bytes,
+        budget_s=args.budget,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        log=log,
+        command="ddltune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["run"] else None,
+    )
+    rec = res.recommendation
+    if args.json:
+        doc = {
+            "report": str(res.report),
+            "markdown": str(res.markdown),
+            "measurements": str(res.measurements),
+            "profile": str(res.profile_path),
+            "recommendation_file": str(res.recommendation_path),
+            "records": res.records,
+            "reliable": bool(rec.reliable),
+            "refusal": res.refusal,
+            "recommendation": rec.to_dict(),
+            "timings_s": res.timings,
+        }
+        print_json(doc)
+        return 0
+    c = rec.config
+    lo, hi = c.interval_s
+    print()
+    print(f"recommendation{'' if rec.reliable else ' (UNRELIABLE: see the report)'}:")
+    print(f"  {c.describe()}")
+    print(
+        f"  {format_seconds(c.iteration_time_s)} per step (90%: {format_seconds(lo)} – "
+        f"{format_seconds(hi)}), {c.throughput_samples_per_s:.4g} samples/s, scaling "
+        f"efficiency {100 * c.scaling_efficiency:.0f}%"
+    )
+    if rec.alternatives:
+        a = rec.alternatives[0]
+        print(f"  runner-up: {a.describe()}, {a.throughput_samples_per_s:.4g} samples/s")
+    if res.refusal:
+        print(f"  warning: {res.refusal}")
+    t = res.timings
+    phases = ", ".join(f"{k} {v:.0f} s" for k, v in t.items() if k != "total")
+    print(
+        f"  took {t['total']:.0f} s ({phases}); {res.records} measurements, "
+        f"messages up to {format_bytes(args.max_bytes)}"
+        if not args.measurements
+        else f"  took {t['total']:.0f} s ({phases}); {res.records} measurements"
+    )
+    print(f"\nreport: {res.report}")
+    print(f"        {res.markdown}")
+    return 0
