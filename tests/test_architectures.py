@@ -15,9 +15,6 @@ Closed forms, typed here from their sources:
 
 from __future__ import annotations
 
-import contextlib
-
-import jax
 import numpy as np
 import pytest
 
@@ -54,22 +51,13 @@ def exact_params(**kw) -> ClusterParams:
     return ClusterParams.create(**args)
 
 
-def promotion(name):
-    # hierarchical and hybrid multiply floats by bools, which strict promotion refuses
-    # (tests/test_collectives.py::test_hierarchical_runs_under_strict_promotion)
-    if name in ("hierarchical", "hybrid"):
-        return jax.numpy_dtype_promotion("standard")
-    return contextlib.nullcontext()
-
-
 def phases(arch_name, s, n, g=1, k=1, colocated=False, params=None):
     """(phase1, phase2) seconds of one bucket, as floats."""
     arch = get_architecture(arch_name, colocated=colocated)
     p = params or exact_params()
     f = np.float64
-    with promotion(arch_name):
-        one = arch.phase1_s(p, f(s), f(n), f(g), f(k))
-        two = arch.phase2_s(p, f(s), f(n), f(g), f(k))
+    one = arch.phase1_s(p, f(s), f(n), f(g), f(k))
+    two = arch.phase2_s(p, f(s), f(n), f(g), f(k))
     return float(one), float(two)
 
 
@@ -151,8 +139,7 @@ def test_one_worker_communicates_nothing(name, colocated):
     for g in (1, 4):
         for s in (1.0, 1e6, 1e8):
             assert phases(name, s, 1, g=g, k=2, colocated=colocated, params=p) == (0.0, 0.0)
-    with promotion(name):
-        b = iteration_time(p, w, name, 1, colocated=colocated)
+    b = iteration_time(p, w, name, 1, colocated=colocated)
     assert float(b.communication_s) == 0.0
     assert float(b.scaling_efficiency) == pytest.approx(1.0, rel=1e-12)
 
