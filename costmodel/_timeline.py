@@ -25,6 +25,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -261,10 +262,17 @@ class BucketTable:
 def bucket_table(workload, bucket_bytes, first_bucket_bytes: int | None = None) -> BucketTable:
     """:func:`bucketize` for every distinct cap in ``bucket_bytes``.
 
-    The row count is padded to a power of two so that sweeps over different
-    numbers of caps reuse one compiled function.
+    The row count and the bucket axis are padded to powers of two so that
+    sweeps over different caps reuse one compiled function. Tables are cached
+    per (workload, caps, first bucket): a sweep over architectures buckets once.
     """
     caps = np.unique(np.asarray(bucket_bytes, dtype=np.float64).ravel())
+    return _bucket_table_cached(workload, tuple(caps.tolist()), first_bucket_bytes)
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_table_cached(workload, caps: tuple, first_bucket_bytes) -> BucketTable:
+    caps = np.asarray(caps, dtype=np.float64)
     T = len(workload.param_counts)
     U = 1 << max(0, int(math.ceil(math.log2(len(caps)))))
     sizes = np.zeros((U, T))
@@ -275,8 +283,8 @@ def bucket_table(workload, bucket_bytes, first_bucket_bytes: int | None = None) 
         sizes[i, : len(s)] = s
         ready[i, : len(r)] = r
         counts[i] = len(s)
-    # trim padding no bucketing uses, to a power of two (bounded recompilations)
-    K = min(T, 1 << max(0, int(math.ceil(math.log2(max(1, int(counts.max())))))))
+    # trim padding no bucketing uses, to a multiple of 16 (bounded recompilations)
+    K = min(T, 16 * int(math.ceil(max(1, int(counts.max())) / 16)))
     sizes, ready = sizes[:, :K], ready[:, :K]
     padded = np.concatenate([caps, np.full(U - len(caps), caps[-1])])
     sizes[len(caps) :] = sizes[len(caps) - 1]
@@ -301,18 +309,48 @@ def _core(
     batch,
     base_batch,
     smooth: bool,
+    suffix=None,
 ) -> Breakdown:
+    """The iteration for one configuration.
+
+    ``eval_bytes``/``weights``/``ready_frac`` (K,) describe the buckets: bucket b
+    costs phase(eval_bytes_b) × weights_b. ``suffix``, for exact bucketings, is
+    ``(count_suffix, bytes_suffix)`` (K,): buckets and bytes from b to the last.
+    """
     fwd, bwd = _compute_s(params, wt, batch, g)
-    c1 = arch.phase1_s(params, eval_bytes, n, g, k) * weights
-    c2 = arch.phase2_s(params, eval_bytes, n, g, k) * weights
-    C1, C2 = jnp.sum(c1), jnp.sum(c2)
+    affine = params.n_regimes == 1 and suffix is not None
+    if affine:
+        # With one protocol regime every per-bucket cost is exactly affine in the
+        # bucket's bytes (α terms + β/γ terms × s; the node cap, congestion and
+        # core sharing scale both alike): c_b = a + b·s_b. Two evaluations per
+        # configuration then replace one per bucket, and suffix sums of the
+        # costs follow from suffix sums of counts and bytes.
+        zero, ref = jnp.zeros_like(wt.total_bytes), wt.total_bytes
+
+        def coeffs(phase):
+            a = phase(params, zero, n, g, k)
+            return a, (phase(params, ref, n, g, k) - a) / ref
+
+        (a1, b1), (a2, b2) = coeffs(arch.phase1_s), coeffs(arch.phase2_s)
+        count_suffix, bytes_suffix = suffix
+        C1 = a1 * count_suffix[0] + b1 * bytes_suffix[0]
+        C2 = a2 * count_suffix[0] + b2 * bytes_suffix[0]
+    else:
+        c1 = arch.phase1_s(params, eval_bytes, n, g, k) * weights
+        c2 = arch.phase2_s(params, eval_bytes, n, g, k) * weights
+        C1, C2 = jnp.sum(c1), jnp.sum(c2)
     if arch.overlaps:
         frac = jnp.minimum(C1 / jnp.maximum(bwd, 1e-30), 1.0)
         bwd_eff = bwd * (1.0 + params.overlap_interference * frac)
-        suffix = jnp.cumsum(c1[::-1])[::-1]
-        ends = jnp.where(weights > 0, ready_frac * bwd_eff + suffix, 0.0)
-        cand = jnp.concatenate([bwd_eff[None], ends])
-        core = soft_max(cand) if smooth else jnp.max(cand)
+        if affine:
+            tail = a1 * count_suffix + b1 * bytes_suffix
+        else:
+            tail = jnp.cumsum(c1[::-1])[::-1]
+        ends = jnp.where(weights > 0, ready_frac * bwd_eff + tail, 0.0)
+        if smooth:
+            core = soft_max(jnp.concatenate([bwd_eff[None], ends]))
+        else:
+            core = jnp.maximum(bwd_eff, jnp.max(ends))
     else:
         core = bwd + C1
     update = arch.update_s(params, wt.total_bytes, n, k, g)
@@ -321,19 +359,48 @@ def _core(
     exposed = jnp.maximum(total - fwd - bwd - update - overhead, 0.0)
     thr = n * batch / total
     one = jnp.ones_like(g)
-    f1, b1 = _compute_s(params, wt, base_batch, one)
-    base = f1 + b1 + wt.total_bytes * params.update_s_per_byte + overhead
+    f1, b1_ = _compute_s(params, wt, base_batch, one)
+    base = f1 + b1_ + wt.total_bytes * params.update_s_per_byte + overhead
     eff = thr / (n * base_batch / base)
-    return Breakdown(
-        fwd, bwd, C1 + C2, exposed, update, overhead, total, thr, eff, jnp.sum(weights)
-    )
+    count = count_suffix[0] if affine else jnp.sum(weights)
+    return Breakdown(fwd, bwd, C1 + C2, exposed, update, overhead, total, thr, eff, count)
 
 
 @eqx.filter_jit
-def _sweep(params, arch, wt, sizes, ready, idx, n, g, k, batch, base_batch, smooth):
+def _sweep(
+    params,
+    arch,
+    wt,
+    sizes,
+    ready,
+    count_suffix,
+    bytes_suffix,
+    idx,
+    n,
+    g,
+    k,
+    batch,
+    base_batch,
+    smooth,
+):
     def one(i, n, g, k, b, b0):
         s = sizes[i]
-        return _core(params, arch, wt, s, (s > 0).astype(s.dtype), ready[i], n, g, k, b, b0, smooth)
+        w = (s > 0).astype(s.dtype)
+        return _core(
+            params,
+            arch,
+            wt,
+            s,
+            w,
+            ready[i],
+            n,
+            g,
+            k,
+            b,
+            b0,
+            smooth,
+            (count_suffix[i], bytes_suffix[i]),
+        )
 
     return jax.vmap(one)(idx, n, g, k, batch, base_batch)
 
@@ -439,6 +506,8 @@ def iteration_time(
         wt,
         jnp.asarray(table.sizes),
         jnp.asarray(table.ready_frac),
+        jnp.asarray(np.cumsum((table.sizes > 0)[:, ::-1], axis=1)[:, ::-1].astype(np.float64)),
+        jnp.asarray(np.cumsum(table.sizes[:, ::-1], axis=1)[:, ::-1]),
         jnp.asarray(np.concatenate([idx, np.zeros(M - N, dtype=idx.dtype)])),
         pad(n, 1.0),
         pad(g, 1.0),
