@@ -208,6 +208,18 @@ def test_load_params_from_a_profile(tmp_path):
     prof.save(path)
     np.testing.assert_allclose(load_params(path).beta_s_per_byte, PARAMS.beta_s_per_byte)
     assert load_params(prof) is prof.params
+    # A profile brings its 90% prediction interval: it brackets every prediction,
+    # and the coverage counts the measured times inside it.
+    recs = _grid()[:6]
+    pred = predict_records(prof.params, recs, BASE, overlap=False)
+    for r, p, f in zip(recs, pred, (0.5, 1.0, 1.0, 1.0, 1.0, 3.0), strict=True):
+        r["time_s"]["p10"] = float(p * f)
+    res = compare_steps(path, [_rec("ring", 1, 0, BASE)] + recs)
+    for r in res.rows:
+        assert r.interval_low_s <= r.predicted_s <= r.interval_high_s
+    inside = [r.interval_low_s <= r.measured_s <= r.interval_high_s for r in res.rows]
+    assert res.interval_coverage == pytest.approx(np.mean(inside))
+    assert inside[1:5] == [True] * 4
 
 
 # --------------------------------------------------------------------------- CLI

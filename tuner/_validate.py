@@ -68,6 +68,9 @@ class ValidationRow:
         measured_s: the measured statistic of the step samples, s.
         spread_s: the IQR of the step samples, s (run-to-run spread).
         predicted_s: the cost model's iteration time, s.
+        interval_low_s, interval_high_s: the profile's 90% prediction
+            interval, s (NaN when the profile has no uncertainty, e.g. bare
+            parameters).
     """
 
     architecture: str
@@ -81,6 +84,8 @@ class ValidationRow:
     measured_s: float
     spread_s: float
     predicted_s: float
+    interval_low_s: float = float("nan")
+    interval_high_s: float = float("nan")
 
     @property
     def error(self) -> float:
@@ -121,6 +126,8 @@ class ValidationResult:
             predictions use), s.
         statistic: the sample statistic compared (``p10`` or ``median``).
         overlap: whether the ring was predicted with overlap.
+        interval_coverage: fraction of configurations whose measured time lies
+            in the profile's 90% prediction interval (NaN without intervals).
     """
 
     rows: list[ValidationRow]
@@ -136,6 +143,7 @@ class ValidationResult:
     baseline_step_s: float
     statistic: str
     overlap: bool
+    interval_coverage: float = float("nan")
 
     def to_dict(self) -> dict:
         """``{"rows": [...], "mape", "kendall_tau", "regret", …}`` (fractions, not percents)."""
@@ -153,6 +161,7 @@ class ValidationResult:
             "baseline_step_s": self.baseline_step_s,
             "statistic": self.statistic,
             "overlap": self.overlap,
+            "interval_coverage": self.interval_coverage,
         }
 
 
@@ -172,12 +181,17 @@ def load_params(profile):
         InputFileError: the file is not a profile (naming the file).
         TypeError: an object of another type.
     """
+    return _resolve(profile)[0]
+
+
+def _resolve(profile):
+    """``(ClusterParams, Profile or None)``: see :func:`load_params`."""
     from costmodel import ClusterParams, InputFileError
 
     if isinstance(profile, ClusterParams):
-        return profile
+        return profile, None
     if hasattr(profile, "params") and isinstance(profile.params, ClusterParams):
-        return profile.params
+        return profile.params, (profile if hasattr(profile, "interval") else None)
     if not isinstance(profile, str | os.PathLike):
         raise TypeError(
             f"profile must be a calibration.Profile, ClusterParams or a path, got "
@@ -190,7 +204,8 @@ def load_params(profile):
     try:
         from calibration import Profile  # written by the calibration package
 
-        return Profile.load(path).params
+        prof = Profile.load(path)
+        return prof.params, prof
     except ImportError:
         pass
     except Exception as e:  # noqa: BLE001 - fall back to a bare parameter file below
@@ -202,7 +217,7 @@ def load_params(profile):
         raise InputFileError(path, e.lineno, f"not valid JSON: {e.msg}") from None
     d = doc.get("params", doc) if isinstance(doc, dict) else doc
     try:
-        return ClusterParams.from_dict(d)
+        return ClusterParams.from_dict(d), None
     except ValueError as e:
         why = first_error if first_error is not None else e
         raise InputFileError(path, None, f"not a ddltune profile: {why}") from None
@@ -331,8 +346,14 @@ def _architecture(name: str, colocated: bool, overlap: bool):
 
 
 def predict_records(
-    params, records: Sequence[dict], baseline_step_s: float, *, overlap: bool = True
-) -> np.ndarray:
+    params,
+    records: Sequence[dict],
+    baseline_step_s: float,
+    *,
+    overlap: bool = True,
+    profile=None,
+    level: float = 0.9,
+):
     """Predicted iteration time (s) of each ``kind: "step"`` record's configuration.
 
     Compute comes from ``baseline_step_s``, the measured single-worker step of
@@ -346,9 +367,14 @@ def predict_records(
         baseline_step_s: single-worker step time, s > 0.
         overlap: predict all-reduce with overlap of backward (the cost model's
             ring); ``False`` for runtimes that run collectives after compute.
+        profile: a ``calibration.Profile`` (optional): also return its
+            ``level`` prediction interval of every prediction
+            (``Profile.interval``: parameter covariance and held-out spread).
+        level: coverage of the interval, in (0, 1).
 
     Returns:
-        float64 array (len(records),), seconds.
+        float64 array (len(records),), seconds; with ``profile``, the tuple
+        ``(predicted, low, high)`` of such arrays.
 
     Raises:
         ValueError: on a record without ``model_spec``, records of different
@@ -364,7 +390,8 @@ def predict_records(
     ):
         raise ValueError(f"baseline_step_s must be a finite time > 0 s, got {baseline_step_s!r}")
     if not records:
-        return np.zeros((0,))
+        empty = np.zeros((0,))
+        return (empty, empty, empty) if profile is not None else empty
     specs = {json.dumps(r.get("model_spec"), sort_keys=True) for r in records}
     batches = {r["batch_size"] for r in records}
     if None in [r.get("model_spec") for r in records]:
@@ -373,27 +400,30 @@ def predict_records(
         raise ValueError("records of several models or batch sizes: compare each separately")
     spec = records[0]["model_spec"]
     workload = model_workload(spec, step_time_s=float(baseline_step_s))
-    out = np.zeros(len(records))
+    out, low, high = (np.zeros(len(records)) for _ in range(3))
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(records):
         groups.setdefault((r["architecture"], bool(r.get("colocated", False))), []).append(i)
     for (name, colocated), idx in groups.items():
         arch = _architecture(name, colocated, overlap)
         sel = [records[i] for i in idx]
-        b = iteration_time(
-            params,
-            workload,
-            arch,
-            np.array([r["workers"] for r in sel], dtype=np.float64),
-            ranks_per_node=np.array(
-                [r.get("ranks_per_node", r["workers"]) for r in sel], dtype=np.float64
-            ),
-            servers=np.array([max(r.get("servers", 1), 1) for r in sel], dtype=np.float64),
-            bucket_bytes=np.array([r.get("bucket_bytes", 0) for r in sel], dtype=np.float64),
-            batch_size=np.array([r["batch_size"] for r in sel], dtype=np.float64),
-        )
-        out[idx] = np.asarray(b.iteration_s, dtype=np.float64)
-    return out
+        n = np.array([r["workers"] for r in sel], dtype=np.float64)
+        g = np.array([r.get("ranks_per_node", r["workers"]) for r in sel], dtype=np.float64)
+        k = np.array([max(r.get("servers", 1), 1) for r in sel], dtype=np.float64)
+        bb = np.array([r.get("bucket_bytes", 0) for r in sel], dtype=np.float64)
+        batch = np.array([r["batch_size"] for r in sel], dtype=np.float64)
+
+        def fn(p, arch=arch, n=n, g=g, k=k, bb=bb, batch=batch):
+            return iteration_time(
+                p, workload, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb,
+                batch_size=batch,
+            ).iteration_s  # fmt: skip
+
+        out[idx] = np.asarray(fn(params), dtype=np.float64)
+        if profile is not None:
+            lo, hi = profile.interval(fn, level)
+            low[idx], high[idx] = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    return (out, low, high) if profile is not None else out
 
 
 def compare_steps(
@@ -418,7 +448,7 @@ def compare_steps(
         ValueError: no baseline record, several baselines of different
             models, or no configuration to compare.
     """
-    params = load_params(profile)
+    params, prof = _resolve(profile)
     steps = [r for r in records if r.get("kind") == "step"]
     base = [r for r in steps if r["workers"] == 1]
     rows_in = [r for r in steps if r["workers"] >= 2]
@@ -436,7 +466,13 @@ def compare_steps(
     if overlap == "auto":
         overlap = base[-1].get("backend") != "cpu"
     baseline = _value(base[-1], stat)
-    predicted = predict_records(params, rows_in, baseline, overlap=bool(overlap))
+    low = high = [float("nan")] * len(rows_in)
+    if prof is not None:
+        predicted, low, high = predict_records(
+            params, rows_in, baseline, overlap=bool(overlap), profile=prof
+        )
+    else:
+        predicted = predict_records(params, rows_in, baseline, overlap=bool(overlap))
     rows = [
         ValidationRow(
             r["architecture"],
@@ -450,8 +486,10 @@ def compare_steps(
             _value(r, stat),
             _spread(r),
             float(p),
+            float(lo),
+            float(hi),
         )
-        for r, p in zip(rows_in, predicted, strict=True)
+        for r, p, lo, hi in zip(rows_in, predicted, low, high, strict=True)
     ]
     return _score(rows, baseline, stat, bool(overlap))
 
@@ -470,6 +508,10 @@ def _score(rows: list[ValidationRow], baseline: float, stat: str, overlap: bool)
     tau_all = float(kendalltau(m, p).statistic) if len(rows) >= 2 else float("nan")
     per_sample = np.array([r.workers * r.batch_size for r in rows], dtype=np.float64)
     reg, chosen, best = regret(m / per_sample, p / per_sample)
+    lo = np.array([r.interval_low_s for r in rows])
+    hi = np.array([r.interval_high_s for r in rows])
+    known = np.isfinite(lo) & np.isfinite(hi)
+    coverage = float(np.mean((m >= lo) & (m <= hi))) if known.all() and rows else float("nan")
     return ValidationResult(
         rows=rows,
         mape=float(ape.mean()),
@@ -484,6 +526,7 @@ def _score(rows: list[ValidationRow], baseline: float, stat: str, overlap: bool)
         baseline_step_s=baseline,
         statistic=stat,
         overlap=overlap,
+        interval_coverage=coverage,
     )
 
 
@@ -540,7 +583,7 @@ def validate(
     """
     from calibration import RecordWriter, StepConfig, measure_configurations
 
-    params = load_params(profile)
+    params, prof = _resolve(profile)  # fail on a bad profile before training
     for a in architectures:
         if a not in ("ps", "p2p", "ring"):
             raise ValueError(f"architectures must be among ps, p2p, ring; got {a!r}")
@@ -578,5 +621,8 @@ def validate(
         if writer is not None:
             writer.close()
     return compare_steps(
-        params, [base.record] + [m.record for m in got], statistic=statistic, overlap=overlap
+        prof if prof is not None else params,
+        [base.record] + [m.record for m in got],
+        statistic=statistic,
+        overlap=overlap,
     )

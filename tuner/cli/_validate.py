@@ -206,22 +206,33 @@ def format_table(result: ValidationResult) -> str:
             f"ring predicted {'with' if result.overlap else 'without'} overlap"
         )
     out.append(
-        f"# {'architecture':<22} {'workers':>7} {'procs/node':>10} {'bucket':>8} "
-        f"{'measured(ms)':>12} {'±iqr(ms)':>9} {'predicted(ms)':>13} {'error':>7}"
+        f"# {'architecture':<22} {'workers':>7} {'procs/node':>10} {'bucket':>10} "
+        f"{'measured(ms)':>12} {'iqr(ms)':>8} {'predicted(ms)':>13} {'90% interval(ms)':>17} "
+        f"{'error':>7}"
     )
     for i, r in enumerate(rows):
         mark = (" <- picked" if i == result.chosen else "") + (
             " <- best measured" if i == result.best else ""
         )
         bucket = format_bytes(r.bucket_bytes) if r.bucket_bytes else "per-tensor"
+        interval = (
+            f"{r.interval_low_s * 1e3:.2f}-{r.interval_high_s * 1e3:.2f}"
+            if r.interval_low_s == r.interval_low_s
+            else "-"
+        )
         out.append(
-            f"  {r.label:<22} {r.workers:>7d} {r.ranks_per_node:>10d} {bucket:>8} "
-            f"{r.measured_s * 1e3:>12.3f} {r.spread_s * 1e3:>9.3f} {r.predicted_s * 1e3:>13.3f} "
-            f"{r.error * 100:>+6.1f}%{mark}"
+            f"  {r.label:<22} {r.workers:>7d} {r.ranks_per_node:>10d} {bucket:>10} "
+            f"{r.measured_s * 1e3:>12.3f} {r.spread_s * 1e3:>8.3f} {r.predicted_s * 1e3:>13.3f} "
+            f"{interval:>17} {r.error * 100:>+6.1f}%{mark}"
         )
     by_n = ", ".join(f"{n} workers {v * 100:.1f}%" for n, v in result.mape_by_workers.items())
     used, total = result.tau_pairs
     out.append(f"MAPE {result.mape * 100:.1f}% ({by_n}) over {len(rows)} configurations")
+    if result.interval_coverage == result.interval_coverage:
+        out.append(
+            f"the profile's 90% prediction interval holds {result.interval_coverage * 100:.0f}% "
+            "of the measured times"
+        )
     out.append(
         f"Kendall tau {result.kendall_tau:.3f} over {used} of {total} pairs whose measured times "
         f"differ by more than their spread (all pairs: {result.kendall_tau_all:.3f})"
