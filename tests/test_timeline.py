@@ -374,10 +374,12 @@ def test_smooth_max_is_a_close_upper_bound():
     assert np.all(soft - hard <= 1e-3 * soft * math.log(K + 1))
 
 
-@pytest.mark.parametrize("arch", ["ring", "tree", "ps", "p2p"])
-def test_check_grads_of_the_smooth_iteration_model_wrt_params(arch):
+@pytest.mark.parametrize(
+    ("arch", "n_regimes"), [("ring", 1), ("ring", 2), ("tree", 2), ("ps", 1), ("ps", 2), ("p2p", 2)]
+)
+def test_check_grads_of_the_smooth_iteration_model_wrt_params(arch, n_regimes):
     w = toy()
-    p = hand_params(n_regimes=2, node_beta_s_per_byte=(1e-12, 1e-9))
+    p = hand_params(n_regimes=n_regimes, node_beta_s_per_byte=(1e-12, 1e-9))
 
     @jax.jit
     def f(params):
@@ -417,6 +419,46 @@ def test_fluid_model_equals_the_exact_one_at_commensurate_bucket_sizes():
                 float(getattr(exact, field)), rel=1e-12
             ), (arch, field)
         assert float(fluid.num_buckets) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURE_NAMES)
+def test_one_regime_shortcut_equals_per_bucket_evaluation(arch):
+    # Two regimes whose second line is 10⁶× slower: the soft envelope returns the
+    # first line to the last bit (10⁻⁶ to the power k = 4 vanishes), but the model
+    # evaluates it bucket by bucket — so this compares whatever the one-regime
+    # path does (e.g. using that a bucket's cost is affine in its bytes) with the
+    # general per-bucket evaluation, on the same configurations.
+    one = preset("ethernet-25g", "v100")
+    two = ClusterParams.from_dict(
+        one.to_dict()
+        | {
+            "n_regimes": 2,
+            "regime_alpha_factor": [[[1.0, 1e6]] * 2] * 9,
+            "regime_beta_factor": [[[1.0, 1e6]] * 2] * 9,
+            "regime_sharpness": [4.0] * 9,
+        }
+    )
+    assert two.n_regimes == 2
+    w = get_workload("resnet50", 64)
+    n = np.array([1, 2, 3, 8, 16, 64, 8, 32])
+    g = np.array([1, 1, 1, 4, 8, 8, 2, 4])
+    k = np.array([1, 2, 1, 2, 4, 8, 3, 1])
+    bb = np.array([0, 1, 4, 25, 25, 100, 1e-6, 1e3]) * 1024**2
+    for smooth in (False, True):
+        a = iteration_time(
+            one, w, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb, smooth=smooth
+        )
+        b = iteration_time(
+            two, w, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb, smooth=smooth
+        )
+        for f in Breakdown.FIELDS:
+            np.testing.assert_allclose(
+                np.asarray(getattr(a, f)),
+                np.asarray(getattr(b, f)),
+                rtol=1e-12,
+                atol=1e-18,
+                err_msg=f,
+            )
 
 
 def test_gradient_signs_of_the_iteration():
