@@ -32,7 +32,7 @@ import numpy as np
 
 from ._launch import launch_local
 from ._records import RecordWriter, time_statistics
-from ._train_worker import ARCHITECTURES, MODELS, model_layers, model_spec
+from ._train_worker import ARCHITECTURES, model_layers, model_spec
 
 __all__ = [
     "StepConfig",
@@ -520,7 +520,3 @@ def _pooled(a: StepMeasurement, b: StepMeasurement) -> StepMeasurement:
     rec["time_s"] = time_statistics(samples)
     rec["repeats"] = int(a.record.get("repeats", 1)) + int(b.record.get("repeats", 1))
     return dataclasses.replace(a, samples_s=samples, record=rec)
-
-
-# Re-exported for the models list in --help texts.
-MODEL_NAMES = MODELS

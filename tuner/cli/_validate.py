@@ -29,9 +29,10 @@ exchanged by a parameter server (k servers, dedicated or --colocated),
 peer-to-peer (all_to_all, shard update, all_gather) or ring all-reduce
 (one all-reduce per bucket of at most --bucket-bytes) — for every architecture
 x worker count x bucket size (x servers), one launch per worker count. Each
-configuration's steps are timed (slowest rank, warm-up excluded) and written as
-kind 'step' measurement records; the single-worker step of the same model is
-measured first and gives the predictions their compute time.
+configuration's steps are timed (slowest rank, warm-up excluded; --repeats
+interleaved rounds) and written as kind 'step' measurement records; the
+single-worker step of the same model, measured before and after the rest,
+gives the predictions their compute time.
 
 Then each configuration is predicted with the profile and the table shows the
 measured and predicted iteration time and the error, followed by the MAPE,
