@@ -14,7 +14,7 @@ reports, per architecture and in total:
 
 Target (issue 2): ≥ 1,000,000 configurations/s on 2 CPU cores.
 
-Run:  python benchmarks/model_speed.py [--dtype float32|float64|both] [--repeats 5]
+Run:  python benchmarks/model_speed.py [--dtype float32|float64|both] [--repeats 5] [--regimes 1]
 
 Prints a short table last and writes everything to
 benchmarks/results/model_speed.json.
@@ -47,7 +47,7 @@ def _configurations(rng, np):
     return n[perm], k[perm], b[perm], caps
 
 
-def run(dtype: str, repeats: int) -> dict:
+def run(dtype: str, repeats: int, regimes: int = 1) -> dict:
     """Benchmark one floating-point precision; returns its results."""
     import jax
 
@@ -56,7 +56,7 @@ def run(dtype: str, repeats: int) -> dict:
 
     from costmodel import bucket_table, get_workload, iteration_time, preset
 
-    params = preset("ethernet-10g", "v100")
+    params = preset("ethernet-10g", "v100", n_regimes=regimes)
     workload = get_workload("resnet50", 64)
     rng = np.random.default_rng(0)
     n, k, b, caps = _configurations(rng, np)
@@ -69,6 +69,7 @@ def run(dtype: str, repeats: int) -> dict:
         table.index(b)
         host.append(time.perf_counter() - t0)
     out = {"dtype": dtype, "configurations_per_architecture": int(n.size), "architectures": []}
+    out["n_regimes"] = regimes
     out["bucket_caps_bytes"] = [float(caps[0]), float(caps[-1]), int(caps.size)]
     out["max_buckets"] = int(table.sizes.shape[1])
     out["host_bucketing_first_s"] = host[0]
@@ -120,20 +121,29 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", choices=("float32", "float64", "both"), default="both")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per architecture")
+    parser.add_argument(
+        "--regimes",
+        type=int,
+        default=1,
+        help="protocol regimes per collective (1 = the presets' α-β line; fitted profiles "
+        "may have 2–3, which the model evaluates bucket by bucket)",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS, help="JSON results file")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be ≥ 1")
+    if not 1 <= args.regimes <= 8:
+        parser.error("--regimes must be in 1..8")
 
     import jax
 
     dtypes = ("float32", "float64") if args.dtype == "both" else (args.dtype,)
     load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    results = [run(d, args.repeats) for d in dtypes]
+    results = [run(d, args.repeats, args.regimes) for d in dtypes]
     doc = {
         "benchmark": "model_speed",
         "workload": "resnet50, batch 64 per worker",
-        "cluster": "presets ethernet-10g + v100, 8 ranks per node",
+        "cluster": f"presets ethernet-10g + v100 ({args.regimes} regime(s)), 8 ranks per node",
         "sweep": f"{len(ARCHITECTURES)} architectures × workers 1..{MAX_WORKERS} × "
         f"{BUCKET_CAPS} bucket caps (1 MiB – 1 GiB), servers 1..8",
         "target_configurations_per_s": 1_000_000,
@@ -152,7 +162,7 @@ def main(argv=None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(doc, indent=2) + "\n")
 
-    print(f"\n{doc['sweep']}; resnet50; wrote {args.output}")
+    print(f"\n{doc['sweep']}; resnet50; {args.regimes} regime(s); wrote {args.output}")
     print(
         f"{'dtype':8} {'architecture':13} {'configs':>8} {'compile s':>10} {'best s':>8} {'M configs/s':>12}"
     )
