@@ -39,3 +39,9 @@ from ._harness import model_name as model_name
 from ._harness import model_workload as model_workload
 from ._harness import processes_needed as processes_needed
 from ._harness import run_training as run_training
+from ._fit import calibrate as calibrate
+from ._fit import CalibrationWarning as CalibrationWarning
+from ._profile import Profile as Profile
+from ._fit import STATISTICS as STATISTICS
+from ._fit import default_prior_preset as default_prior_preset
+from ._fit import parse_prior_preset as parse_prior_preset

@@ -1,0 +1,1249 @@
+"""Calibration: fit one shared :class:`costmodel.ClusterParams` to measurements.
+
+:func:`calibrate` turns measurement records (``ddltune collect``, or nccl-tests
+outputs imported with :func:`calibration.import_nccl_tests`) into a
+:class:`calibration.Profile`: fitted parameters, their covariance, held-out
+accuracy and the prior they were pulled towards.
+
+The objective, over the unconstrained parameter vector θ (see
+:class:`calibration._layout.ParamLayout`), is a maximum a posteriori fit::
+
+    L(θ) = Σᵢ ρ_δ(rᵢ) / δ²  +  ½ Σⱼ ((θⱼ − μⱼ) / σⱼ)²,     rᵢ = log t̂ᵢ(θ) − log tᵢ
+
+with ρ_δ the Huber function (quadratic within δ = 5% relative error, linear
+beyond it, so a few disturbed measurements cannot drag the fit), t̂ the cost
+model's prediction (every collective through :func:`costmodel.get_collective`;
+compute records as FLOPs / ``flops_per_s`` times the node's core-sharing
+slowdown), and a Gaussian prior N(μ, σ²) centred on a datasheet preset
+(:data:`calibration._layout.PRIOR_SD`). Elements of θ that no measurement
+depends on (inter-node terms of one-node data, regimes of collectives never
+measured, compute terms without compute records) are held exactly at the
+prior. The optimiser is optax Adam (a short warm start) followed by optax
+L-BFGS with its zoom line search, jitted and vmapped over several starting
+points; starts come from a segmented least-squares fit of each measured curve
+(one α-β line per size range), so the non-convex lower envelope of regimes
+starts near the right basin.
+
+The number of regimes is chosen on *inner* folds of the training data
+(:func:`calibration._validation.inner_folds`), never by training error; the
+profile's validation uses an outer held-out set the fit never sees.
+
+Uncertainty is a Laplace (Gauss–Newton) approximation::
+
+    Σ = (Jᵀ W J / s² + diag(1/σ²))⁻¹
+
+with J the Jacobian of the log residuals, W the Huber weights min(1, δ/|r|),
+and s² the residual variance corrected for the effective number of fitted
+parameters; elements held at the prior keep their prior variance.
+
+References:
+    Huber, "Robust estimation of a location parameter", Ann. Math. Stat. 1964.
+    Nocedal & Wright, *Numerical Optimization*, 2nd ed., 2006 (L-BFGS, §7.2;
+    Gauss–Newton, §10.3). MacKay, "A practical Bayesian framework for
+    backpropagation networks", Neural Computation 1992 (Laplace approximation,
+    effective number of parameters).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import os
+import re
+import warnings
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import optax.tree_utils as otu
+
+from costmodel import (
+    COLLECTIVE_NAMES,
+    DEVICE_PRESETS,
+    INTRA_PRESETS,
+    NETWORK_PRESETS,
+    ClusterParams,
+    InputFileError,
+    get_collective,
+    preset,
+)
+
+from ._layout import ParamLayout
+from ._records import read_records, validate_record
+from ._validation import (
+    UNRELIABLE_P90,
+    error_summary,
+    holdout_mask,
+    inner_folds,
+    series_report,
+    worst_points,
+)
+
+__all__ = [
+    "calibrate",
+    "STATISTICS",
+    "HUBER_DELTA",
+    "default_prior_preset",
+    "parse_prior_preset",
+    "CalibrationWarning",
+]
+
+#: Time statistics calibrate can fit.
+STATISTICS = ("p10", "median", "mean", "min")
+#: Huber threshold on the log residual (≈ relative error).
+HUBER_DELTA = 0.05
+#: Regime counts tried by ``n_regimes="auto"``.
+AUTO_REGIMES = (1, 2, 3)
+#: Inner folds for the choice of the regime count.
+INNER_FOLDS = 3
+_ADAM_STEPS = 150
+_ADAM_LR = 0.02
+_LBFGS_MAX_ITER = 300
+_FOLD_MAX_ITER = 100
+_GTOL = 1e-3
+_MIN_SCALE = 1e-4
+_N_STARTS = 4
+_FREEZE_SENSITIVITY = 1e-6
+_IN_PLACE = ("lower", "both", "out_of_place", "in_place")
+
+
+class CalibrationWarning(UserWarning):
+    """A calibration outcome the user should know about (unreliable fit, skipped records)."""
+
+
+# =============================================================================
+# Prior presets
+# =============================================================================
+_GPU_DEVICES = (  # (pattern in device_kind, device preset, NVLink intra, PCIe intra, network)
+    (r"H100|H200|H800|GH200", "h100", "nvlink-h100", "pcie4-x16", "ib-ndr-400g"),
+    (r"A100|A800|A30\b|A10\b", "a100", "nvlink-a100", "pcie4-x16", "ib-hdr-200g"),
+    (r"V100", "v100", "nvlink-v100", "pcie3-x16", "ib-edr-100g"),
+    (r"P100", "p100", "pcie3-x16", "pcie3-x16", "ib-edr-100g"),
+    (r"K80", "k80", "pcie3-x16", "pcie3-x16", "ethernet-10g"),
+)
+
+
+def parse_prior_preset(text: str) -> tuple[str, str]:
+    """Split ``"NET[,INTRA]:DEVICE"`` into (network, device) and check the names.
+
+    Raises:
+        ValueError: naming the part that is malformed or unknown, with the valid names.
+
+    Example:
+        >>> parse_prior_preset("ib-hdr-200g,nvlink-a100:a100")
+        ('ib-hdr-200g,nvlink-a100', 'a100')
+    """
+    if not isinstance(text, str) or text.count(":") != 1:
+        raise ValueError(
+            f"prior preset must be 'NETWORK[,INTRA]:DEVICE' (e.g. 'ethernet-10g,shm:cpu'), "
+            f"got {text!r}"
+        )
+    network, device = (s.strip() for s in text.split(":"))
+    preset(network, device)  # raises ValueError naming the unknown part
+    return network, device
+
+
+def default_prior_preset(backend: str, device_kind: str) -> tuple[str, str, str]:
+    """The prior preset for measurements from ``backend`` / ``device_kind``.
+
+    CPU → ``ethernet-10g,shm:cpu``. GPU → the device preset recognised in
+    ``device_kind`` (H100/H200, A100, V100, P100, K80) with NVLink inside a
+    node for SXM parts and PCIe otherwise, and the InfiniBand generation
+    usually paired with it; an unrecognised GPU gets ``ethernet-25g,pcie3-x16:v100``.
+
+    Returns:
+        (network, device, reason in words).
+
+    Example:
+        >>> default_prior_preset("gpu", "NVIDIA A100-SXM4-40GB")[:2]
+        ('ib-hdr-200g,nvlink-a100', 'a100')
+    """
+    if backend == "cpu":
+        return "ethernet-10g,shm", "cpu", "cpu measurements: a generic CPU and shared memory"
+    kind = device_kind or ""
+    for pattern, dev, nvl, pcie, net in _GPU_DEVICES:
+        if re.search(pattern, kind, re.IGNORECASE):
+            intra = pcie if re.search(r"PCI", kind, re.IGNORECASE) else nvl
+            return f"{net},{intra}", dev, f"device_kind {kind!r} looks like {dev}"
+    return (
+        "ethernet-25g,pcie3-x16",
+        "v100",
+        f"device_kind {kind!r} not recognised: a generic PCIe GPU (v100 compute)",
+    )
+
+
+assert all(d in DEVICE_PRESETS for _, d, *_ in _GPU_DEVICES)
+assert all(i in INTRA_PRESETS and n in NETWORK_PRESETS for *_, i, _p, n in _GPU_DEVICES)
+
+
+# =============================================================================
+# Records → points
+# =============================================================================
+def _stat_from_samples(samples, name: str) -> float:
+    x = np.asarray(samples, dtype=np.float64)
+    if name == "p10":
+        return float(np.quantile(x, 0.1))
+    if name == "median":
+        return float(np.median(x))
+    if name == "mean":
+        return float(np.mean(x))
+    return float(np.min(x))
+
+
+_FALLBACK = {
+    "p10": ("p10", "samples", "min", "median", "mean"),
+    "min": ("min", "samples", "p10", "median", "mean"),
+    "median": ("median", "samples", "mean", "p10", "min"),
+    "mean": ("mean", "samples", "median", "p10", "min"),
+}
+
+
+def _pick_time(rec: dict, statistic: str | None, default: str) -> tuple[float, str]:
+    ts, samples = rec["time_s"], rec.get("samples_s")
+    if statistic is not None:
+        if statistic in ts:
+            return float(ts[statistic]), statistic
+        if samples:
+            return _stat_from_samples(samples, statistic), statistic
+        have = [k for k in STATISTICS if k in ts]
+        raise InputFileError(
+            rec.get("_file", "<records>"),
+            rec.get("_line"),
+            f"has no '{statistic}' time statistic and no raw samples to compute it from "
+            f"(it has {', '.join(have)}); pass --statistic {have[0]}",
+        )
+    for name in _FALLBACK[default]:
+        if name == "samples":
+            if samples:
+                return _stat_from_samples(samples, default), default
+        elif name in ts:
+            return float(ts[name]), name
+    raise AssertionError("validate_record guarantees a central statistic")  # pragma: no cover
+
+
+def _prepare(records: list[dict], statistic: str | None, in_place: str):
+    """Usable points from validated records, and what was skipped (counts, notes)."""
+    backends = sorted({r["backend"] for r in records if r["kind"] != "step"})
+    if len(backends) > 1:
+        files = sorted({str(r.get("_file", "<records>")) for r in records})
+        raise ValueError(
+            f"the measurements come from several backends ({', '.join(backends)}; files "
+            f"{', '.join(files)}); calibrate one cluster at a time"
+        )
+    backend = backends[0] if backends else "cpu"
+    default = "p10" if backend == "cpu" else "median"
+    skipped = {"step": 0, "wrong": 0, "single_rank": 0, "in_place": 0}
+    points: list[dict] = []
+    paired: dict = {}
+    for rec in records:
+        kind = rec["kind"]
+        if kind == "step":
+            skipped["step"] += 1
+            continue
+        t, used = _pick_time(rec, statistic, default)
+        where = {"file": rec.get("_file"), "line": rec.get("_line")}
+        if kind == "compute":
+            points.append(
+                {
+                    "kind": "compute",
+                    "op": rec["op"],
+                    "size": float(rec["flops"]),
+                    "num_ranks": int(rec["num_ranks"]),
+                    "ranks_per_node": int(rec["ranks_per_node"]),
+                    "time_s": t,
+                    "statistic": used,
+                    "series": {
+                        "kind": "compute",
+                        "op": rec["op"],
+                        "num_ranks": int(rec["num_ranks"]),
+                        "ranks_per_node": int(rec["ranks_per_node"]),
+                    },
+                    **where,
+                }
+            )
+            continue
+        if rec.get("wrong", 0):
+            skipped["wrong"] += 1
+            continue
+        n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
+        if n < 2:
+            skipped["single_rank"] += 1
+            continue
+        ip = rec.get("in_place")
+        if ip is not None and in_place != "both":
+            if (in_place == "in_place") != bool(ip) and in_place != "lower":
+                skipped["in_place"] += 1
+                continue
+        pt = {
+            "kind": "collective",
+            "collective": rec["collective"],
+            "size": float(rec["message_bytes"]),
+            "num_ranks": n,
+            "ranks_per_node": g,
+            "time_s": t,
+            "statistic": used,
+            "series": {
+                "kind": "collective",
+                "collective": rec["collective"],
+                "num_ranks": n,
+                "ranks_per_node": g,
+            },
+            **where,
+        }
+        if ip is not None and in_place == "lower":
+            key = (
+                rec.get("_file", rec.get("source")),
+                rec["collective"],
+                rec["message_bytes"],
+                n,
+                g,
+                rec.get("dtype"),
+            )
+            if key in paired:
+                j = paired[key]
+                skipped["in_place"] += 1
+                if t < points[j]["time_s"]:
+                    points[j] = pt
+                continue
+            paired[key] = len(points)
+        points.append(pt)
+    return points, skipped, backend
+
+
+# =============================================================================
+# The model on a batch of points
+# =============================================================================
+#: Collectives whose congestion factor has a fitted exponent, and which leaf.
+_EXPONENT_LEAF = {"all_to_all": 1, "ps_push": 2, "ps_pull": 2}  # 1: all_to_all, 2: fan-in
+
+
+class _Data(eqx.Module):
+    """Every point's cost terms as arrays (model order: collectives, then compute).
+
+    The terms come from each collective's own :meth:`~costmodel.AbstractCollective.terms`
+    at data-preparation time (they depend only on S, n, g); the fitted
+    parameters enter through :func:`_predict`, which is
+    ``costmodel.collectives``' evaluate/finish vectorised over collectives
+    (one gather per regime table instead of one traced graph per collective,
+    which keeps compilation short). ``tests/test_fit.py`` checks it against
+    :func:`costmodel.collective_time` for every collective.
+    """
+
+    steps: jax.Array
+    link: jax.Array
+    node: jax.Array
+    reduce: jax.Array
+    cong_base: jax.Array
+    expo: jax.Array  # 0 none, 1 all_to_all exponent, 2 fan-in exponent
+    inter: jax.Array  # 0 intra, 1 inter (level index)
+    coll: jax.Array  # collective index
+    g: jax.Array  # min(g, n), for the core-sharing slowdown
+    flops: jax.Array
+    comp_g: jax.Array
+    logt: jax.Array
+    n_coll: int = eqx.field(static=True)
+
+
+def _soft_max2(a, b):
+    """(a⁸ + b⁸)^(1/8) of non-negative values (costmodel's soft_max2, p = 8)."""
+    a, b = jnp.maximum(a, 0.0), jnp.maximum(b, 0.0)
+    m = jnp.maximum(jnp.maximum(a, b), 1e-300 if jnp.result_type(a) == jnp.float64 else 1e-37)
+    s = (a / m) ** 8 + (b / m) ** 8
+    return m * jnp.sqrt(jnp.sqrt(jnp.sqrt(s)))
+
+
+def _soft_min(x, k):
+    """(Σᵣ xᵣ^(−k))^(−1/k) along the last axis (costmodel's soft_min), x > 0."""
+    lx = jnp.log(jnp.maximum(x, 1e-37))
+    m = jnp.min(lx, axis=-1, keepdims=True)
+    s = jnp.sum(jnp.exp(-k[..., None] * (lx - m)), axis=-1)
+    return jnp.exp(m[..., 0] - jnp.log(s) / k)
+
+
+def _share(g, slots):
+    """Core-sharing slowdown softmax₂(1, g / slots) (costmodel's timeline and collectives)."""
+    return _soft_max2(jnp.ones_like(g), g / slots)
+
+
+def _predict(params: ClusterParams, data: _Data):
+    """Seconds of every point: T = (softminᵣ Tᵣ + o_call)·share(g) for collectives
+    (``costmodel.collectives``: Tᵣ = steps·αᵣ + softmax₂(link·βᵣ, node·β_node)·η +
+    reduce·γ), FLOPs / flops_per_s · share(g) for compute."""
+    c, lev = data.coll, data.inter
+    ra = params.log_alpha[lev][:, None] + params.regime_log_alpha[c, lev]  # (N, R)
+    rb = params.log_beta[lev][:, None] + params.regime_log_beta[c, lev]
+    eta = jnp.where(
+        data.expo == 1,
+        data.cong_base**params.all_to_all_exponent,
+        jnp.where(data.expo == 2, data.cong_base**params.fanin_exponent, 1.0),
+    )
+    bw_node = data.node * params.node_beta_s_per_byte[lev]
+    bw = _soft_max2(data.link[:, None] * jnp.exp(rb), bw_node[:, None]) * eta[:, None]
+    per = data.steps[:, None] * jnp.exp(ra) + bw + (data.reduce * params.gamma_s_per_byte)[:, None]
+    if params.n_regimes == 1:
+        t = per[:, 0]
+    else:
+        t = _soft_min(per, params.regime_sharpness[c])
+    slots = params.node_compute_slots
+    t = jnp.where(data.steps > 0, (t + params.call_overhead_s) * _share(data.g, slots), 0.0)
+    comp = data.flops / params.flops_per_s * _share(data.comp_g, slots)
+    return jnp.concatenate([t, comp])
+
+
+def _bucket(n: int) -> int:
+    """Padded length: 0, or the next power of two ≥ 16 (one compiled program per bucket)."""
+    return 0 if n == 0 else max(16, 1 << (n - 1).bit_length())
+
+
+def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
+    """Arrays in model order, and ``order``: model row → point index, −1 for padding.
+
+    Each section (collectives, compute) is padded to :func:`_bucket` rows by
+    repeating its last point, so that calibrations of similar size share one
+    compiled program; padded rows get weight 0 everywhere and are never reported.
+    """
+    dt = jnp.result_type(float)
+    coll = [i for i, p in enumerate(points) if p["kind"] == "collective"]
+    comp = [i for i, p in enumerate(points) if p["kind"] == "compute"]
+    order = np.asarray(
+        coll
+        + [-1] * (_bucket(len(coll)) - len(coll))
+        + comp
+        + [-1] * (_bucket(len(comp)) - len(comp)),
+        dtype=int,
+    )
+    coll = coll + [coll[-1]] * (_bucket(len(coll)) - len(coll)) if coll else coll
+    comp = comp + [comp[-1]] * (_bucket(len(comp)) - len(comp)) if comp else comp
+    src_rows = np.asarray(coll + comp, dtype=int)
+    cols = {k: np.zeros(len(coll)) for k in ("steps", "link", "node", "reduce", "cong")}
+    expo = np.zeros(len(coll), dtype=np.int32)
+    inter = np.zeros(len(coll), dtype=np.int32)
+    cidx = np.zeros(len(coll), dtype=np.int32)
+    geff = np.zeros(len(coll))
+    for name in {points[i]["collective"] for i in coll}:
+        rows = [k for k, i in enumerate(coll) if points[i]["collective"] == name]
+        S = np.asarray([points[coll[k]]["size"] for k in rows], dtype=np.float64)
+        n = np.asarray([points[coll[k]]["num_ranks"] for k in rows], dtype=np.float64)
+        g = np.minimum(np.asarray([points[coll[k]]["ranks_per_node"] for k in rows], float), n)
+        model = get_collective(name)
+        Sj, nj, gj = jnp.asarray(S), jnp.asarray(n), jnp.asarray(g)
+        # Congestion base: the factor with exponent 1 (then η = base ** fitted exponent).
+        t = model.terms(Sj, nj, gj, 1.0) if name in _EXPONENT_LEAF else model.terms(Sj, nj, gj)
+        for key, val in (
+            ("steps", t.steps),
+            ("link", t.link_bytes),
+            ("node", t.node_bytes),
+            ("reduce", t.reduce_bytes),
+            ("cong", t.congestion),
+        ):
+            cols[key][rows] = np.broadcast_to(np.asarray(val, dtype=np.float64), S.shape)
+        expo[rows] = _EXPONENT_LEAF.get(name, 0)
+        inter[rows] = np.broadcast_to(np.asarray(t.inter), S.shape).astype(np.int32)
+        cidx[rows] = COLLECTIVE_NAMES.index(name)
+        geff[rows] = g
+    f = lambda a: jnp.asarray(a, dtype=dt)  # noqa: E731
+    data = _Data(
+        steps=f(cols["steps"]),
+        link=f(cols["link"]),
+        node=f(cols["node"]),
+        reduce=f(cols["reduce"]),
+        cong_base=f(np.maximum(cols["cong"], 1.0)),
+        expo=jnp.asarray(expo),
+        inter=jnp.asarray(inter),
+        coll=jnp.asarray(cidx),
+        g=f(geff),
+        flops=f([points[i]["size"] for i in comp]),
+        comp_g=f([points[i]["ranks_per_node"] for i in comp]),
+        logt=f(np.log([points[i]["time_s"] for i in src_rows])),
+        n_coll=len(coll),
+    )
+    return data, order
+
+
+@functools.lru_cache(maxsize=16)
+def _layout(n_regimes: int) -> ParamLayout:
+    return ParamLayout(n_regimes)
+
+
+#: Log factor that switches a regime off when a model with fewer regimes is
+#: fitted inside a larger layout: its α and β are e³⁰ times the base, so its
+#: share of the soft minimum, (t/t_off)^k, vanishes in float32 and float64.
+_OFF = 30.0
+
+
+class _Problem(eqx.Module):
+    """The measured points and the layout θ is read with (static)."""
+
+    data: _Data
+    layout: ParamLayout = eqx.field(static=True)
+
+
+def _log_pred(theta, prob: _Problem):
+    return jnp.log(_predict(prob.layout.unflatten(theta), prob.data))
+
+
+def _objective(theta, w, mu, prec, free, prob: _Problem):
+    """Σ w·ρ_δ(r)/δ² + ½ Σ_free prec·(θ − μ)², with θ held at μ where not free."""
+    theta = jnp.where(free, theta, mu)
+    r = _log_pred(theta, prob) - prob.data.logt
+    a = jnp.abs(r)
+    d = HUBER_DELTA
+    hub = jnp.where(a <= d, 0.5 * r * r, d * (a - 0.5 * d)) / (d * d)
+    data_term = jnp.sum(jnp.where(w > 0, w * hub, 0.0))
+    prior = 0.5 * jnp.sum(jnp.where(free, prec * (theta - mu) ** 2, 0.0))
+    return data_term + prior
+
+
+def _fit_one(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Problem):
+    """Adam warm start, then L-BFGS with optax's zoom line search, from ``theta0``.
+
+    Returns θ (held at μ where not free), the objective and gradient norm
+    there, the L-BFGS iteration count, and the log predictions at θ.
+    """
+    # optax mixes Python floats with int32 step counts, which jax's "strict"
+    # dtype promotion rejects; the optimiser runs under standard promotion.
+    with jax.numpy_dtype_promotion("standard"):
+        return _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob)
+
+
+def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Problem):
+    f = functools.partial(_objective, w=w, mu=mu, prec=prec, free=free, prob=prob)
+    adam = optax.adam(_ADAM_LR)
+
+    def adam_step(_, carry):
+        th, st = carry
+        upd, st = adam.update(jax.grad(f)(th), st, th)
+        return optax.apply_updates(th, upd), st
+
+    th, _ = jax.lax.fori_loop(0, adam_steps, adam_step, (theta0, adam.init(theta0)))
+    th = jnp.where(jnp.all(jnp.isfinite(th)), th, theta0)
+
+    solver = optax.lbfgs()
+    vg = optax.value_and_grad_from_state(f)
+    tol = _GTOL * jnp.sqrt(1.0 + jnp.sum(w > 0))
+
+    def step(carry):
+        th, st = carry
+        v, g = vg(th, state=st)
+        upd, st = solver.update(g, st, th, value=v, grad=g, value_fn=f)
+        return optax.apply_updates(th, upd), st
+
+    def cond(carry):
+        _, st = carry
+        k = otu.tree_get(st, "count")
+        gn = otu.tree_norm(otu.tree_get(st, "grad"))
+        return (k == 0) | ((k < max_iter) & (gn >= tol) & jnp.isfinite(gn))
+
+    th_l, st = jax.lax.while_loop(cond, step, (th, solver.init(th)))
+    value = otu.tree_get(st, "value")
+    ok = jnp.isfinite(value) & jnp.all(jnp.isfinite(th_l))
+    th = jnp.where(free, jnp.where(ok, th_l, th), mu)
+    gn = otu.tree_norm(otu.tree_get(st, "grad"))
+    return th, jnp.where(ok, value, jnp.inf), otu.tree_get(st, "count"), gn, _log_pred(th, prob)
+
+
+@jax.jit
+def _fit_batch(theta0, weights, mu, prec, free, adam_steps, max_iter, prob: _Problem):
+    """:func:`_fit_one` vmapped over members (θ₀, weights, μ, precision, free mask)."""
+    return jax.vmap(_fit_one, in_axes=(0, 0, 0, 0, 0, None, None, None))(
+        theta0, weights, mu, prec, free, adam_steps, max_iter, prob
+    )
+
+
+@jax.jit
+def _jacobian(theta, prob: _Problem):
+    """(∂ log t̂ / ∂θ (N, P), log t̂ (N,)) in one forward-mode pass."""
+    lp = functools.partial(_log_pred, prob=prob)
+    return jax.jacfwd(lambda th: (lp(th), lp(th)), has_aux=True)(theta)
+
+
+def _embed_index(big: ParamLayout, small: ParamLayout) -> np.ndarray:
+    """Index in ``big``'s θ of every element of ``small``'s θ (same names)."""
+    pos = {name: i for i, name in enumerate(big.names)}
+    return np.asarray([pos[name] for name in small.names], dtype=int)
+
+
+def _embed(big: ParamLayout, small: ParamLayout, theta, fill: float) -> np.ndarray:
+    out = np.full(big.size, fill, dtype=np.float64)
+    out[_embed_index(big, small)] = theta
+    return out
+
+
+# =============================================================================
+# Starting points: segmented least squares per measured curve
+# =============================================================================
+def _segment_costs(S, T):
+    """Best line t = a + b·S (relative error) on every contiguous run [i, j) of points.
+
+    Returns (cost, a, b) arrays (m+1, m+1); a, b ≥ 0 (a one-term fit where the
+    two-term fit would go negative).
+    """
+    x, z = 1.0 / T, S / T
+    m = len(S)
+    c = lambda v: np.concatenate([[0.0], np.cumsum(v)])  # noqa: E731
+    Sxx, Sxz, Szz, Sx, Sz, N = c(x * x), c(x * z), c(z * z), c(x), c(z), c(np.ones(m))
+    i, j = np.meshgrid(np.arange(m + 1), np.arange(m + 1), indexing="ij")
+    d = lambda A: A[j] - A[i]  # noqa: E731
+    xx, xz, zz, sx, sz, nn = d(Sxx), d(Sxz), d(Szz), d(Sx), d(Sz), d(N)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        det = xx * zz - xz * xz
+        a2 = (sx * zz - sz * xz) / det
+        b2 = (sz * xx - sx * xz) / det
+        cost2 = nn - (a2 * sx + b2 * sz)
+        a1 = sx / xx
+        cost_a = nn - sx * a1
+        b1 = sz / zz
+        cost_b = nn - sz * b1
+    ok2 = np.isfinite(cost2) & (a2 > 0) & (b2 > 0) & (nn >= 2)
+    use_a = ~ok2 & (np.nan_to_num(cost_a, nan=np.inf) <= np.nan_to_num(cost_b, nan=np.inf))
+    a = np.where(ok2, a2, np.where(use_a, a1, 0.0))
+    b = np.where(ok2, b2, np.where(use_a, 0.0, b1))
+    cost = np.where(ok2, cost2, np.where(use_a, cost_a, cost_b))
+    cost = np.where((j > i) & np.isfinite(cost), np.maximum(cost, 0.0), np.inf)
+    return cost, np.nan_to_num(a), np.nan_to_num(b)
+
+
+def _segmentations(S, T, R: int, top: int):
+    """The ``top`` best splits of a sorted curve into R runs of ≥ 2 points: [(a (R,), b (R,))]."""
+    m = len(S)
+    R_eff = max(1, min(R, m // 2))
+    cost, a, b = _segment_costs(S, T)
+    if R_eff == 1:
+        cands = [((0, m),)]
+    elif R_eff <= 4:
+        cuts = np.asarray(list(itertools.combinations(range(2, m - 1), R_eff - 1)), dtype=int)
+        cuts = cuts[np.all(np.diff(cuts, axis=1) >= 2, axis=1)] if R_eff > 2 else cuts
+        bounds = np.concatenate(
+            [np.zeros((len(cuts), 1), int), cuts, np.full((len(cuts), 1), m)], axis=1
+        )
+        total = sum(cost[bounds[:, r], bounds[:, r + 1]] for r in range(R_eff))
+        best = np.argsort(total, kind="stable")[:top]
+        cands = [tuple(zip(bounds[k, :-1], bounds[k, 1:], strict=True)) for k in best]
+    else:  # many regimes: equal runs
+        edges = np.linspace(0, m, R_eff + 1).astype(int)
+        cands = [tuple(zip(edges[:-1], edges[1:], strict=True))]
+    out = []
+    for segs in cands:
+        aa = np.array([a[i, j] for i, j in segs])
+        bb = np.array([b[i, j] for i, j in segs])
+        # Pad missing regimes (too few points): slower-start, faster-bandwidth copies.
+        while len(aa) < R:
+            aa = np.append(aa, aa[-1] * 4.0)
+            bb = np.append(bb, bb[-1] * 0.5)
+        out.append((aa, bb))
+    return out
+
+
+def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_starts: int, seed):
+    """``n_starts`` starting θ for one training subset (weights ``train_w`` over points)."""
+    R = layout.n_regimes
+    base = layout.unflatten(jnp.asarray(mu))
+    slots = float(base.node_compute_slots)
+    o_prior = float(base.call_overhead_s)
+    gamma = float(base.gamma_s_per_byte)
+    sel = [i for i, p in enumerate(points) if train_w[i] > 0]
+    coll = [i for i in sel if points[i]["kind"] == "collective"]
+
+    def share(g):
+        r = g / slots
+        return max(r, 1.0) * ((1.0 / max(r, 1.0)) ** 8 + (r / max(r, 1.0)) ** 8) ** 0.125
+
+    o = o_prior
+    if coll:
+        tmin = min(points[i]["time_s"] / share(points[i]["ranks_per_node"]) for i in coll)
+        o = min(o_prior, 0.3 * tmin)
+    # Per series: segmented lines of t / share(g) against S.
+    series: dict = {}
+    for i in coll:
+        p = points[i]
+        series.setdefault((p["collective"], p["num_ranks"], p["ranks_per_node"]), {}).setdefault(
+            p["size"], []
+        ).append(p["time_s"] / share(p["ranks_per_node"]))
+    tops = max(1, (n_starts + 1) // 2)
+    per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
+    for (c, n, g), bysize in series.items():
+        S = np.asarray(sorted(bysize))
+        T = np.asarray([np.median(bysize[s]) for s in S])
+        terms = get_collective(c).terms(
+            jnp.asarray(1.0), jnp.asarray(float(n)), jnp.asarray(float(min(g, n)))
+        )
+        steps = max(float(terms.steps), 1.0)
+        link = float(terms.link_bytes)
+        red = float(terms.reduce_bytes)
+        level = 1 if n > g else 0
+        segs = _segmentations(S, T, R, tops)
+        for k in range(tops):
+            a, b = segs[min(k, len(segs) - 1)]
+            alpha = np.maximum(a - o, 0.05 * np.maximum(a, T.min() * 0.05)) / steps
+            slope = np.maximum(b - red * gamma, 0.1 * b)
+            beta = slope / link if link > 0 else np.full(R, np.nan)
+            per_cl.setdefault((c, level), [[] for _ in range(tops)])[k].append(
+                (np.log(np.maximum(alpha, 1e-12)), np.log(np.maximum(beta, 1e-18)))
+            )
+    comp = [i for i in sel if points[i]["kind"] == "compute"]
+    log_flops = None
+    if comp:
+        eff = [
+            points[i]["size"] / (points[i]["time_s"] / share(points[i]["ranks_per_node"]))
+            for i in comp
+        ]
+        log_flops = math.log(float(np.median(eff)))
+    rng = np.random.default_rng(seed)
+    sl = layout.slices
+    C, L = len(COLLECTIVE_NAMES), 2
+    starts = []
+    for s in range(n_starts):
+        th = mu.copy()
+        th[sl["log_call_overhead"]] = math.log(o)
+        if log_flops is not None:
+            th[sl["log_flops"]] = log_flops
+        ra = th[sl["regime_log_alpha"]].reshape(C, L, R)
+        rb = th[sl["regime_log_beta"]].reshape(C, L, R)
+        la, lb = mu[sl["log_alpha"]], mu[sl["log_beta"]]
+        for (c, level), by_start in per_cl.items():
+            lines = by_start[(s // 2) % tops]
+            ci = COLLECTIVE_NAMES.index(c)
+            ra[ci, level] = np.mean([ln_a for ln_a, _ in lines], axis=0) - la[level]
+            lbs = np.mean([ln_b for _, ln_b in lines], axis=0)
+            if np.all(np.isfinite(lbs)):
+                rb[ci, level] = lbs - lb[level]
+        th[sl["regime_log_alpha"]] = ra.ravel()
+        th[sl["regime_log_beta"]] = rb.ravel()
+        if R > 1:  # two envelope sharpnesses per segmentation
+            th[sl["log_sharpness"]] = math.log(3.0 if s % 2 == 0 else 12.0)
+        if s == n_starts - 1 and n_starts > 2:  # one jittered start
+            th = th + rng.normal(0.0, 0.1, th.shape)
+        starts.append(th)
+    return np.stack(starts)
+
+
+# =============================================================================
+# Uncertainty
+# =============================================================================
+def _laplace(J, r, prior_sd, free):
+    """Σ (P, P) of θ, the residual scale and the effective number of parameters.
+
+    Gauss–Newton with the Huber M-estimator's variance (Huber 1981, §7.6):
+    the residual scale is s² = [Σψ(rᵢ)²/(N − p_eff)] / [mean ψ'(rᵢ)]², ψ the
+    Huber influence function, and Σ = (JᵀJ/s² + diag(1/σ²))⁻¹ over the free
+    elements; held elements keep their prior variance σ². p_eff =
+    tr(Σ JᵀJ/s²) counts the parameters the data determine (MacKay 1992).
+    """
+    cov = np.diag(prior_sd**2)
+    fidx = np.nonzero(free)[0]
+    N = len(r)
+    if N == 0 or len(fidx) == 0:
+        return cov, math.nan, 0.0
+    d = HUBER_DELTA
+    psi = np.clip(r, -d, d)
+    m = max(float(np.mean(np.abs(r) <= d)), 0.1)
+    Jf = J[:, fidx]
+    A = Jf.T @ Jf
+    Pp = np.diag(1.0 / prior_sd[fidx] ** 2)
+    p_eff = 0.0
+    for _ in range(5):
+        s2 = max(float(np.sum(psi * psi)) / max(N - p_eff, 1.0) / (m * m), _MIN_SCALE**2)
+        Hinv = _spd_inverse(A / s2 + Pp)
+        p_eff = float(np.sum(Hinv * (A / s2)))
+    cov[np.ix_(fidx, fidx)] = Hinv
+    return cov, math.sqrt(s2), p_eff
+
+
+def _spd_inverse(H):
+    H = 0.5 * (H + H.T)
+    w, V = np.linalg.eigh(H)
+    w = np.maximum(w, w.max() * 1e-14)
+    return (V / w) @ V.T
+
+
+# =============================================================================
+# calibrate
+# =============================================================================
+def _load(records_or_paths):
+    """(records, input files) from paths, records or a mix."""
+    if isinstance(records_or_paths, str | os.PathLike | dict):
+        records_or_paths = [records_or_paths]
+    items = list(records_or_paths)
+    if not items:
+        raise ValueError("records_or_paths: expected at least one measurement file or record")
+    records, files = [], []
+    for k, item in enumerate(items):
+        if isinstance(item, dict):
+            rec = dict(item)
+            try:
+                validate_record({q: v for q, v in rec.items() if not q.startswith("_")})
+            except ValueError as e:
+                where = rec.get("_file", f"<record {k}>")
+                raise InputFileError(where, rec.get("_line"), str(e)) from None
+            records.append(rec)
+        elif isinstance(item, str | os.PathLike):
+            files.append(Path(item))
+            records += read_records(item)
+        else:
+            raise TypeError(
+                f"records_or_paths: expected paths or record dicts, got {type(item).__name__}"
+            )
+    return records, files
+
+
+def calibrate(
+    records_or_paths,
+    *,
+    prior_preset: str | None = None,
+    statistic: str | None = None,
+    holdout: float = 0.25,
+    n_regimes: int | str = "auto",
+    seed: int = 0,
+    progress: bool = False,
+    in_place: str = "lower",
+):
+    """Fit one shared set of cluster parameters to measurements; return a :class:`Profile`.
+
+    One :class:`costmodel.ClusterParams` explains every collective record (all
+    collectives, sizes, rank counts and ranks per node at once) and every
+    compute record (``flops_per_s``; ``node_compute_slots`` when several
+    processes shared a node's cores). ``kind: "step"`` records are skipped
+    (counted in the profile). See the module docstring for the objective,
+    optimiser and uncertainty.
+
+    Args:
+        records_or_paths: a measurement file (JSON Lines, schema v1), several,
+            or record dicts (as :func:`calibration.read_records` returns).
+        prior_preset: ``"NETWORK[,INTRA]:DEVICE"`` (see :func:`costmodel.preset`),
+            the centre of the prior and the value of everything the data do
+            not inform; default from the measured backend and device
+            (:func:`default_prior_preset`).
+        statistic: the time statistic to fit, one of ``p10``, ``median``,
+            ``mean``, ``min``; default p10 for CPU backends (timings are noisy
+            upwards), median for GPUs, the mean where a record has only the
+            mean (nccl-tests imports). Computed from ``samples_s`` when the
+            record lacks it.
+        holdout: fraction in [0, 1) of each series' sizes held out from the
+            fit to measure its accuracy (deterministic, interior sizes).
+        n_regimes: protocol regimes per collective, an integer in [1, 8], or
+            ``"auto"``: the count among 1, 2, 3 with the lowest error on inner
+            folds of the training points.
+        seed: seed of the jittered starting point (the rest is deterministic).
+        progress: show a progress bar on stderr.
+        in_place: for records with an ``in_place`` field (nccl-tests imports:
+            the same operation timed out-of-place and in-place), ``"lower"``
+            fits the lower of the two per size, ``"both"`` fits both,
+            ``"out_of_place"`` / ``"in_place"`` only one of them.
+
+    Returns:
+        A :class:`calibration.Profile`; ``profile.reliable`` is false (and a
+        :class:`CalibrationWarning` is issued) when the held-out p90 error
+        exceeds 15%.
+
+    Raises:
+        FileNotFoundError: if a file does not exist.
+        InputFileError: naming the file and line of a malformed record, or a
+            record lacking the requested statistic.
+        ValueError: on an invalid argument, records from several backends, or
+            no usable record.
+
+    Example:
+        >>> from costmodel import collective_time, preset
+        >>> truth = preset("ethernet-10g", "cpu")
+        >>> recs = [{"schema": 1, "kind": "collective", "collective": "all_reduce",
+        ...          "message_bytes": s, "num_ranks": n, "ranks_per_node": n, "dtype": "float32",
+        ...          "time_s": {"p10": float(collective_time(truth, "all_reduce", s, n, n))},
+        ...          "backend": "cpu", "device_kind": "cpu", "versions": {},
+        ...          "host_fingerprint": "x", "timestamp": "2026-01-01T00:00:00Z",
+        ...          "source": "example"}
+        ...         for n in (2, 4) for s in (2 ** k for k in range(10, 24, 2))]
+        >>> prof = calibrate(recs, n_regimes=1, holdout=0.0)
+        >>> prof.fit["n_regimes"], prof.fit["points"]["train"]
+        (1, 14)
+    """
+    from ._profile import Profile, _package_versions
+
+    if statistic is not None and statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    if in_place not in _IN_PLACE:
+        raise ValueError(f"in_place must be one of {', '.join(_IN_PLACE)}, got {in_place!r}")
+    try:
+        holdout = float(holdout)
+    except (TypeError, ValueError):
+        raise ValueError(f"holdout must be a fraction in [0, 1), got {holdout!r}") from None
+    if not (0.0 <= holdout < 1.0):
+        raise ValueError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
+    if n_regimes == "auto":
+        candidates = AUTO_REGIMES
+    elif isinstance(n_regimes, int) and not isinstance(n_regimes, bool) and 1 <= n_regimes <= 8:
+        candidates = (n_regimes,)
+    else:
+        raise ValueError(f"n_regimes must be 'auto' or an integer in [1, 8], got {n_regimes!r}")
+    if prior_preset is not None:
+        network, device = parse_prior_preset(prior_preset)
+
+    records, files = _load(records_or_paths)
+    points, skipped, backend = _prepare(records, statistic, in_place)
+    if not points:
+        raise ValueError(
+            "no usable measurement: every record was a training step, a single-rank "
+            "collective or a collective with wrong results"
+        )
+    kinds = sorted({r["device_kind"] for r in records if r["kind"] != "step"})
+    if prior_preset is None:
+        network, device, reason = default_prior_preset(backend, kinds[0] if kinds else "")
+    else:
+        reason = "given"
+    notes: list[str] = []
+    for what, count in skipped.items():
+        if count and what != "in_place":
+            notes.append(
+                {
+                    "step": f"{count} training-step record(s) ignored (not used by this fit)",
+                    "wrong": f"{count} collective record(s) with wrong results skipped",
+                    "single_rank": f"{count} single-rank collective record(s) skipped "
+                    "(the model's time is 0)",
+                }[what]
+            )
+
+    sizes = np.asarray([p["size"] for p in points])
+    skeys = [tuple(sorted(p["series"].items())) for p in points]
+    held = holdout_mask(skeys, sizes, holdout)
+    train = ~held
+    if not train.any():  # pragma: no cover - holdout < 1 and ends are kept
+        raise ValueError("no training point left after the holdout")
+    folds = inner_folds(skeys, sizes, train, INNER_FOLDS)
+    use_folds = len(candidates) > 1 and folds.any()
+
+    dt = jnp.result_type(float)
+    data, order = _build_data(points)
+    real = order >= 0
+    src_rows = np.where(real, order, 0)
+    pts_m = [points[i] for i in src_rows]  # points in model order (padding: copies)
+    train_m = train[src_rows] & real
+    folds_m = folds[:, src_rows] & real
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=3, desc="calibrate", unit="step", leave=False)
+    try:
+        results = _fit_candidates(
+            candidates,
+            network,
+            device,
+            data,
+            pts_m,
+            train_m,
+            folds_m if use_folds else None,
+            seed,
+            bar,
+        )
+        R = _choose_regimes(results)
+        res = results[R]
+        if bar is not None:
+            bar.set_postfix_str("covariance")
+        layout, sd, free = res["layout"], res["sd"], res["free"]
+        big = res["big"]
+        J, lp = _jacobian(jnp.asarray(res["theta_big"], dtype=dt), _Problem(data=data, layout=big))
+        idx = _embed_index(big, layout)
+        J, lp = np.asarray(J, np.float64)[:, idx], np.asarray(lp, np.float64)
+        if bar is not None:
+            bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    theta = res["theta"]
+    lt = np.asarray(data.logt, np.float64)
+    pred_m = np.exp(lp)
+    r_all = lp - lt
+    cov, s, p_eff = _laplace(J[train_m], r_all[train_m], sd, free)
+    params = layout.unflatten(jnp.asarray(theta, dtype=dt))
+    # From here on, real points only (no padding).
+    pts_m = [pts_m[i] for i in np.nonzero(real)[0]]
+    pred_m, lt, r_all, train_m = pred_m[real], lt[real], r_all[real], train_m[real]
+
+    held_m = ~train_m
+    report = series_report(pts_m, pred_m, held_m)
+    err = np.abs(pred_m / np.exp(lt) - 1.0)
+    tr_sum, ho_sum = error_summary(err[train_m]), error_summary(err[held_m])
+    heldout_p90 = ho_sum["p90"]
+    reliable = not (heldout_p90 > UNRELIABLE_P90)  # NaN (no held-out point) → True
+    warn = []
+    if not reliable:
+        bad = [
+            s_ for s_ in report if s_["heldout"]["points"] and s_["heldout"]["p90"] > UNRELIABLE_P90
+        ]
+        names = ", ".join(_series_name(s_) for s_ in bad[:6]) + (" …" if len(bad) > 6 else "")
+        warn.append(
+            f"held-out p90 error {100 * heldout_p90:.1f}% exceeds {100 * UNRELIABLE_P90:.0f}%: "
+            f"the profile is marked unreliable and the tuner will refuse it unless forced "
+            f"(worst series: {names or 'spread over all'})"
+        )
+    if not held_m.any():
+        notes.append("no point was held out: the accuracy of this profile is not validated")
+    if not res["converged"]:
+        notes.append(
+            f"the optimiser stopped after {res['iterations']} L-BFGS iterations with gradient "
+            f"norm {res['grad_norm']:.3g} (not fully converged); the fit may still be usable"
+        )
+    for w_ in warn:
+        warnings.warn(w_, CalibrationWarning, stacklevel=2)
+
+    collective_pts = [p for p in points if p["kind"] == "collective"]
+    compute_pts = [p for p in points if p["kind"] == "compute"]
+
+    def span(key, pts):
+        return [min(p[key] for p in pts), max(p[key] for p in pts)] if pts else []
+
+    measured = {
+        "message_bytes": [int(v) for v in span("size", collective_pts)],
+        "num_ranks": span("num_ranks", collective_pts),
+        "ranks_per_node": span("ranks_per_node", collective_pts),
+        "collectives": [
+            c for c in COLLECTIVE_NAMES if any(p["collective"] == c for p in collective_pts)
+        ],
+        "compute_ops": sorted({p["op"] for p in compute_pts}),
+        "flops": span("size", compute_pts),
+        "compute_ranks_per_node": span("ranks_per_node", compute_pts),
+    }
+    used_stats: dict = {}
+    for p in points:
+        used_stats[p["statistic"]] = used_stats.get(p["statistic"], 0) + 1
+    fit = {
+        "n_regimes": R,
+        "regime_selection": {
+            "candidates": list(candidates),
+            "method": (
+                f"mean absolute log error on {INNER_FOLDS} interleaved inner folds of the "
+                "training sizes (never the held-out points)"
+                if use_folds
+                else ("given" if len(candidates) == 1 else "too few sizes for inner folds: 1")
+            ),
+            "scores": {str(k): v["score"] for k, v in results.items()},
+        },
+        "statistic": statistic or ("p10" if backend == "cpu" else "median"),
+        "statistics_used": used_stats,
+        "in_place": in_place,
+        "objective": "huber(log t̂ − log t, δ) / δ² + Gaussian prior on unconstrained leaves",
+        "huber_delta": HUBER_DELTA,
+        "loss": res["loss"],
+        "iterations": res["iterations"],
+        "grad_norm": res["grad_norm"],
+        "converged": res["converged"],
+        "residual_scale": s,
+        "effective_parameters": p_eff,
+        "free_leaves": [layout.names[i] for i in np.nonzero(free)[0]],
+        "points": {
+            "train": int(train.sum()),
+            "heldout": int(held.sum()),
+            "collective": len(collective_pts),
+            "compute": len(compute_pts),
+            "skipped": skipped,
+        },
+        "dtype": str(jnp.dtype(dt)),
+    }
+    validation = {
+        "holdout": holdout,
+        "method": "a deterministic share of each series' interior sizes",
+        "train": tr_sum,
+        "heldout": ho_sum,
+        "series": report,
+        "worst": worst_points(pts_m, pred_m, held_m),
+        "heldout_log_residuals": [float(v) for v in r_all[held_m]],
+        "train_log_residuals": [float(v) for v in r_all[train_m]],
+    }
+    prior = {
+        "preset": f"{network}:{device}",
+        "network": network,
+        "device": device,
+        "reason": reason,
+        "sd": _prior_sd_table(layout),
+    }
+    prov = {
+        "inputs": [_file_entry(f) for f in files],
+        "records": len(records),
+        "backend": backend,
+        "device_kinds": kinds,
+        "versions": _package_versions(),
+        "created": _utc_now(),
+        "seed": seed,
+    }
+    return Profile(
+        params=params,
+        covariance=cov,
+        leaf_names=list(layout.names),
+        prior=prior,
+        fit=fit,
+        validation=validation,
+        measured_ranges=measured,
+        reliable=reliable,
+        heldout_p90=heldout_p90,
+        provenance=prov,
+        warnings=warn,
+        notes=notes,
+    )
+
+
+def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, seed, bar):
+    """Fit every candidate regime count, and score it on the inner folds.
+
+    All candidates share one compiled program: each is embedded in the layout
+    of the largest (its missing regimes switched off, see :data:`_OFF`), and
+    every (candidate, start) is one member of a vmapped batch.
+
+    Stage 1 fits each candidate on all training points from several starts
+    (segmented-line starts; one for a single regime) and keeps the best.
+    Stage 2 (when ``folds_m`` is given) refits each candidate on the training
+    points minus each inner fold, starting from its stage-1 optimum, and
+    scores it by the mean absolute log error on that fold — points the refit
+    did not see.
+
+    Returns:
+        {R: dict(layout, big, theta (R-layout), theta_big, sd, free (R-layout),
+        loss, iterations, grad_norm, converged, score)}.
+    """
+    dt = jnp.result_type(float)
+    big = _layout(max(candidates))
+    train_w = train_m.astype(float)
+    members = []  # (R, theta0, weights)
+    meta = {}
+    for R in candidates:
+        lay = _layout(R)
+        mu = np.asarray(lay.flatten(preset(network, device, n_regimes=R)), dtype=np.float64)
+        sd = lay.prior_sd()
+        mu_b, sd_b = _embed(big, lay, mu, _OFF), _embed(big, lay, sd, 1.0)
+        n_starts = 1 if R == 1 else _N_STARTS
+        inits = [
+            _embed(big, lay, th, _OFF)
+            for th in _initial_thetas(pts_m, train_w, lay, mu, n_starts, seed)
+        ]
+        free_b = _free_mask(big, data, (mu_b, inits[0]), train_m)
+        free_b &= _embed(big, lay, np.ones(lay.size), 0.0) > 0
+        meta[R] = {"lay": lay, "mu": mu, "sd": sd, "mu_b": mu_b, "prec_b": 1 / sd_b**2}
+        meta[R]["free_b"] = free_b
+        meta[R]["rows"] = list(range(len(members), len(members) + n_starts))
+        members += [(R, th, train_w) for th in inits]
+    n_folds = 0 if folds_m is None else len(folds_m)
+    size = max(len(members), len(candidates) * n_folds)
+    prob = _Problem(data=data, layout=big)
+
+    def run(batch, adam_steps, max_iter):
+        batch = batch + [batch[-1]] * (size - len(batch))  # one compiled shape
+        m = [meta[R] for R, _, _ in batch]
+        out = _fit_batch(
+            jnp.asarray(np.stack([th for _, th, _ in batch]), dtype=dt),
+            jnp.asarray(np.stack([w for _, _, w in batch]), dtype=dt),
+            jnp.asarray(np.stack([x["mu_b"] for x in m]), dtype=dt),
+            jnp.asarray(np.stack([x["prec_b"] for x in m]), dtype=dt),
+            jnp.asarray(np.stack([x["free_b"] for x in m])),
+            jnp.asarray(adam_steps),
+            jnp.asarray(max_iter),
+            prob,
+        )
+        th, loss, iters, gnorm, lp = (np.asarray(x) for x in out)
+        loss = np.where(np.isfinite(loss), loss.astype(np.float64), np.inf)
+        return th.astype(np.float64), loss, iters, gnorm.astype(np.float64), lp.astype(np.float64)
+
+    if bar is not None:
+        bar.set_postfix_str(f"fitting {len(members)} start(s)")
+    th, loss, iters, gnorm, _ = run(members, _ADAM_STEPS, _LBFGS_MAX_ITER)
+    if bar is not None:
+        bar.update(1)
+    best = {R: min(meta[R]["rows"], key=lambda i: loss[i]) for R in candidates}
+    scores = {R: math.nan for R in candidates}
+    fold_err: dict = {}
+    if n_folds:
+        if bar is not None:
+            bar.set_postfix_str("inner folds")
+        batch = [
+            (R, th[best[R]], (train_m & ~fm).astype(float)) for R in candidates for fm in folds_m
+        ]
+        _, _, _, _, lp = run(batch, 0, _FOLD_MAX_ITER)
+        lt = np.asarray(data.logt, np.float64)
+        for j, R in enumerate(candidates):
+            e = np.concatenate(
+                [np.abs(lp[j * n_folds + k][fm] - lt[fm]) for k, fm in enumerate(folds_m)]
+            )
+            fold_err[R] = np.nan_to_num(e, nan=1.0)
+            scores[R] = _score(fold_err[R])
+    if bar is not None:
+        bar.update(1)
+    tol = _GTOL * math.sqrt(1.0 + float(train_m.sum()))
+    out = {}
+    for R in candidates:
+        b0, lay = best[R], meta[R]["lay"]
+        idx = _embed_index(big, lay)
+        out[R] = {
+            "layout": lay,
+            "big": big,
+            "theta": th[b0][idx],
+            "theta_big": th[b0],
+            "mu": meta[R]["mu"],
+            "sd": meta[R]["sd"],
+            "free": meta[R]["free_b"][idx],
+            "loss": float(loss[b0]),
+            "iterations": int(iters[b0]),
+            "grad_norm": float(gnorm[b0]),
+            "converged": bool(gnorm[b0] < tol),
+            "score": scores[R],
+            "fold_errors": fold_err.get(R),
+        }
+    return out
+
+
+def _series_name(s: dict) -> str:
+    what = s.get("collective") or s.get("op")
+    return f"{what} n={s['num_ranks']} g={s['ranks_per_node']}"
+
+
+def _score(abs_log_err) -> float:
+    """Inner-fold score of a regime count: mean absolute log error, each point capped at 1."""
+    return float(np.mean(np.minimum(abs_log_err, 1.0)))
+
+
+def _choose_regimes(results: dict) -> int:
+    """The regime count with the lowest inner-fold score (exact ties: the fewest).
+
+    No extra parsimony margin: the prior already shrinks unused regimes, and
+    on the public nccl-tests tables a margin only ever traded accuracy away.
+    """
+    scored = {R: r["score"] for R, r in results.items() if math.isfinite(r["score"])}
+    if not scored:
+        return min(results)
+    best = min(scored.values())
+    return min(R for R, v in scored.items() if v <= best * (1.0 + 1e-9))
+
+
+def _free_mask(layout, data, thetas, train_m) -> np.ndarray:
+    """Elements of θ some training prediction depends on, at any of ``thetas``.
+
+    An element whose largest elasticity |∂ log t̂ᵢ / ∂θⱼ| over the training
+    points is below 10⁻⁶ (inter-node terms of one-node data, regimes of
+    collectives never measured, compute terms without compute records) is
+    held at the prior.
+    """
+    dt = jnp.result_type(float)
+    prob = _Problem(data=data, layout=layout)
+    sens = np.zeros(layout.size)
+    for th in thetas:
+        J = np.asarray(_jacobian(jnp.asarray(th, dtype=dt), prob)[0], np.float64)[train_m]
+        sens = np.maximum(sens, np.nan_to_num(np.abs(J)).max(axis=0, initial=0.0))
+    return sens > _FREEZE_SENSITIVITY
+
+
+def _prior_sd_table(layout: ParamLayout) -> dict:
+    sd = layout.prior_sd()
+    return {f: float(sd[layout.slices[f]][0]) for f in layout.fields}
+
+
+def _file_entry(path: Path) -> dict:
+    import hashlib
+
+    h = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"path": str(path), "sha256": h}
+
+
+def _utc_now() -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,215 @@
+"""The flat view of :class:`costmodel.ClusterParams` that calibration works on.
+
+Calibration optimises, differentiates and propagates uncertainty with respect
+to one vector θ: every unconstrained leaf of a ``ClusterParams`` (log of a
+scale, logit of a fraction), raveled in field order and C order. This module
+names every element of θ, maps θ ↔ ``ClusterParams``, defines the Gaussian
+prior on θ around a preset, and lists the physical quantities a user reads
+(``alpha_s[intra]``, ``regime_beta_s_per_byte[all_reduce,intra,1]``, …) as
+linear functions of θ followed by ``exp`` (or the logistic function), so that a
+covariance of θ gives each quantity's interval exactly (log-normal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from costmodel import COLLECTIVE_NAMES, LEVELS, PARAMETER_UNITS, ClusterParams
+
+__all__ = ["ParamLayout", "Quantity", "PRIOR_SD"]
+
+#: Prior standard deviation (natural-log units, i.e. of the unconstrained leaf)
+#: per leaf, around the prior preset. A datasheet link bandwidth is rarely off
+#: by more than ×3, a latency or overhead by ×4; a regime factor of a
+#: one-regime model (a collective's deviation from the shared link line) by
+#: ×1.5; the factors of a several-regime envelope are free (×10).
+PRIOR_SD = {
+    "log_alpha": math.log(4.0),
+    "log_beta": math.log(3.0),
+    "log_node_beta": math.log(4.0),
+    "log_gamma": math.log(4.0),
+    "regime_log_alpha": (math.log(1.5), math.log(10.0)),  # (one regime, several)
+    "regime_log_beta": (math.log(1.5), math.log(10.0)),
+    "log_sharpness": 1.0,
+    "log_call_overhead": math.log(4.0),
+    "log_fanin": 1.5,
+    "log_all_to_all": 1.5,
+    "log_node_slots": math.log(2.0),
+    "log_flops": math.log(4.0),
+    "log_step_overhead": math.log(4.0),
+    "log_update": math.log(4.0),
+    "logit_interference": 1.5,
+    "log_memory": 0.1,
+}
+_DEFAULT_SD = math.log(4.0)
+
+# Physical name and index labels of each leaf (to_dict's key for the quantity).
+_PHYSICAL = {
+    "log_alpha": "alpha_s",
+    "log_beta": "beta_s_per_byte",
+    "log_node_beta": "node_beta_s_per_byte",
+    "log_gamma": "gamma_s_per_byte",
+    "log_sharpness": "regime_sharpness",
+    "log_call_overhead": "call_overhead_s",
+    "log_fanin": "fanin_exponent",
+    "log_all_to_all": "all_to_all_exponent",
+    "log_node_slots": "node_compute_slots",
+    "log_flops": "flops_per_s",
+    "log_step_overhead": "step_overhead_s",
+    "log_update": "update_s_per_byte",
+    "logit_interference": "overlap_interference",
+    "log_memory": "memory_bytes",
+}
+
+
+class Quantity(NamedTuple):
+    """A physical quantity as a function of θ: ``transform(coef · θ)``.
+
+    Attributes:
+        name: e.g. ``"alpha_s[intra]"`` or ``"regime_beta_s_per_byte[all_reduce,intra,0]"``.
+        unit: SI unit.
+        coef: (P,) coefficients on θ.
+        transform: ``"exp"`` or ``"logistic"``.
+    """
+
+    name: str
+    unit: str
+    coef: np.ndarray
+    transform: str
+
+
+def _leaf_fields() -> tuple[str, ...]:
+    return tuple(
+        f.name for f in dataclasses.fields(ClusterParams) if not f.metadata.get("static", False)
+    )
+
+
+def _labels(field: str, shape: tuple[int, ...]) -> list[str]:
+    if not shape:
+        return [""]
+    axes: list[list[str]] = []
+    if field in ("regime_log_alpha", "regime_log_beta"):
+        axes = [list(COLLECTIVE_NAMES), list(LEVELS), [str(r) for r in range(shape[2])]]
+    elif field == "log_sharpness":
+        axes = [list(COLLECTIVE_NAMES)]
+    elif shape == (len(LEVELS),):
+        axes = [list(LEVELS)]
+    else:
+        axes = [[str(i) for i in range(s)] for s in shape]
+    out = [""]
+    for ax in axes:
+        out = [f"{a},{b}" if a else b for a in out for b in ax]
+    return [f"[{o}]" for o in out]
+
+
+class ParamLayout:
+    """θ ↔ :class:`costmodel.ClusterParams` for a given number of regimes.
+
+    Args:
+        n_regimes: R ≥ 1, the static regime count of the parameters.
+
+    Attributes:
+        fields: leaf field names in order.
+        shapes: each leaf's shape.
+        names: (P,) element names, e.g. ``"log_beta[inter]"``.
+        size: P.
+
+    Example:
+        >>> lay = ParamLayout(1)
+        >>> p = ClusterParams.create()
+        >>> th = lay.flatten(p)
+        >>> th.shape == (lay.size,) and lay.names[0]
+        'log_alpha[intra]'
+        >>> float(lay.unflatten(th).alpha_s[1]) == float(p.alpha_s[1])
+        True
+    """
+
+    def __init__(self, n_regimes: int):
+        if not isinstance(n_regimes, int) or n_regimes < 1:
+            raise ValueError(f"n_regimes must be an integer ≥ 1, got {n_regimes!r}")
+        self.n_regimes = n_regimes
+        template = ClusterParams.create(n_regimes=n_regimes)
+        self.fields = _leaf_fields()
+        self.shapes = {f: tuple(np.shape(getattr(template, f))) for f in self.fields}
+        self.slices: dict[str, slice] = {}
+        names: list[str] = []
+        start = 0
+        for f in self.fields:
+            size = int(np.prod(self.shapes[f], dtype=int))
+            self.slices[f] = slice(start, start + size)
+            names += [f + lab for lab in _labels(f, self.shapes[f])]
+            start += size
+        self.names = names
+        self.size = start
+
+    # ---- θ <-> params ----------------------------------------------------------
+    def flatten(self, params: ClusterParams):
+        """θ of ``params`` (a jax array, (P,)); raises ValueError on a regime mismatch."""
+        if params.n_regimes != self.n_regimes:
+            raise ValueError(
+                f"parameters have {params.n_regimes} regimes; this layout has {self.n_regimes}"
+            )
+        return jnp.concatenate([jnp.ravel(getattr(params, f)) for f in self.fields])
+
+    def unflatten(self, theta) -> ClusterParams:
+        """``ClusterParams`` whose leaves are the slices of θ (traceable)."""
+        leaves = {f: jnp.reshape(theta[self.slices[f]], self.shapes[f]) for f in self.fields}
+        return ClusterParams(**leaves, n_regimes=self.n_regimes)
+
+    # ---- prior -----------------------------------------------------------------
+    def prior_sd(self) -> np.ndarray:
+        """(P,) prior standard deviations of θ (see :data:`PRIOR_SD`)."""
+        out = np.empty(self.size)
+        for f in self.fields:
+            sd = PRIOR_SD.get(f, _DEFAULT_SD)
+            if isinstance(sd, tuple):
+                sd = sd[0] if self.n_regimes == 1 else sd[1]
+            out[self.slices[f]] = sd
+        return out
+
+    # ---- physical quantities ---------------------------------------------------
+    def quantities(self) -> list[Quantity]:
+        """Every physical parameter as a function of θ, in :meth:`ClusterParams.to_dict` order.
+
+        Regime α and β are the products (base × factor) a collective actually
+        uses — what data identify — not the factors alone.
+        """
+        out: list[Quantity] = []
+        for f in self.fields:
+            if f in ("regime_log_alpha", "regime_log_beta"):
+                continue
+            phys = _PHYSICAL.get(f, f)
+            unit = PARAMETER_UNITS.get(phys, "1")
+            sl = self.slices[f]
+            for i, lab in enumerate(_labels(f, self.shapes[f])):
+                coef = np.zeros(self.size)
+                coef[sl.start + i] = 1.0
+                transform = "logistic" if f.startswith("logit_") else "exp"
+                out.append(Quantity(phys + lab, unit, coef, transform))
+        R = self.n_regimes
+        for f, base, phys, unit in (
+            ("regime_log_alpha", "log_alpha", "regime_alpha_s", "s"),
+            ("regime_log_beta", "log_beta", "regime_beta_s_per_byte", "s/byte"),
+        ):
+            sl, bl = self.slices[f], self.slices[base]
+            for c, cname in enumerate(COLLECTIVE_NAMES):
+                for lev, lname in enumerate(LEVELS):
+                    for r in range(R):
+                        coef = np.zeros(self.size)
+                        coef[sl.start + (c * len(LEVELS) + lev) * R + r] = 1.0
+                        coef[bl.start + lev] = 1.0
+                        out.append(Quantity(f"{phys}[{cname},{lname},{r}]", unit, coef, "exp"))
+        return out
+
+
+def apply_transform(transform: str, x):
+    """``exp`` or the logistic function, elementwise (numpy)."""
+    x = np.asarray(x, dtype=np.float64)
+    if transform == "exp":
+        return np.exp(x)
+    return 1.0 / (1.0 + np.exp(-x))

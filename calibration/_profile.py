@@ -1,0 +1,509 @@
+"""The calibration profile: fitted parameters with their uncertainty, as one JSON file.
+
+A :class:`Profile` is what :func:`calibration.calibrate` returns and what the
+tuner reads: the fitted :class:`costmodel.ClusterParams`, the covariance of
+their unconstrained leaves, fit and held-out statistics, the ranges that were
+measured (so the tuner can flag extrapolation), the prior, and provenance.
+:meth:`Profile.interval` turns all of it into a prediction interval for any
+function of the parameters.
+
+File format (JSON, ``"schema": 1``, ``"kind": "ddltune-profile"``):
+
+* ``params``: :meth:`costmodel.ClusterParams.to_dict` (SI units);
+* ``covariance``: ``{"leaves": [names of θ's elements], "matrix": P × P}`` —
+  covariance of the unconstrained leaves (log / logit), in that order;
+* ``identified`` (parameter name → bool) and ``parameters`` (the table of
+  :meth:`Profile.parameter_table`): for people; recomputed on load;
+* ``reliable`` (bool), ``heldout_p90`` (fraction or null);
+* ``measured_ranges``: ``message_bytes``, ``num_ranks``, ``ranks_per_node``
+  ([min, max] or []), ``collectives`` (list), plus compute ranges;
+* ``prior``: the preset (``"NETWORK[,INTRA]:DEVICE"``), why it was chosen,
+  and the prior standard deviation per leaf;
+* ``fit``, ``validation``: statistics (see :func:`calibration.calibrate`);
+* ``warnings``, ``notes``; ``provenance``: input files with sha256, library
+  versions, creation time.
+
+Written atomically (temporary file + rename); never pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from costmodel import ClusterParams, InputFileError, preset
+
+from ._layout import ParamLayout, apply_transform
+from ._records import atomic_write_text
+
+__all__ = ["Profile", "PROFILE_SCHEMA_VERSION", "PROFILE_KIND"]
+
+PROFILE_SCHEMA_VERSION = 1
+PROFILE_KIND = "ddltune-profile"
+_REQUIRED = ("params", "covariance", "reliable", "measured_ranges", "prior", "provenance")
+_RANGE_KEYS = ("message_bytes", "num_ranks", "ranks_per_node")
+#: A parameter is *identified* when the data shrank its posterior standard
+#: deviation (in log units) below this and to under half its prior's.
+IDENTIFIED_SD = 0.1
+
+
+def _z(level: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(0.5 + 0.5 * level))
+
+
+def _check_level(level) -> float:
+    try:
+        v = float(level)
+    except (TypeError, ValueError):
+        raise ValueError(f"level must be a probability in (0, 1), got {level!r}") from None
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"level must be a probability in (0, 1), got {level!r}")
+    return v
+
+
+def _package_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for mod in ("ddltune", "jax", "jaxlib", "optax", "equinox", "numpy", "scipy"):
+        try:
+            out[mod] = version(mod)
+        except PackageNotFoundError:  # pragma: no cover
+            pass
+    return out
+
+
+def _jsonable(obj):
+    """NaN/inf → None, numpy → Python, recursively."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+class Profile:
+    """A calibrated (or preset) cluster profile.
+
+    Build one with :func:`calibration.calibrate`, :meth:`load` or
+    :meth:`from_preset`. Attributes are read-only by convention.
+
+    Attributes:
+        params: the fitted :class:`costmodel.ClusterParams`.
+        covariance: (P, P) numpy array, covariance of the unconstrained leaves
+            θ (log / logit units), in the order of :attr:`leaf_names`.
+        leaf_names: (P,) names of θ's elements.
+        reliable: False when the held-out p90 error exceeded 15%.
+        heldout_p90: held-out p90 absolute percentage error as a fraction;
+            NaN when nothing was held out (or for a preset).
+        measured_ranges: ``message_bytes``, ``num_ranks``, ``ranks_per_node``
+            as [min, max] (empty for a preset), ``collectives`` measured.
+        identified: parameter name → whether the data pinned it down.
+        prior, fit, validation, provenance: dicts, see the module docstring.
+        warnings, notes: lists of strings.
+
+    Example:
+        >>> from costmodel import collective_time
+        >>> prof = Profile.from_preset("ethernet-10g", "v100")
+        >>> lo, hi = prof.interval(lambda p: collective_time(p, "all_reduce", 2.0**24, 8, 1))
+        >>> t = float(collective_time(prof.params, "all_reduce", 2.0**24, 8, 1))
+        >>> bool(lo < t < hi), prof.reliable
+        (True, True)
+    """
+
+    def __init__(
+        self,
+        *,
+        params: ClusterParams,
+        covariance,
+        leaf_names,
+        prior: dict,
+        fit: dict | None = None,
+        validation: dict | None = None,
+        measured_ranges: dict | None = None,
+        reliable: bool = True,
+        heldout_p90: float = math.nan,
+        provenance: dict | None = None,
+        warnings=(),
+        notes=(),
+    ):
+        self.params = params
+        self._layout = ParamLayout(params.n_regimes)
+        cov = np.asarray(covariance, dtype=np.float64)
+        if cov.shape != (self._layout.size, self._layout.size):
+            raise ValueError(
+                f"covariance must be {self._layout.size}×{self._layout.size} for "
+                f"{params.n_regimes} regime(s), got shape {cov.shape}"
+            )
+        if list(leaf_names) != self._layout.names:
+            raise ValueError("covariance leaf names do not match this ddltune's parameter layout")
+        self.covariance = 0.5 * (cov + cov.T)
+        self.leaf_names = list(leaf_names)
+        self.prior = dict(prior)
+        self.fit = dict(fit or {})
+        self.validation = dict(validation or {})
+        self.measured_ranges = dict(
+            measured_ranges
+            or {"message_bytes": [], "num_ranks": [], "ranks_per_node": [], "collectives": []}
+        )
+        self.reliable = bool(reliable)
+        self.heldout_p90 = float(heldout_p90) if heldout_p90 is not None else math.nan
+        self.provenance = dict(provenance or {})
+        self.warnings = list(warnings)
+        self.notes = list(notes)
+        self._prior_sd = self._prior_sd_vector()
+        self._identified = None
+
+    # ---- construction ----------------------------------------------------------
+    @classmethod
+    def from_preset(cls, network: str, device: str, *, n_regimes: int = 1) -> Profile:
+        """A profile from datasheet presets, with the prior as its only uncertainty.
+
+        ``reliable`` is True (nothing was measured to contradict it),
+        ``heldout_p90`` NaN and ``measured_ranges`` empty: every prediction is
+        an extrapolation, and intervals are the prior's (wide).
+
+        Args:
+            network, device, n_regimes: see :func:`costmodel.preset`.
+
+        Raises:
+            ValueError: on an unknown preset name (listing the valid ones).
+        """
+        from ._fit import _prior_sd_table
+
+        params = preset(network, device, n_regimes=n_regimes)
+        layout = ParamLayout(n_regimes)
+        sd = layout.prior_sd()
+        return cls(
+            params=params,
+            covariance=np.diag(sd**2),
+            leaf_names=layout.names,
+            prior={
+                "preset": f"{network}:{device}",
+                "network": network,
+                "device": device,
+                "reason": "preset profile (nothing measured)",
+                "sd": _prior_sd_table(layout),
+            },
+            provenance={"inputs": [], "versions": _package_versions(), "created": _now()},
+        )
+
+    # ---- derived ---------------------------------------------------------------
+    def _prior_sd_vector(self) -> np.ndarray:
+        sd = self._layout.prior_sd()
+        table = self.prior.get("sd") or {}
+        for f, v in table.items():
+            if f in self._layout.slices and isinstance(v, int | float) and v > 0:
+                sd[self._layout.slices[f]] = float(v)
+        return sd
+
+    @property
+    def theta(self):
+        """θ, the unconstrained leaves of :attr:`params` as one (P,) array."""
+        return self._layout.flatten(self.params)
+
+    @property
+    def identified(self) -> dict:
+        """Parameter name → True when the data pinned it down.
+
+        A parameter is identified when its posterior standard deviation (log
+        units) is below 0.1 and below half its prior's; parameters held at the
+        prior (nothing measured depends on them) never are.
+        """
+        if self._identified is None:
+            self._identified = {row["name"]: row["identified"] for row in self.parameter_table()}
+        return dict(self._identified)
+
+    def parameter_table(self, level: float = 0.9) -> list[dict]:
+        """Every physical parameter with its ``level`` interval.
+
+        Returns:
+            A list of dicts: ``name`` (e.g. ``alpha_s[intra]``,
+            ``regime_beta_s_per_byte[all_reduce,intra,0]`` — α and β of a
+            regime are base × factor, what a collective uses), ``value``,
+            ``unit``, ``low``, ``high`` (the central ``level`` interval of the
+            log-normal posterior), ``identified``.
+
+        Raises:
+            ValueError: if ``level`` is not in (0, 1).
+        """
+        level = _check_level(level)
+        z = _z(level)
+        th = np.asarray(self.theta, dtype=np.float64)
+        out = []
+        for q in self._layout.quantities():
+            m = float(q.coef @ th)
+            var = float(q.coef @ self.covariance @ q.coef)
+            var0 = float(q.coef**2 @ self._prior_sd**2)
+            sd = math.sqrt(max(var, 0.0))
+            lo, hi = apply_transform(q.transform, [m - z * sd, m + z * sd])
+            out.append(
+                {
+                    "name": q.name,
+                    "value": float(apply_transform(q.transform, m)),
+                    "unit": q.unit,
+                    "low": float(lo),
+                    "high": float(hi),
+                    "identified": bool(sd < IDENTIFIED_SD and sd < 0.5 * math.sqrt(var0)),
+                }
+            )
+        return out
+
+    def residual_sd(self, level: float = 0.9) -> float:
+        """Log-space spread of prediction errors the parameters do not explain.
+
+        The ``level`` quantile of the held-out |log(t̂/t)| divided by the normal
+        quantile z, so that with no parameter uncertainty a ``level`` interval
+        covers a ``level`` share of the held-out points; from the training
+        residuals (inflated for the fitted parameters) when nothing was held
+        out; 0 for a preset.
+        """
+        level = _check_level(level)
+        r = np.asarray(self.validation.get("heldout_log_residuals") or [], dtype=np.float64)
+        scale = 1.0
+        if r.size == 0:
+            r = np.asarray(self.validation.get("train_log_residuals") or [], dtype=np.float64)
+            p = float(self.fit.get("effective_parameters") or 0.0)
+            if r.size:
+                scale = math.sqrt(r.size / max(r.size - p, 1.0))
+        r = r[np.isfinite(r)]
+        if r.size == 0:
+            return 0.0
+        return float(np.quantile(np.abs(r), level)) * scale / _z(level)
+
+    def interval(self, fn, level: float = 0.9):
+        """A ``level`` prediction interval of ``fn(params)``.
+
+        Combines the parameter covariance (delta method: the Jacobian of
+        log fn with respect to θ, from forward-mode products with a square
+        root of the covariance) with the held-out residual spread
+        (:meth:`residual_sd`), in log space, and assumes a log-normal error:
+
+            log t ± z · sqrt(J Σ Jᵀ + s_res²),   z = Φ⁻¹(½ + level/2)
+
+        Args:
+            fn: a JAX-traceable function ``ClusterParams → times`` (an array
+                of seconds, any shape, > 0 where it matters; outputs ≤ 0, e.g.
+                a one-rank collective, get a zero-width interval).
+            level: coverage probability in (0, 1).
+
+        Returns:
+            ``(low, high)``, jax arrays of ``fn``'s output shape and dtype.
+
+        Raises:
+            ValueError: if ``level`` is not in (0, 1).
+
+        References:
+            Seber & Wild, *Nonlinear Regression*, 1989, §5.1 (delta method).
+        """
+        level = _check_level(level)
+        z = _z(level)
+        theta = self.theta
+        layout = self._layout
+
+        def g(th):
+            return jnp.asarray(fn(layout.unflatten(th)))
+
+        y = g(theta)
+        w, V = np.linalg.eigh(self.covariance)
+        keep = w > w.max() * 1e-12 if w.size and w.max() > 0 else np.zeros_like(w, bool)
+        root = V[:, keep] * np.sqrt(w[keep])  # Σ = root rootᵀ
+        if root.shape[1]:
+            tangents = jnp.asarray(root.T, dtype=theta.dtype)
+            jl = jax.vmap(lambda v: jax.jvp(g, (theta,), (v,))[1])(tangents)  # (k, *out)
+            var = jnp.sum(jl.astype(y.dtype) ** 2, axis=0)
+        else:
+            var = jnp.zeros_like(y)
+        pos = (y > 0) & jnp.isfinite(y)
+        safe = jnp.where(pos, y, 1.0)
+        s_res = self.residual_sd(level)
+        sd = jnp.sqrt(var / safe**2 + s_res**2)
+        low = jnp.where(pos, safe * jnp.exp(-z * sd), y)
+        high = jnp.where(pos, safe * jnp.exp(z * sd), y)
+        return low.astype(y.dtype), high.astype(y.dtype)
+
+    # ---- (de)serialisation ------------------------------------------------------
+    def to_dict(self) -> dict:
+        """The profile as a JSON-ready dict (schema v1, see the module docstring)."""
+        table = self.parameter_table()
+        return _jsonable(
+            {
+                "schema": PROFILE_SCHEMA_VERSION,
+                "kind": PROFILE_KIND,
+                "reliable": self.reliable,
+                "heldout_p90": self.heldout_p90,
+                "warnings": self.warnings,
+                "notes": self.notes,
+                "params": self.params.to_dict(),
+                "covariance": {"leaves": self.leaf_names, "matrix": self.covariance},
+                "identified": {row["name"]: row["identified"] for row in table},
+                "parameters": table,
+                "measured_ranges": self.measured_ranges,
+                "prior": self.prior,
+                "fit": self.fit,
+                "validation": self.validation,
+                "provenance": self.provenance,
+            }
+        )
+
+    def to_json(self) -> str:
+        """The profile file's text (covariance rows one per line)."""
+        doc = self.to_dict()
+        matrix = doc["covariance"].pop("matrix")
+        doc["covariance"]["matrix"] = "@@MATRIX@@"
+        text = json.dumps(doc, indent=1, allow_nan=False)
+        rows = ",\n   ".join(
+            "[" + ", ".join(repr(float(f"{v:.12g}")) for v in row) + "]" for row in matrix
+        )
+        return text.replace('"@@MATRIX@@"', "[\n   " + rows + "\n  ]") + "\n"
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
+        """Write the profile atomically (temporary file + rename).
+
+        Raises:
+            FileExistsError: if ``path`` exists and ``overwrite`` is false.
+        """
+        return atomic_write_text(path, self.to_json(), overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Profile:
+        """Read and validate a profile file.
+
+        Raises:
+            FileNotFoundError: if the file does not exist.
+            InputFileError: naming the file (and the line for JSON syntax
+                errors) when it is not JSON, not a ddltune profile, of an
+                unknown schema version, lacks a key or holds invalid values.
+        """
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        try:
+            doc = json.loads(text, parse_constant=_reject_constant)
+        except json.JSONDecodeError as e:
+            raise InputFileError(str(path), e.lineno, f"not valid JSON: {e.msg}") from None
+        except ValueError as e:
+            raise InputFileError(str(path), None, str(e)) from None
+        try:
+            return cls.from_dict(doc)
+        except ValueError as e:
+            raise InputFileError(str(path), None, str(e)) from None
+
+    @classmethod
+    def from_dict(cls, doc) -> Profile:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: naming what is missing or invalid.
+        """
+        if not isinstance(doc, dict):
+            raise ValueError(
+                f"expected a JSON object (a ddltune profile), got {type(doc).__name__}"
+            )
+        if doc.get("kind") != PROFILE_KIND and "schema" not in doc:
+            raise ValueError("not a ddltune profile (no 'schema' and 'kind' keys)")
+        if doc.get("schema") != PROFILE_SCHEMA_VERSION:
+            raise ValueError(
+                f"unknown profile schema version {doc.get('schema')!r}; this ddltune reads "
+                f"schema {PROFILE_SCHEMA_VERSION} (re-run 'ddltune calibrate' to rebuild it)"
+            )
+        if doc.get("kind") != PROFILE_KIND:
+            raise ValueError(f"not a ddltune profile: 'kind' is {doc.get('kind')!r}")
+        missing = [k for k in _REQUIRED if k not in doc]
+        if missing:
+            raise ValueError(f"missing key(s) {', '.join(missing)}")
+        try:
+            params = ClusterParams.from_dict(doc["params"])
+        except ValueError as e:
+            raise ValueError(f"'params': {e}") from None
+        cov = doc["covariance"]
+        if not isinstance(cov, dict) or "leaves" not in cov or "matrix" not in cov:
+            raise ValueError("'covariance' must be an object with 'leaves' and 'matrix'")
+        layout = ParamLayout(params.n_regimes)
+        if list(cov["leaves"]) != layout.names:
+            raise ValueError(
+                f"'covariance.leaves' do not match the parameters ({len(cov['leaves'])} names, "
+                f"expected {layout.size} for {params.n_regimes} regime(s))"
+            )
+        try:
+            m = np.asarray(cov["matrix"], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError("'covariance.matrix' must be a square array of numbers") from None
+        if m.shape != (layout.size, layout.size):
+            raise ValueError(
+                f"'covariance.matrix' must be {layout.size}×{layout.size}, got shape {m.shape}"
+            )
+        if not np.all(np.isfinite(m)):
+            raise ValueError("'covariance.matrix' holds non-finite values")
+        if np.any(np.diag(m) < 0) or not np.allclose(m, m.T, rtol=1e-6, atol=1e-12):
+            raise ValueError(
+                "'covariance.matrix' is not a covariance (asymmetric or negative variance)"
+            )
+        if not isinstance(doc["reliable"], bool):
+            raise ValueError(f"'reliable' must be true or false, got {doc['reliable']!r}")
+        hp = doc.get("heldout_p90")
+        if hp is not None and not (isinstance(hp, int | float) and hp >= 0):
+            raise ValueError(f"'heldout_p90' must be a fraction ≥ 0 or null, got {hp!r}")
+        mr = doc["measured_ranges"]
+        if not isinstance(mr, dict):
+            raise ValueError("'measured_ranges' must be an object")
+        for k in _RANGE_KEYS:
+            v = mr.get(k)
+            if (
+                not isinstance(v, list)
+                or len(v) not in (0, 2)
+                or not all(isinstance(x, int | float) and x >= 0 for x in v)
+            ):
+                raise ValueError(f"'measured_ranges.{k}' must be [min, max] or [], got {v!r}")
+            if len(v) == 2 and v[0] > v[1]:
+                raise ValueError(f"'measured_ranges.{k}' has min > max: {v!r}")
+        if not isinstance(mr.get("collectives"), list):
+            raise ValueError("'measured_ranges.collectives' must be a list")
+        for k in ("prior", "provenance"):
+            if not isinstance(doc[k], dict):
+                raise ValueError(f"'{k}' must be an object")
+        return cls(
+            params=params,
+            covariance=m,
+            leaf_names=cov["leaves"],
+            prior=doc["prior"],
+            fit=doc.get("fit") or {},
+            validation=doc.get("validation") or {},
+            measured_ranges=mr,
+            reliable=doc["reliable"],
+            heldout_p90=math.nan if hp is None else float(hp),
+            provenance=doc["provenance"],
+            warnings=doc.get("warnings") or [],
+            notes=doc.get("notes") or [],
+        )
+
+    def __repr__(self) -> str:
+        hp = "n/a" if math.isnan(self.heldout_p90) else f"{100 * self.heldout_p90:.1f}%"
+        return (
+            f"Profile(prior={self.prior.get('preset')!r}, n_regimes={self.params.n_regimes}, "
+            f"reliable={self.reliable}, heldout_p90={hp})"
+        )
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a valid number in a profile")
+
+
+def _now() -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,208 @@
+"""Held-out validation of a calibration: deterministic splits and error statistics.
+
+The splits are by *size within a series*: a series is one measured curve — a
+collective at one (num_ranks, ranks_per_node), or a compute op at one number
+of concurrent processes — and its points are ordered by message size (or
+FLOPs). Holding out whole sizes, spread evenly over the interior of the curve,
+measures what the profile will be used for: predicting sizes that were not
+measured, between the measured extremes (extrapolation is flagged separately,
+from the profile's measured ranges).
+
+Errors are reported as absolute percentage errors |t̂/t − 1| (fractions here,
+percent in the CLI), the way nccl-tests users compare timings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "holdout_mask",
+    "inner_folds",
+    "error_summary",
+    "series_report",
+    "worst_points",
+    "UNRELIABLE_P90",
+]
+
+#: Held-out p90 absolute percentage error (fraction) above which a profile is
+#: marked ``reliable: false`` and the tuner refuses it unless forced.
+UNRELIABLE_P90 = 0.15
+
+
+def _interior_pick(m: int, k: int) -> list[int]:
+    """k indices spread evenly over 1 … m−2 (never the smallest or largest size)."""
+    k = max(0, min(k, m - 2))
+    if k == 0:
+        return []
+    inner = m - 2
+    return sorted({1 + min(inner - 1, int((j + 0.5) * inner / k)) for j in range(k)})
+
+
+def _by_series(series: Sequence, sizes: np.ndarray, select: np.ndarray | None = None):
+    groups: dict = defaultdict(list)
+    for i, key in enumerate(series):
+        if select is None or select[i]:
+            groups[key].append(i)
+    for key, idx in groups.items():
+        uniq = np.unique(sizes[idx])
+        yield key, np.asarray(idx), uniq
+
+
+def holdout_mask(series: Sequence, sizes, fraction: float) -> np.ndarray:
+    """Which points to hold out: a deterministic ``fraction`` of each series' sizes.
+
+    Per series, the distinct sizes are sorted and ``round(fraction × m)`` of
+    them, spread evenly over the interior (never the smallest or the largest),
+    are held out — every point measured at a held-out size. A series with
+    fewer than 4 distinct sizes holds out nothing.
+
+    Args:
+        series: (N,) hashable series keys.
+        sizes: (N,) sizes (bytes or FLOPs), > 0.
+        fraction: in [0, 1).
+
+    Returns:
+        (N,) bool, True = held out.
+
+    Raises:
+        ValueError: if ``fraction`` is not in [0, 1).
+
+    Example:
+        >>> holdout_mask(["a"] * 8, [1, 2, 4, 8, 16, 32, 64, 128], 0.25).nonzero()[0].tolist()
+        [2, 5]
+    """
+    f = float(fraction)
+    if not (0.0 <= f < 1.0) or math.isnan(f):
+        raise ValueError(f"holdout must be a fraction in [0, 1), got {fraction!r}")
+    sizes = np.asarray(sizes, dtype=np.float64)
+    out = np.zeros(len(series), dtype=bool)
+    if f == 0.0:
+        return out
+    for _, idx, uniq in _by_series(series, sizes):
+        m = len(uniq)
+        if m < 4:
+            continue
+        k = int(math.floor(f * m + 0.5))
+        held = uniq[_interior_pick(m, k)]
+        out[idx] = np.isin(sizes[idx], held)
+    return out
+
+
+def inner_folds(series: Sequence, sizes, train: np.ndarray, k: int = 3) -> np.ndarray:
+    """K interleaved folds of the *training* sizes, for choosing the regime count.
+
+    Per series, the distinct training sizes are sorted; interior size number
+    i (1 … m−2) goes to fold (i − 1) mod k. The smallest and largest sizes
+    are never held out, so a fold never asks for extrapolation. Series with
+    fewer than k + 2 sizes hold out nothing.
+
+    Args:
+        series, sizes: as :func:`holdout_mask`.
+        train: (N,) bool, the points calibrate may use.
+        k: number of folds ≥ 2.
+
+    Returns:
+        (k, N) bool, True = held out in that fold (always a subset of ``train``).
+
+    Example:
+        >>> f = inner_folds(["a"] * 7, [1, 2, 4, 8, 16, 32, 64], [True] * 7, k=3)
+        >>> [row.nonzero()[0].tolist() for row in f]
+        [[1, 4], [2, 5], [3]]
+    """
+    sizes = np.asarray(sizes, dtype=np.float64)
+    train = np.asarray(train, dtype=bool)
+    out = np.zeros((k, len(series)), dtype=bool)
+    for _, idx, uniq in _by_series(series, sizes, train):
+        m = len(uniq)
+        if m < k + 2:
+            continue
+        rank = np.searchsorted(uniq, sizes[idx])
+        for j, i in zip(idx, rank, strict=True):
+            if 1 <= i <= m - 2:
+                out[(i - 1) % k, j] = True
+    return out
+
+
+def error_summary(abs_err) -> dict:
+    """``{"points", "median", "p90", "max"}`` of absolute fractional errors (NaN when empty).
+
+    Example:
+        >>> error_summary([0.01, 0.02, 0.03])["median"]
+        0.02
+    """
+    e = np.asarray(abs_err, dtype=np.float64)
+    if e.size == 0:
+        return {"points": 0, "median": math.nan, "p90": math.nan, "max": math.nan}
+    return {
+        "points": int(e.size),
+        "median": float(np.median(e)),
+        "p90": float(np.quantile(e, 0.9)),
+        "max": float(e.max()),
+    }
+
+
+def series_report(points: Sequence[dict], pred_s, heldout: np.ndarray) -> list[dict]:
+    """Per series: train and held-out median / p90 absolute percentage error.
+
+    Args:
+        points: (N,) point descriptions with ``series`` (dict form of the key)
+            and ``time_s`` (measured).
+        pred_s: (N,) predicted seconds.
+        heldout: (N,) bool.
+
+    Returns:
+        One dict per series (in order of first appearance): the series'
+        fields plus ``train`` and ``heldout`` :func:`error_summary` dicts.
+    """
+    pred = np.asarray(pred_s, dtype=np.float64)
+    meas = np.asarray([p["time_s"] for p in points], dtype=np.float64)
+    err = np.abs(pred / meas - 1.0)
+    groups: dict = {}
+    for i, p in enumerate(points):
+        key = tuple(sorted(p["series"].items()))
+        groups.setdefault(key, (p["series"], []))[1].append(i)
+    out = []
+    for series, idx in groups.values():
+        idx = np.asarray(idx)
+        h = heldout[idx]
+        out.append(
+            {
+                **series,
+                "train": error_summary(err[idx[~h]]),
+                "heldout": error_summary(err[idx[h]]),
+            }
+        )
+    return out
+
+
+def worst_points(points: Sequence[dict], pred_s, heldout: np.ndarray, k: int = 5) -> list[dict]:
+    """The ``k`` points with the largest absolute percentage error (held-out first).
+
+    Each: ``file``, ``line``, the series fields, ``size``, ``measured_s``,
+    ``predicted_s``, ``error`` (signed fraction t̂/t − 1), ``heldout``.
+    """
+    pred = np.asarray(pred_s, dtype=np.float64)
+    meas = np.asarray([p["time_s"] for p in points], dtype=np.float64)
+    err = pred / meas - 1.0
+    order = sorted(range(len(points)), key=lambda i: (not heldout[i], -abs(err[i])))
+    out = []
+    for i in order[:k]:
+        p = points[i]
+        out.append(
+            {
+                "file": p.get("file"),
+                "line": p.get("line"),
+                **p["series"],
+                "size": p["size"],
+                "measured_s": float(meas[i]),
+                "predicted_s": float(pred[i]),
+                "error": float(err[i]),
+                "heldout": bool(heldout[i]),
+            }
+        )
+    return out
