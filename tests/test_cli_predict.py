@@ -250,9 +250,7 @@ def test_profile_gives_the_same_numbers_and_an_interval(tmp_path, capsys):
 
 @pytest.mark.skipif(_profile_class() is not None, reason="calibration.Profile has landed")
 def test_profile_before_calibration_lands_is_a_clear_error(tmp_path, capsys):
-    code, _, err = _run(
-        capsys, "--profile", str(tmp_path / "p.json"), "--model", "resnet50", "--arch", "ring"
-    )
+    code, _, err = _run(capsys, "--profile", str(tmp_path / "p.json"), *ITER[2:])
     assert code == 2 and "profiles arrive with calibration" in _one_line_error(err)
 
 
