@@ -197,11 +197,11 @@ def test_run_training_argument_errors():
 # --------------------------------------------------------------------------- real processes
 
 
-def _check_equal_parameters(run, configs, workers, tmp_path, steps):
-    ref = reference_step(TINY, workers)
+def _check_equal_parameters(run, configs, workers, tmp_path, steps, spec=TINY):
+    ref = reference_step(spec, workers)
     init = [
         np.asarray(a)
-        for a in jax.tree_util.tree_leaves(eqx.filter(build_model(TINY), eqx.is_array))
+        for a in jax.tree_util.tree_leaves(eqx.filter(build_model(spec), eqx.is_array))
     ]
     for rank in range(workers):
         per_config = run.params[rank]
@@ -264,13 +264,14 @@ def test_every_architecture_equals_single_process_training(tmp_path):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 def test_dedicated_parameter_server_equals_single_process_training(tmp_path):
+    # The CNN here (the MLP above): both models go through every exchange code path.
     from calibration import RecordWriter
 
     configs = [StepConfig("ps", 0, servers=1), StepConfig("ps", 1 << 20, servers=1)]
     pids: list[int] = []
     with RecordWriter(tmp_path / "steps.jsonl") as writer:
         run = run_training(
-            TINY,
+            TINY_CNN,
             2,
             configs,
             steps=2,
@@ -282,7 +283,7 @@ def test_dedicated_parameter_server_equals_single_process_training(tmp_path):
         )
     assert len(pids) == 3 and all(_gone(p) for p in pids)
     assert not _children()
-    _check_equal_parameters(run, configs, 2, tmp_path, 2)
+    _check_equal_parameters(run, configs, 2, tmp_path, 2, spec=TINY_CNN)
     m = run.measurements[0]
     assert (m.processes, m.ranks_per_node, m.record["servers"]) == (3, 3, 1)
     # The server process does not train: its model copy never moves.
