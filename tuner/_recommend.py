@@ -510,7 +510,8 @@ class _Scorer:
         self.target = target_throughput
 
     def cost(self, variant: Variant, n, k, thr):
-        if self.price is None:
+        """Price per sample, or None without the prices it needs."""
+        if self.price is None or (variant.dedicated_servers and self.server_price is None):
             return None
         rate = np.asarray(n, dtype=np.float64) * self.price
         if variant.dedicated_servers:
@@ -689,7 +690,8 @@ def _refine(ctx, params, sw: Sweep, row: _Row, caps: np.ndarray, scorer) -> _Row
         low_bytes=low,
         high_bytes=high,
     )
-    cands = np.unique(np.round(b_ref * np.array([1 / 1.1, 1 / 1.03, 1.0, 1.03, 1.1])))
+    # snap: the exact model at caps within ±15% of the fluid optimum (one padded call)
+    cands = np.unique(np.round(b_ref * np.concatenate([[1.0], np.geomspace(1 / 1.15, 1.15, 24)])))
     cands = cands[cands >= 1]
     m = cands.size
     out = _eval_rows(
@@ -697,7 +699,9 @@ def _refine(ctx, params, sw: Sweep, row: _Row, caps: np.ndarray, scorer) -> _Row
     )
     t = np.asarray(out.iteration_s, dtype=np.float64)
     j = int(np.argmin(t))
-    if not t[j] < row.t * (1 - 1e-9):
+    # better beyond rounding (the grid and this evaluation take different array shapes)
+    tol = 1e-12 if out.iteration_s.dtype == np.float64 else 1e-6
+    if not t[j] < row.t * (1 - tol):
         return row
     bd = {f: float(np.asarray(getattr(out, f))[j]) for f in Breakdown.FIELDS}
     bd["throughput_samples_per_s"] = float(_throughput(ctx, row.n, batch, t[j]))
@@ -1259,7 +1263,7 @@ def recommend(
     p_best = _p_best(ctx, prof, chosen, others[:1], scorer) if not bare else float("nan")
     rationale = _rationale(params, ctx, chosen, others, scorer, memory_note)
     warns = _warnings(prof, ctx, chosen, not reliable, excluded, bare)
-    if not others:
+    if len(variants) == 1:
         warns.append("only one architecture was searched: p_best does not apply")
 
     def config(r: _Row, i: int) -> Configuration:

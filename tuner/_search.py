@@ -514,6 +514,7 @@ def evaluate(
     base_batch_size=None,
     differentiable: bool = False,
     split_by_cap: bool | None = None,
+    stable_shapes: bool = True,
 ) -> Breakdown:
     """:func:`costmodel.iteration_time` for a few configurations, with stable shapes.
 
@@ -540,6 +541,9 @@ def evaluate(
         split_by_cap: force (True) or forbid (False) one call per cap;
             default: split when ``differentiable`` and :func:`padding_grad_ok`
             is False.
+        stable_shapes: pad to the fixed shapes (for eager calls); False makes
+            one call for all rows (inside ``jax.jit``, where the program is
+            compiled once for its own shapes anyway).
 
     Returns:
         A :class:`costmodel.Breakdown` of jax arrays of shape (N,).
@@ -573,12 +577,11 @@ def evaluate(
     parts, order = [], []
     if split_by_cap is None:
         split_by_cap = differentiable and not padding_grad_ok()
-    if split_by_cap:
-        for cap in np.unique(b):
-            idx = np.flatnonzero(b == cap)
+    if split_by_cap or not stable_shapes:
+        groups = [np.flatnonzero(b == cap) for cap in np.unique(b)] if split_by_cap else None
+        for idx in groups or [np.arange(n.size)]:
             parts.append(call(idx, b[idx]))
             order.append(idx)
-        parts = [p if differentiable else jax.tree_util.tree_map(np.asarray, p) for p in parts]
     else:
         for start in range(0, n.size, _SMALL_REAL):
             idx = np.arange(start, min(start + _SMALL_REAL, n.size))
@@ -817,6 +820,7 @@ def spec_times(params, spec: TimeSpec, field: str = "iteration_s"):
             batch_size=np.asarray(batch),
             base_batch_size=np.asarray(base),
             split_by_cap=spec.split_by_cap,
+            stable_shapes=False,
         )
         parts.append(getattr(out, field))
     return jnp.concatenate(parts)
