@@ -248,14 +248,9 @@ def _cluster(args):
     if args.profile is not None:
         if args.device is not None:
             raise UsageError("--device applies to --preset; a profile already holds the device")
-        try:
-            from calibration import Profile
-        except ImportError:
-            raise UsageError(
-                "--profile: profiles arrive with calibration ('ddltune calibrate'), which "
-                "this installation does not have yet; use --preset NET[,INTRA] --device NAME"
-            ) from None
-        profile = Profile.load(args.profile)
+        from calibration import Profile
+
+        profile = Profile.load(args.profile)  # InputFileError: names the file (exit 1)
         return profile.params, profile, {"profile": str(args.profile)}
     if args.preset is None:
         raise UsageError(
