@@ -1,0 +1,464 @@
+"""calibration.calibrate: the fitted model, round trips, robustness, identification, bad input.
+
+Synthetic measurements come from known :class:`costmodel.ClusterParams`
+through :func:`costmodel.collective_time` (an independent path from the
+calibration's vectorised predictor, whose parity is tested first), with seeded
+log-normal noise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from calibration import CalibrationWarning, Profile, calibrate
+from calibration._fit import _build_data, _layout, _predict, _prepare, default_prior_preset
+from calibration._validation import holdout_mask, inner_folds
+from costmodel import COLLECTIVE_NAMES, ClusterParams, InputFileError, collective_time, preset
+
+BASE = {
+    "schema": 1,
+    "backend": "cpu",
+    "device_kind": "cpu",
+    "versions": {},
+    "host_fingerprint": "x",
+    "timestamp": "2026-01-01T00:00:00Z",
+    "source": "test",
+    "dtype": "float32",
+}
+
+# Truth of the round trips: a CPU node off the prior preset by factors of 2–2.5,
+# its shared (memory) bandwidth binding from 6 processes on.
+TRUTH = preset("ethernet-10g", "cpu").scaled(
+    alpha=2.0, beta=0.5, node_beta=0.4, call_overhead=0.5, flops=2.0
+)
+
+
+def coll(c, S, n, g, t, **kw):
+    return {
+        **BASE,
+        "kind": "collective",
+        "collective": c,
+        "message_bytes": int(S),
+        "num_ranks": n,
+        "ranks_per_node": g,
+        "time_s": {"p10": float(t)},
+        **kw,
+    }
+
+
+def comp(flops, g, t):
+    return {
+        **BASE,
+        "kind": "compute",
+        "op": "matmul",
+        "flops": float(flops),
+        "num_ranks": g,
+        "ranks_per_node": g,
+        "time_s": {"p10": float(t)},
+    }
+
+
+def share(g, slots):
+    """softmax₂(1, g/slots), p = 8, computed independently in numpy."""
+    return (1.0 + (g / slots) ** 8) ** 0.125
+
+
+def synthetic(
+    seed,
+    *,
+    truth=TRUTH,
+    noise=0.05,
+    collectives=("all_gather", "broadcast"),
+    ranks=(2, 3, 4, 6, 8, 12, 16),
+    reps=3,
+    slow=0.0,
+):
+    """CPU-like records: collectives on one node (g = n) and matmuls on 1–4 processes."""
+    rng = np.random.default_rng(seed)
+    recs = []
+    for c in collectives:
+        for n in ranks:
+            S = np.repeat(2.0 ** np.arange(8, 27), reps)
+            T = np.asarray(collective_time(truth, c, S, n, n), np.float64)
+            T = T * np.exp(noise * rng.normal(size=S.shape))
+            recs += [coll(c, s, n, n, t) for s, t in zip(S, T, strict=True)]
+    slots, F = float(truth.node_compute_slots), float(truth.flops_per_s)
+    for g in (1, 2, 3, 4):
+        for m in np.repeat([64, 128, 256, 512, 1024, 2048], reps):
+            f = 2.0 * m**3
+            recs.append(comp(f, g, f / F * share(g, slots) * math.exp(noise * rng.normal())))
+    if slow:
+        for i in rng.choice(len(recs), int(round(slow * len(recs))), replace=False):
+            recs[i]["time_s"]["p10"] *= 3.0
+    return recs
+
+
+def truth_table(prof: Profile) -> dict:
+    t = Profile(
+        params=TRUTH, covariance=np.eye(len(prof.leaf_names)), leaf_names=prof.leaf_names, prior={}
+    )
+    return {r["name"]: r["value"] for r in t.parameter_table()}
+
+
+# ----------------------------------------------------------------------------- the model
+@pytest.mark.parametrize("R", [1, 3])
+def test_vectorised_predictor_equals_costmodel(R):
+    """Every collective, intra and inter node, every regime count: same seconds as costmodel."""
+    rng = np.random.default_rng(R)
+    p = preset("ib-hdr-200g,nvlink-a100", "a100", n_regimes=R)
+    lay = _layout(R)
+    th = np.asarray(lay.flatten(p)) + rng.normal(0.0, 0.3, lay.size)
+    p = lay.unflatten(jnp.asarray(th))
+    points = []
+    for c in COLLECTIVE_NAMES:
+        for n, g in ((2, 2), (3, 3), (8, 8), (16, 8), (12, 4), (5, 1)):
+            for S in (8, 4096, 3 << 20, 1 << 30):
+                points.append(
+                    {
+                        "kind": "collective",
+                        "collective": c,
+                        "size": float(S),
+                        "num_ranks": n,
+                        "ranks_per_node": g,
+                        "time_s": 1.0,
+                    }
+                )
+    points.append(
+        {
+            "kind": "compute",
+            "op": "mm",
+            "size": 1e9,
+            "num_ranks": 3,
+            "ranks_per_node": 3,
+            "time_s": 1.0,
+        }
+    )
+    data, order = _build_data(points)
+    got = np.asarray(_predict(p, data))
+    for row, i in enumerate(order):
+        if i < 0:
+            continue
+        q = points[i]
+        if q["kind"] == "compute":
+            want = 1e9 / float(p.flops_per_s) * share(3, float(p.node_compute_slots))
+        else:
+            want = float(
+                collective_time(p, q["collective"], q["size"], q["num_ranks"], q["ranks_per_node"])
+            )
+        assert got[row] == pytest.approx(want, rel=1e-9), q
+
+
+def test_layout_matches_ravel_pytree_and_round_trips():
+    """θ's order is jax's ravel_pytree order (the tuner draws from the covariance that way)."""
+    for R in (1, 2, 3):
+        p = preset("ethernet-10g", "v100", n_regimes=R)
+        lay = _layout(R)
+        th = lay.flatten(p)
+        np.testing.assert_array_equal(np.asarray(th), np.asarray(ravel_pytree(p)[0]))
+        assert len(lay.names) == lay.size == th.size
+        back = lay.unflatten(th)
+        assert back.to_dict() == p.to_dict()
+
+
+# ----------------------------------------------------------------------------- round trips
+@pytest.fixture(scope="module")
+def round_trip():
+    clean = calibrate(synthetic(0), n_regimes=1, holdout=0.0)
+    slow = calibrate(synthetic(0, slow=0.10), n_regimes=1, holdout=0.0)
+    return clean, slow
+
+
+@pytest.mark.slow
+def test_round_trip_recovers_identifiable_parameters_within_3_percent(round_trip):
+    prof, _ = round_trip
+    truth = truth_table(prof)
+    table = {r["name"]: r for r in prof.parameter_table()}
+    # What this design pins down: each collective's α and β, the node's shared
+    # bandwidth, the per-call overhead, compute throughput and core sharing.
+    expected = {
+        "regime_alpha_s[all_gather,intra,0]",
+        "regime_alpha_s[broadcast,intra,0]",
+        "regime_beta_s_per_byte[all_gather,intra,0]",
+        "regime_beta_s_per_byte[broadcast,intra,0]",
+        "node_beta_s_per_byte[intra]",
+        "call_overhead_s",
+        "flops_per_s",
+        "node_compute_slots",
+    }
+    identified = {k for k, v in prof.identified.items() if v}
+    assert identified == expected
+    for name in identified:
+        assert table[name]["value"] == pytest.approx(truth[name], rel=0.03), name
+        assert table[name]["low"] < table[name]["value"] < table[name]["high"]
+    # 5% noise: the residual scale is ≈ 5% (Huber's asymptotic factor 1.05 for δ = σ).
+    assert prof.fit["residual_scale"] == pytest.approx(0.05 * 1.05, rel=0.15)
+
+
+@pytest.mark.slow
+def test_round_trip_outliers_move_alpha_beta_less_than_5_percent(round_trip):
+    clean, slow = round_trip
+    a = {r["name"]: r["value"] for r in clean.parameter_table()}
+    b = {r["name"]: r["value"] for r in slow.parameter_table()}
+    moved = [
+        n for n in a if n.startswith(("regime_alpha_s", "regime_beta_s")) and clean.identified[n]
+    ]
+    assert len(moved) == 4
+    for name in moved:
+        assert b[name] == pytest.approx(a[name], rel=0.05), name
+
+
+@pytest.mark.slow
+def test_unidentified_parameters_stay_at_the_prior(round_trip):
+    """One-node data: inter-node terms, unmeasured collectives, γ stay exactly at the prior."""
+    prof, _ = round_trip
+    prior = preset("ethernet-10g,shm", "cpu")
+    assert prof.prior["preset"] == "ethernet-10g,shm:cpu"
+    got, want = prof.params.to_dict(), prior.to_dict()
+    assert got["alpha_s"][1] == pytest.approx(want["alpha_s"][1], rel=1e-6)
+    assert got["beta_s_per_byte"][1] == pytest.approx(want["beta_s_per_byte"][1], rel=1e-6)
+    assert got["gamma_s_per_byte"] == pytest.approx(want["gamma_s_per_byte"], rel=1e-6)
+    c = COLLECTIVE_NAMES.index("all_reduce")
+    np.testing.assert_allclose(
+        got["regime_beta_factor"][c], want["regime_beta_factor"][c], rtol=1e-6
+    )
+    for name in ("alpha_s[inter]", "beta_s_per_byte[inter]", "gamma_s_per_byte"):
+        assert not prof.identified[name]
+    # Their posterior is their prior: the covariance keeps the prior variance.
+    i = prof.leaf_names.index("log_beta[inter]")
+    assert prof.covariance[i, i] == pytest.approx(math.log(3.0) ** 2, rel=1e-9)
+    assert np.allclose(np.delete(prof.covariance[i], i), 0.0)
+
+
+def test_laplace_variance_matches_closed_form():
+    """Compute records only, one process: log t = log FLOPs − log F, so
+    var(log F) = (1/s² · N + 1/σ²)⁻¹ with s the fitted residual scale."""
+    rng = np.random.default_rng(3)
+    F = 4e10
+    flops = np.geomspace(1e6, 1e10, 40)
+    recs = [
+        {
+            **comp(f, 1, f / F * math.exp(0.03 * rng.normal())),
+            "backend": "gpu",
+            "device_kind": "A100",
+        }
+        for f in flops
+    ]
+    prof = calibrate(recs, n_regimes=1, holdout=0.0)  # GPU: ranks never share compute
+    i = prof.leaf_names.index("log_flops")
+    s = prof.fit["residual_scale"]
+    want = 1.0 / (len(flops) / s**2 + 1.0 / math.log(4.0) ** 2)
+    assert prof.covariance[i, i] == pytest.approx(want, rel=1e-6)
+    assert float(prof.params.flops_per_s) == pytest.approx(F, rel=0.02)
+    # Only log_flops is informed (a GPU prior: 10⁶ compute slots, no sharing).
+    assert prof.fit["free_leaves"] == ["log_flops"]
+
+
+# ----------------------------------------------------------------------------- regimes
+def _two_regime_truth():
+    t = ClusterParams.create(
+        alpha_s=(3e-6, 20e-6),
+        beta_s_per_byte=(1 / 10e9, 1 / 10e9),
+        n_regimes=2,
+        regime_alpha_factor=[1.0, 20.0],
+        regime_beta_factor=[4.0, 0.5],
+        regime_sharpness=8.0,
+        call_overhead_s=5e-6,
+    )
+    return t
+
+
+def test_regime_count_chosen_on_inner_folds_finds_two_regimes():
+    truth = _two_regime_truth()
+    rng = np.random.default_rng(1)
+    S = 2.0 ** np.arange(3, 31)
+    T = np.asarray(collective_time(truth, "all_reduce", S, 8, 8)) * np.exp(
+        0.01 * rng.normal(size=S.shape)
+    )
+    recs = [
+        {**coll("all_reduce", s, 8, 8, t), "backend": "gpu", "device_kind": "NVIDIA A100-SXM4-40GB"}
+        for s, t in zip(S, T, strict=True)
+    ]
+    for r in recs:
+        r["time_s"] = {"median": r["time_s"]["p10"]}
+    prof = calibrate(recs)
+    sel = prof.fit["regime_selection"]
+    scores = {int(k): v for k, v in sel["scores"].items()}
+    assert prof.params.n_regimes == min(scores, key=scores.get) >= 2
+    assert scores[1] > 2 * scores[prof.params.n_regimes]  # one line cannot follow the kink
+    assert prof.heldout_p90 < 0.05 and prof.reliable
+    assert prof.prior["device"] == "a100"
+    assert "inner folds" in sel["method"]
+
+
+def test_inner_folds_and_holdout_are_disjoint_interior_and_deterministic():
+    keys = ["a"] * 20 + ["b"] * 9
+    sizes = np.concatenate([2.0 ** np.arange(20), 2.0 ** np.arange(9)])
+    held = holdout_mask(keys, sizes, 0.25)
+    assert held.sum() == 5 + 2
+    for k in ("a", "b"):
+        idx = [i for i, key in enumerate(keys) if key == k]
+        assert not held[idx[0]] and not held[idx[-1]]  # ends are never held out
+    folds = inner_folds(keys, sizes, ~held, k=3)
+    assert not (folds & held).any()
+    assert (folds.sum(axis=0) <= 1).all()  # each point in at most one fold
+    np.testing.assert_array_equal(held, holdout_mask(keys, sizes, 0.25))
+    with pytest.raises(ValueError, match="holdout"):
+        holdout_mask(keys, sizes, 1.0)
+
+
+# ----------------------------------------------------------------------------- records
+def test_statistic_choice_and_in_place_pairs():
+    cpu = coll("all_reduce", 1024, 2, 2, 1.0)
+    cpu["time_s"] = {"p10": 1.0, "median": 2.0, "mean": 3.0}
+    gpu = {**cpu, "backend": "gpu", "device_kind": "x"}
+    assert _prepare([cpu], None, "lower")[0][0]["time_s"] == 1.0  # CPU: p10
+    assert _prepare([gpu], None, "lower")[0][0]["time_s"] == 2.0  # GPU: median
+    assert _prepare([cpu], "mean", "lower")[0][0]["time_s"] == 3.0
+    only_mean = {**gpu, "time_s": {"mean": 5.0}}
+    pts = _prepare([only_mean], None, "lower")[0]
+    assert pts[0]["time_s"] == 5.0 and pts[0]["statistic"] == "mean"
+    sampled = {**cpu, "time_s": {"median": 2.0}, "samples_s": list(np.linspace(1.0, 2.0, 11))}
+    assert _prepare([sampled], "p10", "lower")[0][0]["time_s"] == pytest.approx(1.1)
+    with pytest.raises(InputFileError, match="no 'p10'.*--statistic"):
+        _prepare([{**only_mean, "_file": "m.jsonl", "_line": 7}], "p10", "lower")
+    oop = {**only_mean, "in_place": False, "_file": "f"}
+    inp = {**only_mean, "in_place": True, "_file": "f", "time_s": {"mean": 4.0}}
+    pts, skipped, _ = _prepare([oop, inp], None, "lower")
+    assert [p["time_s"] for p in pts] == [4.0] and skipped["in_place"] == 1
+    assert len(_prepare([oop, inp], None, "both")[0]) == 2
+    assert [p["time_s"] for p in _prepare([oop, inp], None, "out_of_place")[0]] == [5.0]
+
+
+def test_steps_single_rank_and_wrong_records_are_skipped_not_fatal():
+    recs = [coll("all_gather", 2**k, 4, 4, 1e-5 + 2**k * 1e-10) for k in range(10, 20)]
+    step = {
+        **BASE,
+        "kind": "step",
+        "architecture": "ring",
+        "workers": 2,
+        "ranks_per_node": 2,
+        "bucket_bytes": 0,
+        "model": "resnet50",
+        "batch_size": 32,
+        "time_s": {"p10": 0.1},
+    }
+    extra = [
+        step,
+        coll("all_gather", 4096, 1, 1, 1e-6),
+        coll("all_gather", 4096, 4, 4, 1e-3, wrong=3),
+    ]
+    prof = calibrate(recs + extra, n_regimes=1)
+    assert prof.fit["points"]["skipped"] == {"step": 1, "wrong": 1, "single_rank": 1, "in_place": 0}
+    assert any("training-step" in n for n in prof.notes)
+    assert prof.measured_ranges["num_ranks"] == [4, 4]
+
+
+def test_mixed_backends_and_bad_arguments_raise_value_errors():
+    a = coll("all_gather", 4096, 2, 2, 1e-5)
+    b = {**a, "backend": "gpu"}
+    with pytest.raises(ValueError, match="several backends"):
+        calibrate([a, b])
+    for kw, match in (
+        ({"holdout": 1.0}, "holdout"),
+        ({"n_regimes": 0}, "n_regimes"),
+        ({"statistic": "p50"}, "statistic"),
+        ({"prior_preset": "ethernet-10g"}, "NETWORK"),
+        ({"prior_preset": "warp-drive:cpu"}, "unknown network"),
+        ({"in_place": "sometimes"}, "in_place"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            calibrate([a], **kw)
+    with pytest.raises(InputFileError, match="record 0"):
+        calibrate([{**a, "time_s": {"p10": -1.0}}])
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        ('{"schema": 1, "kind": "collective", "time_s": {"p10": NaN}}', "NaN"),
+        ("BAD_ZERO", "finite time > 0"),
+        ("BAD_NEG", "finite time > 0"),
+        ('{"schema": 9, "kind": "collective"}', "unknown schema version 9"),
+        ("MISSING", "'message_bytes'"),
+        ('{"schema": 1, "kind": "collec', "truncated"),
+    ],
+)
+def test_bad_measurement_files_name_file_and_line(tmp_path, line, reason):
+    good = coll("all_gather", 4096, 2, 2, 1e-5)
+    if line == "BAD_ZERO":
+        line = json.dumps({**good, "time_s": {"p10": 0.0}})
+    elif line == "BAD_NEG":
+        line = json.dumps({**good, "time_s": {"p10": -2e-5}})
+    elif line == "MISSING":
+        line = json.dumps({k: v for k, v in good.items() if k != "message_bytes"})
+    path = tmp_path / "m.jsonl"
+    truncated = not line.endswith("}")
+    path.write_text(json.dumps(good) + "\n" + line + ("" if truncated else "\n"))
+    with pytest.raises(InputFileError) as exc:
+        calibrate(path)
+    assert exc.value.path == str(path) and exc.value.line == 2
+    assert reason in str(exc.value)
+
+
+def test_prior_from_backend_and_device_kind():
+    assert default_prior_preset("cpu", "cpu")[:2] == ("ethernet-10g,shm", "cpu")
+    assert default_prior_preset("gpu", "NVIDIA H100 80GB HBM3")[:2] == (
+        "ib-ndr-400g,nvlink-h100",
+        "h100",
+    )
+    assert default_prior_preset("gpu", "Tesla V100-PCIE-32GB")[:2] == (
+        "ib-edr-100g,pcie3-x16",
+        "v100",
+    )
+    net, dev, why = default_prior_preset("gpu", "NVIDIA GeForce RTX 2080 Ti")
+    assert (net, dev) == ("ethernet-25g,pcie3-x16", "v100") and "not recognised" in why
+
+
+# ----------------------------------------------------------------------------- precision
+def test_float32_fit_agrees_with_float64():
+    truth = preset("ethernet-10g", "cpu").scaled(alpha=1.5, beta=0.7)
+    recs = []
+    for n in (2, 4):
+        for k in range(8, 25):
+            recs.append(
+                coll(
+                    "all_reduce",
+                    2**k,
+                    n,
+                    n,
+                    float(collective_time(truth, "all_reduce", 2**k, n, n)),
+                )
+            )
+    p64 = calibrate(recs, n_regimes=1, holdout=0.0)
+    with jax.enable_x64(False):
+        p32 = calibrate(recs, n_regimes=1, holdout=0.0)
+        assert p32.fit["dtype"] == "float32"
+    assert p64.fit["dtype"] == "float64"
+    a = {r["name"]: r["value"] for r in p64.parameter_table()}
+    b = {r["name"]: r["value"] for r in p32.parameter_table()}
+    for name in (
+        "regime_alpha_s[all_reduce,intra,0]",
+        "regime_beta_s_per_byte[all_reduce,intra,0]",
+    ):
+        assert b[name] == pytest.approx(a[name], rel=0.01), name
+    assert p32.validation["train"]["p90"] < 0.01
+
+
+def test_unreliable_fit_warns_and_is_marked(recwarn):
+    """Timings no model can follow (a random jumble) exceed 15% held-out p90."""
+    rng = np.random.default_rng(5)
+    recs = [
+        coll("all_gather", 2**k, 2, 2, 1e-4 * math.exp(rng.uniform(-1.5, 1.5)))
+        for k in range(8, 28)
+    ]
+    with pytest.warns(CalibrationWarning, match="held-out p90"):
+        prof = calibrate(recs, n_regimes=1)
+    assert not prof.reliable and prof.heldout_p90 > 0.15
+    assert prof.warnings and "unreliable" in prof.warnings[0]
