@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 
-import jax
 import numpy as np
 import pytest
 from scipy.stats import kendalltau
@@ -325,10 +324,7 @@ def test_published_k80_scaling_beats_linear():
         / "scaling"
         / "scaling_tf_cnn_benchmarks_aws-k80-distributed-ps_1-64gpus.csv"
     )
-    # Standard promotion: HybridArchitecture.phase1_s multiplies a float by a bool
-    # (costmodel/architectures/_ps.py, "* (m > 1)"), which strict promotion rejects.
-    with jax.numpy_dtype_promotion("standard"):
-        res = bench.predict_file(table, what_if=False)
+    res = bench.predict_file(table, what_if=False)
     assert len(res["rows"]) == 20
     assert res["linear_mape"] == pytest.approx(0.139, abs=0.001)
     assert res["mape"] < 0.10 and res["beats_linear"]
