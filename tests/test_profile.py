@@ -1,0 +1,208 @@
+"""calibration.Profile: the JSON file (round trip, atomic, validation) and prediction intervals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+from scipy.stats import norm
+
+from calibration import Profile, calibrate
+from costmodel import InputFileError, collective_time, preset
+
+BASE = {
+    "schema": 1,
+    "backend": "cpu",
+    "device_kind": "cpu",
+    "versions": {},
+    "host_fingerprint": "x",
+    "timestamp": "2026-01-01T00:00:00Z",
+    "source": "test",
+    "dtype": "float32",
+}
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """A small CPU fit with held-out points (3% noise on a known cluster)."""
+    truth = preset("ethernet-10g", "cpu").scaled(alpha=1.5, beta=0.6)
+    rng = np.random.default_rng(2)
+    recs = []
+    for c in ("all_reduce", "all_gather"):
+        for n in (2, 3, 4):
+            for k in range(8, 26):
+                t = float(collective_time(truth, c, 2**k, n, n)) * math.exp(0.03 * rng.normal())
+                recs.append(
+                    {
+                        **BASE,
+                        "kind": "collective",
+                        "collective": c,
+                        "message_bytes": 2**k,
+                        "num_ranks": n,
+                        "ranks_per_node": n,
+                        "time_s": {"p10": t},
+                    }
+                )
+    return calibrate(recs, n_regimes=1)
+
+
+def test_save_load_round_trip(fitted, tmp_path):
+    path = fitted.save(tmp_path / "p.json")
+    back = Profile.load(path)
+    np.testing.assert_allclose(
+        np.asarray(ravel_pytree(back.params)[0]),
+        np.asarray(ravel_pytree(fitted.params)[0]),
+        atol=1e-9,
+    )
+    np.testing.assert_allclose(back.covariance, fitted.covariance, rtol=1e-10, atol=1e-300)
+    assert back.leaf_names == fitted.leaf_names
+    assert back.reliable == fitted.reliable
+    assert back.heldout_p90 == pytest.approx(fitted.heldout_p90)
+    assert back.measured_ranges == fitted.measured_ranges
+    assert back.measured_ranges["message_bytes"] == [256, 2**25]
+    assert back.measured_ranges["num_ranks"] == [2, 4]
+    assert back.measured_ranges["collectives"] == ["all_reduce", "all_gather"]
+    assert back.identified == fitted.identified
+    assert back.prior["preset"] == "ethernet-10g,shm:cpu"
+    assert set(back.provenance) >= {"inputs", "versions", "created"}
+    # Intervals survive the trip.
+    fn = lambda p: collective_time(p, "all_reduce", jnp.asarray([1e3, 1e6]), 4, 4)  # noqa: E731
+    for a, b in zip(back.interval(fn), fitted.interval(fn), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-8)
+    # The file is plain JSON with the documented keys.
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == 1 and doc["kind"] == "ddltune-profile"
+    assert len(doc["covariance"]["leaves"]) == len(doc["covariance"]["matrix"])
+
+
+def test_save_refuses_to_overwrite_and_writes_atomically(fitted, tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text("keep me")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        fitted.save(path)
+    assert path.read_text() == "keep me"
+    fitted.save(path, overwrite=True)
+    assert Profile.load(path).reliable == fitted.reliable
+    assert [p.name for p in tmp_path.iterdir()] == ["p.json"]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda d: d.update(schema=2), "unknown profile schema version 2"),
+        (lambda d: d.pop("schema") and d.pop("kind"), "not a ddltune profile"),
+        (lambda d: d.pop("covariance"), "missing key(s) covariance"),
+        (lambda d: d.pop("measured_ranges"), "missing key(s) measured_ranges"),
+        (lambda d: d["params"].pop("alpha_s"), "'params'"),
+        (lambda d: d["covariance"]["matrix"].pop(), "must be"),
+        (lambda d: d["covariance"]["matrix"][0].__setitem__(0, -1.0), "negative variance"),
+        (lambda d: d.update(reliable="yes"), "'reliable'"),
+        (lambda d: d["measured_ranges"].update(num_ranks=[4, 2]), "min > max"),
+        (lambda d: d["params"].update(n_regimes=2), "'covariance.leaves'"),
+    ],
+)
+def test_load_rejects_bad_profiles_naming_the_file(fitted, tmp_path, mutate, reason):
+    doc = fitted.to_dict()
+    mutate(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputFileError) as exc:
+        Profile.load(path)
+    assert exc.value.path == str(path)
+    assert reason in str(exc.value)
+
+
+def test_load_rejects_non_json_with_line_and_nan(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text('{\n "schema": 1,\n oops\n}')
+    with pytest.raises(InputFileError) as exc:
+        Profile.load(p)
+    assert exc.value.line == 3 and "not valid JSON" in str(exc.value)
+    p.write_text('{"schema": 1, "heldout_p90": NaN}')
+    with pytest.raises(InputFileError, match="NaN"):
+        Profile.load(p)
+    p.write_text("[1, 2]")
+    with pytest.raises(InputFileError, match="JSON object"):
+        Profile.load(p)
+    with pytest.raises(FileNotFoundError):
+        Profile.load(tmp_path / "missing.json")
+
+
+def test_from_preset_is_prior_only():
+    prof = Profile.from_preset("ethernet-10g", "v100")
+    assert prof.reliable is True and math.isnan(prof.heldout_p90)
+    assert prof.measured_ranges == {
+        "message_bytes": [],
+        "num_ranks": [],
+        "ranks_per_node": [],
+        "collectives": [],
+    }
+    assert not any(prof.identified.values())
+    sd = np.sqrt(np.diag(prof.covariance))
+    assert sd[prof.leaf_names.index("log_beta[inter]")] == pytest.approx(math.log(3.0))
+    assert np.count_nonzero(prof.covariance - np.diag(np.diag(prof.covariance))) == 0
+    assert prof.params.to_dict() == preset("ethernet-10g", "v100").to_dict()
+    with pytest.raises(ValueError, match="unknown network"):
+        Profile.from_preset("warp", "v100")
+
+
+def test_interval_closed_form_for_a_one_parameter_function(fitted):
+    """fn = c / flops_per_s depends on log_flops only: the interval is
+    t·exp(±z·sqrt(var(log F) + s_res²)), computed here from the covariance."""
+    fn = lambda p: 1e9 / p.flops_per_s * jnp.ones((2, 3))  # noqa: E731
+    lo, hi = fitted.interval(fn, level=0.8)
+    assert lo.shape == hi.shape == (2, 3)
+    i = fitted.leaf_names.index("log_flops")
+    z = norm.ppf(0.9)
+    r = np.abs(np.asarray(fitted.validation["heldout_log_residuals"]))
+    s_res = np.quantile(r, 0.8) / z
+    sd = math.sqrt(fitted.covariance[i, i] + s_res**2)
+    t = 1e9 / float(fitted.params.flops_per_s)
+    np.testing.assert_allclose(np.asarray(lo), t * math.exp(-z * sd), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(hi), t * math.exp(z * sd), rtol=1e-6)
+
+
+def test_interval_properties(fitted):
+    S = jnp.asarray([1e3, 1e5, 1e7])
+    fn = lambda p: collective_time(p, "all_reduce", S, 4, 4)  # noqa: E731
+    t = np.asarray(fn(fitted.params))
+    lo50, hi50 = (np.asarray(x) for x in fitted.interval(fn, level=0.5))
+    lo90, hi90 = (np.asarray(x) for x in fitted.interval(fn, level=0.9))
+    assert np.all(lo90 < lo50) and np.all(lo50 < t) and np.all(t < hi50) and np.all(hi50 < hi90)
+    # Log-symmetric around the prediction.
+    np.testing.assert_allclose(np.log(hi90 / t), np.log(t / lo90), rtol=1e-9)
+    # One rank: the model's time is 0, and so is the interval's width.
+    lo, hi = fitted.interval(lambda p: collective_time(p, "all_reduce", S, 1, 1))
+    assert np.all(np.asarray(lo) == 0) and np.all(np.asarray(hi) == 0)
+    for bad in (0.0, 1.0, "x"):
+        with pytest.raises(ValueError, match="level"):
+            fitted.interval(fn, level=bad)
+
+
+def test_interval_covers_held_out_points(fitted):
+    """The 90% interval covers about 90% of the held-out measurements (it is built from them)."""
+    v = fitted.validation
+    assert v["heldout"]["points"] >= 10
+    r = np.abs(np.asarray(v["heldout_log_residuals"]))
+    z = norm.ppf(0.95)
+    assert np.mean(r <= z * fitted.residual_sd(0.9)) == pytest.approx(0.9, abs=0.1)
+
+
+def test_parameter_table_matches_params(fitted):
+    table = fitted.parameter_table()
+    d = fitted.params.to_dict()
+    rows = {r["name"]: r for r in table}
+    assert rows["alpha_s[intra]"]["value"] == pytest.approx(d["alpha_s"][0])
+    assert rows["flops_per_s"]["unit"] == "FLOP/s"
+    c = d["collectives"].index("all_gather")
+    want = d["beta_s_per_byte"][0] * d["regime_beta_factor"][c][0][0]
+    assert rows["regime_beta_s_per_byte[all_gather,intra,0]"]["value"] == pytest.approx(want)
+    for r in table:
+        assert r["low"] <= r["value"] <= r["high"], r["name"]
+        assert set(r) == {"name", "value", "unit", "low", "high", "identified"}
+    assert rows["regime_beta_s_per_byte[all_gather,intra,0]"]["identified"]
+    assert not rows["beta_s_per_byte[inter]"]["identified"]
