@@ -415,7 +415,7 @@ def _check_positive(name, arr, minimum=1.0):
     a = np.asarray(arr, dtype=np.float64)
     if not np.all(np.isfinite(a)) or np.any(a < minimum):
         bad = a[~np.isfinite(a) | (a < minimum)].ravel()[0]
-        raise ValueError(f"{name} must be finite and ≥ {minimum:g}, got {bad!r}")
+        raise ValueError(f"{name} must be finite and ≥ {minimum:g}, got {float(bad)!r}")
     return a
 
 

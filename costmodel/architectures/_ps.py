@@ -149,7 +149,8 @@ class HybridArchitecture(AbstractArchitecture):
             g - 1.0,
             g,
         )
-        return pull + bcast
+        # on one node the intra-node all-reduce already left the sum on every rank
+        return pull + jnp.where(m > 1, bcast, 0.0)
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
         # the servers are clipped to the m nodes, as in the communication phases

@@ -83,7 +83,7 @@ def check_static_ranks(message_bytes, num_ranks, ranks_per_node) -> None:
         a = np.asarray(v, dtype=np.float64)
         if a.size and (not np.all(np.isfinite(a)) or np.any(a < lo)):
             bad = a[~np.isfinite(a) | (a < lo)].ravel()[0]
-            raise ValueError(f"{name} must be finite and ≥ {lo}, got {bad!r}")
+            raise ValueError(f"{name} must be finite and ≥ {lo}, got {float(bad)!r}")
 
 
 def evaluate(params: ClusterParams, collective: str, t: Terms) -> Float[Array, "*b"]:
@@ -96,8 +96,9 @@ def evaluate(params: ClusterParams, collective: str, t: Terms) -> Float[Array, "
         t: the cost terms (see :class:`Terms`).
 
     Returns:
-        Time in seconds, shape of the broadcast terms; exactly 0 where
-        ``steps == 0`` (nothing to send: one rank, or zero bytes).
+        Time in seconds, shape of the broadcast terms, before the per-call
+        overhead and core sharing that :func:`finish` adds (and with which it
+        zeroes calls of no steps: one rank). Zero bytes leave the latency.
     """
     c = COLLECTIVE_NAMES.index(collective)
     level = jnp.where(t.inter, 1, 0)
