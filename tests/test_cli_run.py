@@ -123,6 +123,7 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
         (["--preset", "ethernet-11g"], 2, "ethernet-11g"),
         (["--max-bytes", "12Q"], 2, "suffix"),
         (["--measurements", "nope.jsonl"], 1, "nope.jsonl"),
+        (["--validate", "--measurements", "m.jsonl"], 2, "--validate"),
         (["--layers", "nope.json"], 1, "nope.json"),
     ],
 )
@@ -173,6 +174,7 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
             str(out),
             "--json",
             "--no-progress",
+            "--validate",
         ]
     )
     cap = capsys.readouterr()
@@ -183,6 +185,21 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
     assert {r["kind"] for r in recs} == {"collective", "compute"}
     assert {r["num_ranks"] for r in recs if r["kind"] == "collective"} == {2}
     assert max(r["message_bytes"] for r in recs if r["kind"] == "collective") <= 64 * 1024
-    assert set(doc["timings_s"]) == {"collect", "calibrate", "recommend", "report", "total"}
+    assert set(doc["timings_s"]) == {
+        "collect",
+        "calibrate",
+        "validate",
+        "recommend",
+        "report",
+        "total",
+    }
     assert doc["recommendation"]["workers"] <= 8
     _images_exist(out)
+    # --validate: real training steps measured and compared, in the report and the JSON
+    v = json.loads((out / "recommendation.json").read_text())["validation"]
+    assert {r["architecture"] for r in v["rows"]} == {"ps", "p2p", "ring"}
+    for r in v["rows"]:
+        assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1.0)
+    steps = read_records(out / "validation.jsonl")
+    assert steps and {r["kind"] for r in steps} == {"step"}
+    assert 'id="validation"' in (out / "index.html").read_text()

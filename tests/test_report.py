@@ -275,3 +275,86 @@ def test_write_report_folder_opens_from_disk(setup, tmp_path):
     assert not (out / "figures" / "collectives.png").exists()  # stale figures removed
     assert "collectives.png" in files.skipped
     _check_folder(out)
+
+
+# --------------------------------------------------------------------------- ddltune report
+
+
+def _main(argv):
+    # the console script runs with jax's standard promotion; only tests make it strict
+    from tuner.cli import main
+
+    with jax.numpy_dtype_promotion("standard"):
+        return main(argv)
+
+
+@pytest.fixture(scope="module")
+def preset_files(tmp_path_factory):
+    """A preset profile (reliable, prior-only covariance) and measurements made from it."""
+    from calibration import Profile, RecordWriter, provenance
+
+    d = tmp_path_factory.mktemp("preset")
+    prof = Profile.from_preset("ethernet-10g", "v100")
+    prof.save(d / "profile.json")
+    with RecordWriter(d / "m.jsonl") as w:
+        for r in _records(prof.params):
+            rec = {k: v for k, v in r.items() if k != "backend"}
+            rec.update(schema=1, dtype="float32", samples_s=[rec["time_s"]["median"]])
+            rec.update(provenance("test", backend="gpu", device_kind="V100"))
+            w.write(rec)
+    return d
+
+
+@pytest.mark.timeout(900)
+def test_report_cli_reliable_profile(preset_files, tmp_path, capsys):
+    out = tmp_path / "rep"
+    argv = [
+        "report",
+        "--profile",
+        str(preset_files / "profile.json"),
+        "--measurements",
+        str(preset_files / "m.jsonl"),
+        "--model",
+        "resnet50",
+        "--max-workers",
+        "4",
+        "-o",
+        str(out),
+        "--json",
+    ]
+    assert _main(argv) == 0
+    doc = __import__("json").loads(capsys.readouterr().out)
+    assert doc["reliable"] is True and doc["refusal"] is None
+    assert set(doc["figures"]) == set(FIGURES) and not doc["skipped"]
+    assert doc["recommendation"]["workers"] <= 4
+    _check_folder(out)
+    html = (out / "index.html").read_text()
+    assert 'id="unreliable"' not in html and ">reliable<" in html
+    assert doc["recommendation"]["label"] in html
+    # the same folder again: refused without --overwrite, one line, exit 1
+    assert _main(argv) == 1
+    assert "--overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "needle"),
+    [
+        ([], 2, "--model"),
+        (["--model", "resnet50", "--profile", "nope.json"], 1, "nope.json"),
+        (["--model", "resnet51", "--profile", "PROFILE"], 2, "resnet51"),
+        (["--model", "resnet50", "--profile", "BAD"], 1, "bad.json"),
+        (["--model", "resnet50", "--profile", "PROFILE", "--measurements", "BAD"], 1, "bad.json"),
+    ],
+)
+def test_report_cli_bad_input(preset_files, tmp_path, capsys, extra, code, needle):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": 1, "kind": "profile", "params": {"alpha_s": "x"}}\n')
+    sub = {"PROFILE": str(preset_files / "profile.json"), "BAD": str(bad)}
+    argv = ["report", "-o", str(tmp_path / "o")] + [sub.get(a, a) for a in extra]
+    if "--profile" not in argv:
+        argv += ["--profile", str(preset_files / "profile.json")]
+        argv.remove("--model") if "--model" in argv else None
+    assert _main(argv) == code
+    err = capsys.readouterr().err
+    assert needle in err and err.count("error:") == 1
+    assert not (tmp_path / "o").exists()

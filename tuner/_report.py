@@ -566,6 +566,17 @@ def write_report(
             "figures": fig("collectives.png") + fig("busbw.png"),
         },
     ]
+    if tables.get("validation"):
+        sections.append(
+            {
+                "id": "validation",
+                "title": "Validation: real training against the predictions",
+                "text": "Each configuration was trained for real (synchronous SGD on local "
+                "processes joined by jax.distributed) and its measured step compared with the "
+                "profile's prediction.",
+                "figures": [],
+            }
+        )
     for sec in sections:
         sec["tables"] = tables.get(sec["id"], [])
         sec["notes"] = list(notes.get(sec["id"], []))
@@ -601,8 +612,11 @@ def write_report(
     html_env = jinja2.Environment(
         loader=loader, autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True
     )
-    md_env = jinja2.Environment(
-        loader=loader, autoescape=False, undefined=jinja2.StrictUndefined, trim_blocks=True
+    md_env = jinja2.Environment(  # no trim_blocks: Markdown needs its blank lines
+        loader=loader,
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
     )
     md_doc = _md_escape(doc)
     from calibration import atomic_write_text
@@ -739,79 +753,45 @@ def _heldout_keys(profile, series: Sequence[CollectiveSeries]) -> list[tuple]:
     return [p for p, m in zip(pts, mask, strict=True) if m]
 
 
-def _scaling_curves(profile, workload, rec, level: float = 0.9) -> list[ScalingCurve]:
-    """Per architecture variant and worker count, the fastest configuration that fits in memory.
+def _central_differences(primal):
+    """``primal`` (ClusterParams → array) whose directional derivatives are central differences.
 
-    The same selection as :meth:`tuner.Recommendation.curve`, with the 90%
-    intervals of every variant's points from ONE ``profile.interval`` call
-    (its derivatives compile once for all variants instead of once per
-    variant); falls back to ``Recommendation.curve`` per variant if that call
-    yields non-finite bounds.
+    A profile's delta method (``Profile.interval``) pushes tangents of the
+    unconstrained parameter leaves through the function with ``jax.jvp``
+    (vmapped over them). Differentiating :func:`costmodel.iteration_time` in
+    forward mode compiles a large program; with this ``custom_jvp`` the
+    derivative along a tangent v is (T(θ + h·v) − T(θ − h·v)) / 2h, h = ε / max|v|
+    (ε = 10⁻⁴ in float64, 10⁻² in float32: parameters move by a factor e^{±ε}),
+    so only the primal program is compiled, vmapped over the tangents — the
+    approach of the tuner's own intervals (tuner/_search.py ``spec_times_fd``).
     """
+    import jax
     import jax.numpy as jnp
 
-    picked = []
-    for label, sw in rec.sweeps.items():
-        t = sw.iteration_s
-        ok = np.flatnonzero(sw.feasible & np.isfinite(t))
-        if ok.size == 0:
-            continue
-        order = ok[np.lexsort((t[ok], sw.workers[ok]))]
-        _, first = np.unique(sw.workers[order], return_index=True)
-        picked.append((label, sw, order[first]))
-    if not picked:
-        return []
-    nominal = np.concatenate([sw.iteration_s[r] for _, sw, r in picked])
-    lo, hi = nominal, nominal
-    if hasattr(profile, "interval"):
-        g = rec.config.ranks_per_node
+    @jax.custom_jvp
+    def f(params):
+        return primal(params)
 
-        def fn(p):
-            parts = []
-            for _, sw, r in picked:
-                parts.append(
-                    jnp.atleast_1d(
-                        iteration_time(
-                            p,
-                            workload,
-                            sw.variant.arch,
-                            sw.workers[r].astype(np.float64),
-                            ranks_per_node=g,
-                            servers=np.maximum(sw.servers[r], 1).astype(np.float64),
-                            bucket_bytes=sw.bucket_bytes[r].astype(np.float64),
-                            batch_size=sw.batch_size[r].astype(np.float64),
-                        ).iteration_s
-                    )
-                )
-            return jnp.concatenate(parts)
+    @f.defjvp
+    def _jvp(primals, tangents):
+        (p,), (t,) = primals, tangents
+        y = primal(p)
+        leaves = [jnp.max(jnp.abs(x)) for x in jax.tree_util.tree_leaves(t)]
+        big = jnp.max(jnp.stack(leaves)) if leaves else jnp.asarray(0.0)
+        eps = 1e-4 if y.dtype == jnp.float64 else 1e-2
+        h = eps / jnp.maximum(big, 1e-30)
+        up = jax.tree_util.tree_map(lambda a, b: a + h * b, p, t)
+        down = jax.tree_util.tree_map(lambda a, b: a - h * b, p, t)
+        return y, (primal(up) - primal(down)) / (2.0 * h)
 
-        lo, hi = (np.asarray(a, dtype=np.float64) for a in profile.interval(fn, level=level))
-        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
-            return _scaling_curves_one_by_one(rec, level)
-    out, at = [], 0
-    for label, sw, r in picked:
-        m = len(r)
-        t, tl, th = nominal[at : at + m], lo[at : at + m], hi[at : at + m]
-        at += m
-        thr = sw.throughput[r]
-        out.append(
-            ScalingCurve(
-                label,
-                sw.variant.name,
-                sw.workers[r],
-                t,
-                tl,
-                th,
-                thr,
-                thr * t / th,
-                thr * t / tl,
-                sw.efficiency[r],
-            )
-        )
-    return out
+    return f
 
 
-def _scaling_curves_one_by_one(rec, level: float) -> list[ScalingCurve]:
+def _scaling_curves(rec, level: float = 0.9) -> list[ScalingCurve]:
+    """Per architecture variant, :meth:`tuner.Recommendation.curve`: the fastest configuration
+    at each worker count with its ``level`` interval (the tuner evaluates the intervals with
+    central differences of one compiled program; measured faster here than one combined
+    ``Profile.interval`` call over every variant)."""
     out = []
     for label, sw in rec.sweeps.items():
         c = rec.curve(label, level=level)
@@ -866,7 +846,7 @@ def _bucket_sweep(profile, params, workload, rec) -> dict:
                 ).iteration_s
             )
 
-        lo, hi = profile.interval(fn)
+        lo, hi = profile.interval(_central_differences(fn))
         out["low_s"], out["high_s"] = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     return out
 
@@ -1199,6 +1179,34 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
     }
 
 
+def _validation_tables(v) -> list[dict]:
+    rows = [
+        [
+            r.label,
+            str(r.workers),
+            "per tensor" if r.bucket_bytes == 0 else format_bytes(r.bucket_bytes),
+            format_seconds(r.measured_s),
+            format_seconds(r.predicted_s),
+            f"{100 * r.error:+.1f}%",
+        ]
+        for r in v.rows
+    ]
+    tau = "—" if not math.isfinite(v.kendall_tau) else f"{v.kendall_tau:.2f}"
+    return [
+        {
+            "title": f"Real training ({v.rows[0].model if v.rows else 'model'}) on local "
+            "processes: measured vs predicted step",
+            "head": ["architecture", "workers", "bucket", "measured", "predicted", "error"],
+            "rows": rows,
+            "note": f"MAPE {_pct(v.mape)}; Kendall τ of the ranking {tau} (over "
+            f"{v.tau_pairs[0]} of {v.tau_pairs[1]} pairs whose measured times differ by more "
+            f"than their spread); regret of the predicted-best configuration {_pct(v.regret)}. "
+            f"Compute comes from the measured single-worker step "
+            f"({format_seconds(v.baseline_step_s)}); statistic {v.statistic}.",
+        }
+    ]
+
+
 def _size_or_flops(w: Mapping) -> str:
     size = w.get("size")
     if size is None:
@@ -1217,6 +1225,7 @@ def build_report(
     timings: Mapping[str, float] | None = None,
     refusal: str | None = None,
     command: str | None = None,
+    validation=None,
     overwrite: bool = False,
     keep: Iterable[str] = (),
     progress=None,
@@ -1239,6 +1248,9 @@ def build_report(
         refusal: the tuner's refusal message when the recommendation was forced
             on an unreliable profile (shown prominently).
         command: the command line that made the report.
+        validation: a ``tuner._validate.ValidationResult`` (real training
+            runs measured against the profile's predictions), shown as a
+            table with its MAPE, Kendall τ and regret; ``None``: no such section.
         overwrite, keep: see :func:`write_report`.
         progress: optional ``callable(str)`` told what is being computed.
 
@@ -1274,7 +1286,7 @@ def build_report(
                 heldout=held,
             )
     say("scaling curves with intervals")
-    curves = _scaling_curves(profile, workload, recommendation)
+    curves = _scaling_curves(recommendation)
     say("bucket sweep")
     buckets = _bucket_sweep(profile, params, workload, recommendation)
     say("timelines")
@@ -1293,6 +1305,8 @@ def build_report(
         refusal=refusal,
         command=command,
     )
+    if validation is not None:
+        context["tables"]["validation"] = _validation_tables(validation)
     say("figures")
     return write_report(
         out,

@@ -170,6 +170,7 @@ def run_main_job(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     command: str | None = None,
+    validate: bool = False,
 ) -> RunResult:
     """Measure this machine (or read measurements), calibrate, recommend and write the report.
 
@@ -194,6 +195,10 @@ def run_main_job(
         progress: progress bars on stderr.
         log: where to print progress lines (``None``: silent).
         command: the command line, recorded in the report.
+        validate: also train a small MLP for real with ps, p2p and ring
+            all-reduce on ``workers`` local processes (``tuner._validate.validate``)
+            and put measured against predicted steps in the report
+            (``DIR/validation.jsonl`` keeps the step records).
 
     Returns:
         A :class:`RunResult`.
@@ -297,6 +302,28 @@ def run_main_job(
         rec = tuner.recommend(profile, workload, force=True, **kwargs)
     timings["recommend"] = time.monotonic() - t0
 
+    validation = None
+    if validate:
+        from ._validate import validate as _validate
+
+        t0 = time.monotonic()
+        _say(log, f"[3b/4] validating: real MLP training on {workers} local processes")
+        validation = _validate(
+            profile,
+            model="mlp",
+            workers=(workers,),
+            measurements=out / "validation.jsonl",
+            overwrite=True,
+            steps=5,
+            repeats=2,
+        )
+        timings["validate"] = time.monotonic() - t0
+        _say(
+            log,
+            f"  {len(validation.rows)} configurations: MAPE {100 * validation.mape:.1f}%, "
+            f"Kendall tau {validation.kendall_tau:.2f}, regret {100 * validation.regret:.1f}%",
+        )
+
     # 4. report
     t0 = time.monotonic()
     _say(log, "[4/4] writing the report")
@@ -304,12 +331,16 @@ def run_main_job(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=7, desc="report", unit="step", file=sys.stderr, leave=False)
+        bar = tqdm(total=7, desc="report", unit="part", file=sys.stderr, leave=False)
 
-    def step(msg: str) -> None:
+    started = []
+
+    def step(msg: str) -> None:  # called as each part starts: count the previous one done
         if bar is not None:
+            if started:
+                bar.update(1)
+            started.append(msg)
             bar.set_postfix_str(msg)
-            bar.update(1)
 
     try:
         files = build_report(
@@ -322,6 +353,7 @@ def run_main_job(
             timings=dict(timings),
             refusal=refusal,
             command=command,
+            validation=validation,
             overwrite=True,
             progress=step,
         )
@@ -343,6 +375,8 @@ def run_main_job(
         "profile": str(prof_path),
         "source_measurements": [str(p) for p in (measurements or [])],
     }
+    if validation is not None:
+        doc["validation"] = validation.to_dict()
     doc["timings"] = {k: round(v, 3) for k, v in timings.items()}
     calibration.atomic_write_text(
         rec_path, json.dumps(_jsonable(doc), indent=2, allow_nan=False) + "\n"

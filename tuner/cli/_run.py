@@ -130,6 +130,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="G",
         help="workers per node of the target cluster (default 1)",
     )
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="also train a small MLP for real with ps, p2p and ring all-reduce on --workers "
+        "local processes and compare each measured step with the prediction (adds a minute "
+        "or two; a table in the report, step records in DIR/validation.jsonl)",
+    )
     o = parser.add_argument_group("output")
     o.add_argument(
         "-o",
@@ -176,6 +183,11 @@ def run(args: argparse.Namespace) -> int:
     # The entry point decides the precision (library code never does): float64
     # as 'ddltune calibrate' and 'ddltune recommend' use.
     jax.config.update("jax_enable_x64", True)
+    if args.validate and args.measurements:
+        raise UsageError(
+            "--validate trains on this machine's processes; it cannot check measurements of "
+            "another cluster (--measurements): run 'ddltune validate' there"
+        )
     if args.workers < 2 and not args.measurements:
         raise UsageError(f"--workers must be ≥ 2 to measure collectives, got {args.workers}")
     prior = _prior(args)
@@ -199,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         log=log,
         command="ddltune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["run"] else None,
+        validate=args.validate,
     )
     rec = res.recommendation
     if args.json:
