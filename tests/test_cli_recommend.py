@@ -10,6 +10,13 @@ from calibration import Profile
 from costmodel import get_workload, iteration_time, preset
 from tuner.cli import main
 
+
+@pytest.fixture(autouse=True)
+def _no_persistent_cache(monkeypatch):
+    """Tests leave nothing in ~/.cache (the CLI keeps compiled programs there)."""
+    monkeypatch.setenv("DDLTUNE_NO_COMPILATION_CACHE", "1")
+
+
 BASE = ["recommend", "--preset", "ethernet-10g", "--device", "v100", "--model", "resnet18"]
 SMALL = [*BASE, "--max-workers", "4", "--arch", "ring,ps", "--no-refine"]
 

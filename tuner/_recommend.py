@@ -690,8 +690,9 @@ def _refine(ctx, params, sw: Sweep, row: _Row, caps: np.ndarray, scorer) -> _Row
         low_bytes=low,
         high_bytes=high,
     )
-    # snap: the exact model at caps within ±15% of the fluid optimum (one padded call)
-    cands = np.unique(np.round(b_ref * np.concatenate([[1.0], np.geomspace(1 / 1.15, 1.15, 24)])))
+    # snap: the exact model at 31 caps within ±30% of the fluid optimum (one padded call):
+    # tensors are never split, so the exact optimum can sit a few buckets' worth away
+    cands = np.unique(np.round(b_ref * np.concatenate([[1.0], np.geomspace(1 / 1.3, 1.3, 30)])))
     cands = cands[cands >= 1]
     m = cands.size
     out = _eval_rows(

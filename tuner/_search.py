@@ -658,12 +658,15 @@ def refine_bucket(
     """Minimise the smooth (fluid) step time over u = log bucket size with gradient steps.
 
     The derivative d log T_fluid / du comes from ``jax.value_and_grad``
-    through :func:`costmodel.fluid_iteration_time`. Starting from a bracket
-    of ±log 2 around ``start_bytes`` (widened by doublings while the
-    derivative has one sign, up to [``low_bytes``, ``high_bytes``]), the
+    through :func:`costmodel.fluid_iteration_time`. Within a bracket around
+    ``start_bytes`` (inside [``low_bytes``, ``high_bytes``]), the
     stationary point is found by secant steps on the derivative (regula falsi
     with the Illinois modification), which converges superlinearly and never
     leaves the bracket; the best u seen is returned.
+
+    The bracket is grown from the start point against the derivative's sign
+    (factors of 2) until the sign flips, so it holds the local minimum nearest
+    to the grid's best, not a farther one across the fluid model's kinks.
 
     Args:
         params: cluster parameters.
@@ -709,18 +712,22 @@ def refine_bucket(
             best[:] = [v, u]
         return d
 
+    # bracket the minimum nearest to the start: step away from it by factors of 2
+    # against the derivative's sign until the sign flips (or a bound is hit)
     u0 = min(max(math.log(max(start_bytes, 1.0)), lo), hi)
-    a, b = max(lo, u0 - math.log(2.0)), min(hi, u0 + math.log(2.0))
-    da, db = dfdu(a), dfdu(b)
-    # widen until the derivative changes sign (a minimum inside) or a bound is hit
-    while da < 0 and db < 0 and b < hi and calls[0] < max_steps:
-        a, da = b, db
-        b = min(hi, b + math.log(2.0))
-        db = dfdu(b)
-    while da > 0 and db > 0 and a > lo and calls[0] < max_steps:
-        b, db = a, da
-        a = max(lo, a - math.log(2.0))
-        da = dfdu(a)
+    d0 = dfdu(u0)
+    step = math.log(2.0)
+    a, da, b, db = u0, d0, u0, d0
+    if d0 > 0:
+        while da > 0 and a > lo and calls[0] < max_steps:
+            b, db = a, da
+            a = max(lo, a - step)
+            da = dfdu(a)
+    elif d0 < 0:
+        while db < 0 and b < hi and calls[0] < max_steps:
+            a, da = b, db
+            b = min(hi, b + step)
+            db = dfdu(b)
     if da < 0 < db:
         side = 0
         while b - a > xtol and calls[0] < max_steps:
