@@ -130,3 +130,33 @@ def test_show_missing_and_usage(tmp_path, capsys):
     assert "directory" in capsys.readouterr().err
     assert main(["show"]) == 2
     assert main(["show", "a", "b"]) == 2
+
+
+def test_show_profile(tmp_path, capsys):
+    from calibration import Profile
+
+    prof = Profile.from_preset("ethernet-10g", "v100")
+    path = prof.save(tmp_path / "profile.json")
+    assert main(["show", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["type"] == "profile" and doc["reliable"] is True
+    assert doc["heldout_p90"] is None  # a preset: nothing was held out
+    table = prof.parameter_table()
+    assert [p["name"] for p in doc["parameters"]] == [p["name"] for p in table]
+    beta = next(p for p in doc["parameters"] if p["name"] == "beta_s_per_byte[inter]")
+    assert beta["value"] == pytest.approx(1 / 1.125e9)  # 10 Gb/s × 90%: the preset's value
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "profile — reliable" in out
+    assert "held-out error: none" in out
+    # β shown as a bandwidth in GB/s: 1.125 GB/s for ethernet-10g
+    row = next(ln for ln in out.splitlines() if ln.strip().startswith("beta_s_per_byte[inter]"))
+    assert "1.125" in row and "GB/s" in row
+
+
+def test_show_malformed_profile(tmp_path, capsys):
+    bad = tmp_path / "profile.json"
+    bad.write_text('{"schema": 99, "kind": "profile", "params": {}}\n')
+    assert main(["show", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert str(bad) in err and err.count("\n") == 1

@@ -295,11 +295,17 @@ def _print_profile(s: dict) -> None:
         if isinstance(v, str | int | float):
             print(f"  {k}: {v}")
     print("\nparameters (90% interval; 'no' = held at the prior: the data cannot tell)")
-    for line in _table(
-        ("parameter", "value", "unit", "90% interval", "identified"),
-        format_parameter_rows(s["parameters"]),
-    ):
+    main = [r for r in s["parameters"] if not str(r["name"]).startswith("regime_")]
+    regimes = [r for r in s["parameters"] if str(r["name"]).startswith("regime_")]
+    shown = [r for r in regimes if r.get("identified")]
+    head = ("parameter", "value", "unit", "90% interval", "identified")
+    for line in _table(head, format_parameter_rows(main + shown)):
         print("  " + line)
+    if len(regimes) > len(shown):
+        print(
+            f"  (+ {len(regimes) - len(shown)} protocol-regime values held at the prior; "
+            "--json lists every one)"
+        )
     if s["series"]:
         print("\nfit error per series (absolute % error of the fitted statistic)")
         rows = [
