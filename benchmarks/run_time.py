@@ -3,6 +3,7 @@
 Usage:
     python benchmarks/run_time.py                      # the default run (2 local workers)
     python benchmarks/run_time.py --repeat 2           # twice, to see the spread
+    python benchmarks/run_time.py --keep /tmp/report   # and keep the report to look at
     python benchmarks/run_time.py -- --measurements m.jsonl --max-workers 32   # other options
 
 Runs ``ddltune run`` exactly as a user would (a fresh process, the console
@@ -34,9 +35,9 @@ RESULTS = Path(__file__).parent / "results" / "run_time.json"
 PHASES = ("collect", "read", "calibrate", "recommend", "report", "total")
 
 
-def one_run(extra: list[str]) -> dict:
+def one_run(extra: list[str], keep: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="ddltune-run-time-") as tmp:
-        out = Path(tmp) / "report"
+        out = keep if keep is not None else Path(tmp) / "report"
         cmd = [sys.executable, "-m", "tuner.cli", "run", "-o", str(out), "--no-progress", *extra]
         load0 = os.getloadavg()[0]
         t0 = time.perf_counter()
@@ -63,9 +64,16 @@ def one_run(extra: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Wall time of ddltune run and its phases.")
     ap.add_argument("--repeat", type=int, default=1, help="runs to make (default 1)")
+    ap.add_argument("--keep", metavar="DIR", help="write the (last) report to DIR and keep it")
     ap.add_argument("extra", nargs="*", help="options passed to ddltune run (after --)")
     args = ap.parse_args(argv)
-    runs = [one_run(args.extra) for _ in range(max(1, args.repeat))]
+    keep = Path(args.keep) if args.keep else None
+    if keep is not None and keep.exists():
+        raise SystemExit(f"--keep {keep}: exists; give a new folder")
+    runs = []
+    for i in range(max(1, args.repeat)):
+        last = i == max(1, args.repeat) - 1
+        runs.append(one_run(args.extra, keep if last else None))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(

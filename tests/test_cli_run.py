@@ -22,6 +22,13 @@ from calibration import RecordWriter, provenance, read_records, time_statistics
 from costmodel import collective_time, preset
 from tuner.cli import main
 
+
+@pytest.fixture(autouse=True)
+def no_compilation_cache(monkeypatch):
+    """The CLI keeps compiled programs in ~/.cache/ddltune/jax; tests leave it alone."""
+    monkeypatch.setenv("DDLTUNE_NO_COMPILATION_CACHE", "1")
+
+
 FIGURES = {
     "collectives.png",
     "busbw.png",

@@ -41,6 +41,12 @@ PNG = b"\x89PNG\r\n\x1a\n"
 CONFIGS = [(8, 1, 1, 25 * 2**20), (16, 4, 2, 2**20), (4, 2, 1, 0), (1, 1, 1, 25 * 2**20)]
 
 
+@pytest.fixture(autouse=True)
+def no_compilation_cache(monkeypatch):
+    """The CLI keeps compiled programs in ~/.cache/ddltune/jax; tests leave it alone."""
+    monkeypatch.setenv("DDLTUNE_NO_COMPILATION_CACHE", "1")
+
+
 def _promotion(arch: str):
     # costmodel/architectures/_ps.py (hybrid: `* (m > 1)`) and
     # costmodel/collectives/_hierarchical.py (`* (ph.steps > 0)`) multiply by a

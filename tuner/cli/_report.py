@@ -99,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
     from .._report import build_report
 
     jax.config.update("jax_enable_x64", True)  # as 'ddltune recommend'
+    # compiled programs kept between runs, as 'ddltune recommend' does (opt out:
+    # DDLTUNE_NO_COMPILATION_CACHE=1)
+    from ._recommend import _enable_compilation_cache
+
+    _enable_compilation_cache()
     from pathlib import Path
 
     out = Path(args.output)

@@ -183,6 +183,11 @@ def run(args: argparse.Namespace) -> int:
     # The entry point decides the precision (library code never does): float64
     # as 'ddltune calibrate' and 'ddltune recommend' use.
     jax.config.update("jax_enable_x64", True)
+    # compiled programs kept between runs, as 'ddltune recommend' does (opt out:
+    # DDLTUNE_NO_COMPILATION_CACHE=1)
+    from ._recommend import _enable_compilation_cache
+
+    _enable_compilation_cache()
     if args.validate and args.measurements:
         raise UsageError(
             "--validate trains on this machine's processes; it cannot check measurements of "
