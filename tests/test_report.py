@@ -10,7 +10,6 @@ network).
 
 from __future__ import annotations
 
-import contextlib
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -47,15 +46,6 @@ def no_compilation_cache(monkeypatch):
     monkeypatch.setenv("DDLTUNE_NO_COMPILATION_CACHE", "1")
 
 
-def _promotion(arch: str):
-    # costmodel/architectures/_ps.py (hybrid: `* (m > 1)`) and
-    # costmodel/collectives/_hierarchical.py (`* (ph.steps > 0)`) multiply by a
-    # bool, which strict promotion (conftest) rejects; reported to the lead.
-    if arch in ("hybrid", "hierarchical"):
-        return jax.numpy_dtype_promotion("standard")
-    return contextlib.nullcontext()
-
-
 @pytest.fixture(scope="module")
 def setup():
     return preset("ethernet-10g", "v100"), get_workload("resnet50", 64)
@@ -65,9 +55,8 @@ def setup():
 def test_timeline_total_equals_iteration_time(setup, arch):
     p, w = setup
     for n, g, k, bb in CONFIGS:
-        with _promotion(arch):
-            tl = iteration_timeline(p, w, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb)
-            bd = iteration_time(p, w, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb)
+        tl = iteration_timeline(p, w, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb)
+        bd = iteration_time(p, w, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb)
         np.testing.assert_allclose(tl.iteration_s, float(bd.iteration_s), rtol=1e-12)
         np.testing.assert_allclose(
             tl.exposed_s, float(bd.exposed_communication_s), rtol=1e-9, atol=1e-15

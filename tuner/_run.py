@@ -240,6 +240,9 @@ def run_main_job(
                 raise FileNotFoundError(2, "No such file", str(p))
     _check_out_dir(out, overwrite)
     out.mkdir(parents=True, exist_ok=True)
+    stale = out / "validation.jsonl"  # a previous run's, which this one would not replace
+    if not validate and stale.exists():
+        stale.unlink()
     m_path = out / "measurements.jsonl"
     prof_path = out / "profile.json"
     rec_path = out / "recommendation.json"
