@@ -318,13 +318,14 @@ def reference_step(
     opt = optimizer(lr, momentum)
     state = opt.init(params)
 
-    def loss(p):
-        return loss_fn(eqx.combine(p, static), x, y)
+    @jax.jit
+    def step(params, state):
+        grads = jax.grad(lambda p: loss_fn(eqx.combine(p, static), x, y))(params)
+        updates, state = opt.update(grads, state, params)
+        return eqx.apply_updates(params, updates), state
 
     for _ in range(steps):
-        grads = jax.grad(loss)(params)
-        updates, state = opt.update(grads, state, params)
-        params = eqx.apply_updates(params, updates)
+        params, state = step(params, state)
     return [np.asarray(a) for a in jax.tree_util.tree_leaves(params)]
 
 

@@ -209,16 +209,16 @@ def test_load_params_from_a_profile(tmp_path):
     assert load_params(prof) is prof.params
     # A profile brings its 90% prediction interval: it brackets every prediction,
     # and the coverage counts the measured times inside it.
-    recs = _grid()[:6]
+    recs = [r for r in _grid() if r["architecture"] == "ring"][:4]  # one interval program
     pred = predict_records(prof.params, recs, BASE, overlap=False)
-    for r, p, f in zip(recs, pred, (0.5, 1.0, 1.0, 1.0, 1.0, 3.0), strict=True):
+    for r, p, f in zip(recs, pred, (0.5, 1.0, 1.0, 3.0), strict=True):
         r["time_s"]["p10"] = float(p * f)
     res = compare_steps(path, [_rec("ring", 1, 0, BASE)] + recs)
     for r in res.rows:
         assert r.interval_low_s <= r.predicted_s <= r.interval_high_s
     inside = [r.interval_low_s <= r.measured_s <= r.interval_high_s for r in res.rows]
     assert res.interval_coverage == pytest.approx(np.mean(inside))
-    assert inside[1:5] == [True] * 4
+    assert inside[1:3] == [True] * 2
 
 
 # --------------------------------------------------------------------------- CLI
