@@ -285,6 +285,7 @@ def record_key(rec: dict) -> tuple:
         rec.get("bucket_bytes", 0),
         rec["model"],
         rec["batch_size"],
+        rec.get("p2p_exchange"),  # all_to_all or reduce-scatter runs of p2p differ
     )
 
 
