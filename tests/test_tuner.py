@@ -144,6 +144,20 @@ def test_toy_optimum_bucket_size_found_within_5_percent():
     assert rec.iteration_time_s <= t_star * (1 + 1e-12)
 
 
+@pytest.mark.parametrize(
+    "network,model,workers", [("ethernet-10g", "resnet50", 1024), ("ib-edr-100g", "bert_base", 64)]
+)
+def test_refined_bucket_reaches_a_dense_scan_of_the_exact_model(network, model, workers):
+    # Real models: tensors of very different sizes make the exact T(b) a staircase with
+    # several local minima; the refinement (gradient on the fluid model, then the exact
+    # model near its optimum and between the grid's neighbours) must match a dense scan.
+    p, w = preset(network, "v100"), get_workload(model, 32)
+    rec = tuner.recommend(p, w, max_workers=workers, architectures=["ring"])
+    caps = np.geomspace(2**20, w.total_param_bytes, 400)
+    scan = iteration_time(p, w, "ring", rec.workers, bucket_bytes=caps).iteration_s
+    assert rec.iteration_time_s <= float(np.min(scan)) * 1.002
+
+
 # ---------------------------------------------------------------------------
 # Grid search = brute force
 # ---------------------------------------------------------------------------

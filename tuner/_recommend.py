@@ -690,10 +690,14 @@ def _refine(ctx, params, sw: Sweep, row: _Row, caps: np.ndarray, scorer) -> _Row
         low_bytes=low,
         high_bytes=high,
     )
-    # snap: the exact model at 31 caps within ±30% of the fluid optimum (one padded call):
-    # tensors are never split, so the exact optimum can sit a few buckets' worth away
-    cands = np.unique(np.round(b_ref * np.concatenate([[1.0], np.geomspace(1 / 1.3, 1.3, 30)])))
-    cands = cands[cands >= 1]
+    # snap with the exact model: 31 caps within ±30% of the fluid optimum (tensors are
+    # never split, so the exact optimum can sit a few tensors away from the fluid one),
+    # and 31 between the grid's neighbours of its best (where the fluid model's kinks
+    # may have led the gradient elsewhere): two padded calls of one compiled program
+    near = b_ref * np.concatenate([[1.0], np.geomspace(1 / 1.3, 1.3, 30)])
+    local = np.geomspace(start / 2.0, start * 2.0, 31)
+    cands = np.unique(np.round(np.concatenate([near, local])))
+    cands = cands[(cands >= 1) & (cands <= max(high, start * 2.0))]
     m = cands.size
     out = _eval_rows(
         params, ctx, row.variant, np.full(m, row.n), np.full(m, row.k), cands, np.full(m, batch)
@@ -701,7 +705,7 @@ def _refine(ctx, params, sw: Sweep, row: _Row, caps: np.ndarray, scorer) -> _Row
     t = np.asarray(out.iteration_s, dtype=np.float64)
     j = int(np.argmin(t))
     # better beyond rounding (the grid and this evaluation take different array shapes)
-    tol = 1e-12 if out.iteration_s.dtype == np.float64 else 1e-6
+    tol = 1e-12 if np.asarray(out.iteration_s).dtype == np.float64 else 1e-6
     if not t[j] < row.t * (1 - tol):
         return row
     bd = {f: float(np.asarray(getattr(out, f))[j]) for f in Breakdown.FIELDS}
