@@ -192,14 +192,6 @@ def test_grid_search_equals_brute_force(resnet18):
 
 
 def test_grid_equals_brute_force_multi_rank_global_batch(resnet18):
-    # costmodel's hybrid architecture multiplies by a bool (architectures/_ps.py,
-    # HybridArchitecture.phase1_s, `* (m > 1)`), which strict dtype promotion rejects;
-    # until that is fixed, this test runs with standard promotion.
-    with jax.numpy_dtype_promotion("standard"):
-        _multi_rank_global_batch(resnet18)
-
-
-def _multi_rank_global_batch(resnet18):
     caps = [0, 4 * 2**20]
     B = 96
     rec = tuner.recommend(
