@@ -101,8 +101,8 @@ class ClusterParams(eqx.Module):
 
     Example:
         >>> p = ClusterParams.create(alpha_s=(5e-6, 20e-6), beta_s_per_byte=(1e-11, 1e-9))
-        >>> float(p.alpha_s[1])
-        2e-05
+        >>> round(float(p.alpha_s[1]) * 1e6, 3)   # µs
+        20.0
     """
 
     log_alpha: Float[Array, "2"]
@@ -395,8 +395,8 @@ class ClusterParams(eqx.Module):
 
         Example:
             >>> p = ClusterParams.create(beta_s_per_byte=(1e-11, 1e-9))
-            >>> float(p.scaled(beta_inter=0.5).beta_s_per_byte[1])
-            5e-10
+            >>> round(float(p.scaled(beta_inter=0.5).beta_s_per_byte[1]) * 1e10, 6)
+            5.0
         """
         table = {
             "alpha": ("log_alpha", None),
