@@ -395,7 +395,7 @@ class ClusterParams(eqx.Module):
 
         Example:
             >>> p = ClusterParams.create(beta_s_per_byte=(1e-11, 1e-9))
-            >>> round(float(p.scaled(beta_inter=0.5).beta_s_per_byte[1]) * 1e10, 6)
+            >>> round(float(p.scaled(beta_inter=0.5).beta_s_per_byte[1]) * 1e10, 3)
             5.0
         """
         table = {
