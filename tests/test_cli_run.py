@@ -14,7 +14,6 @@ import json
 import re
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
@@ -69,14 +68,6 @@ def _noisy_file(path: Path) -> int:
     return n_rec
 
 
-def _main(argv):
-    # The console script runs with jax's standard dtype promotion (only tests/conftest.py
-    # makes it strict); calibration's optax loop mixes its int32 step count with floats,
-    # which strict promotion rejects (reported to the lead), so run the CLI as users do.
-    with jax.numpy_dtype_promotion("standard"):
-        return main(argv)
-
-
 def _images_exist(out: Path) -> None:
     html = (out / "index.html").read_text()
     srcs = re.findall(r'<img src="([^"]+)"', html)
@@ -90,7 +81,7 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
     m = tmp_path / "m.jsonl"
     n_rec = _noisy_file(m)
     out = tmp_path / "rep"
-    code = _main(
+    code = main(
         ["run", "--measurements", str(m), "--max-workers", "8", "-o", str(out), "--no-progress"]
     )
     cap = capsys.readouterr()
@@ -166,7 +157,7 @@ def test_run_refuses_file_as_output(tmp_path, capsys):
 @pytest.mark.timeout(900)
 def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
     out = tmp_path / "rep"
-    code = _main(
+    code = main(
         [
             "run",
             "--workers",

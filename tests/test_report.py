@@ -10,11 +10,11 @@ network).
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
@@ -35,6 +35,7 @@ from tuner._figures import (
     plot_timeline,
 )
 from tuner._report import FIGURES, collective_series, iteration_timeline, write_report
+from tuner.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 CONFIGS = [(8, 1, 1, 25 * 2**20), (16, 4, 2, 2**20), (4, 2, 1, 0), (1, 1, 1, 25 * 2**20)]
@@ -275,14 +276,6 @@ def test_write_report_folder_opens_from_disk(setup, tmp_path):
 # --------------------------------------------------------------------------- ddltune report
 
 
-def _main(argv):
-    # the console script runs with jax's standard promotion; only tests make it strict
-    from tuner.cli import main
-
-    with jax.numpy_dtype_promotion("standard"):
-        return main(argv)
-
-
 @pytest.fixture(scope="module")
 def preset_files(tmp_path_factory):
     """A preset profile (reliable, prior-only covariance) and measurements made from it."""
@@ -317,8 +310,8 @@ def test_report_cli_reliable_profile(preset_files, tmp_path, capsys):
         str(out),
         "--json",
     ]
-    assert _main(argv) == 0
-    doc = __import__("json").loads(capsys.readouterr().out)
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert doc["reliable"] is True and doc["refusal"] is None
     assert set(doc["figures"]) == set(FIGURES) and not doc["skipped"]
     assert doc["recommendation"]["workers"] <= 4
@@ -327,7 +320,7 @@ def test_report_cli_reliable_profile(preset_files, tmp_path, capsys):
     assert 'id="unreliable"' not in html and ">reliable<" in html
     assert doc["recommendation"]["label"] in html
     # the same folder again: refused without --overwrite, one line, exit 1
-    assert _main(argv) == 1
+    assert main(argv) == 1
     assert "--overwrite" in capsys.readouterr().err
 
 
@@ -349,7 +342,7 @@ def test_report_cli_bad_input(preset_files, tmp_path, capsys, extra, code, needl
     if "--profile" not in argv:
         argv += ["--profile", str(preset_files / "profile.json")]
         argv.remove("--model") if "--model" in argv else None
-    assert _main(argv) == code
+    assert main(argv) == code
     err = capsys.readouterr().err
     assert needle in err and err.count("error:") == 1
     assert not (tmp_path / "o").exists()

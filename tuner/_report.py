@@ -985,14 +985,16 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
             if s["heldout_points"] and (s["heldout_p90"] or 0) > limit
         ]
         p90 = summary["heldout_p90"] if summary else None
-        reason = (
-            (refusal[:1].upper() + refusal[1:])
-            if refusal
-            else (
-                f"The profile's held-out p90 error is {_pct(p90 or math.nan)}, over the "
-                f"{_pct(limit)} limit."
+        if p90 is not None:
+            reason = (
+                f"The profile's error on held-out measurements is {_pct(p90)} (p90), over the "
+                f"tuner's {100 * limit:.0f}% limit, so the tuner refuses to recommend from it; the "
+                "recommendation above was forced to show what the model would pick."
             )
-        )
+        else:
+            reason = (
+                (refusal[:1].upper() + refusal[1:]) if refusal else "The profile is unreliable."
+            )
         unreliable = {
             "reason": reason,
             "rows": rows,

@@ -300,8 +300,12 @@ def run_main_job(
         rec = tuner.recommend(profile, workload, **kwargs)
     except tuner.UnreliableProfileError as e:
         refusal = str(e)
-        _say(log, f"  the tuner refused the profile: {refusal}")
-        _say(log, "  recommending anyway (forced); the report marks it UNRELIABLE")
+        p90 = float(getattr(profile, "heldout_p90", math.nan))
+        _say(
+            log,
+            f"  the tuner refuses this profile (held-out p90 error {100 * p90:.0f}%, limit "
+            f"{100 * tuner.RELIABLE_P90_LIMIT:.0f}%): recommending anyway, marked UNRELIABLE",
+        )
         rec = tuner.recommend(profile, workload, force=True, **kwargs)
     timings["recommend"] = time.monotonic() - t0
 

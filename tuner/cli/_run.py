@@ -178,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the main job and print a short summary (or JSON)."""
     import jax
 
+    import tuner
+
     from .._run import run_main_job
 
     # The entry point decides the precision (library code never does): float64
@@ -248,7 +250,12 @@ def run(args: argparse.Namespace) -> int:
         a = rec.alternatives[0]
         print(f"  runner-up: {a.describe()}, {a.throughput_samples_per_s:.4g} samples/s")
     if res.refusal:
-        print(f"  warning: {res.refusal}")
+        p90 = res.profile.heldout_p90
+        print(
+            f"  warning: the profile's held-out p90 error is {100 * p90:.0f}% (the tuner's limit "
+            f"is {100 * tuner.RELIABLE_P90_LIMIT:.0f}%): measure again with a larger --budget or on a quieter machine; the report "
+            "lists the errors per collective"
+        )
     t = res.timings
     phases = ", ".join(f"{k} {v:.0f} s" for k, v in t.items() if k != "total")
     print(
