@@ -30,3 +30,13 @@ from ._sensitivity import sensitivity as sensitivity
 from ._whatif import BandwidthResult as BandwidthResult
 from ._whatif import min_bandwidth_for_efficiency as min_bandwidth_for_efficiency
 from ._whatif import what_if as what_if
+from ._report import ReportFiles as ReportFiles
+from ._report import build_report as build_report
+from ._report import iteration_timeline as iteration_timeline
+from ._report import write_report as write_report
+from ._run import RunResult as RunResult
+from ._run import run_main_job as run_main_job
+from ._validate import ValidationResult as ValidationResult
+from ._validate import ValidationRow as ValidationRow
+from ._validate import compare_steps as compare_steps
+from ._validate import validate as validate

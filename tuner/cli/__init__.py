@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 
 from ._common import add_common_arguments, fail
@@ -105,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ddltune: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `ddltune show FILE | head`: the reader left, not an error
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return 0
     except Exception as exc:  # one clear line, no traceback unless --debug
         return fail(exc, command=args.command, debug=debug)
 
