@@ -100,13 +100,14 @@ HUBER_DELTA = 0.05
 AUTO_REGIMES = (1, 2, 3)
 #: Inner folds for the choice of the regime count.
 INNER_FOLDS = 3
-_ADAM_STEPS = 150
+_ADAM_STEPS = 100
 _ADAM_LR = 0.02
-_LBFGS_MAX_ITER = 300
-_FOLD_MAX_ITER = 100
+_LBFGS_MAX_ITER = 200
+_FOLD_MAX_ITER = 60
 _GTOL = 1e-3
+_DECREMENT_TOL = 1e-2
 _MIN_SCALE = 1e-4
-_N_STARTS = 4
+_N_STARTS = 2
 _FREEZE_SENSITIVITY = 1e-6
 _IN_PLACE = ("lower", "both", "out_of_place", "in_place")
 
@@ -501,7 +502,7 @@ def _objective(theta, w, mu, prec, free, prob: _Problem):
 def _fit_one(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Problem):
     """Adam warm start, then L-BFGS with optax's zoom line search, from ``theta0``.
 
-    Returns θ (held at μ where not free), the objective and gradient norm
+    Returns θ (held at μ where not free), the objective and its gradient
     there, the L-BFGS iteration count, and the log predictions at θ.
     """
     # optax mixes Python floats with int32 step counts, which jax's "strict"
@@ -522,7 +523,15 @@ def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Proble
     th, _ = jax.lax.fori_loop(0, adam_steps, adam_step, (theta0, adam.init(theta0)))
     th = jnp.where(jnp.all(jnp.isfinite(th)), th, theta0)
 
-    solver = optax.lbfgs()
+    # optax's L-BFGS with a backtracking (Armijo) line search that stores the
+    # gradient it computes: on the benchmarks it reaches the zoom line search's
+    # objective to 1e-5 relative, and its smaller trace halves compilation,
+    # which dominates a calibration's wall time.
+    solver = optax.lbfgs(
+        linesearch=optax.scale_by_backtracking_linesearch(
+            max_backtracking_steps=20, store_grad=True
+        )
+    )
     vg = optax.value_and_grad_from_state(f)
     tol = _GTOL * jnp.sqrt(1.0 + jnp.sum(w > 0))
 
@@ -542,8 +551,8 @@ def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Proble
     value = otu.tree_get(st, "value")
     ok = jnp.isfinite(value) & jnp.all(jnp.isfinite(th_l))
     th = jnp.where(free, jnp.where(ok, th_l, th), mu)
-    gn = otu.tree_norm(otu.tree_get(st, "grad"))
-    return th, jnp.where(ok, value, jnp.inf), otu.tree_get(st, "count"), gn, _log_pred(th, prob)
+    grad = jnp.where(ok, otu.tree_get(st, "grad"), jnp.nan)
+    return th, jnp.where(ok, value, jnp.inf), otu.tree_get(st, "count"), grad, _log_pred(th, prob)
 
 
 @jax.jit
@@ -663,7 +672,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         series.setdefault((p["collective"], p["num_ranks"], p["ranks_per_node"]), {}).setdefault(
             p["size"], []
         ).append(p["time_s"] / share(p["ranks_per_node"]))
-    tops = max(1, (n_starts + 1) // 2)
+    tops = max(1, n_starts)
     per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
     for (c, n, g), bysize in series.items():
         S = np.asarray(sorted(bysize))
@@ -705,7 +714,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         rb = th[sl["regime_log_beta"]].reshape(C, L, R)
         la, lb = mu[sl["log_alpha"]], mu[sl["log_beta"]]
         for (c, level), by_start in per_cl.items():
-            lines = by_start[(s // 2) % tops]
+            lines = by_start[s % tops]
             ci = COLLECTIVE_NAMES.index(c)
             ra[ci, level] = np.mean([ln_a for ln_a, _ in lines], axis=0) - la[level]
             lbs = np.mean([ln_b for _, ln_b in lines], axis=0)
@@ -713,10 +722,10 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
                 rb[ci, level] = lbs - lb[level]
         th[sl["regime_log_alpha"]] = ra.ravel()
         th[sl["regime_log_beta"]] = rb.ravel()
-        if R > 1:  # two envelope sharpnesses per segmentation
+        if R > 1:  # alternate a soft and a sharp envelope
             th[sl["log_sharpness"]] = math.log(3.0 if s % 2 == 0 else 12.0)
-        if s == n_starts - 1 and n_starts > 2:  # one jittered start
-            th = th + rng.normal(0.0, 0.1, th.shape)
+        if s > 0:  # later starts: the next segmentations, jittered
+            th = th + rng.normal(0.0, 0.05, th.shape)
         starts.append(th)
     return np.stack(starts)
 
@@ -751,6 +760,22 @@ def _laplace(J, r, prior_sd, free):
         p_eff = float(np.sum(Hinv * (A / s2)))
     cov[np.ix_(fidx, fidx)] = Hinv
     return cov, math.sqrt(s2), p_eff
+
+
+def _newton_decrement(J, r, grad, prior_sd, free) -> float:
+    """λ²/2 = ½ gᵀ H⁻¹ g over the free elements: how far (in objective units) the
+    optimum still is, with H the Gauss–Newton Hessian of the objective,
+    JᵀWJ/δ² + diag(1/σ²), W the Huber weights min(1, δ/|r|)."""
+    fidx = np.nonzero(free)[0]
+    g = np.asarray(grad, dtype=np.float64)[fidx]
+    if len(fidx) == 0:
+        return 0.0
+    if not np.all(np.isfinite(g)):
+        return math.inf
+    w = np.minimum(1.0, HUBER_DELTA / np.maximum(np.abs(r), 1e-300))
+    Jf = J[:, fidx]
+    H = Jf.T @ (w[:, None] * Jf) / HUBER_DELTA**2 + np.diag(1.0 / prior_sd[fidx] ** 2)
+    return 0.5 * float(g @ _spd_inverse(H) @ g)
 
 
 def _spd_inverse(H):
@@ -827,7 +852,8 @@ def calibrate(
         n_regimes: protocol regimes per collective, an integer in [1, 8], or
             ``"auto"``: the count among 1, 2, 3 with the lowest error on inner
             folds of the training points.
-        seed: seed of the jittered starting point (the rest is deterministic).
+        seed: seed of the jitter added to the starting points after the first
+            (the first, the splits and everything else are deterministic).
         progress: show a progress bar on stderr.
         in_place: for records with an ``in_place`` field (nccl-tests imports:
             the same operation timed out-of-place and in-place), ``"lower"``
@@ -957,6 +983,7 @@ def calibrate(
     pred_m = np.exp(lp)
     r_all = lp - lt
     cov, s, p_eff = _laplace(J[train_m], r_all[train_m], sd, free)
+    decrement = _newton_decrement(J[train_m], r_all[train_m], res["grad"], sd, free)
     params = layout.unflatten(jnp.asarray(theta, dtype=dt))
     # From here on, real points only (no padding).
     pts_m = [pts_m[i] for i in np.nonzero(real)[0]]
@@ -981,10 +1008,12 @@ def calibrate(
         )
     if not held_m.any():
         notes.append("no point was held out: the accuracy of this profile is not validated")
-    if not res["converged"]:
+    converged = bool(decrement < _DECREMENT_TOL)
+    if not converged:
         notes.append(
-            f"the optimiser stopped after {res['iterations']} L-BFGS iterations with gradient "
-            f"norm {res['grad_norm']:.3g} (not fully converged); the fit may still be usable"
+            f"the optimiser stopped after {res['iterations']} L-BFGS iterations, about "
+            f"{decrement:.3g} short of the optimum of the objective (Newton decrement λ²/2; "
+            f"{_DECREMENT_TOL} counts as converged); the fit may still be usable"
         )
     for w_ in warn:
         warnings.warn(w_, CalibrationWarning, stacklevel=2)
@@ -1028,8 +1057,8 @@ def calibrate(
         "huber_delta": HUBER_DELTA,
         "loss": res["loss"],
         "iterations": res["iterations"],
-        "grad_norm": res["grad_norm"],
-        "converged": res["converged"],
+        "newton_decrement": decrement,
+        "converged": converged,
         "residual_scale": s,
         "effective_parameters": p_eff,
         "free_leaves": [layout.names[i] for i in np.nonzero(free)[0]],
@@ -1100,7 +1129,7 @@ def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, 
 
     Returns:
         {R: dict(layout, big, theta (R-layout), theta_big, sd, free (R-layout),
-        loss, iterations, grad_norm, converged, score)}.
+        loss, iterations, grad (R-layout), score, fold_errors)}.
     """
     dt = jnp.result_type(float)
     big = _layout(max(candidates))
@@ -1140,13 +1169,13 @@ def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, 
             jnp.asarray(max_iter),
             prob,
         )
-        th, loss, iters, gnorm, lp = (np.asarray(x) for x in out)
+        th, loss, iters, grad, lp = (np.asarray(x) for x in out)
         loss = np.where(np.isfinite(loss), loss.astype(np.float64), np.inf)
-        return th.astype(np.float64), loss, iters, gnorm.astype(np.float64), lp.astype(np.float64)
+        return th.astype(np.float64), loss, iters, grad.astype(np.float64), lp.astype(np.float64)
 
     if bar is not None:
         bar.set_postfix_str(f"fitting {len(members)} start(s)")
-    th, loss, iters, gnorm, _ = run(members, _ADAM_STEPS, _LBFGS_MAX_ITER)
+    th, loss, iters, grad, _ = run(members, _ADAM_STEPS, _LBFGS_MAX_ITER)
     if bar is not None:
         bar.update(1)
     best = {R: min(meta[R]["rows"], key=lambda i: loss[i]) for R in candidates}
@@ -1168,7 +1197,6 @@ def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, 
             scores[R] = _score(fold_err[R])
     if bar is not None:
         bar.update(1)
-    tol = _GTOL * math.sqrt(1.0 + float(train_m.sum()))
     out = {}
     for R in candidates:
         b0, lay = best[R], meta[R]["lay"]
@@ -1183,8 +1211,7 @@ def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, 
             "free": meta[R]["free_b"][idx],
             "loss": float(loss[b0]),
             "iterations": int(iters[b0]),
-            "grad_norm": float(gnorm[b0]),
-            "converged": bool(gnorm[b0] < tol),
+            "grad": grad[b0][idx],
             "score": scores[R],
             "fold_errors": fold_err.get(R),
         }

@@ -136,7 +136,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "of the two (default), both, or one of them",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the jittered starting point (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the jitter on the second and later starting points (default 0)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace the profile if it exists")
     parser.add_argument(
