@@ -19,8 +19,8 @@ slowdown), and a Gaussian prior N(μ, σ²) centred on a datasheet preset
 depends on (inter-node terms of one-node data, regimes of collectives never
 measured, compute terms without compute records) are held exactly at the
 prior. The optimiser is optax Adam (a short warm start) followed by optax
-L-BFGS with its zoom line search, jitted and vmapped over several starting
-points; starts come from a segmented least-squares fit of each measured curve
+L-BFGS with a backtracking (Armijo) line search, jitted and vmapped over
+several starting points; starts come from a segmented least-squares fit of each measured curve
 (one α-β line per size range), so the non-convex lower envelope of regimes
 starts near the right basin.
 
@@ -500,7 +500,7 @@ def _objective(theta, w, mu, prec, free, prob: _Problem):
 
 
 def _fit_one(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Problem):
-    """Adam warm start, then L-BFGS with optax's zoom line search, from ``theta0``.
+    """Adam warm start, then optax L-BFGS with a backtracking line search, from ``theta0``.
 
     Returns θ (held at μ where not free), the objective and its gradient
     there, the L-BFGS iteration count, and the log predictions at θ.
