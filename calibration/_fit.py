@@ -997,10 +997,17 @@ def calibrate(
     reliable = not (heldout_p90 > UNRELIABLE_P90)  # NaN (no held-out point) → True
     warn = []
     if not reliable:
-        bad = [
-            s_ for s_ in report if s_["heldout"]["points"] and s_["heldout"]["p90"] > UNRELIABLE_P90
-        ]
-        names = ", ".join(_series_name(s_) for s_ in bad[:6]) + (" …" if len(bad) > 6 else "")
+        bad = sorted(
+            (
+                s_
+                for s_ in report
+                if s_["heldout"]["points"] and s_["heldout"]["p90"] > UNRELIABLE_P90
+            ),
+            key=lambda s_: -s_["heldout"]["p90"],
+        )
+        names = ", ".join(
+            f"{_series_name(s_)} {100 * s_['heldout']['p90']:.0f}%" for s_ in bad[:5]
+        ) + (" …" if len(bad) > 5 else "")
         warn.append(
             f"held-out p90 error {100 * heldout_p90:.1f}% exceeds {100 * UNRELIABLE_P90:.0f}%: "
             f"the profile is marked unreliable and the tuner will refuse it unless forced "
