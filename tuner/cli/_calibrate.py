@@ -306,9 +306,12 @@ def _print_text(profile, out: Path) -> None:
         rows.append([r["name"], _value(r), _value(lo), _value(hi)])
     if len(rows) > 1:
         _table(rows)
+    frozen = len(profile.leaf_names) - len(profile.fit.get("free_leaves", profile.leaf_names))
     print(
-        f"the other {len(table) - len(ident)} stay near the prior ({profile.prior.get('preset')}); "
-        "'ddltune show' lists them"
+        f"the other {len(table) - len(ident)} are not pinned down (90% interval wider than "
+        f"about ±16%); {frozen} of the {len(profile.leaf_names)} unconstrained leaves (those no "
+        f"measurement depends on) stay exactly at the prior {profile.prior.get('preset')}; "
+        "'ddltune show' lists them all"
     )
     for note in profile.notes:
         print(f"note: {note}")
