@@ -939,6 +939,9 @@ def calibrate(
         raise ValueError("no training point left after the holdout")
     folds = inner_folds(skeys, sizes, train, INNER_FOLDS)
     use_folds = len(candidates) > 1 and folds.any()
+    tried = candidates
+    if len(candidates) > 1 and not use_folds:  # nothing to choose on: the fewest regimes
+        candidates = (min(candidates),)
 
     dt = jnp.result_type(float)
     data, order = _build_data(points)
@@ -1048,12 +1051,12 @@ def calibrate(
     fit = {
         "n_regimes": R,
         "regime_selection": {
-            "candidates": list(candidates),
+            "candidates": list(tried),
             "method": (
                 f"mean absolute log error on {INNER_FOLDS} interleaved inner folds of the "
                 "training sizes (never the held-out points)"
                 if use_folds
-                else ("given" if len(candidates) == 1 else "too few sizes for inner folds: 1")
+                else ("given" if len(tried) == 1 else "too few sizes for inner folds: the fewest")
             ),
             "scores": {str(k): v["score"] for k, v in results.items()},
         },
