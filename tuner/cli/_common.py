@@ -14,6 +14,7 @@ __all__ = [
     "CLIError",
     "UsageError",
     "add_common_arguments",
+    "add_model_arguments",
     "fail",
     "print_json",
     "bytes_arg",
@@ -37,6 +38,24 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every subcommand has."""
     parser.add_argument(
         "--debug", action="store_true", help="show the full Python traceback on errors"
+    )
+
+
+def add_model_arguments(group) -> None:
+    """Add ``--model NAME`` and ``--layers FILE`` to a (mutually exclusive) group.
+
+    The zoo's names come from :data:`costmodel.WORKLOAD_NAMES`, so ``--help``
+    lists exactly what :func:`costmodel.get_workload` accepts.
+    """
+    from costmodel import WORKLOAD_NAMES
+
+    group.add_argument(
+        "--model", metavar="NAME", help=f"a model of the zoo: {', '.join(WORKLOAD_NAMES)}"
+    )
+    group.add_argument(
+        "--layers",
+        metavar="FILE",
+        help="your model's parameter tensors as a JSON or CSV layer file (see the README)",
     )
 
 

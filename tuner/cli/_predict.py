@@ -13,6 +13,7 @@ import itertools
 
 from ._common import (
     UsageError,
+    add_model_arguments,
     bytes_list_arg,
     int_list_arg,
     name_list_arg,
@@ -101,17 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     it = parser.add_argument_group("iteration mode")
     m = it.add_mutually_exclusive_group()
-    m.add_argument(
-        "--model",
-        metavar="NAME",
-        help="a model of the zoo: alexnet, vgg16, resnet18/34/50/101/152, inception_v3, "
-        "bert_base, bert_large, gpt2",
-    )
-    m.add_argument(
-        "--layers",
-        metavar="FILE",
-        help="your model's parameter tensors as a JSON or CSV layer file (see the README)",
-    )
+    add_model_arguments(m)
     it.add_argument(
         "--batch-size",
         type=positive_int_arg,

@@ -10,6 +10,7 @@ import textwrap
 from ._common import (
     CLIError,
     UsageError,
+    add_model_arguments,
     bytes_arg,
     bytes_list_arg,
     int_list_arg,
@@ -88,17 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     wl = parser.add_argument_group("model (one of)")
     m = wl.add_mutually_exclusive_group(required=True)
-    m.add_argument(
-        "--model",
-        metavar="NAME",
-        help="a model of the zoo: alexnet, vgg16, resnet18/34/50/101/152, inception_v3, "
-        "bert_base, bert_large, gpt2",
-    )
-    m.add_argument(
-        "--layers",
-        metavar="FILE",
-        help="your model's parameter tensors as a JSON or CSV layer file (see the README)",
-    )
+    add_model_arguments(m)
     b = wl.add_mutually_exclusive_group()
     b.add_argument(
         "--batch-size",

@@ -7,7 +7,7 @@ import shlex
 import sys
 import warnings
 
-from ._common import CLIError, positive_int_arg, print_json
+from ._common import CLIError, add_model_arguments, positive_int_arg, print_json
 
 NAME = "report"
 HELP = "write the HTML/Markdown report (figures, tables) from a profile, for a model"
@@ -52,8 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "figures; without them those figures are left out)",
     )
     m = parser.add_mutually_exclusive_group(required=True)
-    m.add_argument("--model", metavar="NAME", help="a model of the zoo, e.g. resnet50")
-    m.add_argument("--layers", metavar="FILE", help="your model as a JSON or CSV layer file")
+    add_model_arguments(m)
     parser.add_argument(
         "--batch-size",
         type=positive_int_arg,
