@@ -67,6 +67,7 @@ __all__ = [
     "initialize_worker",
     "launch_local",
     "send_message",
+    "worker_main",
     "set_message_handler",
 ]
 
@@ -806,3 +807,31 @@ def launch_local(
             signal.signal(signal.SIGTERM, old_handler)
         if own_dir:
             shutil.rmtree(logs, ignore_errors=True)
+
+
+def worker_main(prog: str, run: Callable[[dict, Callable[[dict], None]], object], argv=None) -> int:
+    """The ``main`` of a worker module: ``python -m MODULE --config FILE``.
+
+    Reads the JSON config the parent wrote, joins the run
+    (:func:`initialize_worker`), calls ``run(config, send_message)`` and tells the
+    parent it is done.
+
+    Args:
+        prog: the program name for ``--help``.
+        run: the worker's body.
+        argv: arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        0 (a failure raises, and the non-zero exit tells the launcher).
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--config", required=True, help="JSON file written by the parent")
+    args = parser.parse_args(argv)
+    with open(args.config, encoding="utf-8") as fh:
+        config = json.load(fh)
+    initialize_worker()
+    run(config, send_message)
+    send_message({"type": "done", "where": "finished"})
+    return 0

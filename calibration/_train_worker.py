@@ -43,9 +43,7 @@ read, so a sample is the slowest rank's step. Rank 0 sends one
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import socket
 import sys
 import threading
@@ -832,17 +830,9 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m calibration._train_worker --config FILE`` (one process)."""
-    from ._launch import initialize_worker, send_message
+    from ._launch import worker_main
 
-    parser = argparse.ArgumentParser(prog="python -m calibration._train_worker")
-    parser.add_argument("--config", required=True, help="JSON file written by the harness")
-    args = parser.parse_args(argv)
-    with open(args.config, encoding="utf-8") as fh:
-        config = json.load(fh)
-    initialize_worker()
-    run(config, send_message)
-    send_message({"type": "done", "where": "finished"})
-    return 0
+    return worker_main("python -m calibration._train_worker", run, argv)
 
 
 if __name__ == "__main__":

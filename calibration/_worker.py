@@ -52,8 +52,6 @@ node's cores.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import socket
 import sys
@@ -742,17 +740,9 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m calibration._worker --config FILE`` (one worker process)."""
-    from ._launch import initialize_worker, send_message
+    from ._launch import worker_main
 
-    parser = argparse.ArgumentParser(prog="python -m calibration._worker")
-    parser.add_argument("--config", required=True, help="JSON file written by collect()")
-    args = parser.parse_args(argv)
-    with open(args.config, encoding="utf-8") as fh:
-        config = json.load(fh)
-    initialize_worker()
-    run(config, send_message)
-    send_message({"type": "done", "where": "finished"})
-    return 0
+    return worker_main("python -m calibration._worker", run, argv)
 
 
 if __name__ == "__main__":
