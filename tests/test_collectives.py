@@ -111,7 +111,9 @@ def closed_form(name, algorithm, S, n, g, alpha=ALPHA, beta=BETA, gamma=GAMMA):
         return (n - 1) * a + S * (b + gamma)
     if name == "sendrecv":
         return a + S * b
-    if name in ("ps_push", "ps_pull"):
+    if name == "ps_push":  # the server sums the n−1 arrivals
+        return a + (n - 1) * S * b * (n - 1) ** FANIN_E + (n - 1) * S * gamma
+    if name == "ps_pull":
         return a + (n - 1) * S * b * (n - 1) ** FANIN_E
     raise AssertionError(name)
 

@@ -73,10 +73,19 @@ class _PS(AbstractCollective):
 
 
 class PSPush(_PS):
-    """Fan-in: n−1 workers each send S bytes to one server: α + (n−1)·S·β·(n−1)ᵉ."""
+    """Fan-in: n−1 workers each send S bytes to one server, which sums them.
+
+    T = α + (n−1)·S·β·(n−1)ᵉ + (n−1)·S·γ: the server aggregates what arrives
+    (as a parameter server does, and as ``ddltune collect``'s ``ps_push``
+    measures it), the γ term the ``ps`` architecture adds to its push.
+    """
 
     name = "ps_push"
     algorithm = "fan-in"
+
+    def terms(self, S, n, g, exponent=0.0):
+        t = super().terms(S, n, g, exponent)
+        return t._replace(reduce_bytes=jnp.maximum(n - 1.0, 0.0) * S)
 
 
 class PSPull(_PS):
