@@ -24,6 +24,7 @@ from ._launch import ClusterEnv as ClusterEnv
 from ._launch import LaunchError as LaunchError
 from ._launch import LaunchResult as LaunchResult
 from ._launch import WorkerInfo as WorkerInfo
+from ._launch import core_binding as core_binding
 from ._launch import detect_cluster as detect_cluster
 from ._launch import free_port as free_port
 from ._launch import heartbeat as heartbeat

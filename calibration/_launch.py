@@ -62,6 +62,7 @@ __all__ = [
     "LaunchResult",
     "WorkerInfo",
     "detect_cluster",
+    "core_binding",
     "free_port",
     "heartbeat",
     "initialize_worker",
@@ -78,6 +79,7 @@ ENV_PROCESS_ID = "DDLTUNE_PROCESS_ID"
 ENV_MESSAGE_FD = "DDLTUNE_MESSAGE_FD"
 ENV_PARENT_PID = "DDLTUNE_PARENT_PID"
 ENV_TIMEOUT = "DDLTUNE_TIMEOUT_S"
+ENV_CPU_CORES = "DDLTUNE_CPU_CORES"
 
 _PORT_TAKEN_SIGNS = ("Failed to add port", "Address already in use", "address already in use")
 
@@ -370,6 +372,12 @@ def initialize_worker(
         # (which knows which rank is missing) reports the fault, not this rank.
         timeout_s = float(env_timeout) + 60 if env_timeout else 300.0
     init_timeout = max(int(timeout_s), 10)
+    released = None
+    if os.environ.get(ENV_CPU_CORES) and hasattr(os, "sched_setaffinity"):
+        # Before the backend starts: its compute thread pool is sized by the
+        # affinity mask (one thread per core in it); released once it exists.
+        released = os.sched_getaffinity(0)
+        _bind_this_process([int(c) for c in os.environ[ENV_CPU_CORES].split(",")])
     if ENV_COORDINATOR in os.environ:
         address = os.environ[ENV_COORDINATOR]
         n = int(os.environ[ENV_NUM_PROCESSES])
@@ -387,6 +395,9 @@ def initialize_worker(
                 initialization_timeout=init_timeout,
                 heartbeat_timeout_seconds=max(init_timeout, 30),
             )
+        if released is not None:
+            jax.devices()  # start the backend with the compute pool of the bound cores
+            _bind_this_process(sorted(released))
         send_message({"type": "ready", "rank": rank, "where": "started"})
         return WorkerInfo(rank, n, "local")
     cluster = detect_cluster()
@@ -505,6 +516,7 @@ def _run_once(
     cwd: str | os.PathLike | None,
     poll_s: float,
     on_spawn: Callable[[int, int], None] | None,
+    cores: list[list[int]] | None = None,
 ) -> None:
     address = f"127.0.0.1:{port}"
     base_env = dict(os.environ)
@@ -525,6 +537,8 @@ def _run_once(
             rfd, wfd = os.pipe()
             os.set_inheritable(wfd, True)
             child_env = dict(base_env, **{ENV_PROCESS_ID: str(rank), ENV_MESSAGE_FD: str(wfd)})
+            if cores is not None:
+                child_env[ENV_CPU_CORES] = ",".join(map(str, cores[rank]))
             log_path = log_dir / f"rank{rank}.log"
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
@@ -687,6 +701,78 @@ class _Sigterm(BaseException):
     pass
 
 
+def _accelerator_present() -> bool:
+    """Whether this machine shows a GPU or TPU device file (no JAX backend is started)."""
+    import glob
+
+    return bool(
+        glob.glob("/dev/nvidia[0-9]*") or glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/kfd")
+    )
+
+
+def core_binding(
+    num_processes: int, bind: bool | str = "auto", env: Mapping[str, str] | None = None
+) -> list[list[int]] | None:
+    """The CPU core each local rank starts its JAX backend on, or ``None``.
+
+    One compute thread per rank, as torchrun's ``OMP_NUM_THREADS=1`` default
+    for several ranks per host: rank r is bound to core r (mod the cores this
+    process may use, ``os.sched_getaffinity``) while its backend starts, so
+    that XLA:CPU sizes its compute thread pool to one thread; then the binding
+    is released (:func:`initialize_worker`), so that the rank's threads may
+    run on any core. A rank then computes alike alone (the single-worker step)
+    and beside others, as the cost model's per-rank compute assumes.
+
+    Measured on 2 cores (``ddltune validate`` diagnosis, 2026-11-30, MLP step,
+    p10): unbound, each rank's pool spans every core, so 2 ranks took 2.2× the
+    single-rank step and the in-step all-reduce 1.9× its microbenchmark; with
+    one compute thread per rank, 1.2× and about 1×. Binding a rank to one core
+    for good instead stalls small collectives (2–3 ms per call: gloo's threads
+    wait for the compute thread's time slice).
+
+    Args:
+        num_processes: ranks to start on this machine, ≥ 1.
+        bind: ``True``, ``False``, or ``"auto"``: bind when the workers run JAX
+            on CPU (``JAX_PLATFORMS=cpu`` in ``env`` or the environment, or no
+            GPU/TPU device file on this machine).
+        env: the workers' extra environment (for ``JAX_PLATFORMS``).
+
+    Returns:
+        One list of core ids per rank, or ``None``.
+
+    Raises:
+        ValueError: on a ``bind`` that is not ``True``, ``False`` or ``"auto"``.
+
+    Example:
+        >>> core_binding(2, False) is None
+        True
+    """
+    if bind not in (True, False, "auto"):
+        raise ValueError(f"bind_cores must be True, False or 'auto', got {bind!r}")
+    if bind is False or not hasattr(os, "sched_getaffinity"):
+        return None
+    avail = sorted(os.sched_getaffinity(0))
+    if bind == "auto":
+        platforms = (
+            dict(env or {}).get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORMS", "")
+        ).lower()
+        on_cpu = platforms.strip() == "cpu" or not _accelerator_present()
+        if not on_cpu:
+            return None
+    return [[avail[r % len(avail)]] for r in range(num_processes)]
+
+
+def _bind_this_process(cores: Sequence[int]) -> None:
+    """Pin every thread of this process to ``cores`` (threads created later inherit it)."""
+    ids = set(cores)
+    tids = [0]
+    with contextlib.suppress(OSError):
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    for tid in tids:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(tid, ids)
+
+
 def launch_local(
     module: str,
     args: Sequence[str] = (),
@@ -703,6 +789,7 @@ def launch_local(
     cwd: str | os.PathLike | None = None,
     poll_s: float = 0.05,
     on_spawn: Callable[[int, int], None] | None = None,
+    bind_cores: bool | str = "auto",
 ) -> LaunchResult:
     """Run ``python -m module *args`` in ``num_processes`` local worker processes.
 
@@ -735,6 +822,9 @@ def launch_local(
         poll_s: how often exits are checked, seconds.
         on_spawn: called as ``on_spawn(rank, pid)`` after each worker starts
             (e.g. to check afterwards that every PID is gone).
+        bind_cores: start each rank's backend with one compute thread (bound
+            to core r while it starts, then released): ``True``, ``False`` or
+            ``"auto"`` (when the workers run JAX on CPU); see :func:`core_binding`.
 
     Returns:
         A :class:`LaunchResult` once every worker exited with status 0.
@@ -755,6 +845,7 @@ def launch_local(
         raise ValueError(f"port_attempts must be ≥ 1, got {port_attempts!r}")
     start_timeout_s = timeout_s if start_timeout_s is None else start_timeout_s
     python = python or sys.executable
+    cores = core_binding(num_processes, bind_cores, env)
 
     # SIGTERM to the parent must also stop the workers: turn it into an exception
     # so that the cleanup below runs (only possible from the main thread).
@@ -790,6 +881,7 @@ def launch_local(
                     cwd,
                     poll_s,
                     on_spawn,
+                    cores,
                 )
             except _PortTaken:
                 continue

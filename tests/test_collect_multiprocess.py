@@ -162,10 +162,15 @@ def test_hung_worker_stops_run_within_timeout(tmp_path, spawned, monkeypatch):
 
 _WORKER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from calibration import initialize_worker, send_message
     mode = sys.argv[1]
     info = initialize_worker()
+    if mode == "affinity":
+        send_message({"type": "msg", "where": "affinity", "rank": info.process_id,
+                      "cores": os.environ.get("DDLTUNE_CPU_CORES"),
+                      "affinity": sorted(os.sched_getaffinity(0))})
+        sys.exit(0)
     send_message({"type": "msg", "where": "step 1", "rank": info.process_id,
                   "n": info.num_processes})
     if mode == "crash" and info.process_id == 1:
@@ -215,6 +220,48 @@ def test_launcher_relays_messages_and_reports_a_crash(worker_env):
     assert (e.rank, e.returncode, e.where, e.reason) == (1, 7, "step 1", "exited")
     assert "rank 1 exited with status 7 while step 1" in str(e)
     assert len(pids) == 4 and [p for p in pids if _alive(p)] == []
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux CPU affinity")
+@pytest.mark.parametrize("bind", [True, False])
+def test_launcher_binds_each_rank_while_its_backend_starts_then_releases(worker_env, bind):
+    # One compute thread per rank: bound to core r mod cores while the backend
+    # starts, then free to run anywhere (what the parent may use).
+    msgs = {}
+    launch_local(
+        "ddltune_test_worker",
+        ["affinity"],
+        3,
+        timeout_s=60,
+        env=worker_env,
+        bind_cores=bind,
+        on_message=lambda r, m: msgs.__setitem__(r, m),
+    )
+    cores = sorted(os.sched_getaffinity(0))
+    assert sorted(msgs) == [0, 1, 2]
+    for r, m in msgs.items():
+        assert m["cores"] == (str(cores[r % len(cores)]) if bind else None)
+        assert m["affinity"] == cores
+
+
+def test_core_binding_round_robin_and_auto(monkeypatch):
+    from calibration import _launch, core_binding
+
+    if not hasattr(os, "sched_getaffinity"):
+        assert core_binding(2, True) is None
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    want = [[cores[r % len(cores)]] for r in range(len(cores) + 1)]
+    assert core_binding(len(cores) + 1, True) == want
+    assert core_binding(2, False) is None
+    monkeypatch.setattr(_launch, "_accelerator_present", lambda: True)
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    assert core_binding(2, "auto") is None  # GPU/TPU workers: leave them alone
+    assert core_binding(2, "auto", {"JAX_PLATFORMS": "cpu"}) == want[:2]
+    monkeypatch.setattr(_launch, "_accelerator_present", lambda: False)
+    assert core_binding(2, "auto") == want[:2]
+    with pytest.raises(ValueError, match="bind_cores"):
+        core_binding(2, "yes")
 
 
 def test_launcher_retries_a_taken_port(worker_env):
