@@ -159,24 +159,11 @@ def load_table(path: Path) -> list[dict]:
     return rows
 
 
-_OVERLAPPED: dict[type, type] = {}
-
-
 def _overlapped(arch_name: str, colocated: bool = False):
-    """What-if: the same architecture with phase 1 (push) overlapped with backward.
+    """What-if: the same architecture with phase 1 (push) overlapped with backward."""
+    from costmodel import get_architecture, with_overlap
 
-    One subclass per architecture class, created once (a new class per call
-    would make every call compile anew).
-    """
-    from costmodel import get_architecture
-
-    arch = get_architecture(arch_name, colocated=colocated)
-    if arch.overlaps:
-        return arch
-    cls = type(arch)
-    if cls not in _OVERLAPPED:
-        _OVERLAPPED[cls] = type(f"Overlapped{cls.__name__}", (cls,), {"overlaps": True})
-    return _OVERLAPPED[cls]()
+    return with_overlap(get_architecture(arch_name, colocated=colocated), True)
 
 
 def predict_file(path: Path, *, what_if: bool = True) -> dict:

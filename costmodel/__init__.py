@@ -34,6 +34,7 @@ from ._units import parse_bytes as parse_bytes
 from ._units import parse_bytes_list as parse_bytes_list
 from .architectures import AbstractArchitecture as AbstractArchitecture
 from .architectures import get_architecture as get_architecture
+from .architectures import with_overlap as with_overlap
 from .collectives import COLLECTIVES as COLLECTIVES
 from .collectives import AbstractCollective as AbstractCollective
 from .collectives import busbw as busbw

@@ -235,3 +235,55 @@ def test_p2p_pays_all_to_all_congestion():
     a2a = phases("p2p", s, 64, params=p)[0]
     assert a2a == pytest.approx(63 / 64 * s * BETA[1] * 63**A2A_E, rel=1e-9)
     assert a2a > phases("ring", s, 64, params=p)[0] / 2  # more than a reduce-scatter's worth
+
+
+# ---------------------------------------------------------------------------
+# Overlap variants (with_overlap)
+# ---------------------------------------------------------------------------
+def test_with_overlap_makes_one_cached_variant_keeping_fields():
+    from costmodel import with_overlap
+
+    ps = get_architecture("ps", colocated=True)
+    on = with_overlap(ps, True)
+    assert on.overlaps and on.colocated and on.label == ps.label and on.name == "ps"
+    assert type(with_overlap(get_architecture("ps"), True)) is type(on)  # one class, cached
+    assert with_overlap(on, True) is on and with_overlap(ps, False) is ps
+    ring = get_architecture("ring")
+    assert not with_overlap(ring, False).overlaps
+    with pytest.raises(TypeError, match="AbstractArchitecture"):
+        with_overlap("ps", True)
+
+
+@pytest.mark.parametrize("name", ["ring", "ps", "p2p"])
+def test_overlap_can_only_hide_communication_behind_backward(name):
+    # Serial: T = fwd + bwd + C + update + overhead exactly. Overlapped: never
+    # slower, and it hides at most the backward pass (no interference here).
+    from costmodel import with_overlap
+
+    p = exact_params(overlap_interference=1e-9)
+    w = get_workload("resnet50", 32).with_step_time(0.2)
+    n = np.array([2.0, 8.0, 32.0])
+    kw = dict(ranks_per_node=np.ones(3), servers=np.full(3, 2.0), bucket_bytes=np.full(3, 25e6))
+    arch = get_architecture(name)
+    serial = iteration_time(p, w, with_overlap(arch, False), n, **kw)
+    over = iteration_time(p, w, with_overlap(arch, True), n, **kw)
+    s = {
+        k: np.asarray(getattr(serial, k))
+        for k in (
+            "forward_s",
+            "backward_s",
+            "communication_s",
+            "update_s",
+            "overhead_s",
+            "iteration_s",
+        )
+    }
+    np.testing.assert_allclose(
+        s["iteration_s"],
+        s["forward_s"] + s["backward_s"] + s["communication_s"] + s["update_s"] + s["overhead_s"],
+        rtol=1e-9,
+    )
+    o = np.asarray(over.iteration_s)
+    assert np.all(o <= s["iteration_s"] * (1 + 1e-9))
+    assert np.all(o >= s["iteration_s"] - s["backward_s"] * (1 + 1e-6))
+    assert np.all(o < s["iteration_s"])  # something was hidden

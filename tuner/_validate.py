@@ -319,30 +319,12 @@ def _spread(rec: dict) -> float:
     return 0.0
 
 
-_SERIAL: dict[type, type] = {}
-
-
-def _serial(arch):
-    """The same architecture without overlap of phase 1 and backward (XLA:CPU runs in sequence).
-
-    One subclass per architecture class, made once (a new class per call would
-    recompile the timeline every time).
-    """
-    if not arch.overlaps:
-        return arch
-    cls = type(arch)
-    if cls not in _SERIAL:
-        _SERIAL[cls] = type(
-            f"Serial{cls.__name__}", (cls,), {"overlaps": False, "__module__": __name__}
-        )
-    return _SERIAL[cls]()
-
-
 def _architecture(name: str, colocated: bool, overlap: bool):
-    from costmodel import get_architecture
+    from costmodel import get_architecture, with_overlap
 
     arch = get_architecture(name, colocated=colocated if name == "ps" else False)
-    return arch if overlap else _serial(arch)
+    # Without overlap, only the all-reduce changes (PS and P2P never overlap).
+    return arch if overlap else with_overlap(arch, False)
 
 
 def predict_records(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from .._errors import format_choices
 from .._names import ARCHITECTURE_NAMES
 from ._allreduce import HierarchicalArchitecture as HierarchicalArchitecture
@@ -23,6 +25,60 @@ _CLASSES = {
     "hierarchical": HierarchicalArchitecture,
 }
 assert tuple(_CLASSES) == ARCHITECTURE_NAMES
+
+_OVERLAP_VARIANTS: dict[tuple[type, bool], type] = {}
+
+
+def with_overlap(arch: AbstractArchitecture, overlaps: bool) -> AbstractArchitecture:
+    """The same architecture with its first phase overlapped with backward, or not.
+
+    The stock architectures follow the seed paper: all-reduce overlaps each
+    bucket with the rest of backward (Horovod, DDP); parameter servers and
+    P2P exchange after backward. Real runtimes differ, and this makes the
+    variant:
+
+    * ``overlaps=True`` for a parameter server whose runtime sends each
+      gradient as soon as backward produces it (TensorFlow's dataflow
+      ``parameter_server`` / ``distributed_replicated``; MXNet KVStore and
+      BytePS push per tensor; Zhang et al., "Poseidon", USENIX ATC 2017: wait-free
+      backpropagation);
+    * ``overlaps=False`` for a runtime that runs a program's collectives after
+      its compute (XLA:CPU, measured in :mod:`tuner._validate`).
+
+    Only the timeline changes (``T = fwd + max(bwd, end_K) + …`` against
+    ``fwd + bwd + C₁ + …``); costs, updates and memory are those of ``arch``.
+    One subclass per (class, overlaps) is made and cached, so that repeated
+    calls reuse compiled programs.
+
+    Args:
+        arch: an architecture (:func:`get_architecture`).
+        overlaps: whether phase 1 overlaps backward compute.
+
+    Returns:
+        ``arch`` itself when it already has this ``overlaps``, else an
+        instance of the variant with ``arch``'s fields (e.g. ``colocated``).
+
+    Raises:
+        TypeError: when ``arch`` is not an :class:`AbstractArchitecture`.
+
+    Example:
+        >>> with_overlap(get_architecture("ps"), True).overlaps
+        True
+    """
+    if not isinstance(arch, AbstractArchitecture):
+        raise TypeError(f"arch must be an AbstractArchitecture, got {type(arch).__name__}")
+    overlaps = bool(overlaps)
+    if arch.overlaps == overlaps:
+        return arch
+    cls = type(arch)
+    key = (cls, overlaps)
+    if key not in _OVERLAP_VARIANTS:
+        prefix = "Overlapped" if overlaps else "Serial"
+        _OVERLAP_VARIANTS[key] = type(
+            f"{prefix}{cls.__name__}", (cls,), {"overlaps": overlaps, "__module__": __name__}
+        )
+    fields = {f.name: getattr(arch, f.name) for f in dataclasses.fields(arch)}
+    return _OVERLAP_VARIANTS[key](**fields)
 
 
 def get_architecture(name: str, *, colocated: bool = False) -> AbstractArchitecture:
