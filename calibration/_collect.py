@@ -250,6 +250,7 @@ def collect(
     max_iters: int = 200,
     warmup_iters: int = 2,
     budget_s: float = 0.5,
+    rounds: int = 1,
     timeout_s: float = 50.0,
     launcher: str = "auto",
     coordinator: str | None = None,
@@ -284,6 +285,13 @@ def collect(
         warmup_iters: untimed calls after compiling (≥ 0).
         budget_s: seconds per point: repetitions continue until both ``iters``
             and this budget are reached (> 0).
+        rounds: timing passes over all points of a launch (≥ 1). With more
+            than one, every point is compiled first and then timed in
+            ``rounds`` interleaved passes, each with 1/rounds of ``budget_s``,
+            ``iters`` and ``max_iters``, so that a slow stretch of a noisy
+            machine spreads over many points instead of owning one (measured
+            on 2 CPU cores: whole points at a steady ~3.8 ms where neighbours
+            took 0.2 ms). Records then arrive after the last pass of a launch.
         timeout_s: a worker silent this long (seconds, > 0) is hung; the run
             stops within about ``timeout_s`` + 3 s of a fault (a crash: at once).
             A worker that has not joined after ``max(timeout_s, 30)`` s did not
@@ -343,6 +351,7 @@ def collect(
     _check_int(max_iters, "max_iters", iters)
     _check_int(warmup_iters, "warmup_iters", 0)
     budget_s = _check_pos(budget_s, "budget_s")
+    _check_int(rounds, "rounds", 1)
     timeout_s = _check_pos(timeout_s, "timeout_s")
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {format_choices(LAUNCHERS)}, got {launcher!r}")
@@ -360,6 +369,7 @@ def collect(
         "max_iters": max_iters,
         "warmup_iters": warmup_iters,
         "budget_s": budget_s,
+        "rounds": rounds,
         "matmul_sizes": matmul_sizes,
         "source": "ddltune collect",
     }

@@ -708,36 +708,80 @@ def run(
         )
     prov = provenance(config.get("source", "ddltune collect"))
     me = ranks.process_index
-    for k, point in enumerate(todo):
-        where = f"measuring {point['desc']} (point {k + 1}/{len(todo)})"
-        emit({"type": "point", "i": k, "where": where, "rank": me})
-        faults.at_point(me, k)
+    rounds = max(1, int(config.get("rounds", 1)))
+
+    def prepare(k, point, where):
         if point["kind"] == "collective":
             step, check, compile_s = _collective_step(ranks, point, faults)
-            samples, wrong = _timed(ranks, step, check, config, where)
+            return step, check, compile_s, False
+        solo = point["solo"]
+        if solo and not ranks.is_rank0:
+            return (lambda: None), None, 0.0, solo
+        step, compile_s = _compute_step(ranks, point)
+        return step, None, compile_s, solo
+
+    def record(point, samples, wrong, compile_s):
+        rec = {"schema": 1}
+        rec.update({k2: v for k2, v in point.items() if k2 not in ("desc", "solo")})
+        if point["kind"] == "collective":
+            rec["wrong"] = int(wrong)
+            rec["in_place"] = False
         else:
-            solo = point["solo"]
-            if solo and not ranks.is_rank0:
-                step, compile_s = (lambda: None), 0.0
-            else:
-                step, compile_s = _compute_step(ranks, point)
-            samples, wrong = _timed(ranks, step, None, config, where, solo=solo)
+            rec.pop("count", None)
+            rec["num_processes"] = ranks.num_processes
+        rec["time_s"] = time_statistics(samples)
+        rec["samples_s"] = [float(s) for s in samples]
+        rec["compile_s"] = float(compile_s)
+        rec["warmup_iters"] = int(config["warmup_iters"])
+        if rounds > 1:
+            rec["rounds"] = rounds
+        rec.update(prov)
+        rec["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return rec
+
+    if rounds == 1:
+        for k, point in enumerate(todo):
+            where = f"measuring {point['desc']} (point {k + 1}/{len(todo)})"
+            emit({"type": "point", "i": k, "where": where, "rank": me})
+            faults.at_point(me, k)
+            step, check, compile_s, solo = prepare(k, point, where)
+            samples, wrong = _timed(ranks, step, check, config, where, solo=solo)
+            if ranks.is_rank0:
+                emit({"type": "record", "record": record(point, samples, wrong, compile_s),
+                      "where": where})  # fmt: skip
+    else:
+        # Interleaved rounds: every point is compiled first, then timed in
+        # ``rounds`` passes over all of them with 1/rounds of the budget each,
+        # so that a slow episode of the machine (CPU: seconds-long stretches
+        # in which every call waits ~4 ms for a scheduler tick) spreads over
+        # many points instead of owning one. Records are sent after the last pass.
+        prepared = []
+        for k, point in enumerate(todo):
+            where = f"compiling {point['desc']} (point {k + 1}/{len(todo)})"
+            emit({"type": "point", "i": k, "where": where, "rank": me})
+            faults.at_point(me, k)
+            prepared.append(prepare(k, point, where))
+        per_round = dict(config)
+        per_round["budget_s"] = float(config["budget_s"]) / rounds
+        per_round["iters"] = -(-int(config["iters"]) // rounds)
+        per_round["max_iters"] = -(-int(config["max_iters"]) // rounds)
+        samples_of = [[] for _ in todo]
+        wrong_of = [0 for _ in todo]
+        for r in range(rounds):
+            if r > 0:
+                per_round["warmup_iters"] = min(1, int(config["warmup_iters"]))
+            for k, (point, (step, check, _, solo)) in enumerate(zip(todo, prepared, strict=True)):
+                where = (
+                    f"measuring {point['desc']} (point {k + 1}/{len(todo)}, round {r + 1}/{rounds})"
+                )
+                emit({"type": "point", "i": k, "where": where, "rank": me})
+                got, wrong = _timed(ranks, step, check, per_round, where, solo=solo)
+                samples_of[k].extend(got)
+                wrong_of[k] += wrong
         if ranks.is_rank0:
-            rec = {"schema": 1}
-            rec.update({k2: v for k2, v in point.items() if k2 not in ("desc", "solo")})
-            if point["kind"] == "collective":
-                rec["wrong"] = int(wrong)
-                rec["in_place"] = False
-            else:
-                rec.pop("count", None)
-                rec["num_processes"] = ranks.num_processes
-            rec["time_s"] = time_statistics(samples)
-            rec["samples_s"] = [float(s) for s in samples]
-            rec["compile_s"] = float(compile_s)
-            rec["warmup_iters"] = int(config["warmup_iters"])
-            rec.update(prov)
-            rec["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            emit({"type": "record", "record": rec, "where": where})
+            for k, (point, prep) in enumerate(zip(todo, prepared, strict=True)):
+                rec = record(point, samples_of[k], wrong_of[k], prep[2])
+                emit({"type": "record", "record": rec, "where": f"point {k + 1}/{len(todo)}"})
     return {
         "measured": len(todo),
         "skipped": len(plan) - len(todo),

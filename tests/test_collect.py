@@ -231,6 +231,12 @@ _VIRTUAL = textwrap.dedent(
                                   in {("all_reduce", 1024), ("all_reduce", 4096), ("sendrecv", 1024)}])
     out["resume"] = run(cfg, msgs.append, faults=Faults(""))
     out["resume_msgs"] = msgs
+    # Interleaved rounds: every point compiled, then timed in 3 passes.
+    msgs = []
+    cfg = dict(base, collectives=["all_reduce", "ps_push"], sizes=[1024, 4096], dtype="float32",
+               suite=["collectives"], rounds=3)
+    out["rounds"] = run(cfg, msgs.append, faults=Faults("wrong:ps_push"))
+    out["rounds_msgs"] = msgs
     print("RESULT" + json.dumps(out))
     """
 )
@@ -301,3 +307,23 @@ def test_resume_skips_known_points(virtual_run):
     assert virtual_run["resume"]["skipped"] == 3
     recs = _records(virtual_run["resume_msgs"])
     assert [(r["collective"], r["message_bytes"]) for r in recs] == [("sendrecv", 4096)]
+
+
+def test_interleaved_rounds_time_every_point_in_each_pass(virtual_run):
+    msgs = virtual_run["rounds_msgs"]
+    kinds = [m["type"] for m in msgs]
+    recs = _records(msgs)
+    assert len(recs) == 4 and virtual_run["rounds"]["measured"] == 4
+    # records only after the last pass; each point: compiled once, timed in 3 passes
+    assert kinds.index("record") > max(i for i, k in enumerate(kinds) if k == "point")
+    points = [m["where"] for m in msgs if m["type"] == "point"]
+    assert sum("compiling" in w for w in points) == 4
+    assert [sum(f"round {r}/3" in w for w in points) for r in (1, 2, 3)] == [4, 4, 4]
+    for r in recs:
+        validate_record(r)
+        assert r["rounds"] == 3
+        # at least iters (3) samples: ⌈3/3⌉ per pass, 3 passes; at most ⌈6/3⌉ per pass
+        assert 3 <= r["time_s"]["count"] == len(r["samples_s"]) <= 6
+    by = {r["collective"]: r for r in recs if r["message_bytes"] == 1024}
+    assert by["all_reduce"]["wrong"] == 0
+    assert by["ps_push"]["wrong"] == by["ps_push"]["time_s"]["count"]  # counted in every pass

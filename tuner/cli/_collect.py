@@ -141,6 +141,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "seconds spent (default 0.5)",
     )
     parser.add_argument(
+        "--rounds",
+        type=positive_int_arg,
+        default=3,
+        metavar="R",
+        help="interleaved timing passes over all points of a launch, each with 1/R of "
+        "--budget-s: a slow stretch of a noisy machine then spreads over many points "
+        "instead of owning one; records are written after the last pass (1 = time each "
+        "point in one go, written as it finishes; default 3)",
+    )
+    parser.add_argument(
         "--timeout-s",
         type=positive_float_arg,
         default=50.0,
@@ -253,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
             max_iters=max(args.max_iters, args.iters),
             warmup_iters=args.warmup_iters,
             budget_s=args.budget_s,
+            rounds=args.rounds,
             timeout_s=args.timeout_s,
             launcher=args.launcher,
             coordinator=args.coordinator,
