@@ -347,3 +347,19 @@ def test_published_tables_parse():
     assert sum(r["images_per_sec"] is None for r in dgx) == 1  # AlexNet, real data, 8 GPUs
     with pytest.raises(ValueError, match="no system description"):
         bench.system_for(Path("scaling_unknown.csv"))
+
+
+def test_warns_about_what_the_profile_never_measured():
+    from types import SimpleNamespace
+
+    from tuner._validate import _coverage_warnings
+
+    recs = _grid()  # ps with a dedicated server: up to 5 processes; SPEC's gradient ≈ 83 KiB
+    grad = model_workload(SPEC).total_param_bytes
+    covered = SimpleNamespace(measured_ranges={"num_ranks": [2, 5], "message_bytes": [1024, grad]})
+    assert _coverage_warnings(covered, recs) == ()
+    assert _coverage_warnings(PARAMS, recs) == ()  # bare parameters: nothing to compare with
+    short = SimpleNamespace(measured_ranges={"num_ranks": [2, 4], "message_bytes": [1024, 4096]})
+    (ranks, sizes) = _coverage_warnings(short, recs)
+    assert "2–4 ranks" in ranks and "run 5 processes" in ranks
+    assert "up to 4 KiB" in sizes

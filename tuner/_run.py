@@ -55,6 +55,7 @@ RUN_DEFAULTS = {
     "step_factor": 4,
     "iters": 5,
     "budget_s": 0.5,
+    "rounds": 3,
     "model": "resnet50",
     "batch_size": 64,
     "max_workers": 64,
@@ -268,6 +269,7 @@ def run_main_job(
             step_factor=RUN_DEFAULTS["step_factor"],
             iters=RUN_DEFAULTS["iters"],
             budget_s=budget_s,
+            rounds=RUN_DEFAULTS["rounds"],
             launcher="local",
             overwrite=True,
             progress=progress,
@@ -319,6 +321,9 @@ def run_main_job(
             profile,
             model="mlp",
             workers=(workers,),
+            # colocated servers: the run uses the process count it measured
+            # (dedicated ones would add a process the profile never saw)
+            colocated=True,
             measurements=out / "validation.jsonl",
             overwrite=True,
             steps=5,

@@ -128,6 +128,8 @@ class ValidationResult:
         overlap: whether the ring was predicted with overlap.
         interval_coverage: fraction of configurations whose measured time lies
             in the profile's 90% prediction interval (NaN without intervals).
+        warnings: what the profile never measured that the predictions need
+            (process counts, message sizes): those predictions extrapolate.
     """
 
     rows: list[ValidationRow]
@@ -144,6 +146,7 @@ class ValidationResult:
     statistic: str
     overlap: bool
     interval_coverage: float = float("nan")
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """``{"rows": [...], "mape", "kendall_tau", "regret", …}`` (fractions, not percents)."""
@@ -162,6 +165,7 @@ class ValidationResult:
             "statistic": self.statistic,
             "overlap": self.overlap,
             "interval_coverage": self.interval_coverage,
+            "warnings": list(self.warnings),
         }
 
 
@@ -473,7 +477,40 @@ def compare_steps(
         )
         for r, p, lo, hi in zip(rows_in, predicted, low, high, strict=True)
     ]
-    return _score(rows, baseline, stat, bool(overlap))
+    result = _score(rows, baseline, stat, bool(overlap))
+    return dataclasses.replace(result, warnings=_coverage_warnings(prof, rows_in))
+
+
+def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
+    """What the configurations need that the profile never measured (its ``measured_ranges``)."""
+    ranges = getattr(prof, "measured_ranges", None) or {}
+    out = []
+    ranks = ranges.get("num_ranks")
+    if ranks:
+        procs = sorted({int(r.get("ranks_per_node", r["workers"])) for r in records})
+        outside = [p for p in procs if not ranks[0] <= p <= ranks[1]]
+        if outside:
+            out.append(
+                f"the profile measured {ranks[0]}–{ranks[1]} ranks, but configurations here run "
+                f"{', '.join(map(str, outside))} processes (dedicated servers count): their "
+                "predictions extrapolate; collect with --workers covering every process count"
+            )
+    sizes = ranges.get("message_bytes")
+    if sizes:
+        spec = records[0].get("model_spec") if records else None
+        grad = 0
+        if spec is not None:
+            from calibration import model_workload
+
+            grad = int(model_workload(spec).total_param_bytes)
+        if grad > sizes[1] * 1.05:
+            from costmodel import format_bytes
+
+            out.append(
+                f"the model's gradients are {format_bytes(grad)} but the profile measured messages "
+                f"up to {format_bytes(sizes[1])}: larger buckets extrapolate"
+            )
+    return tuple(out)
 
 
 def _score(rows: list[ValidationRow], baseline: float, stat: str, overlap: bool):

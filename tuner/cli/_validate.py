@@ -44,7 +44,13 @@ sample / the best measured - 1. Measured time is the p10 of the steps on CPU
 
 On CPU the ring is predicted without overlap of backward and communication:
 XLA:CPU runs a program's collectives and compute in sequence (--overlap yes
-predicts with the overlapped ring anyway)."""
+predicts with the overlapped ring anyway).
+
+The profile should cover what the runs use: measure with
+'ddltune collect --workers 2,3,4,5 --max-bytes 4M' for the defaults (every
+process count, dedicated servers included, and messages up to the model's
+gradient, 3.6 MiB for the default MLP); a process count or size the profile
+never measured is extrapolated, and the output says so."""
 EPILOG = """\
 examples:
   ddltune validate --profile profile.json --workers 2,3,4 --model mlp
@@ -249,6 +255,7 @@ def format_table(result: ValidationResult) -> str:
             f"{n} workers {v * 100:.1f}%" for n, v in result.regret_by_workers.items()
         )
         out.append(f"regret within each worker count (iteration time): {within}")
+    out.extend(f"warning: {w}" for w in result.warnings)
     return "\n".join(out) + "\n"
 
 
