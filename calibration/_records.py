@@ -370,6 +370,9 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = T
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file private (0600); give it the mode a plain open()
+        # would (0666 less the umask), so that a shared report stays readable.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -380,6 +383,13 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = T
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def host_fingerprint() -> str:

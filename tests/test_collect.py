@@ -327,3 +327,21 @@ def test_interleaved_rounds_time_every_point_in_each_pass(virtual_run):
     by = {r["collective"]: r for r in recs if r["message_bytes"] == 1024}
     assert by["all_reduce"]["wrong"] == 0
     assert by["ps_push"]["wrong"] == by["ps_push"]["time_s"]["count"]  # counted in every pass
+
+
+def test_atomic_write_gives_the_file_the_umask_mode_and_keeps_the_old_on_refusal(tmp_path):
+    from calibration._records import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "a" / "r.md", "one")
+        assert path.read_text() == "one"
+        assert (path.stat().st_mode & 0o777) == 0o644  # readable by colleagues, not 0600
+        with pytest.raises(FileExistsError, match="overwrite"):
+            atomic_write_text(path, "two", overwrite=False)
+        assert path.read_text() == "one"
+        atomic_write_text(path, "three")
+        assert path.read_text() == "three" and (path.stat().st_mode & 0o777) == 0o644
+        assert [p.name for p in path.parent.iterdir()] == ["r.md"]  # no temporary left
+    finally:
+        os.umask(old)
