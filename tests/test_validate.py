@@ -363,3 +363,59 @@ def test_warns_about_what_the_profile_never_measured():
     (ranks, sizes) = _coverage_warnings(short, recs)
     assert "2–4 ranks" in ranks and "run 5 processes" in ranks
     assert "up to 4 KiB" in sizes
+
+
+def test_a_profile_file_is_loaded_whole_or_refused(tmp_path):
+    from calibration import Profile
+    from costmodel import InputFileError
+
+    path = tmp_path / "profile.json"
+    Profile.from_preset("ethernet-10g", "cpu").save(path)
+    doc = json.loads(path.read_text())
+    doc["schema"] = 99  # a newer ddltune's profile: refused, not read as bare parameters
+    future = tmp_path / "future.json"
+    future.write_text(json.dumps(doc))
+    with pytest.raises(InputFileError, match="schema version 99"):
+        load_params(future)
+    meas = tmp_path / "m.jsonl"
+    meas.write_text("".join(json.dumps(r) + "\n" for r in _grid()[:2]))
+    with pytest.raises(InputFileError, match=r"m.jsonl:1: this is a measurements file"):
+        load_params(meas)
+
+
+_STEP_ONLY = ("architecture", "servers", "colocated", "workers", "bucket_bytes", "model",
+              "model_spec", "batch_size")  # fmt: skip
+
+
+def test_cli_from_selects_rows_and_names_a_file_without_steps(tmp_path, capsys):
+    recs = [_rec("ring", 1, 0, BASE)] + _grid()
+    path = tmp_path / "steps.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(PARAMS.to_dict()))
+    args = ["validate", "--profile", str(prof), "--from", str(path), "--json"]
+    assert main(args + ["--workers", "2,4", "--arch", "ring,ps"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert len(rows) == 12
+    assert {(r["workers"], r["architecture"]) for r in rows} == {
+        (n, a) for n in (2, 4) for a in ("ring", "ps")
+    }
+    assert main(args + ["--arch", "foo"]) == 2
+    assert "unknown architecture 'foo'" in capsys.readouterr().err
+    other = tmp_path / "coll.jsonl"
+    coll = {k: v for k, v in recs[1].items() if k not in _STEP_ONLY}
+    coll.update(kind="collective", collective="all_reduce", message_bytes=1024, num_ranks=2,
+                ranks_per_node=2, dtype="float32", wrong=0, in_place=False)  # fmt: skip
+    other.write_text(json.dumps(coll) + "\n")
+    assert main(["validate", "--profile", str(prof), "--from", str(other)]) == 2
+    assert "no training-step records" in capsys.readouterr().err
+
+
+def test_warns_when_the_profile_is_unreliable():
+    from types import SimpleNamespace
+
+    from tuner._validate import _coverage_warnings
+
+    prof = SimpleNamespace(reliable=False, heldout_p90=0.6, measured_ranges={})
+    (w,) = _coverage_warnings(prof, _grid())
+    assert "UNRELIABLE" in w and "60%" in w

@@ -204,27 +204,44 @@ def _resolve(profile):
     path = os.fspath(profile)
     if not os.path.exists(path):
         raise FileNotFoundError(2, "No such file or directory", path)
-    first_error = None
-    try:
-        from calibration import Profile  # written by the calibration package
+    from calibration import Profile  # written by the calibration package
 
-        prof = Profile.load(path)
-        return prof.params, prof
-    except ImportError:
-        pass
-    except Exception as e:  # noqa: BLE001 - fall back to a bare parameter file below
-        first_error = e
     try:
         with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+            first = fh.readline()
+            rest = fh.read()
+    except UnicodeDecodeError:
+        raise InputFileError(path, None, "not a text file, so not a ddltune profile") from None
+    try:
+        doc = json.loads(first + rest)
     except json.JSONDecodeError as e:
+        try:  # a measurements file: one JSON object per line
+            head = json.loads(first)
+        except json.JSONDecodeError:
+            head = None
+        if isinstance(head, dict) and head.get("kind") in ("collective", "compute", "step"):
+            raise InputFileError(
+                path,
+                1,
+                "this is a measurements file (JSON Lines), not a profile: fit one with "
+                "'ddltune calibrate FILE -o profile.json'",
+            ) from None
         raise InputFileError(path, e.lineno, f"not valid JSON: {e.msg}") from None
+    if isinstance(doc, dict) and ("schema" in doc or "kind" in doc):
+        # A profile file: load it whole (schema, parameters, covariance); its
+        # own errors say what is wrong, never a fallback that drops them.
+        try:
+            prof = Profile.load(path)
+        except InputFileError:
+            raise
+        except (ValueError, KeyError, TypeError) as e:
+            raise InputFileError(path, None, f"not a usable ddltune profile: {e}") from None
+        return prof.params, prof
     d = doc.get("params", doc) if isinstance(doc, dict) else doc
     try:
         return ClusterParams.from_dict(d), None
     except ValueError as e:
-        why = first_error if first_error is not None else e
-        raise InputFileError(path, None, f"not a ddltune profile: {why}") from None
+        raise InputFileError(path, None, f"not a ddltune profile: {e}") from None
 
 
 # --------------------------------------------------------------------------- metrics
@@ -435,7 +452,15 @@ def compare_steps(
             models, or no configuration to compare.
     """
     params, prof = _resolve(profile)
+    records = list(records)
     steps = [r for r in records if r.get("kind") == "step"]
+    if not steps:
+        kinds = sorted({str(r.get("kind")) for r in records})
+        raise ValueError(
+            "no training-step records (kind 'step') to compare"
+            + (f"; these are {', '.join(kinds)} records" if kinds else "")
+            + ": give a file written by 'ddltune validate --measurements'"
+        )
     base = [r for r in steps if r["workers"] == 1]
     rows_in = [r for r in steps if r["workers"] >= 2]
     if not base:
@@ -485,6 +510,13 @@ def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
     """What the configurations need that the profile never measured (its ``measured_ranges``)."""
     ranges = getattr(prof, "measured_ranges", None) or {}
     out = []
+    if getattr(prof, "reliable", True) is False:
+        p90 = getattr(prof, "heldout_p90", None)
+        out.append(
+            "the profile is marked UNRELIABLE"
+            + (f" (held-out p90 error {p90 * 100:.0f}%)" if isinstance(p90, float) else "")
+            + ": its own microbenchmarks miss by that much, so these predictions may too"
+        )
     ranks = ranges.get("num_ranks")
     if ranks:
         procs = sorted({int(r.get("ranks_per_node", r["workers"])) for r in records})

@@ -60,6 +60,7 @@ examples:
 """
 
 _STATISTICS = ("p10", "median", "min", "mean")
+_ARCHS = ("ps", "p2p", "ring")
 
 
 def _size_arg(text: str) -> dict:
@@ -89,9 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         type=int_list_arg,
-        default=[2, 3, 4],
+        default=None,
         metavar="N[,N…]",
-        help="worker counts, each ≥ 2 (default 2,3,4)",
+        help="worker counts, each ≥ 2 (default 2,3,4; with --from: only these rows)",
     )
     parser.add_argument(
         "--model", choices=("mlp", "cnn"), default="mlp", help="model to train (default mlp)"
@@ -108,9 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--arch",
         type=name_list_arg,
-        default=["ps", "p2p", "ring"],
+        default=None,
         metavar="NAME[,NAME…]",
-        help="architectures among ps, p2p, ring (default all three)",
+        help="architectures among ps, p2p, ring (default all three; with --from: only these rows)",
     )
     parser.add_argument(
         "--servers",
@@ -170,7 +171,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="from_file",
         default=None,
         metavar="FILE",
-        help="do not train: compare the step records of FILE (a --measurements output)",
+        help="do not train: compare the step records of FILE (a --measurements output); "
+        "--workers and --arch select rows, the training options do not apply",
     )
     parser.add_argument(
         "--statistic",
@@ -265,10 +267,26 @@ def run(args: argparse.Namespace) -> int:
     if args.from_file is not None:
         from calibration import read_records
 
-        result = compare_steps(
-            args.profile, read_records(args.from_file), statistic=args.statistic, overlap=overlap
-        )
+        for a in args.arch or ():
+            if a not in _ARCHS:
+                raise UsageError(f"--arch: unknown architecture {a!r}; valid: {', '.join(_ARCHS)}")
+        records = read_records(args.from_file)
+        if args.workers is not None or args.arch is not None:
+            keep_n = set(args.workers or ()) | {1}  # the single-worker step stays
+            records = [
+                r
+                for r in records
+                if r.get("kind") != "step"
+                or r.get("workers") == 1
+                or (
+                    (args.workers is None or r.get("workers") in keep_n)
+                    and (args.arch is None or r.get("architecture") in args.arch)
+                )
+            ]
+        result = compare_steps(args.profile, records, statistic=args.statistic, overlap=overlap)
     else:
+        args.workers = args.workers or [2, 3, 4]
+        args.arch = args.arch or list(_ARCHS)
         if min(args.workers) < 2:
             raise UsageError(f"--workers must be ≥ 2 each, got {args.workers}")
         if args.warmup_steps < 0:
