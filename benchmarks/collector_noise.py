@@ -76,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--collectives", default=None, help="comma list (default all)")
     p.add_argument("--budget-s", type=float, default=0.5, help="seconds per point (default 0.5)")
     p.add_argument("--iters", type=int, default=5, help="minimum repetitions (default 5)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="interleaved timing passes per collection, as ddltune collect --rounds (default 3)",
+    )
     p.add_argument("--dtype", default="float32")
     p.add_argument("--out", type=Path, default=RESULTS, help=f"results file (default {RESULTS})")
     args = p.parse_args(argv)
@@ -94,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 step_factor=args.step_factor,
                 suite=args.suite,
                 budget_s=args.budget_s,
+                rounds=args.rounds,
                 iters=args.iters,
                 dtype=args.dtype,
                 launcher="local",
@@ -160,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, allow_nan=False, default=str) + "\n")
 
-    print(f"# run-to-run ratio of the {stat} (run 2 / run 1), {args.workers} workers")
+    print(
+        f"# run-to-run ratio of the {stat} (run 2 / run 1), {args.workers} workers, "
+        f"{args.rounds} interleaved rounds"
+    )
     print(f"# {'point':>34} {'run1(us)':>10} {'run2(us)':>10} {'ratio':>7}")
     for pt in points:
         print(

@@ -146,9 +146,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=3,
         metavar="R",
         help="interleaved timing passes over all points of a launch, each with 1/R of "
-        "--budget-s: a slow stretch of a noisy machine then spreads over many points "
-        "instead of owning one; records are written after the last pass (1 = time each "
-        "point in one go, written as it finishes; default 3)",
+        "--budget-s, --iters and --max-iters (which count over all passes): a slow stretch "
+        "of a noisy machine then spreads over many points instead of owning one; records "
+        "are written after the last pass (1 = time each point in one go, written as it "
+        "finishes; default 3)",
     )
     parser.add_argument(
         "--timeout-s",
