@@ -48,6 +48,7 @@ import platform
 import socket
 import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -332,8 +333,15 @@ class RecordWriter:
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
+            line = data[:cut].count(b"\n") + 1
             with open(self.path, "r+b") as fh:
                 fh.truncate(cut)
+            warnings.warn(
+                f"{self.path}:{line}: dropped a truncated last line ({len(data) - cut} bytes, "
+                "left by a run cut short while writing); that point is measured again",
+                RecordRepairWarning,
+                stacklevel=3,
+            )
 
     def write(self, rec: dict) -> None:
         """Validate ``rec`` and append it as one line; flush and fsync."""
@@ -383,6 +391,10 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = T
             os.unlink(tmp)
         raise
     return path
+
+
+class RecordRepairWarning(UserWarning):
+    """A measurement file was repaired on ``--resume`` (a truncated last line dropped)."""
 
 
 def _umask() -> int:

@@ -345,3 +345,37 @@ def test_atomic_write_gives_the_file_the_umask_mode_and_keeps_the_old_on_refusal
         assert [p.name for p in path.parent.iterdir()] == ["r.md"]  # no temporary left
     finally:
         os.umask(old)
+
+
+def test_resume_drops_a_truncated_last_line_and_says_so(tmp_path):
+    from calibration import RecordWriter
+    from calibration._records import RecordRepairWarning
+
+    rec = {
+        "schema": 1,
+        "kind": "collective",
+        "collective": "all_reduce",
+        "message_bytes": 4096,
+        "num_ranks": 2,
+        "ranks_per_node": 2,
+        "dtype": "float32",
+        "wrong": 0,
+        "in_place": False,
+        "time_s": {"p10": 1e-5, "median": 2e-5},
+        "samples_s": [1e-5, 2e-5],
+        "backend": "cpu",
+        "device_kind": "cpu",
+        "versions": {},
+        "host_fingerprint": "test",
+        "timestamp": "2026-01-01T00:00:00Z",
+        "source": "test",
+    }
+    validate_record(rec)
+    path = tmp_path / "m.jsonl"
+    good = json.dumps(rec) + "\n"
+    path.write_text(good + good[:40])  # a run killed while writing its second line
+    with pytest.warns(RecordRepairWarning, match=r"m.jsonl:2: dropped a truncated last line"):
+        writer = RecordWriter(path, "resume")
+    writer.close()
+    assert path.read_text() == good
+    assert len(writer.existing_keys) == 1

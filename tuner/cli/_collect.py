@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from calibration import COLLECT_PATTERNS, COLLECT_SUITES, CollectError, collect, summary_rows
 
@@ -250,6 +251,23 @@ def format_tables(rows: list[dict]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the collection; print the tables (or ``--json``); exit 1 on wrong results."""
     progress = not args.no_progress and sys.stderr.isatty()
+    from calibration._records import RecordRepairWarning
+
+    def say(message, category, *rest, **kw):
+        if issubclass(category, RecordRepairWarning):
+            print(f"ddltune collect: warning: {message}", file=sys.stderr)
+        else:
+            _show_warning(message, category, *rest, **kw)
+
+    _show_warning = warnings.showwarning
+    warnings.showwarning = say
+    try:
+        return _run(args, progress)
+    finally:
+        warnings.showwarning = _show_warning
+
+
+def _run(args: argparse.Namespace, progress: bool) -> int:
     try:
         result = collect(
             args.output,
