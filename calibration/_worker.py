@@ -710,7 +710,7 @@ def run(
     me = ranks.process_index
     rounds = max(1, int(config.get("rounds", 1)))
 
-    def prepare(k, point, where):
+    def prepare(point):
         if point["kind"] == "collective":
             step, check, compile_s = _collective_step(ranks, point, faults)
             return step, check, compile_s, False
@@ -744,7 +744,7 @@ def run(
             where = f"measuring {point['desc']} (point {k + 1}/{len(todo)})"
             emit({"type": "point", "i": k, "where": where, "rank": me})
             faults.at_point(me, k)
-            step, check, compile_s, solo = prepare(k, point, where)
+            step, check, compile_s, solo = prepare(point)
             samples, wrong = _timed(ranks, step, check, config, where, solo=solo)
             if ranks.is_rank0:
                 emit({"type": "record", "record": record(point, samples, wrong, compile_s),
@@ -760,7 +760,7 @@ def run(
             where = f"compiling {point['desc']} (point {k + 1}/{len(todo)})"
             emit({"type": "point", "i": k, "where": where, "rank": me})
             faults.at_point(me, k)
-            prepared.append(prepare(k, point, where))
+            prepared.append(prepare(point))
         per_round = dict(config)
         per_round["budget_s"] = float(config["budget_s"]) / rounds
         per_round["iters"] = -(-int(config["iters"]) // rounds)

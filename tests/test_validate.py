@@ -224,12 +224,18 @@ def test_load_params_from_a_profile(tmp_path):
 # --------------------------------------------------------------------------- CLI
 
 
-def test_cli_rescore_from_file(tmp_path, capsys):
+def _steps_and_profile(tmp_path):
+    """The grid's step records (with the single-worker step) and bare parameters, as files."""
     recs = [_rec("ring", 1, 0, BASE)] + _grid()
     path = tmp_path / "steps.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     prof = tmp_path / "p.json"
     prof.write_text(json.dumps(PARAMS.to_dict()))
+    return recs, path, prof
+
+
+def test_cli_rescore_from_file(tmp_path, capsys):
+    recs, path, prof = _steps_and_profile(tmp_path)
     assert main(["validate", "--profile", str(prof), "--from", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["rows"]) == 27 and 0 <= doc["mape"]
@@ -388,11 +394,7 @@ _STEP_ONLY = ("architecture", "servers", "colocated", "workers", "bucket_bytes",
 
 
 def test_cli_from_selects_rows_and_names_a_file_without_steps(tmp_path, capsys):
-    recs = [_rec("ring", 1, 0, BASE)] + _grid()
-    path = tmp_path / "steps.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    prof = tmp_path / "p.json"
-    prof.write_text(json.dumps(PARAMS.to_dict()))
+    recs, path, prof = _steps_and_profile(tmp_path)
     args = ["validate", "--profile", str(prof), "--from", str(path), "--json"]
     assert main(args + ["--workers", "2,4", "--arch", "ring,ps"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]

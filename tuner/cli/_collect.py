@@ -257,14 +257,12 @@ def run(args: argparse.Namespace) -> int:
         if issubclass(category, RecordRepairWarning):
             print(f"ddltune collect: warning: {message}", file=sys.stderr)
         else:
-            _show_warning(message, category, *rest, **kw)
+            default(message, category, *rest, **kw)
 
-    _show_warning = warnings.showwarning
-    warnings.showwarning = say
-    try:
+    with warnings.catch_warnings():  # restores showwarning on the way out
+        default = warnings.showwarning
+        warnings.showwarning = say
         return _run(args, progress)
-    finally:
-        warnings.showwarning = _show_warning
 
 
 def _run(args: argparse.Namespace, progress: bool) -> int:
