@@ -1,7 +1,7 @@
 """``collect``: measure collectives and compute on this machine or cluster, into a JSON Lines file.
 
 The measuring itself happens in :mod:`calibration._worker`; this module plans
-the run, starts the workers (locally with :func:`calibration.launch_local`, or
+the run, starts the workers (locally with :func:`launch.launch_local`, or
 joins an ``srun``/``mpirun`` job in-process), writes every record the moment
 it arrives (:class:`calibration.RecordWriter`: validated, flushed, fsynced),
 shows progress, and summarises.
@@ -25,8 +25,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from costmodel import BUSBW_FACTOR, format_choices
+from launch import LaunchError, detect_cluster, launch_local
 
-from ._launch import LaunchError, detect_cluster, launch_local
 from ._records import RecordWriter, read_records
 from ._worker import _DTYPE_BYTES, COLLECT_PATTERNS, message_sizes, plan_points, point_key
 
@@ -45,7 +45,7 @@ class CollectError(RuntimeError):
 
     Attributes:
         rank, where: the faulty rank and what it was measuring (from
-            :class:`calibration.LaunchError`), or ``None``.
+            :class:`launch.LaunchError`), or ``None``.
         written: records written by this run before it stopped.
     """
 
@@ -467,7 +467,8 @@ def _collect_in_job(
     path, mode, config, worker_list, cluster, coordinator, timeout_s, progress, t_start
 ):
     """Run as one rank of an srun/mpirun job: measure in-process; rank 0 writes."""
-    from ._launch import initialize_worker, set_message_handler
+    from launch import initialize_worker, set_message_handler
+
     from ._worker import run
 
     if worker_list is not None and worker_list != [cluster.num_processes]:

@@ -1,7 +1,7 @@
 """The measuring program of ``ddltune collect``: one copy runs in every worker process.
 
 Run as ``python -m calibration._worker --config FILE`` by the local launcher
-(:func:`calibration.launch_local`), or in-process under ``srun``/``mpirun``
+(:func:`launch.launch_local`), or in-process under ``srun``/``mpirun``
 (:func:`calibration.collect` with ``launcher="auto"``). It measures every point
 of the plan (:func:`plan_points`) and sends, from rank 0, one schema-v1 record
 per point to whoever writes the file (see :func:`run`).
@@ -495,7 +495,7 @@ def _patterns(ranks: _Ranks, name: str, count: int, jdtype, wrong: bool):
 
 def _timed(ranks: _Ranks, step, check, config: dict, where: str, solo: bool = False):
     """Warm up, then time repetitions until the budget is spent; returns (samples, wrong)."""
-    from ._launch import heartbeat
+    from launch import heartbeat
 
     for _ in range(int(config["warmup_iters"])):
         ranks.sync(False, {}, {})
@@ -792,7 +792,7 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m calibration._worker --config FILE`` (one worker process)."""
-    from ._launch import worker_main
+    from launch import worker_main
 
     return worker_main("python -m calibration._worker", run, argv)
 

@@ -18,13 +18,13 @@ import pytest
 from calibration import (
     COLLECT_PATTERNS,
     collect,
-    detect_cluster,
     record_key,
     summary_rows,
     validate_record,
 )
 from calibration._worker import Faults, message_sizes, plan_points
 from costmodel import BUSBW_FACTOR, InputFileError
+from launch import detect_cluster
 from tuner.cli import main
 
 CONFIG = {

@@ -21,12 +21,11 @@ import calibration._collect as collect_module
 from calibration import (
     COLLECT_PATTERNS,
     CollectError,
-    LaunchError,
     collect,
-    launch_local,
     read_records,
     record_key,
 )
+from launch import LaunchError, launch_local
 from tuner.cli import main
 from tuner.cli._collect import format_tables
 
@@ -163,7 +162,7 @@ def test_hung_worker_stops_run_within_timeout(tmp_path, spawned, monkeypatch):
 _WORKER = textwrap.dedent(
     """
     import os, sys, time
-    from calibration import initialize_worker, send_message
+    from launch import initialize_worker, send_message
     mode = sys.argv[1]
     info = initialize_worker()
     if mode == "affinity":
@@ -245,7 +244,7 @@ def test_launcher_binds_each_rank_while_its_backend_starts_then_releases(worker_
 
 
 def test_core_binding_round_robin_and_auto(monkeypatch):
-    from calibration import _launch, core_binding
+    from launch import _launch, core_binding
 
     if not hasattr(os, "sched_getaffinity"):
         assert core_binding(2, True) is None
@@ -306,7 +305,7 @@ def test_ctrl_c_stops_every_worker(worker_env, tmp_path):
     script = textwrap.dedent(
         """
         import sys
-        from calibration import launch_local
+        from launch import launch_local
         def spawned(rank, pid):
             print("PID", pid, flush=True)
         launch_local("ddltune_test_worker", ["hang"], 2, timeout_s=60, on_spawn=spawned,

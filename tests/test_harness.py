@@ -18,17 +18,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from calibration import (
+from calibration import read_records, record_key, validate_record
+from costmodel import bucketize
+from tuner.validation import (
     StepConfig,
     model_name,
     model_workload,
     processes_needed,
-    read_records,
-    record_key,
     run_training,
-    validate_record,
 )
-from calibration._train_worker import (
+from tuner.validation._train_worker import (
     bucket_indices,
     build_model,
     loss_fn,
@@ -37,7 +36,6 @@ from calibration._train_worker import (
     model_spec,
     reference_step,
 )
-from costmodel import bucketize
 
 TINY = {"model": "mlp", "in": 8, "width": 16, "depth": 1, "classes": 3, "batch_size": 4}
 TINY_CNN = {

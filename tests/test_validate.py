@@ -17,16 +17,17 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from calibration import model_name, model_workload, read_records
+from calibration import read_records
 from costmodel import iteration_time, preset
-from tuner._validate import (
+from tuner.cli import main
+from tuner.validation import model_name, model_workload
+from tuner.validation._validate import (
     compare_steps,
     load_params,
     predict_records,
     rank_agreement,
     regret,
 )
-from tuner.cli import main
 
 SPEC = {"model": "mlp", "in": 64, "width": 128, "depth": 2, "classes": 10, "batch_size": 16}
 TINY = {"model": "mlp", "in": 8, "width": 16, "depth": 1, "classes": 3, "batch_size": 4}
@@ -358,7 +359,7 @@ def test_published_tables_parse():
 def test_warns_about_what_the_profile_never_measured():
     from types import SimpleNamespace
 
-    from tuner._validate import _coverage_warnings
+    from tuner.validation._validate import _coverage_warnings
 
     recs = _grid()  # ps with a dedicated server: up to 5 processes; SPEC's gradient ≈ 83 KiB
     grad = model_workload(SPEC).total_param_bytes
@@ -416,7 +417,7 @@ def test_cli_from_selects_rows_and_names_a_file_without_steps(tmp_path, capsys):
 def test_warns_when_the_profile_is_unreliable():
     from types import SimpleNamespace
 
-    from tuner._validate import _coverage_warnings
+    from tuner.validation._validate import _coverage_warnings
 
     prof = SimpleNamespace(reliable=False, heldout_p90=0.6, measured_ranges={})
     (w,) = _coverage_warnings(prof, _grid())

@@ -33,10 +33,10 @@ from ._search import Variant as Variant
 from ._search import resolve_variants as resolve_variants
 from ._sensitivity import SENSITIVITY_NAMES as SENSITIVITY_NAMES
 from ._sensitivity import sensitivity as sensitivity
-from ._validate import ValidationResult as ValidationResult
-from ._validate import ValidationRow as ValidationRow
-from ._validate import compare_steps as compare_steps
-from ._validate import validate as validate
 from ._whatif import BandwidthResult as BandwidthResult
 from ._whatif import min_bandwidth_for_efficiency as min_bandwidth_for_efficiency
 from ._whatif import what_if as what_if
+from .validation import ValidationResult as ValidationResult
+from .validation import ValidationRow as ValidationRow
+from .validation import compare_steps as compare_steps
+from .validation import validate as validate

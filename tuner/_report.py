@@ -1250,7 +1250,7 @@ def build_report(
         refusal: the tuner's refusal message when the recommendation was forced
             on an unreliable profile (shown prominently).
         command: the command line that made the report.
-        validation: a ``tuner._validate.ValidationResult`` (real training
+        validation: a ``tuner.validation.ValidationResult`` (real training
             runs measured against the profile's predictions), shown as a
             table with its MAPE, Kendall τ and regret; ``None``: no such section.
         overwrite, keep: see :func:`write_report`.

@@ -197,7 +197,7 @@ def run_main_job(
         log: where to print progress lines (``None``: silent).
         command: the command line, recorded in the report.
         validate: also train a small MLP for real with ps, p2p and ring
-            all-reduce on ``workers`` local processes (``tuner._validate.validate``)
+            all-reduce on ``workers`` local processes (``tuner.validation.validate``)
             and put measured against predicted steps in the report
             (``DIR/validation.jsonl`` keeps the step records).
 
@@ -313,7 +313,7 @@ def run_main_job(
 
     validation = None
     if validate:
-        from ._validate import validate as _validate
+        from .validation import validate as _validate
 
         t0 = time.monotonic()
         _say(log, f"[3b/4] validating: real MLP training on {workers} local processes")

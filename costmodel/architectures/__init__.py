@@ -43,7 +43,7 @@ def with_overlap(arch: AbstractArchitecture, overlaps: bool) -> AbstractArchitec
       BytePS push per tensor; Zhang et al., "Poseidon", USENIX ATC 2017: wait-free
       backpropagation);
     * ``overlaps=False`` for a runtime that runs a program's collectives after
-      its compute (XLA:CPU, measured in :mod:`tuner._validate`).
+      its compute (XLA:CPU, measured in :mod:`tuner.validation`).
 
     Only the timeline changes (``T = fwd + max(bwd, end_K) + …`` against
     ``fwd + bwd + C₁ + …``); costs, updates and memory are those of ``arch``.

@@ -8,7 +8,7 @@ import sys
 
 from costmodel import format_bytes
 
-from .._validate import DEFAULT_VALIDATE_BUCKETS, ValidationResult, compare_steps, validate
+from ..validation import DEFAULT_VALIDATE_BUCKETS, ValidationResult, compare_steps, validate
 from ._common import (
     CLIError,
     UsageError,

@@ -1,8 +1,8 @@
 """The training program of ``ddltune validate``: real synchronous data-parallel SGD.
 
-Run as ``python -m calibration._train_worker --config FILE`` in every process
-of a run started by :func:`calibration.launch_local` (the parent side is
-:mod:`calibration._harness`). Each worker process computes real gradients of a
+Run as ``python -m tuner.validation._train_worker --config FILE`` in every process
+of a run started by :func:`launch.launch_local` (the parent side is
+:mod:`tuner.validation._harness`). Each worker process computes real gradients of a
 real model (an equinox MLP or a small CNN, on synthetic inputs) and the
 processes exchange them with one of three architectures, every exchange written
 as JAX collectives inside one ``jax.shard_map`` program over a one-axis mesh
@@ -625,7 +625,7 @@ def optax_apply(params, updates):
 @contextlib.contextmanager
 def _beating(where: str, every_s: float = 1.0):
     """Send heartbeats from a thread while a long call (compilation) blocks this one."""
-    from ._launch import heartbeat
+    from launch import heartbeat
 
     done = threading.Event()
 
@@ -707,8 +707,8 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
     Returns:
         ``{"configs": int, "processes": int}``.
     """
-    from ._launch import heartbeat
-    from ._records import provenance
+    from calibration import provenance
+    from launch import heartbeat
 
     ranks = _Ranks(config.get("platform"))
     nproc = ranks.n
@@ -829,10 +829,10 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m calibration._train_worker --config FILE`` (one process)."""
-    from ._launch import worker_main
+    """Entry point of ``python -m tuner.validation._train_worker --config FILE`` (one process)."""
+    from launch import worker_main
 
-    return worker_main("python -m calibration._train_worker", run, argv)
+    return worker_main("python -m tuner.validation._train_worker", run, argv)
 
 
 if __name__ == "__main__":

@@ -26,14 +26,14 @@ something at least every ``timeout_s`` while it is healthy — call
 :func:`heartbeat` inside long loops; it is throttled and cheap.
 
 Example (parent):
-    >>> from calibration import launch_local
+    >>> from launch import launch_local
     >>> def show(rank, msg):
     ...     print(rank, msg)
     >>> launch_local("my_package.my_worker", ["--steps", "10"], num_processes=2,
     ...              timeout_s=60, on_message=show)  # doctest: +SKIP
 
 Example (``my_package/my_worker.py``):
-    >>> from calibration import initialize_worker, send_message, heartbeat
+    >>> from launch import initialize_worker, send_message, heartbeat
     >>> info = initialize_worker()  # doctest: +SKIP
     >>> send_message({"type": "result", "where": "step 3", "loss": 0.1})  # doctest: +SKIP
 """

@@ -2,7 +2,7 @@
 
 Microbenchmarks fit the parts of the cost model; only real training steps show
 whether the whole prediction is right. :func:`validate` trains a real model
-with every configuration (the harness :func:`calibration.measure_configurations`:
+with every configuration (the harness :func:`tuner.validation.measure_configurations`:
 ring all-reduce, peer-to-peer, parameter servers, on ``jax.distributed``
 processes), predicts each configuration with a profile
 (:func:`costmodel.iteration_time`, compute from the single-worker step of the
@@ -362,7 +362,7 @@ def predict_records(
     Compute comes from ``baseline_step_s``, the measured single-worker step of
     the same model at the records' batch size (``Workload.with_step_time``);
     the workload's tensors and FLOPs (which only say when each gradient is
-    ready) come from the record's ``model_spec`` (:func:`calibration.model_workload`).
+    ready) come from the record's ``model_spec`` (:func:`tuner.validation.model_workload`).
 
     Args:
         params: :class:`costmodel.ClusterParams`.
@@ -383,8 +383,9 @@ def predict_records(
         ValueError: on a record without ``model_spec``, records of different
             models or batch sizes, or a baseline that is not > 0.
     """
-    from calibration import model_workload
     from costmodel import iteration_time
+
+    from ._harness import model_workload
 
     if not (
         isinstance(baseline_step_s, int | float)
@@ -532,7 +533,7 @@ def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
         spec = records[0].get("model_spec") if records else None
         grad = 0
         if spec is not None:
-            from calibration import model_workload
+            from ._harness import model_workload
 
             grad = int(model_workload(spec).total_param_bytes)
         if grad > sizes[1] * 1.05:
@@ -603,7 +604,7 @@ def validate(
     """Train a real model with every configuration, predict each with ``profile``, compare.
 
     Runs the single-worker step and then one launch per (worker count,
-    process count) of the training harness (:func:`calibration.measure_configurations`),
+    process count) of the training harness (:func:`tuner.validation.measure_configurations`),
     for every architecture × servers × bucket size, on local CPU processes.
 
     Args:
@@ -622,7 +623,7 @@ def validate(
         overwrite: replace an existing ``measurements`` file.
         statistic, overlap: see :func:`compare_steps`.
         timeout_s: a worker silent this long stops the run, seconds.
-        on_measurement: called with each :class:`calibration.StepMeasurement`.
+        on_measurement: called with each :class:`tuner.validation.StepMeasurement`.
 
     Returns:
         A :class:`ValidationResult`.
@@ -632,7 +633,9 @@ def validate(
         FileExistsError: ``measurements`` exists and ``overwrite`` is false.
         LaunchError: a training run failed.
     """
-    from calibration import RecordWriter, StepConfig, measure_configurations
+    from calibration import RecordWriter
+
+    from ._harness import StepConfig, measure_configurations
 
     params, prof = _resolve(profile)  # fail on a bad profile before training
     for a in architectures:

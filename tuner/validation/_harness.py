@@ -1,7 +1,7 @@
 """Run real data-parallel training and record its step times (parent side).
 
 :func:`run_training` starts one local multi-process run of the training
-program (:mod:`calibration._train_worker`) with :func:`calibration.launch_local`,
+program (:mod:`tuner.validation._train_worker`) with :func:`launch.launch_local`,
 trains every configuration given (architecture, servers, bucket size) in that
 one launch, and returns one :class:`StepMeasurement` per configuration;
 :func:`measure_configurations` runs the launches a validation needs (one per
@@ -12,7 +12,7 @@ Prediction and comparison live in :mod:`tuner` (``ddltune validate``); this
 module only measures.
 
 Example:
-    >>> from calibration import StepConfig, run_training
+    >>> from tuner.validation import StepConfig, run_training
     >>> runs = run_training("mlp", 2, [StepConfig("ring", bucket_bytes=1 << 20)],
     ...                     steps=5)  # doctest: +SKIP
     >>> runs.measurements[0].time_s["median"]  # doctest: +SKIP
@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ._launch import launch_local
-from ._records import RecordWriter, time_statistics
+from calibration import RecordWriter, time_statistics
+from launch import launch_local
+
 from ._train_worker import ARCHITECTURES, model_layers, model_spec
 
 __all__ = [
@@ -190,7 +191,7 @@ def model_workload(spec: dict | str, step_time_s: float | None = None):
     """The :class:`costmodel.Workload` of a harness model (tensors in forward order).
 
     Args:
-        spec: model spec (see :func:`calibration._train_worker.model_spec`).
+        spec: model spec (see :func:`tuner.validation._train_worker.model_spec`).
         step_time_s: measured single-worker step time at the spec's batch size,
             seconds > 0, or ``None`` (compute from FLOPs).
 
@@ -213,7 +214,7 @@ def model_workload(spec: dict | str, step_time_s: float | None = None):
         batch_size=s["batch_size"],
         dtype_bytes=4,
         step_time_s=step_time_s,
-        source="ddltune training harness (calibration._train_worker); FLOPs = 2 x MACs",
+        source="ddltune training harness (tuner.validation._train_worker); FLOPs = 2 x MACs",
     )
 
 
@@ -272,7 +273,7 @@ def run_training(
     dedicated parameter servers with different k need separate calls), each
     training ``warmup_steps`` + ``steps`` synchronous SGD-with-momentum steps per
     configuration from the same initial parameters (see
-    :mod:`calibration._train_worker`), and reaps them all.
+    :mod:`tuner.validation._train_worker`), and reaps them all.
 
     Args:
         model: ``"mlp"``, ``"cnn"`` or a spec dict with sizes.
@@ -399,7 +400,7 @@ def run_training(
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(config, fh)
         launch_local(
-            "calibration._train_worker",
+            "tuner.validation._train_worker",
             ["--config", path],
             nproc,
             timeout_s=timeout_s,

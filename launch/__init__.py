@@ -1,0 +1,23 @@
+"""Processes joined by ``jax.distributed``: the bottom layer beside :mod:`costmodel`.
+
+Everything that starts ranks goes through here: :func:`launch_local` starts
+worker processes on this machine and watches them; :func:`detect_cluster`
+reads what ``srun``/``mpirun``/``mpiexec`` set; :func:`initialize_worker`,
+:func:`send_message` and :func:`heartbeat` are the worker side of the
+protocol. The collector (:mod:`calibration`) and the training harness
+(:mod:`tuner.validation`) both use it; it imports no other ddltune package.
+"""
+
+from ._launch import ClusterEnv as ClusterEnv
+from ._launch import LaunchError as LaunchError
+from ._launch import LaunchResult as LaunchResult
+from ._launch import WorkerInfo as WorkerInfo
+from ._launch import core_binding as core_binding
+from ._launch import detect_cluster as detect_cluster
+from ._launch import free_port as free_port
+from ._launch import heartbeat as heartbeat
+from ._launch import initialize_worker as initialize_worker
+from ._launch import launch_local as launch_local
+from ._launch import send_message as send_message
+from ._launch import set_message_handler as set_message_handler
+from ._launch import worker_main as worker_main
