@@ -406,6 +406,11 @@ def initialize_worker(
             jax.distributed.initialize(initialization_timeout=init_timeout)
         else:
             address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
+            if not address and cluster.kind == "mpich":
+                # Hydra's PMI_FD/PMI_PORT: rank 0 publishes HOST:PORT (launch/_pmi.py).
+                from ._pmi import exchange_coordinator
+
+                address = exchange_coordinator(cluster.process_id, timeout_s=init_timeout)
             if not address:
                 raise RuntimeError(
                     f"started by {cluster.kind} ({cluster.num_processes} processes) but no "
