@@ -241,6 +241,12 @@ def detect_cluster(environ: Mapping[str, str] | None = None) -> ClusterEnv | Non
     n, r = _int_env(env, "PMI_SIZE"), _int_env(env, "PMI_RANK")
     if n is not None and r is not None:
         return ClusterEnv("mpich", n, r, _int_env(env, "MPI_LOCALRANKID"))
+    if env.get("PMI_PORT") and env.get("PMI_ID"):  # mpiexec -pmi-port: ask its PMI server
+        from ._pmi import port_rank_size
+
+        r_n = port_rank_size(env)
+        if r_n is not None:
+            return ClusterEnv("mpich", r_n[1], r_n[0], _int_env(env, "MPI_LOCALRANKID"))
     return None
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "format_command",
     "parse_command",
     "pmi_available",
+    "port_rank_size",
 ]
 
 #: The key rank 0's ``HOST:PORT`` is published under.
@@ -199,6 +200,9 @@ class SimplePMIClient:
             sock.settimeout(timeout_s)
             return cls(sock, timeout_s=timeout_s)
         if port_text:
+            held = _port_clients.pop((port_text, env.get("PMI_ID", "").strip()), None)
+            if held is not None:  # connected by port_rank_size(): the handshake is done
+                return held
             host, colon, port = port_text.rpartition(":")
             if not colon or not host or not port.isdigit():
                 raise PMIError(f"PMI_PORT={port_text!r}: expected HOST:PORT")
@@ -353,6 +357,45 @@ class SimplePMIClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# PMI_PORT connections opened by port_rank_size(), by (PMI_PORT, PMI_ID): Hydra
+# answers one handshake per rank, so the connection is kept for the exchange.
+_port_clients: dict[tuple[str, str], SimplePMIClient] = {}
+
+
+def port_rank_size(
+    environ: Mapping[str, str] | None = None, *, timeout_s: float = 60.0
+) -> tuple[int, int] | None:
+    """This rank and the job's size under ``mpiexec -pmi-port`` (``PMI_PORT`` + ``PMI_ID``).
+
+    Hydra's port model sets neither ``PMI_RANK`` nor ``PMI_SIZE`` (MPICH
+    4.0.2, measured): rank and size come from the ``initack`` handshake. The
+    connection stays open (once per process) for :func:`exchange_coordinator`.
+
+    Args:
+        environ: the environment to read; default ``os.environ``.
+        timeout_s: longest wait for the server, seconds (> 0).
+
+    Returns:
+        ``(rank, size)``, or ``None`` without ``PMI_PORT``/``PMI_ID`` (or with ``PMI_FD``).
+
+    Raises:
+        PMIError: the server cannot be reached or answers out of protocol.
+    """
+    env = os.environ if environ is None else environ
+    port_text = env.get("PMI_PORT", "").strip()
+    pmiid = env.get("PMI_ID", "").strip()
+    if not port_text or not pmiid or env.get("PMI_FD", "").strip():
+        return None
+    key = (port_text, pmiid)
+    client = _port_clients.get(key)
+    if client is None:
+        client = SimplePMIClient.from_environ(env, timeout_s=timeout_s)
+        if client is None or client.rank is None or client.size is None:
+            raise PMIError(f"PMI_PORT={port_text}: the handshake gave no rank and size")
+        _port_clients[key] = client
+    return client.rank, client.size
 
 
 def _rank0_address(environ: Mapping[str, str]) -> str:
