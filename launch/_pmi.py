@@ -235,7 +235,9 @@ class SimplePMIClient:
         try:
             self._sock.sendall(line.encode("ascii"))
         except OSError as e:
-            raise PMIError(f"PMI: cannot send {line.split()[0]} ({e}): the launcher went away?")
+            raise PMIError(
+                f"PMI: cannot send {line.split()[0]} ({e}): did the launcher stop?"
+            ) from None
 
     def _recv(self) -> dict[str, str]:
         deadline = time.monotonic() + self.timeout_s
@@ -259,13 +261,14 @@ class SimplePMIClient:
         return parse_command(line.decode("ascii", errors="replace"))
 
     @staticmethod
-    def _expect(reply: dict[str, str], cmd: str) -> dict[str, str]:
+    def _expect(reply: dict[str, str], cmd: str, request: str | None = None) -> dict[str, str]:
         if reply["cmd"] != cmd:
             raise PMIError(f"PMI: expected cmd={cmd}, got {reply}")
         rc = reply.get("rc", "0")
         if rc != "0":
             raise PMIError(
-                f"PMI {cmd} failed (rc={rc}): {reply.get('msg', reply.get('reason', ''))}".rstrip()
+                f"PMI {request or cmd} failed (rc={rc}): "
+                f"{reply.get('msg', reply.get('reason', ''))}".rstrip()
             )
         return reply
 
@@ -277,7 +280,7 @@ class SimplePMIClient:
             ValueError: an attribute the wire format cannot carry.
         """
         self._send(format_command(cmd, **attrs))
-        return self._expect(self._recv(), expect)
+        return self._expect(self._recv(), expect, cmd)
 
     # ------------------------------------------------------------------ PMI-1 calls
 
