@@ -389,8 +389,8 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverS
         return out.strip() == "idle"
 
     def srun(self, ntasks: int = 2) -> list[str]:
-        """The argv prefix for ``ntasks`` tasks that all end when one fails."""
-        return ["srun", "-n", str(ntasks), "--kill-on-bad-exit=1", "-t", "5"]
+        """The argv prefix for ``ntasks`` tasks (even on fewer CPUs) that all end when one fails."""
+        return ["srun", "-n", str(ntasks), "--overcommit", "--kill-on-bad-exit=1", "-t", "5"]
 
     def jobs_left(self, timeout_s: float = 20.0) -> str:
         """``squeue``'s lines once every job ended (empty), or what is still there after ``timeout_s``."""

@@ -24,13 +24,11 @@ from pathlib import Path
 import pytest
 
 from calibration import read_records, record_key
-from launch import ClusterEnv, detect_cluster, initialize_worker
+from launch import ClusterEnv, PMIError, detect_cluster, exchange_coordinator, initialize_worker
 from launch._pmi import (
     COORDINATOR_KEY,
-    PMIError,
     SimplePMIClient,
     _port_clients,
-    exchange_coordinator,
     format_command,
     parse_command,
     pmi_available,
@@ -357,8 +355,10 @@ def test_a_crashing_rank_ends_the_job_and_resume_completes(launcher, tmp_path):
         assert "task 1: Exited with exit code 17" in res.output
     elif launcher.name == "openmpi":
         assert "Exit code:    17" in res.output and res.returncode == 17
-    else:  # Hydra stops the job silently (no PMI finalize) and passes the status on
-        assert res.returncode == 17
+    # MPICH: Hydra stops the job silently (rank 1 closed PMI without finalize);
+    # it exited 17 each time measured, which is not asserted.
+    # The launcher, not the peers' watchdogs (after --timeout-s), stopped the others.
+    assert "saw no progress" not in res.output
     assert res.elapsed_s < 60 + timeout_s  # start-up allowance + the collector's timeout
     first = read_records(out)  # what rank 0 wrote before it was stopped: valid
     assert 1 <= len(first) <= 2
