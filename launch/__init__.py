@@ -21,3 +21,5 @@ from ._launch import launch_local as launch_local
 from ._launch import send_message as send_message
 from ._launch import set_message_handler as set_message_handler
 from ._launch import worker_main as worker_main
+from ._pmi import PMIError as PMIError
+from ._pmi import exchange_coordinator as exchange_coordinator

@@ -241,6 +241,12 @@ def detect_cluster(environ: Mapping[str, str] | None = None) -> ClusterEnv | Non
     n, r = _int_env(env, "PMI_SIZE"), _int_env(env, "PMI_RANK")
     if n is not None and r is not None:
         return ClusterEnv("mpich", n, r, _int_env(env, "MPI_LOCALRANKID"))
+    if env.get("PMI_PORT") and env.get("PMI_ID"):  # mpiexec -pmi-port: ask its PMI server
+        from ._pmi import port_rank_size
+
+        r_n = port_rank_size(env)
+        if r_n is not None:
+            return ClusterEnv("mpich", r_n[1], r_n[0], _int_env(env, "MPI_LOCALRANKID"))
     return None
 
 
@@ -406,6 +412,11 @@ def initialize_worker(
             jax.distributed.initialize(initialization_timeout=init_timeout)
         else:
             address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
+            if not address and cluster.kind == "mpich":
+                # Hydra's PMI_FD/PMI_PORT: rank 0 publishes HOST:PORT (launch/_pmi.py).
+                from ._pmi import exchange_coordinator
+
+                address = exchange_coordinator(cluster.process_id, timeout_s=init_timeout)
             if not address:
                 raise RuntimeError(
                     f"started by {cluster.kind} ({cluster.num_processes} processes) but no "
