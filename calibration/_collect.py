@@ -14,6 +14,7 @@ rank and the point, and ``resume=True`` measures only what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,10 +26,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from costmodel import BUSBW_FACTOR, format_choices
-from launch import LaunchError, detect_cluster, launch_local
+from launch import (
+    LaunchError,
+    detect_cluster,
+    initialize_worker,
+    launch_local,
+    set_message_handler,
+)
 
 from ._records import RecordWriter, read_records
 from ._worker import _DTYPE_BYTES, COLLECT_PATTERNS, message_sizes, plan_points, point_key
+from ._worker import run as run_worker
 
 __all__ = ["collect", "CollectResult", "CollectError", "COLLECT_PATTERNS", "SUITES", "summary_rows"]
 
@@ -202,7 +210,10 @@ def _check_pos(value, name: str) -> float:
 
 
 class _Progress:
-    """tqdm bar over all points of all launches (points done / total, time left)."""
+    """tqdm bar over all points of all launches (points done / total, time left).
+
+    tqdm is imported only when a bar is shown (``progress=True``).
+    """
 
     def __init__(self, total: int, enabled: bool):
         self.bar = None
@@ -266,6 +277,9 @@ def collect(
     each). See :mod:`calibration._worker` for what is measured and how it is
     timed, and :mod:`calibration._records` for the record schema.
 
+    (Long only by its 21 documented options: the body checks them and hands
+    over to the local launch or to the srun/mpirun job.)
+
     Args:
         output: the JSON Lines file to write.
         workers: worker processes per launch, each ≥ 1 (one launch per value;
@@ -327,14 +341,48 @@ def collect(
         (66, 0)
     """
     t_start = time.monotonic()
+    worker_list = _worker_list(workers)
+    config = _measure_config(
+        collectives, suite, dtype, min_bytes, max_bytes, step_factor, iters, max_iters,
+        warmup_iters, budget_s, rounds,
+    )  # fmt: skip
+    timeout_s = _check_pos(timeout_s, "timeout_s")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {format_choices(LAUNCHERS)}, got {launcher!r}")
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other: pick one")
+    if matmul_sizes is not None:
+        matmul_sizes = [_check_int(int(s), "matmul_sizes", 1) for s in matmul_sizes]
+    config.update(matmul_sizes=matmul_sizes, source="ddltune collect")
+    mode = "resume" if resume else "overwrite" if overwrite else "new"
+    path = Path(output)
+    cluster = detect_cluster() if launcher == "auto" else None
+    if cluster is not None:
+        return _collect_in_job(
+            path, mode, config, worker_list, cluster, coordinator, timeout_s, progress, t_start
+        )
+    return _collect_local(
+        path, mode, config, worker_list or [2], timeout_s, progress, log_dir, t_start
+    )
+
+
+def _worker_list(workers) -> list[int] | None:
+    """The worker counts of ``workers`` (None: the default, or the job's size)."""
     if workers is None:
-        worker_list = None
-    else:
-        worker_list = [workers] if isinstance(workers, int) else list(workers)
-        if not worker_list:
-            raise ValueError("workers: expected at least one worker count, such as [2]")
-        for w in worker_list:
-            _check_int(w, "workers", 1)
+        return None
+    worker_list = [workers] if isinstance(workers, int) else list(workers)
+    if not worker_list:
+        raise ValueError("workers: expected at least one worker count, such as [2]")
+    for w in worker_list:
+        _check_int(w, "workers", 1)
+    return worker_list
+
+
+def _measure_config(
+    collectives, suite, dtype, min_bytes, max_bytes, step_factor, iters, max_iters,
+    warmup_iters, budget_s, rounds,
+) -> dict:  # fmt: skip
+    """What the workers measure and how long (see :func:`collect`); ValueError names a bad argument."""
     names = (
         list(COLLECT_PATTERNS)
         if collectives is None
@@ -352,15 +400,7 @@ def collect(
     _check_int(warmup_iters, "warmup_iters", 0)
     budget_s = _check_pos(budget_s, "budget_s")
     _check_int(rounds, "rounds", 1)
-    timeout_s = _check_pos(timeout_s, "timeout_s")
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"launcher must be one of {format_choices(LAUNCHERS)}, got {launcher!r}")
-    if resume and overwrite:
-        raise ValueError("resume and overwrite exclude each other: pick one")
-    if matmul_sizes is not None:
-        matmul_sizes = [_check_int(int(s), "matmul_sizes", 1) for s in matmul_sizes]
-    mode = "resume" if resume else "overwrite" if overwrite else "new"
-    config = {
+    return {
         "collectives": names,
         "sizes": sizes,
         "dtype": dtype,
@@ -370,18 +410,7 @@ def collect(
         "warmup_iters": warmup_iters,
         "budget_s": budget_s,
         "rounds": rounds,
-        "matmul_sizes": matmul_sizes,
-        "source": "ddltune collect",
     }
-    path = Path(output)
-    cluster = detect_cluster() if launcher == "auto" else None
-    if cluster is not None:
-        return _collect_in_job(
-            path, mode, config, worker_list, cluster, coordinator, timeout_s, progress, t_start
-        )
-    return _collect_local(
-        path, mode, config, worker_list or [2], timeout_s, progress, log_dir, t_start
-    )
 
 
 def _collect_local(path, mode, config, worker_list, timeout_s, progress, log_dir, t_start):
@@ -467,10 +496,6 @@ def _collect_in_job(
     path, mode, config, worker_list, cluster, coordinator, timeout_s, progress, t_start
 ):
     """Run as one rank of an srun/mpirun job: measure in-process; rank 0 writes."""
-    from launch import initialize_worker, set_message_handler
-
-    from ._worker import run
-
     if worker_list is not None and worker_list != [cluster.num_processes]:
         raise ValueError(
             f"workers={worker_list} but this {cluster.kind} job has {cluster.num_processes} "
@@ -480,78 +505,104 @@ def _collect_in_job(
     rank0 = cluster.process_id == 0
     # Rank 0 opens the file before joining, so that a refused file fails fast.
     writer = RecordWriter(path, mode) if rank0 else None
-    written: list[dict] = []
-    info: dict = {"workers": cluster.num_processes}
     bar = _Progress(0, progress and rank0)
-    last = [time.monotonic(), "starting"]
-    stop_watch = threading.Event()
+    rx = _InJobReceiver(cluster, writer, bar, timeout_s)
+    threading.Thread(target=rx.watchdog, name="ddltune-collect-watchdog", daemon=True).start()
+    set_message_handler(rx.handler)
+    try:
+        with _stdout_on_stderr():
+            initialize_worker(coordinator_address=coordinator, timeout_s=max(timeout_s, 60.0))
+            keys = writer.existing_keys if writer else []
+            cfg = dict(config, existing_keys=[list(k) for k in keys])
+            t0 = time.monotonic()
+            run_worker(cfg, rx.handler)
+            rx.info["elapsed_s"] = time.monotonic() - t0
+    finally:
+        rx.stop.set()
+        set_message_handler(None)
+        bar.close()
+        if writer is not None:
+            writer.close()
+    written = rx.written
+    wrong = sum(int(r.get("wrong", 0)) for r in written)
+    return CollectResult(
+        path,
+        len(written),
+        rx.info.get("skipped", 0),
+        wrong,
+        time.monotonic() - t_start,
+        [rx.info],
+        written,
+        rank=cluster.process_id,
+    )
 
-    def watchdog() -> None:
-        while not stop_watch.wait(1.0):
-            if time.monotonic() - last[0] > timeout_s:
+
+class _InJobReceiver:
+    """This rank's end of an in-process run: a watchdog on progress and, on rank 0, the file.
+
+    Every message counts as progress; a rank that sees none for ``timeout_s``
+    seconds (a peer crashed or hung inside a collective) says so and exits
+    (status 1). Rank 0 writes each record and keeps the launch's ``info``.
+    """
+
+    def __init__(self, cluster, writer, bar: _Progress, timeout_s: float):
+        self.cluster, self.writer, self.bar, self.timeout_s = cluster, writer, bar, timeout_s
+        self.rank0 = cluster.process_id == 0
+        self.written: list[dict] = []
+        self.info: dict = {"workers": cluster.num_processes}
+        self.last = [time.monotonic(), "starting"]
+        self.stop = threading.Event()
+
+    def watchdog(self) -> None:
+        while not self.stop.wait(1.0):
+            if time.monotonic() - self.last[0] > self.timeout_s:
                 print(
-                    f"ddltune collect: error: rank {cluster.process_id} saw no progress for "
-                    f"{timeout_s:g} s while {last[1]}: a peer rank crashed or hung; stopping "
-                    f"({len(written)} records written are valid; rerun with --resume)",
+                    f"ddltune collect: error: rank {self.cluster.process_id} saw no progress for "
+                    f"{self.timeout_s:g} s while {self.last[1]}: a peer rank crashed or hung; "
+                    f"stopping ({len(self.written)} records written are valid; rerun with "
+                    "--resume)",
                     file=sys.stderr,
                     flush=True,
                 )
                 os._exit(1)
 
-    def handler(msg: dict) -> None:
-        last[0] = time.monotonic()
+    def handler(self, msg: dict) -> None:
+        self.last[0] = time.monotonic()
         if isinstance(msg.get("where"), str):
-            last[1] = msg["where"]
+            self.last[1] = msg["where"]
         kind = msg.get("type")
-        if not rank0:
+        if not self.rank0:
             return
         if kind == "record":
-            writer.write(msg["record"])
-            written.append(msg["record"])
-            bar.step()
+            self.writer.write(msg["record"])
+            self.written.append(msg["record"])
+            self.bar.step()
         elif kind == "plan":
-            info.update(
+            self.info.update(
                 num_ranks=msg["num_ranks"],
                 ranks_per_node=msg["ranks_per_node"],
                 points=msg["points"],
                 skipped=msg["skipped"],
             )
-            bar.retotal(msg["points"])
+            self.bar.retotal(msg["points"])
         elif kind == "point":
-            bar.describe(msg.get("where", ""))
+            self.bar.describe(msg.get("where", ""))
 
-    threading.Thread(target=watchdog, name="ddltune-collect-watchdog", daemon=True).start()
-    set_message_handler(handler)
-    # The collective libraries print on file descriptor 1 (gloo: "[Gloo] Rank 0 is
-    # connected..."); keep stdout for the caller's results (--json) while measuring.
+
+@contextlib.contextmanager
+def _stdout_on_stderr():
+    """File descriptor 1 points at stderr inside the block.
+
+    The collective libraries print on file descriptor 1 (gloo: "[Gloo] Rank 0
+    is connected..."); this keeps stdout for the caller's results (--json)
+    while measuring.
+    """
     sys.stdout.flush()
     saved_stdout = os.dup(1)
     os.dup2(2, 1)
     try:
-        initialize_worker(coordinator_address=coordinator, timeout_s=max(timeout_s, 60.0))
-        cfg = dict(
-            config, existing_keys=[list(k) for k in (writer.existing_keys if writer else [])]
-        )
-        t0 = time.monotonic()
-        run(cfg, handler)
-        info["elapsed_s"] = time.monotonic() - t0
+        yield
     finally:
         sys.stdout.flush()
         os.dup2(saved_stdout, 1)
         os.close(saved_stdout)
-        stop_watch.set()
-        set_message_handler(None)
-        bar.close()
-        if writer is not None:
-            writer.close()
-    wrong = sum(int(r.get("wrong", 0)) for r in written)
-    return CollectResult(
-        path,
-        len(written),
-        info.get("skipped", 0),
-        wrong,
-        time.monotonic() - t_start,
-        [info],
-        written,
-        rank=cluster.process_id,
-    )

@@ -6,10 +6,11 @@ Run as ``python -m calibration._worker --config FILE`` by the local launcher
 of the plan (:func:`plan_points`) and sends, from rank 0, one schema-v1 record
 per point to whoever writes the file (see :func:`run`).
 
-Ranks: with several processes, the first device of each process is one rank
-(one process per GPU on GPU clusters); a single process with several devices
-(e.g. ``XLA_FLAGS=--xla_force_host_platform_device_count=4``) uses each device
-as a rank, which is how the tests exercise the logic without processes.
+Ranks (:class:`launch.Ranks` with ``every_local_device``): with several
+processes, the first device of each process is one rank (one process per GPU
+on GPU clusters); a single process with several devices (e.g.
+``XLA_FLAGS=--xla_force_host_platform_device_count=4``) uses each device as a
+rank, which is how the tests exercise the logic without processes.
 
 Patterns (``jax.shard_map`` over a one-axis mesh ``"r"``, nccl-tests' names and
 size convention, ``S`` = ``message_bytes``):
@@ -58,11 +59,22 @@ node's cores.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
-import zlib
 from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import multihost_utils
+from jax.sharding import PartitionSpec as P
+
+from costmodel import format_bytes
+from launch import Ranks, heartbeat, worker_main
+
+from ._records import provenance, record_key, time_statistics
 
 __all__ = ["COLLECT_PATTERNS", "plan_points", "message_sizes", "run", "main", "Faults"]
 
@@ -85,7 +97,7 @@ MLP = {"cpu": (64, (784, 512, 512, 10)), "gpu": (1024, (784, 4096, 4096, 10))}
 CONV = {"cpu": (8, 32, 16, 3), "gpu": (64, 56, 64, 3)}  # batch, H=W, channels, kernel
 
 
-# --------------------------------------------------------------------------- plan (no jax)
+# --------------------------------------------------------------------------- plan
 
 
 def message_sizes(min_bytes: int, max_bytes: int, step_factor: int) -> list[int]:
@@ -146,108 +158,110 @@ def plan_points(
         ``ranks_per_node``, ``dtype``) plus ``count`` (elements per rank
         buffer), ``solo`` (compute on rank 0 alone) and ``desc`` (words).
     """
-    from costmodel import format_bytes
-
     dtype = config["dtype"]
-    itemsize = _DTYPE_BYTES[dtype]
     procs = num_ranks if num_processes is None else num_processes
-    suite = config["suite"]
     points = []
-    if "collectives" in suite and num_ranks >= 2:
-        for name in config["collectives"]:
-            for size in config["sizes"]:
-                count = _count(name, size, num_ranks, itemsize)
-                if count < (num_ranks if name in _SPLIT else 1):
-                    continue
-                nbytes = count * itemsize
-                points.append(
-                    {
-                        "kind": "collective",
-                        "collective": name,
-                        "message_bytes": nbytes,
-                        "num_ranks": num_ranks,
-                        "ranks_per_node": ranks_per_node,
-                        "dtype": dtype,
-                        "count": count,
-                        "desc": f"{name} {format_bytes(nbytes)} on {num_ranks} ranks",
-                    }
-                )
-    if "compute" in suite:
+    if "collectives" in config["suite"] and num_ranks >= 2:
+        points += _collective_points(config, num_ranks, ranks_per_node)
+    if "compute" in config["suite"]:
         key = "gpu" if backend in ("gpu", "cuda", "rocm") else "cpu"
         concurrent = min(ranks_per_node, procs) if procs > 1 else 1
         layouts = [(False, concurrent)] + ([(True, 1)] if procs > 1 else [])
-        for s in config.get("matmul_sizes") or MATMUL_SIZES[key]:
-            for solo, nr in layouts:
-                points.append(
-                    {
-                        "kind": "compute",
-                        "op": "matmul",
-                        "shape": {"m": s, "n": s, "k": s},
-                        "flops": 2.0 * s**3,
-                        "num_ranks": nr,
-                        "ranks_per_node": nr,
-                        "dtype": dtype,
-                        "solo": solo,
-                        "desc": f"matmul {s}³ on {'rank 0 alone' if solo else f'{nr} processes'}",
-                    }
-                )
-        batch, dims = MLP[key]
-        for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
-            fwd = 2.0 * batch * d_in * d_out
-            for op, flops in (("forward", fwd), ("backward", 2 * fwd)):
-                points.append(
-                    {
-                        "kind": "compute",
-                        "op": op,
-                        "shape": {
-                            "model": "mlp",
-                            "layer": i,
-                            "type": "linear",
-                            "batch": batch,
-                            "in": d_in,
-                            "out": d_out,
-                        },
-                        "flops": flops,
-                        "num_ranks": concurrent,
-                        "ranks_per_node": concurrent,
-                        "dtype": dtype,
-                        "solo": False,
-                        "desc": f"mlp layer {i} {op} ({d_in}→{d_out}, batch {batch})",
-                    }
-                )
-        b, hw, ch, k = CONV[key]
-        fwd = 2.0 * b * hw * hw * ch * ch * k * k
-        for op, flops in (("forward", fwd), ("backward", 2 * fwd)):
+        points += _matmul_points(config.get("matmul_sizes") or MATMUL_SIZES[key], layouts, dtype)
+        points += _mlp_points(*MLP[key], concurrent, dtype)
+        points += _conv_points(*CONV[key], concurrent, dtype)
+    return points
+
+
+def _collective_points(config: dict, num_ranks: int, ranks_per_node: int) -> list[dict]:
+    """Every collective × size of ``config`` on ``num_ranks`` ranks (sizes too small to split dropped)."""
+    dtype = config["dtype"]
+    itemsize = _DTYPE_BYTES[dtype]
+    points = []
+    for name in config["collectives"]:
+        for size in config["sizes"]:
+            count = _count(name, size, num_ranks, itemsize)
+            if count < (num_ranks if name in _SPLIT else 1):
+                continue
+            nbytes = count * itemsize
             points.append(
                 {
-                    "kind": "compute",
-                    "op": op,
-                    "shape": {
-                        "model": "cnn",
-                        "layer": 0,
-                        "type": "conv2d",
-                        "batch": b,
-                        "height": hw,
-                        "width": hw,
-                        "in": ch,
-                        "out": ch,
-                        "kernel": k,
-                    },
-                    "flops": flops,
-                    "num_ranks": concurrent,
-                    "ranks_per_node": concurrent,
+                    "kind": "collective",
+                    "collective": name,
+                    "message_bytes": nbytes,
+                    "num_ranks": num_ranks,
+                    "ranks_per_node": ranks_per_node,
                     "dtype": dtype,
-                    "solo": False,
-                    "desc": f"cnn conv {k}x{k} {op} ({ch}→{ch} ch, {hw}², batch {b})",
+                    "count": count,
+                    "desc": f"{name} {format_bytes(nbytes)} on {num_ranks} ranks",
                 }
             )
     return points
 
 
+def _matmul_points(sizes, layouts: list[tuple[bool, int]], dtype: str) -> list[dict]:
+    """Square matmuls (flops 2·s³) of every size, per layout ``(solo, processes at once)``."""
+    points = []
+    for s in sizes:
+        for solo, nr in layouts:
+            points.append(
+                {
+                    "kind": "compute",
+                    "op": "matmul",
+                    "shape": {"m": s, "n": s, "k": s},
+                    "flops": 2.0 * s**3,
+                    "num_ranks": nr,
+                    "ranks_per_node": nr,
+                    "dtype": dtype,
+                    "solo": solo,
+                    "desc": f"matmul {s}³ on {'rank 0 alone' if solo else f'{nr} processes'}",
+                }
+            )
+    return points
+
+
+def _layer_point(op: str, shape: dict, flops: float, concurrent: int, dtype: str, desc: str):
+    """One forward or backward compute point of a model layer, run by ``concurrent`` processes."""
+    return {
+        "kind": "compute",
+        "op": op,
+        "shape": dict(shape),
+        "flops": flops,
+        "num_ranks": concurrent,
+        "ranks_per_node": concurrent,
+        "dtype": dtype,
+        "solo": False,
+        "desc": desc,
+    }
+
+
+def _mlp_points(batch: int, dims, concurrent: int, dtype: str) -> list[dict]:
+    """Forward (2·B·in·out flops) and backward (twice that) of each dense layer of the MLP."""
+    points = []
+    for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+        fwd = 2.0 * batch * d_in * d_out
+        shape = {"model": "mlp", "layer": i, "type": "linear", "batch": batch}
+        shape.update({"in": d_in, "out": d_out})
+        for op, flops in (("forward", fwd), ("backward", 2 * fwd)):
+            desc = f"mlp layer {i} {op} ({d_in}→{d_out}, batch {batch})"
+            points.append(_layer_point(op, shape, flops, concurrent, dtype, desc))
+    return points
+
+
+def _conv_points(b: int, hw: int, ch: int, k: int, concurrent: int, dtype: str) -> list[dict]:
+    """Forward (2·B·H·W·Cout·Cin·kh·kw flops) and backward (twice that) of one SAME conv."""
+    fwd = 2.0 * b * hw * hw * ch * ch * k * k
+    shape = {"model": "cnn", "layer": 0, "type": "conv2d", "batch": b, "height": hw}
+    shape.update({"width": hw, "in": ch, "out": ch, "kernel": k})
+    points = []
+    for op, flops in (("forward", fwd), ("backward", 2 * fwd)):
+        desc = f"cnn conv {k}x{k} {op} ({ch}→{ch} ch, {hw}², batch {b})"
+        points.append(_layer_point(op, shape, flops, concurrent, dtype, desc))
+    return points
+
+
 def point_key(point: dict) -> tuple:
     """:func:`calibration.record_key` of the record this point will produce."""
-    from ._records import record_key
-
     return record_key(point)
 
 
@@ -288,204 +302,127 @@ class Faults:
                 time.sleep(3600)
 
 
-# --------------------------------------------------------------------------- measurement
+# --------------------------------------------------------------------------- patterns
 
 
-class _Ranks:
-    """The mesh of ranks and the barrier that also gathers per-rank times."""
+class _Values:
+    """Host values of a rank's block of ``length`` elements, all exact in bfloat16."""
 
-    def __init__(self):
-        import jax
-        import numpy as np
-        from jax.sharding import Mesh, NamedSharding
-        from jax.sharding import PartitionSpec as P
+    def __init__(self, length: int):
+        self.idx = np.arange(length, dtype=np.int64)
 
-        self.jax, self.np = jax, np
-        if jax.process_count() == 1:
-            devices = list(jax.local_devices())
-        else:
-            first = {}
-            for d in sorted(jax.devices(), key=lambda d: (d.process_index, d.id)):
-                first.setdefault(d.process_index, d)
-            devices = [first[p] for p in sorted(first)]
-        self.devices = devices
-        self.n = len(devices)
-        self.mesh = Mesh(np.array(devices, dtype=object), ("r",))
-        self.sharding = NamedSharding(self.mesh, P("r"))
-        me = jax.process_index()
-        self.local = [(i, d) for i, d in enumerate(devices) if d.process_index == me]
-        self.is_rank0 = devices[0].process_index == me
-        self.process_index = me
-        self.num_processes = jax.process_count()
-        self.backend = devices[0].platform
-        width = 1 + 2 * self.n
-        self._width = width
+    def red(self, i: int):
+        """Rank i's values to reduce: sums stay exact in bfloat16 for n ≤ 128."""
+        return ((i + self.idx) % 3).astype(np.float32)
 
-        def barrier(a):
-            return jax.lax.psum(a, "r")
-
-        row = np.zeros((self.n, width), np.float32)
-        self._barrier = (
-            jax.jit(jax.shard_map(barrier, mesh=self.mesh, in_specs=P("r"), out_specs=P("r")))
-            .lower(self.put(row))
-            .compile()
-        )
-
-    def put(self, per_rank, rows: Callable[[int], object] | None = None):
-        """A global array from host data: ``per_rank[i]`` (or ``rows(i)``) for rank i's shard."""
-        jax, np = self.jax, self.np
-        shards = []
-        shape = None
-        for i, d in self.local:
-            block = np.asarray(rows(i) if rows is not None else per_rank[i : i + 1])
-            shape = block.shape
-            shards.append(jax.device_put(block, d))
-        gshape = (self.n * shape[0],) + tuple(shape[1:])
-        return jax.make_array_from_single_device_arrays(gshape, self.sharding, shards)
-
-    def sync(self, stop: bool, times: dict[int, float], wrong: dict[int, int]):
-        """Barrier: returns (stop decided by rank 0, max time over ranks, calls wrong on any rank)."""
-        np = self.np
-        n = self.n
-
-        def row(i):
-            r = np.zeros((1, self._width), np.float32)
-            if i == 0 and stop:
-                r[0, 0] = 1.0
-            r[0, 1 + i] = times.get(i, 0.0)
-            r[0, 1 + n + i] = wrong.get(i, 0)
-            return r
-
-        out = self._barrier(self.put(None, rows=row))
-        out.block_until_ready()
-        table = np.asarray(out.addressable_shards[0].data)[0]
-        return bool(table[0] > 0), float(table[1 : 1 + n].max()), int(table[1 + n :].max() > 0)
-
-    def hosts_per_node(self) -> int:
-        """Ranks on the busiest host (from host names hashed and summed across ranks)."""
-        jax, np = self.jax, self.np
-        if self.num_processes == 1:
-            return self.n
-        from jax.sharding import PartitionSpec as P
-
-        h = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
-
-        def row(i):
-            r = np.zeros((1, self.n), np.int32)
-            r[0, i] = h
-            return r
-
-        f = jax.jit(
-            jax.shard_map(
-                lambda a: jax.lax.psum(a, "r"), mesh=self.mesh, in_specs=P("r"), out_specs=P("r")
-            )
-        )
-        out = f(self.put(None, rows=row))
-        hashes = np.asarray(out.addressable_shards[0].data)[0].tolist()
-        return max(hashes.count(x) for x in set(hashes))
+    def mov(self, i: int):
+        """Rank i's values to move: they tell ranks and positions apart."""
+        return ((i * 13 + self.idx) % 251).astype(np.float32)
 
 
-def _patterns(ranks: _Ranks, name: str, count: int, jdtype, wrong: bool):
-    """(function of the local block, input rows(i), expected local output of rank i)."""
-    import jax
-    import numpy as np
+# Each pattern: (n, count, values, wrong) -> (data(i), f(local block), expect(i)),
+# data(i) rank i's input, expect(i) rank i's local output.
 
-    n = ranks.n
-    lax = jax.lax
-    length = count // n if name == "all_gather" else count  # elements each rank sends
-    idx = np.arange(length, dtype=np.int64)
 
-    def red(i):  # values whose sums are exact in bfloat16 for n ≤ 128
-        return ((i + idx) % 3).astype(np.float32)
+def _all_reduce(n: int, count: int, v: _Values, wrong: bool):
+    def f(a):
+        return lax.pmax(a, "r") if wrong else lax.psum(a, "r")
 
-    def mov(i):  # values that tell ranks and positions apart, exact in bfloat16
-        return ((i * 13 + idx) % 251).astype(np.float32)
+    total = sum(v.red(q) for q in range(n))
+    return v.red, f, lambda i: total
 
+
+def _reduce_scatter(n: int, count: int, v: _Values, wrong: bool):
+    b = count // n
+
+    def f(a):
+        return lax.psum_scatter(a, "r", scatter_dimension=1, tiled=True)
+
+    total = sum(v.red(q) for q in range(n))
+    return v.red, f, lambda i: total[i * b : (i + 1) * b]
+
+
+def _all_gather(n: int, count: int, v: _Values, wrong: bool):
+    def f(a):
+        return lax.all_gather(a, "r", axis=1, tiled=True)
+
+    return v.mov, f, lambda i: np.concatenate([v.mov(q) for q in range(n)])
+
+
+def _all_to_all(n: int, count: int, v: _Values, wrong: bool):
+    b = count // n
+
+    def f(a):
+        return lax.all_to_all(a, "r", 1, 1, tiled=True)
+
+    return v.mov, f, lambda i: np.concatenate([v.mov(q)[i * b : (i + 1) * b] for q in range(n)])
+
+
+def _sendrecv(n: int, count: int, v: _Values, wrong: bool):
     perm_ring = [(i, (i + 1) % n) for i in range(n)]
-    if name == "all_reduce":
-        data = red
 
-        def f(a):
-            return lax.pmax(a, "r") if wrong else lax.psum(a, "r")
+    def f(a):
+        return lax.ppermute(a, "r", perm_ring)
 
-        total = sum(red(q) for q in range(n))
+    return v.mov, f, lambda i: v.mov((i - 1) % n)
 
-        def expect(i):
-            return total
-    elif name == "reduce_scatter":
-        data = red
-        b = count // n
 
-        def f(a):
-            return lax.psum_scatter(a, "r", scatter_dimension=1, tiled=True)
+def _ps_push(n: int, count: int, v: _Values, wrong: bool):
+    # The server sums what arrives, as a parameter server aggregates (and
+    # as ddltune's training harness does): one S-byte buffer, no stacking.
+    def f(a):
+        acc = None
+        for q in range(1, n):
+            got = lax.ppermute(a, "r", [(q, 0)])
+            acc = got if acc is None else acc + got
+        return acc
 
-        total = sum(red(q) for q in range(n))
+    push_total = sum(v.red(q) for q in range(1, n))
+    return v.red, f, lambda i: push_total if i == 0 else np.zeros(count, np.float32)
 
-        def expect(i):
-            return total[i * b : (i + 1) * b]
-    elif name == "all_gather":
-        data = mov
 
-        def f(a):
-            return lax.all_gather(a, "r", axis=1, tiled=True)
+def _ps_pull(n: int, count: int, v: _Values, wrong: bool):
+    # Every worker receives the server's S bytes into its one buffer.
+    def f(a):
+        acc = None
+        for q in range(1, n):
+            got = lax.ppermute(a, "r", [(0, q)])
+            acc = got if acc is None else acc + got
+        return acc
 
-        def expect(i):
-            return np.concatenate([mov(q) for q in range(n)])
-    elif name == "all_to_all":
-        data = mov
-        b = count // n
+    return v.mov, f, lambda i: v.mov(0) if i > 0 else np.zeros(count, np.float32)
 
-        def f(a):
-            return lax.all_to_all(a, "r", 1, 1, tiled=True)
 
-        def expect(i):
-            return np.concatenate([mov(q)[i * b : (i + 1) * b] for q in range(n)])
-    elif name == "sendrecv":
-        data = mov
+_PATTERNS = {
+    "all_reduce": _all_reduce,
+    "reduce_scatter": _reduce_scatter,
+    "all_gather": _all_gather,
+    "all_to_all": _all_to_all,
+    "sendrecv": _sendrecv,
+    "ps_push": _ps_push,
+    "ps_pull": _ps_pull,
+}
 
-        def f(a):
-            return lax.ppermute(a, "r", perm_ring)
 
-        def expect(i):
-            return mov((i - 1) % n)
-    elif name == "ps_push":
-        # The server sums what arrives, as a parameter server aggregates (and
-        # as ddltune's training harness does): one S-byte buffer, no stacking.
-        data = red
+def _off_by_one_on_rank1(inner):
+    """``inner`` with 1 added to rank 1's result (the injected wrong result of non-psum patterns)."""
 
-        def f(a):
-            acc = None
-            for q in range(1, n):
-                got = lax.ppermute(a, "r", [(q, 0)])
-                acc = got if acc is None else acc + got
-            return acc
+    def f(a):
+        out = inner(a)
+        return out + (lax.axis_index("r") == 1).astype(out.dtype)
 
-        push_total = sum(red(q) for q in range(1, n))
+    return f
 
-        def expect(i):
-            return push_total if i == 0 else np.zeros(count, np.float32)
-    elif name == "ps_pull":
-        # Every worker receives the server's S bytes into its one buffer.
-        data = mov
 
-        def f(a):
-            acc = None
-            for q in range(1, n):
-                got = lax.ppermute(a, "r", [(0, q)])
-                acc = got if acc is None else acc + got
-            return acc
-
-        def expect(i):
-            return mov(0) if i > 0 else np.zeros(count, np.float32)
-    else:  # pragma: no cover - names are checked by collect()
+def _patterns(ranks: Ranks, name: str, count: int, jdtype, wrong: bool):
+    """(function of the local block, input rows(i), expected local output of rank i)."""
+    if name not in _PATTERNS:  # pragma: no cover - names are checked by collect()
         raise ValueError(f"unknown pattern {name!r}")
-
+    n = ranks.n
+    length = count // n if name == "all_gather" else count  # elements each rank sends
+    data, f, expect = _PATTERNS[name](n, count, _Values(length), wrong)
     if wrong and name != "all_reduce":
-        inner = f
-
-        def f(a):
-            out = inner(a)
-            return out + (lax.axis_index("r") == 1).astype(out.dtype)
+        f = _off_by_one_on_rank1(f)
 
     def rows(i):
         return data(i)[None].astype(jdtype)
@@ -493,10 +430,11 @@ def _patterns(ranks: _Ranks, name: str, count: int, jdtype, wrong: bool):
     return f, rows, expect
 
 
-def _timed(ranks: _Ranks, step, check, config: dict, where: str, solo: bool = False):
-    """Warm up, then time repetitions until the budget is spent; returns (samples, wrong)."""
-    from launch import heartbeat
+# --------------------------------------------------------------------------- measurement
 
+
+def _timed(ranks: Ranks, step, check, config: dict, where: str, solo: bool = False):
+    """Warm up, then time repetitions until the budget is spent; returns (samples, wrong)."""
     for _ in range(int(config["warmup_iters"])):
         ranks.sync(False, {}, {})
         if not solo or ranks.is_rank0:
@@ -531,16 +469,11 @@ def _timed(ranks: _Ranks, step, check, config: dict, where: str, solo: bool = Fa
         heartbeat(where)
 
 
-def _collective_step(ranks: _Ranks, point: dict, faults: Faults):
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import PartitionSpec as P
-
+def _collective_step(ranks: Ranks, point: dict, faults: Faults):
     name, count = point["collective"], point["count"]
     jdtype = jnp.dtype(point["dtype"])
     f, rows, expect = _patterns(ranks, name, count, jdtype, name in faults.wrong)
-    x = ranks.put(None, rows=rows)
+    x = ranks.put_rows(rows)
     out_spec = P("r")
     t0 = time.perf_counter()
     compiled = (
@@ -574,8 +507,6 @@ def _collective_step(ranks: _Ranks, point: dict, faults: Faults):
 
 def _filled(tree, rng, dev):
     """Replace every array shape in ``tree`` by random host data put on ``dev`` (no compile)."""
-    import jax
-    import numpy as np
 
     def fill(leaf):
         if isinstance(leaf, jax.ShapeDtypeStruct):
@@ -586,19 +517,49 @@ def _filled(tree, rng, dev):
     return jax.tree.map(fill, tree)
 
 
-def _compute_step(ranks: _Ranks, point: dict):
-    """A compiled compute call on this process's device (equinox layers for the models)."""
-    import equinox as eqx
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    dev = ranks.local[0][1]
+def _layer_call(point: dict, rng, dev):
+    """``(fn, args)`` of a model layer's forward or backward point (equinox layers, random data)."""
     dtype = jnp.dtype(point["dtype"])
     shape = point["shape"]
-    rng = np.random.default_rng(0)
     key = jax.random.PRNGKey(0)  # only traced for shapes below: nothing is initialised on device
+    if shape["type"] == "linear":
+        layer = eqx.filter_eval_shape(
+            eqx.nn.Linear, shape["in"], shape["out"], key=key, dtype=dtype
+        )
+        x_shape = (shape["batch"], shape["in"])
+    else:
+        layer = eqx.filter_eval_shape(
+            eqx.nn.Conv2d,
+            shape["in"],
+            shape["out"],
+            shape["kernel"],
+            padding="SAME",
+            key=key,
+            dtype=dtype,
+        )
+        x_shape = (shape["batch"], shape["in"], shape["height"], shape["width"])
+
+    def fwd(layer, x):
+        return jax.vmap(layer)(x)
+
+    layer, x = _filled((layer, jax.ShapeDtypeStruct(x_shape, dtype)), rng, dev)
+    if point["op"] == "forward":
+        return fwd, (layer, x)
+    y = jax.eval_shape(fwd, layer, x)
+
+    def bwd(layer, x, ct):
+        _, vjp = jax.vjp(fwd, layer, x)
+        return vjp(ct)
+
+    return bwd, (layer, x, _filled(y, rng, dev))
+
+
+def _compute_step(ranks: Ranks, point: dict):
+    """A compiled compute call on this process's device (equinox layers for the models)."""
+    dev = ranks.local[0][1]
+    rng = np.random.default_rng(0)
     if point["op"] == "matmul":
+        dtype, shape = jnp.dtype(point["dtype"]), point["shape"]
         m, n_, k = shape["m"], shape["n"], shape["k"]
         args = _filled(
             (jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n_), dtype)), rng, dev
@@ -607,37 +568,7 @@ def _compute_step(ranks: _Ranks, point: dict):
         def fn(a, b):
             return a @ b
     else:
-        if shape["type"] == "linear":
-            layer = eqx.filter_eval_shape(
-                eqx.nn.Linear, shape["in"], shape["out"], key=key, dtype=dtype
-            )
-            x_shape = (shape["batch"], shape["in"])
-        else:
-            layer = eqx.filter_eval_shape(
-                eqx.nn.Conv2d,
-                shape["in"],
-                shape["out"],
-                shape["kernel"],
-                padding="SAME",
-                key=key,
-                dtype=dtype,
-            )
-            x_shape = (shape["batch"], shape["in"], shape["height"], shape["width"])
-
-        def fwd(layer, x):
-            return jax.vmap(layer)(x)
-
-        layer, x = _filled((layer, jax.ShapeDtypeStruct(x_shape, dtype)), rng, dev)
-        if point["op"] == "forward":
-            args = (layer, x)
-            fn = fwd
-        else:
-            y = jax.eval_shape(fwd, layer, x)
-            args = (layer, x, _filled(y, rng, dev))
-
-            def fn(layer, x, ct):
-                _, vjp = jax.vjp(fwd, layer, x)
-                return vjp(ct)
+        fn, args = _layer_call(point, rng, dev)
 
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
@@ -649,6 +580,9 @@ def _compute_step(ranks: _Ranks, point: dict):
         return out
 
     return step, compile_s
+
+
+# --------------------------------------------------------------------------- the run
 
 
 def run(
@@ -671,18 +605,36 @@ def run(
             ``suite`` (subset of ``["collectives", "compute"]``), ``iters``
             (≥ 1), ``max_iters`` (≥ iters), ``warmup_iters`` (≥ 0),
             ``budget_s`` (> 0), ``existing_keys`` (record keys to skip, as
-            lists), optional ``matmul_sizes`` and ``source``.
+            lists), optional ``matmul_sizes``, ``rounds`` (≥ 1, see
+            :func:`calibration.collect`) and ``source``.
         emit: where messages go (the launcher's ``send_message``, or a list's append).
         faults: fault injection (tests); default from ``DDLTUNE_COLLECT_FAULT``.
 
     Returns:
         ``{"measured": int, "skipped": int, "num_ranks": int, "ranks_per_node": int}``.
     """
-    from ._records import provenance, time_statistics
-
     faults = Faults() if faults is None else faults
-    ranks = _Ranks()
-    rpn = ranks.hosts_per_node()
+    ranks = Ranks(every_local_device=True)
+    rpn = ranks.ranks_per_host()
+    plan, todo = _todo(config, ranks, rpn)
+    if ranks.is_rank0:
+        emit({"type": "plan", "points": len(todo), "skipped": len(plan) - len(todo),
+              "num_ranks": ranks.n, "ranks_per_node": rpn})  # fmt: skip
+    session = _Session(config, ranks, faults, emit)
+    if session.rounds == 1:
+        session.measure_in_turn(todo)
+    else:
+        session.measure_interleaved(todo)
+    return {
+        "measured": len(todo),
+        "skipped": len(plan) - len(todo),
+        "num_ranks": ranks.n,
+        "ranks_per_node": rpn,
+    }
+
+
+def _todo(config: dict, ranks: Ranks, rpn: int) -> tuple[list[dict], list[dict]]:
+    """``(plan, the points of it not in config["existing_keys"])``; rank 0's file decides."""
     existing = {tuple(k) for k in config.get("existing_keys", [])}
     plan = plan_points(
         config, ranks.n, rpn, backend=ranks.backend, num_processes=ranks.num_processes
@@ -690,29 +642,24 @@ def run(
     keep = [point_key(p) not in existing for p in plan]
     if ranks.num_processes > 1:
         # Rank 0's file decides (under srun/mpirun only rank 0 reads it).
-        import numpy as np
-        from jax.experimental import multihost_utils
-
         mask = np.asarray(keep + [True], dtype=np.int32)  # never empty
         keep = [bool(v) for v in multihost_utils.broadcast_one_to_all(mask)[:-1]]
-    todo = [p for p, k in zip(plan, keep, strict=True) if k]
-    if ranks.is_rank0:
-        emit(
-            {
-                "type": "plan",
-                "points": len(todo),
-                "skipped": len(plan) - len(todo),
-                "num_ranks": ranks.n,
-                "ranks_per_node": rpn,
-            }
-        )
-    prov = provenance(config.get("source", "ddltune collect"))
-    me = ranks.process_index
-    rounds = max(1, int(config.get("rounds", 1)))
+    return plan, [p for p, k in zip(plan, keep, strict=True) if k]
 
-    def prepare(point):
+
+class _Session:
+    """One launch's measuring: prepares, times and records the points of the plan."""
+
+    def __init__(self, config: dict, ranks: Ranks, faults: Faults, emit: Callable[[dict], None]):
+        self.config, self.ranks, self.faults, self.emit = config, ranks, faults, emit
+        self.prov = provenance(config.get("source", "ddltune collect"))
+        self.rounds = max(1, int(config.get("rounds", 1)))
+
+    def prepare(self, point: dict):
+        """``(step, check, compile_s, solo)`` of one point (compiled; a no-op where it does not run)."""
+        ranks = self.ranks
         if point["kind"] == "collective":
-            step, check, compile_s = _collective_step(ranks, point, faults)
+            step, check, compile_s = _collective_step(ranks, point, self.faults)
             return step, check, compile_s, False
         solo = point["solo"]
         if solo and not ranks.is_rank0:
@@ -720,7 +667,8 @@ def run(
         step, compile_s = _compute_step(ranks, point)
         return step, None, compile_s, solo
 
-    def record(point, samples, wrong, compile_s):
+    def record(self, point: dict, samples: list[float], wrong: int, compile_s: float) -> dict:
+        """The schema-v1 record of a measured point."""
         rec = {"schema": 1}
         rec.update({k2: v for k2, v in point.items() if k2 not in ("desc", "solo")})
         if point["kind"] == "collective":
@@ -728,39 +676,48 @@ def run(
             rec["in_place"] = False
         else:
             rec.pop("count", None)
-            rec["num_processes"] = ranks.num_processes
+            rec["num_processes"] = self.ranks.num_processes
         rec["time_s"] = time_statistics(samples)
         rec["samples_s"] = [float(s) for s in samples]
         rec["compile_s"] = float(compile_s)
-        rec["warmup_iters"] = int(config["warmup_iters"])
-        if rounds > 1:
-            rec["rounds"] = rounds
-        rec.update(prov)
+        rec["warmup_iters"] = int(self.config["warmup_iters"])
+        if self.rounds > 1:
+            rec["rounds"] = self.rounds
+        rec.update(self.prov)
         rec["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         return rec
 
-    if rounds == 1:
+    def start(self, k: int, where: str) -> None:
+        """Tell the launcher that this rank starts point k, then let a test's fault strike."""
+        me = self.ranks.process_index
+        self.emit({"type": "point", "i": k, "where": where, "rank": me})
+        self.faults.at_point(me, k)
+
+    def measure_in_turn(self, todo: list[dict]) -> None:
+        """Prepare and time each point in turn; rank 0 sends its record at once."""
+        ranks = self.ranks
         for k, point in enumerate(todo):
             where = f"measuring {point['desc']} (point {k + 1}/{len(todo)})"
-            emit({"type": "point", "i": k, "where": where, "rank": me})
-            faults.at_point(me, k)
-            step, check, compile_s, solo = prepare(point)
-            samples, wrong = _timed(ranks, step, check, config, where, solo=solo)
+            self.start(k, where)
+            step, check, compile_s, solo = self.prepare(point)
+            samples, wrong = _timed(ranks, step, check, self.config, where, solo=solo)
             if ranks.is_rank0:
-                emit({"type": "record", "record": record(point, samples, wrong, compile_s),
-                      "where": where})  # fmt: skip
-    else:
-        # Interleaved rounds: every point is compiled first, then timed in
-        # ``rounds`` passes over all of them with 1/rounds of the budget each,
-        # so that a slow episode of the machine (CPU: seconds-long stretches
-        # in which every call waits ~4 ms for a scheduler tick) spreads over
-        # many points instead of owning one. Records are sent after the last pass.
+                rec = self.record(point, samples, wrong, compile_s)
+                self.emit({"type": "record", "record": rec, "where": where})
+
+    def measure_interleaved(self, todo: list[dict]) -> None:
+        """Compile every point first, then time all of them in ``rounds`` passes.
+
+        Each pass has 1/rounds of the budget, so that a slow episode of the
+        machine (CPU: seconds-long stretches in which every call waits ~4 ms
+        for a scheduler tick) spreads over many points instead of owning one.
+        Rank 0 sends the records after the last pass.
+        """
+        config, rounds = self.config, self.rounds
         prepared = []
         for k, point in enumerate(todo):
-            where = f"compiling {point['desc']} (point {k + 1}/{len(todo)})"
-            emit({"type": "point", "i": k, "where": where, "rank": me})
-            faults.at_point(me, k)
-            prepared.append(prepare(point))
+            self.start(k, f"compiling {point['desc']} (point {k + 1}/{len(todo)})")
+            prepared.append(self.prepare(point))
         per_round = dict(config)
         per_round["budget_s"] = float(config["budget_s"]) / rounds
         per_round["iters"] = -(-int(config["iters"]) // rounds)
@@ -774,26 +731,20 @@ def run(
                 where = (
                     f"measuring {point['desc']} (point {k + 1}/{len(todo)}, round {r + 1}/{rounds})"
                 )
-                emit({"type": "point", "i": k, "where": where, "rank": me})
-                got, wrong = _timed(ranks, step, check, per_round, where, solo=solo)
+                self.emit(
+                    {"type": "point", "i": k, "where": where, "rank": self.ranks.process_index}
+                )
+                got, wrong = _timed(self.ranks, step, check, per_round, where, solo=solo)
                 samples_of[k].extend(got)
                 wrong_of[k] += wrong
-        if ranks.is_rank0:
+        if self.ranks.is_rank0:
             for k, (point, prep) in enumerate(zip(todo, prepared, strict=True)):
-                rec = record(point, samples_of[k], wrong_of[k], prep[2])
-                emit({"type": "record", "record": rec, "where": f"point {k + 1}/{len(todo)}"})
-    return {
-        "measured": len(todo),
-        "skipped": len(plan) - len(todo),
-        "num_ranks": ranks.n,
-        "ranks_per_node": rpn,
-    }
+                rec = self.record(point, samples_of[k], wrong_of[k], prep[2])
+                self.emit({"type": "record", "record": rec, "where": f"point {k + 1}/{len(todo)}"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m calibration._worker --config FILE`` (one worker process)."""
-    from launch import worker_main
-
     return worker_main("python -m calibration._worker", run, argv)
 
 

@@ -8,6 +8,7 @@ protocol. The collector (:mod:`calibration`) and the training harness
 (:mod:`tuner.validation`) both use it; it imports no other ddltune package.
 """
 
+from ._devices import Ranks as Ranks
 from ._launch import ClusterEnv as ClusterEnv
 from ._launch import LaunchError as LaunchError
 from ._launch import LaunchResult as LaunchResult

@@ -237,6 +237,12 @@ _VIRTUAL = textwrap.dedent(
                suite=["collectives"], rounds=3)
     out["rounds"] = run(cfg, msgs.append, faults=Faults("wrong:ps_push"))
     out["rounds_msgs"] = msgs
+    # The barrier every timed call waits on (launch.Ranks): one rank per device here.
+    from launch import Ranks
+    ranks = Ranks(every_local_device=True)
+    out["ranks"] = [ranks.n, [i for i, _ in ranks.local], Ranks().n]
+    out["sync"] = [ranks.sync(True, {0: 0.1, 1: 0.4, 2: 0.2, 3: 0.3}, {2: 1}),
+                   ranks.sync(False, {0: 0.5}), ranks.sync(False, {3: 0.25}, {})]
     print("RESULT" + json.dumps(out))
     """
 )
@@ -255,6 +261,15 @@ def virtual_run():
     assert p.returncode == 0, p.stderr[-3000:]
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT"))
     return json.loads(line[len("RESULT") :])
+
+
+def test_ranks_barrier_carries_rank0_stop_the_slowest_time_and_any_wrong(virtual_run):
+    # Four virtual devices of one process: each a rank with every_local_device, else one rank.
+    assert virtual_run["ranks"] == [4, [0, 1, 2, 3], 1]
+    (stop, t, wrong), (stop2, t2, wrong2), (_, t3, _) = virtual_run["sync"]
+    assert stop is True and t == pytest.approx(0.4, rel=1e-6) and wrong == 1
+    assert stop2 is False and t2 == pytest.approx(0.5, rel=1e-6) and wrong2 == 0
+    assert t3 == pytest.approx(0.25, rel=1e-6)  # a rank other than 0 can be the slowest
 
 
 def _records(msgs):

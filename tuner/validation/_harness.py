@@ -26,11 +26,13 @@ import dataclasses
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from calibration import RecordWriter, time_statistics
+from costmodel import Workload
 from launch import launch_local
 
 from ._train_worker import ARCHITECTURES, model_layers, model_spec
@@ -200,8 +202,6 @@ def model_workload(spec: dict | str, step_time_s: float | None = None):
         >>> w.total_params, w.total_fwd_flops
         (23, 36.0)
     """
-    from costmodel import Workload
-
     s = model_spec(spec)
     layers = model_layers(s)
     fwd = np.array([t["fwd_flops"] for t in layers])
@@ -308,12 +308,28 @@ def run_training(
         LaunchError: a worker crashed or hung (the message names its rank and
             configuration).
     """
-    import time
-
     spec = model_spec(model)
+    configs = list(configs)
+    nproc = _check_training(workers, configs, steps, warmup_steps, repeats, lr, momentum)
+    if platform is None and nproc > 1:
+        platform = "cpu"
+    config = {"model": spec, "workers": workers, "configs": [c.to_json() for c in configs],
+              "steps": steps, "warmup_steps": warmup_steps, "repeats": repeats, "seed": seed,
+              "lr": lr, "momentum": momentum, "platform": platform,
+              "return_params": bool(return_params), "source": source}  # fmt: skip
+    receiver = _Receiver(configs, spec, writer, on_measurement)
+    t0 = time.monotonic()
+    _launch_training(config, nproc, receiver.on_message, timeout_s, log_dir, on_spawn)
+    if len(receiver.measurements) != len(configs):
+        got = len(receiver.measurements)
+        raise RuntimeError(f"the training run returned {got} of {len(configs)} measurements")
+    return TrainingRun(receiver.measurements, receiver.params, time.monotonic() - t0)
+
+
+def _check_training(workers, configs: list, steps, warmup_steps, repeats, lr, momentum) -> int:
+    """The processes the run needs; raises ValueError/TypeError naming a bad argument."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer ≥ 1, got {workers!r}")
-    configs = list(configs)
     if not configs:
         raise ValueError("configs is empty: give at least one StepConfig")
     for c in configs:
@@ -332,7 +348,6 @@ def run_training(
             f"these configurations need different numbers of processes ({sorted(procs)}); "
             "run each group separately (dedicated parameter servers are extra processes)"
         )
-    nproc = procs.pop()
     for name, v, lo in (
         ("steps", steps, 1),
         ("warmup_steps", warmup_steps, 0),
@@ -344,58 +359,59 @@ def run_training(
         raise ValueError(f"lr must be > 0, got {lr!r}")
     if not 0 <= momentum < 1:
         raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
-    if platform is None and nproc > 1:
-        platform = "cpu"
-    config = {
-        "model": spec,
-        "workers": workers,
-        "configs": [c.to_json() for c in configs],
-        "steps": steps,
-        "warmup_steps": warmup_steps,
-        "repeats": repeats,
-        "seed": seed,
-        "lr": lr,
-        "momentum": momentum,
-        "platform": platform,
-        "return_params": bool(return_params),
-        "source": source,
-    }
-    env = {"JAX_PLATFORMS": platform} if platform == "cpu" else {}
-    out: list[StepMeasurement] = []
-    params: dict = {}
+    return procs.pop()
 
-    def on_message(rank: int, msg: dict) -> None:
+
+class _Receiver:
+    """The parent's end of a training launch: turns the workers' messages into measurements.
+
+    ``"step"`` messages (rank 0) become :class:`StepMeasurement` objects (in
+    ``measurements``, written to ``writer`` and passed to ``on_measurement``);
+    ``"params"`` messages (every rank, with ``return_params``) collect in
+    ``params``.
+    """
+
+    def __init__(self, configs, spec: dict, writer, on_measurement):
+        self.configs, self.spec = configs, spec
+        self.writer, self.on_measurement = writer, on_measurement
+        self.measurements: list[StepMeasurement] = []
+        self.params: dict = {}
+
+    def on_message(self, rank: int, msg: dict) -> None:
         kind = msg.get("type")
         if kind == "params":
-            params.setdefault(rank, []).append(
+            self.params.setdefault(rank, []).append(
                 (
                     [np.asarray(a, np.float32) for a in msg["initial"]],
                     [np.asarray(a, np.float32) for a in msg["final"]],
                 )
             )
         elif kind == "step":
-            rec = _step_record(msg, spec)
+            rec = _step_record(msg, self.spec)
             m = StepMeasurement(
-                configs[msg["config_index"]],
+                self.configs[msg["config_index"]],
                 rec["workers"],
                 rec["processes"],
                 rec["ranks_per_node"],
                 rec["model"],
-                spec,
+                self.spec,
                 rec["batch_size"],
                 tuple(rec["samples_s"]),
                 rec["compile_s"],
                 rec["num_buckets"],
                 rec,
             )
-            if writer is not None:
-                writer.write(rec)
-            out.append(m)
-            if on_measurement is not None:
-                on_measurement(m)
+            if self.writer is not None:
+                self.writer.write(rec)
+            self.measurements.append(m)
+            if self.on_measurement is not None:
+                self.on_measurement(m)
 
+
+def _launch_training(config: dict, nproc: int, on_message, timeout_s, log_dir, on_spawn) -> None:
+    """Write the worker configuration to a temporary file and run ``nproc`` training processes."""
+    env = {"JAX_PLATFORMS": config["platform"]} if config["platform"] == "cpu" else {}
     fd, path = tempfile.mkstemp(prefix="ddltune-train-", suffix=".json")
-    t0 = time.monotonic()
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(config, fh)
@@ -412,9 +428,6 @@ def run_training(
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)
-    if len(out) != len(configs):
-        raise RuntimeError(f"the training run returned {len(out)} of {len(configs)} measurements")
-    return TrainingRun(out, params, time.monotonic() - t0)
 
 
 def measure_configurations(
@@ -439,7 +452,8 @@ def measure_configurations(
     different k) shares a launch, looping over bucket sizes and servers inside.
     The single-worker step (one process, no exchange: what the cost model's
     compute comes from) runs first and again last, on CPU like the
-    multi-worker runs; its record pools both runs' samples.
+    multi-worker runs; its record pools both runs' samples, so that the
+    compute every prediction uses does not depend on the load of one moment.
 
     Args:
         model: ``"mlp"``, ``"cnn"`` or a spec dict.
@@ -462,56 +476,38 @@ def measure_configurations(
         raise ValueError(f"workers must be integers ≥ 2, got {workers}")
     if not configs:
         raise ValueError("configs is empty")
-
-    def single() -> StepMeasurement:
-        return run_training(
-            model,
-            1,
-            [StepConfig("ring", 0)],
-            steps=steps,
-            warmup_steps=warmup_steps,
-            repeats=repeats,
-            seed=seed,
-            platform="cpu",
-            timeout_s=timeout_s,
-            on_spawn=on_spawn,
-        ).measurements[0]
-
-    first = single() if baseline else None
+    timing = {"steps": steps, "warmup_steps": warmup_steps, "repeats": repeats, "seed": seed,
+              "timeout_s": timeout_s, "on_spawn": on_spawn}  # fmt: skip
+    first = _single_worker(model, timing) if baseline else None
     out: list[StepMeasurement] = []
     for n in workers:
-        groups: dict[int, list[StepConfig]] = {}
-        for c in configs:
-            if c.architecture == "ps" and c.colocated and c.servers > n:
-                continue
-            groups.setdefault(processes_needed(c, n), []).append(c)
-        for nproc in sorted(groups):
-            out.extend(
-                run_training(
-                    model,
-                    n,
-                    groups[nproc],
-                    steps=steps,
-                    warmup_steps=warmup_steps,
-                    repeats=repeats,
-                    seed=seed,
-                    timeout_s=timeout_s,
-                    writer=writer,
-                    on_measurement=on_measurement,
-                    on_spawn=on_spawn,
-                ).measurements
-            )
-    base = None
-    if baseline:
-        # The single-worker step again at the end: its samples pooled with the
-        # first run's, so that the compute every prediction uses does not
-        # depend on the load of one moment.
-        base = _pooled(first, single())
-        if writer is not None:
-            writer.write(base.record)
-        if on_measurement is not None:
-            on_measurement(base)
+        for group in _launch_groups(configs, n):
+            out += run_training(
+                model, n, group, writer=writer, on_measurement=on_measurement, **timing
+            ).measurements
+    if not baseline:
+        return None, out
+    base = _pooled(first, _single_worker(model, timing))
+    if writer is not None:
+        writer.write(base.record)
+    if on_measurement is not None:
+        on_measurement(base)
     return base, out
+
+
+def _launch_groups(configs: Sequence[StepConfig], n: int) -> list[list[StepConfig]]:
+    """The configurations runnable with n workers, one list per process count (ascending)."""
+    groups: dict[int, list[StepConfig]] = {}
+    for c in configs:
+        if c.architecture == "ps" and c.colocated and c.servers > n:
+            continue
+        groups.setdefault(processes_needed(c, n), []).append(c)
+    return [groups[nproc] for nproc in sorted(groups)]
+
+
+def _single_worker(model, timing: dict) -> StepMeasurement:
+    """The single-worker step of ``model`` (one CPU process, ring with nothing to exchange)."""
+    return run_training(model, 1, [StepConfig("ring", 0)], platform="cpu", **timing).measurements[0]
 
 
 def _pooled(a: StepMeasurement, b: StepMeasurement) -> StepMeasurement:

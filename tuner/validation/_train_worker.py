@@ -44,11 +44,10 @@ read, so a sample is the slowest rank's step. Rank 0 sends one
 from __future__ import annotations
 
 import contextlib
-import socket
+import dataclasses
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Callable, Sequence
 
 import equinox as eqx
@@ -56,6 +55,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from calibration import provenance
+from launch import Ranks, heartbeat, worker_main
 
 __all__ = [
     "ARCHITECTURES",
@@ -327,76 +331,6 @@ def reference_step(
     return [np.asarray(a) for a in jax.tree_util.tree_leaves(params)]
 
 
-# --------------------------------------------------------------------------- the ranks
-
-
-class _Ranks:
-    """The mesh of one device per process, per-rank arrays and the timing barrier."""
-
-    def __init__(self, platform: str | None = None):
-        from jax.sharding import Mesh, NamedSharding
-        from jax.sharding import PartitionSpec as P
-
-        devs = jax.devices(platform) if platform else jax.devices()
-        first: dict[int, object] = {}
-        for d in sorted(devs, key=lambda d: (d.process_index, d.id)):
-            first.setdefault(d.process_index, d)
-        self.devices = [first[p] for p in sorted(first)]
-        self.n = len(self.devices)
-        self.mesh = Mesh(np.array(self.devices, dtype=object), ("r",))
-        self.sharding = NamedSharding(self.mesh, P("r"))
-        me = jax.process_index()
-        self.rank = next(i for i, d in enumerate(self.devices) if d.process_index == me)
-        self.device = self.devices[self.rank]
-        self.backend = self.device.platform
-
-        def psum(a):
-            return jax.lax.psum(a, "r")
-
-        self._psum = jax.jit(jax.shard_map(psum, mesh=self.mesh, in_specs=P("r"), out_specs=P("r")))
-        self._barrier = self._psum.lower(self.put(np.zeros((1, 1 + self.n), np.float32))).compile()
-
-    def put(self, block):
-        """A global (n·b, …) array from this rank's block (b, …) (a numpy array)."""
-        block = np.asarray(block)
-        shard = jax.device_put(block, self.device)
-        shape = (self.n * block.shape[0],) + tuple(block.shape[1:])
-        return jax.make_array_from_single_device_arrays(shape, self.sharding, [shard])
-
-    def put_tree(self, tree):
-        """Every leaf of a pytree of numpy/jax arrays as a per-rank stacked global array."""
-        return jax.tree_util.tree_map(lambda a: self.put(np.asarray(a)[None]), tree)
-
-    def local(self, tree):
-        """This rank's block of every leaf (leading axis dropped), as numpy."""
-        return jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_shards[0].data)[0], tree)
-
-    def sync(self, stop: bool, seconds: float) -> tuple[bool, float]:
-        """Barrier: (rank 0's stop decision, the slowest rank's ``seconds``).
-
-        One psum of a row per rank: column 0 carries rank 0's stop flag,
-        column 1 + r rank r's time of the previous step.
-        """
-        row = np.zeros((1, 1 + self.n), np.float32)
-        row[0, 0] = 1.0 if (stop and self.rank == 0) else 0.0
-        row[0, 1 + self.rank] = seconds
-        out = self._barrier(self.put(row))
-        out.block_until_ready()
-        table = np.asarray(out.addressable_shards[0].data)[0]
-        return bool(table[0] > 0), float(table[1:].max())
-
-    def processes_per_host(self) -> int:
-        """Ranks on the busiest host (host names hashed, summed across ranks)."""
-        if self.n == 1:
-            return 1
-        h = zlib.crc32(socket.gethostname().encode()) & 0xFFFFFF
-        row = np.zeros((1, self.n), np.float32)
-        row[0, self.rank] = float(h)
-        out = self._psum(self.put(row))
-        hashes = np.asarray(out.addressable_shards[0].data)[0].tolist()
-        return max(hashes.count(x) for x in set(hashes))
-
-
 # --------------------------------------------------------------------------- exchanges
 
 
@@ -431,10 +365,219 @@ def _unflat(flat, leaves, idx, out) -> None:
         off += size
 
 
+def _unstack(t):
+    """Drop the leading rank axis (length 1 inside ``shard_map``) of every leaf."""
+    return jax.tree_util.tree_map(lambda a: a[0], t)
+
+
+def _stack(t):
+    """Put the leading rank axis back on every leaf."""
+    return jax.tree_util.tree_map(lambda a: a[None], t)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Parts:
+    """What every architecture's step is built from.
+
+    Attributes:
+        opt: the optax optimizer.
+        buckets: tensor indices of each bucket, exchange order (:func:`bucket_indices`).
+        sizes: elements of each bucket.
+        n: workers (ranks 0 … n−1 compute gradients); ``nproc``: all ranks.
+        inv_n: 1/n in float32 (the mean over workers).
+        grads_of: ``(parameter leaves, x, y) -> gradient leaves`` of one rank's batch.
+    """
+
+    opt: optax.GradientTransformation
+    buckets: list[list[int]]
+    sizes: list[int]
+    n: int
+    nproc: int
+    inv_n: np.float32
+    grads_of: Callable
+
+
+def _ring(parts: _Parts, cfg: dict):
+    """Ring all-reduce: one ``lax.psum`` per bucket, then the full update on every worker."""
+    opt, inv_n = parts.opt, parts.inv_n
+
+    def init_state(leaves):
+        return opt.init(list(leaves))
+
+    def step(params, state, x, y):
+        params, state, x, y = _unstack(params), _unstack(state), x[0], y[0]
+        g = parts.grads_of(params, x, y)
+        out = list(g)
+        token = None
+        for b in parts.buckets:
+            flat = lax.psum(_after(_flat(g, b, 1), token), "r")
+            token = flat
+            _unflat(flat * inv_n, g, b, out)
+        updates, state = opt.update(out, state, params)
+        params = optax_apply(params, updates)
+        return _stack(params), _stack(state)
+
+    return step, init_state
+
+
+def _p2p(parts: _Parts, cfg: dict):
+    """P2P: each worker reduces and updates its 1/n shard of every bucket, then all-gathers it."""
+    opt, inv_n, n = parts.opt, parts.inv_n, parts.n
+    mode = cfg.get("p2p_exchange", "all_to_all")
+    shard = [-(-s // n) for s in parts.sizes]
+
+    def init_state(leaves):
+        return [opt.init(np.zeros((m,), np.float32)) for m in shard]
+
+    def reduce_mine(flat, m):
+        """The sum over workers of this rank's shard (m elements) of a bucket's gradients."""
+        if mode == "reduce_scatter":
+            return lax.psum_scatter(flat, "r", scatter_dimension=0, tiled=True)
+        got = lax.all_to_all(flat.reshape(n, m), "r", 0, 0, tiled=True)
+        return jnp.sum(got, axis=0)
+
+    def step(params, state, x, y):
+        params, state, x, y = _unstack(params), _unstack(state), x[0], y[0]
+        me = lax.axis_index("r")
+        g = parts.grads_of(params, x, y)
+        out = list(params)
+        new_state = []
+        token = None
+        for b, m, st in zip(parts.buckets, shard, state, strict=True):
+            mine = reduce_mine(_after(_flat(g, b, n), token), m)
+            p_flat = _flat(params, b, n)
+            p_mine = lax.dynamic_slice_in_dim(p_flat, me * m, m)
+            upd, st = opt.update(mine * inv_n, st, p_mine)
+            new_state.append(st)
+            full = lax.all_gather(p_mine + upd, "r", axis=0, tiled=True)
+            token = full
+            _unflat(full, params, b, out)
+        return _stack(out), _stack(new_state)
+
+    return step, init_state
+
+
 def _ps_roles(cfg: dict, workers: int) -> tuple[int, list[int]]:
     k = int(cfg["servers"])
     servers = list(range(k)) if cfg["colocated"] else [workers + j for j in range(k)]
     return k, servers
+
+
+class _PsLayout:
+    """Who serves what in a parameter-server step.
+
+    k servers (ranks ``servers``), each owning 1/k (``shard[b]`` elements) of
+    bucket b; round t (``first_round`` … n−1) pairs server j with worker
+    (j + t) mod n (``rounds[t - first_round]``: (worker, server) pairs);
+    colocated servers keep their own worker's share local (no round 0).
+    ``srv_index[r]`` is rank r's server number j, or −1.
+    """
+
+    def __init__(self, cfg: dict, parts: _Parts):
+        n = parts.n
+        self.k, self.servers = _ps_roles(cfg, n)
+        self.colocated = bool(cfg["colocated"])
+        self.shard = [-(-s // self.k) for s in parts.sizes]
+        self.server_of = {r: j for j, r in enumerate(self.servers)}
+        self.first_round = 1 if self.colocated else 0
+        k, servers = self.k, self.servers
+        self.rounds = [
+            [((j + t) % n, servers[j]) for j in range(k)] for t in range(self.first_round, n)
+        ]
+        srv_index = np.full((parts.nproc,), -1, np.int32)
+        for r, j in self.server_of.items():
+            srv_index[r] = j
+        self.srv_index = jnp.asarray(srv_index)
+
+    def push(self, shards, me, j, is_server, n: int):
+        """Server j's sum of its shard (m,) over the workers; zeros on ranks that serve nothing.
+
+        ``shards`` (k, m) is this rank's bucket gradient split by server; each
+        round is one ``lax.ppermute`` worker → server (zeros where nothing arrives).
+        """
+        k = self.k
+        acc = jnp.zeros((shards.shape[1],), jnp.float32)
+        if self.colocated:  # own share stays local
+            acc = jnp.where(is_server, shards[jnp.maximum(j, 0)], acc)
+        for t, pairs in zip(range(self.first_round, n), self.rounds, strict=True):
+            send = shards[jnp.clip((me - t) % n, 0, k - 1)]  # my server this round
+            acc = acc + lax.ppermute(send, "r", pairs)  # zeros where nothing arrives
+        return acc
+
+    def pull(self, p_shard, me, j, is_server, n: int):
+        """The bucket's updated parameters (k·m,) on every worker, from each server's shard (m,)."""
+        k, m = self.k, p_shard.shape[0]
+        full = jnp.zeros((k, m), jnp.float32)
+        if self.colocated:
+            full = jnp.where(is_server, full.at[jnp.maximum(j, 0)].set(p_shard), full)
+        for t, pairs in zip(range(self.first_round, n), self.rounds, strict=True):
+            got = lax.ppermute(p_shard, "r", [(s, w) for w, s in pairs])
+            full = full.at[jnp.clip((me - t) % n, 0, k - 1)].add(got)
+        return full.reshape(-1)
+
+
+def _ps(parts: _Parts, cfg: dict):
+    """Parameter servers: push gradient shards to the k servers, update there, pull parameters."""
+    opt, inv_n, n = parts.opt, parts.inv_n, parts.n
+    lay = _PsLayout(cfg, parts)
+    k, shard = lay.k, lay.shard
+
+    def init_state(leaves):
+        # Server j's parameter shard of every bucket, and its optimizer state.
+        j = lay.server_of.get(jax.process_index(), 0)
+        shards = []
+        for b, m in zip(parts.buckets, shard, strict=True):
+            flat = np.concatenate([np.asarray(leaves[i]).ravel() for i in b])
+            flat = np.concatenate([flat, np.zeros(m * k - flat.size, np.float32)])
+            shards.append(flat[j * m : (j + 1) * m])
+        return {"params": shards, "opt": [opt.init(s) for s in shards]}
+
+    def gradients(params, x, y, is_worker):
+        if lay.colocated:
+            return parts.grads_of(params, x, y)
+        return lax.cond(
+            is_worker,
+            lambda: parts.grads_of(params, x, y),
+            lambda: [jnp.zeros_like(a) for a in params],
+        )
+
+    def update(acc, p_shard, o_state, is_server):
+        """The server's SGD update of its shard; other ranks keep theirs."""
+
+        def server(p_shard=p_shard, o_state=o_state, acc=acc):
+            upd, o2 = opt.update(acc * inv_n, o_state, p_shard)
+            return p_shard + upd, o2
+
+        return lax.cond(is_server, server, lambda p=p_shard, o=o_state: (p, o))
+
+    def step(params, state, x, y):
+        params, state, x, y = _unstack(params), _unstack(state), x[0], y[0]
+        me = lax.axis_index("r")
+        j = lay.srv_index[me]
+        is_server = j >= 0
+        is_worker = me < n
+        g = gradients(params, x, y, is_worker)
+        out = list(params)
+        new_p, new_o = [], []
+        token = None
+        for bi, (b, m) in enumerate(zip(parts.buckets, shard, strict=True)):
+            acc = lay.push(_after(_flat(g, b, k), token).reshape(k, m), me, j, is_server, n)
+            p_shard, o_state = update(acc, state["params"][bi], state["opt"][bi], is_server)
+            new_p.append(p_shard)
+            new_o.append(o_state)
+            flat = lay.pull(p_shard, me, j, is_server, n)
+            token = flat
+            new = list(out)
+            _unflat(flat, params, b, new)
+            for i in b:  # servers that are not workers keep their (unused) copy
+                out[i] = jnp.where(is_worker, new[i], params[i])
+        return _stack(out), _stack({"params": new_p, "opt": new_o})
+
+    return step, init_state
+
+
+#: Each architecture's step builder: ``(parts, cfg) -> (step, init_state)``.
+_EXCHANGES = {"ring": _ring, "p2p": _p2p, "ps": _ps}
 
 
 def build_step(
@@ -449,6 +592,9 @@ def build_step(
     momentum: float,
 ):
     """The per-rank step function of one configuration and its exchange-state builder.
+
+    Composes the buckets and the gradient function with one architecture's
+    exchange (:func:`_ring`, :func:`_p2p`, :func:`_ps`).
 
     Args:
         cfg: a configuration checked by :func:`check_config`.
@@ -465,152 +611,26 @@ def build_step(
         axis 1); ``init_state(params_leaves) -> state`` builds the
         architecture's optimizer state (numpy/jax pytree without the rank
         axis); ``buckets`` the tensor indices of each bucket (:func:`bucket_indices`).
-    """
-    from jax import lax
 
+    Raises:
+        ValueError: on an unknown architecture or a negative bucket size.
+    """
     arch = cfg["architecture"]
-    opt = optimizer(lr, momentum)
     leaf_bytes = [int(np.prod(a.shape)) * _DTYPE_BYTES for a in leaves_like]
     buckets = bucket_indices(leaf_bytes, int(cfg["bucket_bytes"]))
     sizes = [sum(int(np.prod(leaves_like[i].shape)) for i in b) for b in buckets]
-    n = workers
-    inv_n = np.float32(1.0 / n)
 
     def grads_of(params_leaves, x, y):
         params = jax.tree_util.tree_unflatten(treedef, params_leaves)
         g = jax.grad(lambda p: loss_fn(eqx.combine(p, static), x, y))(params)
         return jax.tree_util.tree_leaves(g)
 
-    def unstack(t):
-        return jax.tree_util.tree_map(lambda a: a[0], t)
-
-    def stack(t):
-        return jax.tree_util.tree_map(lambda a: a[None], t)
-
-    if arch == "ring":
-
-        def init_state(leaves):
-            return opt.init(list(leaves))
-
-        def step(params, state, x, y):
-            params, state, x, y = unstack(params), unstack(state), x[0], y[0]
-            g = grads_of(params, x, y)
-            out = list(g)
-            token = None
-            for b in buckets:
-                flat = lax.psum(_after(_flat(g, b, 1), token), "r")
-                token = flat
-                _unflat(flat * inv_n, g, b, out)
-            updates, state = opt.update(out, state, params)
-            params = optax_apply(params, updates)
-            return stack(params), stack(state)
-
-    elif arch == "p2p":
-        mode = cfg.get("p2p_exchange", "all_to_all")
-        shard = [-(-s // n) for s in sizes]
-
-        def init_state(leaves):
-            return [opt.init(np.zeros((m,), np.float32)) for m in shard]
-
-        def step(params, state, x, y):
-            params, state, x, y = unstack(params), unstack(state), x[0], y[0]
-            me = lax.axis_index("r")
-            g = grads_of(params, x, y)
-            out = list(params)
-            new_state = []
-            token = None
-            for b, m, st in zip(buckets, shard, state, strict=True):
-                flat = _after(_flat(g, b, n), token)
-                if mode == "reduce_scatter":
-                    mine = lax.psum_scatter(flat, "r", scatter_dimension=0, tiled=True)
-                else:
-                    got = lax.all_to_all(flat.reshape(n, m), "r", 0, 0, tiled=True)
-                    mine = jnp.sum(got, axis=0)
-                p_flat = _flat(params, b, n)
-                p_mine = lax.dynamic_slice_in_dim(p_flat, me * m, m)
-                upd, st = opt.update(mine * inv_n, st, p_mine)
-                new_state.append(st)
-                full = lax.all_gather(p_mine + upd, "r", axis=0, tiled=True)
-                token = full
-                _unflat(full, params, b, out)
-            return stack(out), stack(new_state)
-
-    elif arch == "ps":
-        k, servers = _ps_roles(cfg, n)
-        colocated = bool(cfg["colocated"])
-        shard = [-(-s // k) for s in sizes]
-        server_of = {r: j for j, r in enumerate(servers)}
-        first_round = 1 if colocated else 0
-
-        def init_state(leaves):
-            # Server j's parameter shard of every bucket, and its optimizer state.
-            me = jax.process_index()
-            j = server_of.get(me, 0)
-            shards = []
-            for b, m in zip(buckets, shard, strict=True):
-                flat = np.concatenate([np.asarray(leaves[i]).ravel() for i in b])
-                flat = np.concatenate([flat, np.zeros(m * k - flat.size, np.float32)])
-                shards.append(flat[j * m : (j + 1) * m])
-            return {"params": shards, "opt": [opt.init(s) for s in shards]}
-
-        # Round t: server j exchanges with worker (j + t) mod n.
-        rounds = [[((j + t) % n, servers[j]) for j in range(k)] for t in range(first_round, n)]
-        srv_index = np.full((nproc,), -1, np.int32)
-        for r, j in server_of.items():
-            srv_index[r] = j
-        srv_index = jnp.asarray(srv_index)
-
-        def step(params, state, x, y):
-            params, state, x, y = unstack(params), unstack(state), x[0], y[0]
-            me = lax.axis_index("r")
-            j = srv_index[me]
-            is_server = j >= 0
-            is_worker = me < n
-            if colocated:
-                g = grads_of(params, x, y)
-            else:
-                g = lax.cond(
-                    is_worker,
-                    lambda: grads_of(params, x, y),
-                    lambda: [jnp.zeros_like(a) for a in params],
-                )
-            out = list(params)
-            new_p, new_o = [], []
-            token = None
-            for bi, (b, m) in enumerate(zip(buckets, shard, strict=True)):
-                shards = _after(_flat(g, b, k), token).reshape(k, m)
-                acc = jnp.zeros((m,), jnp.float32)
-                if colocated:  # own share stays local
-                    acc = jnp.where(is_server, shards[jnp.maximum(j, 0)], acc)
-                for t, pairs in zip(range(first_round, n), rounds, strict=True):
-                    send = shards[jnp.clip((me - t) % n, 0, k - 1)]  # my server this round
-                    acc = acc + lax.ppermute(send, "r", pairs)  # zeros where nothing arrives
-                p_shard, o_state = state["params"][bi], state["opt"][bi]
-
-                def update(p_shard=p_shard, o_state=o_state, acc=acc):
-                    upd, o2 = opt.update(acc * inv_n, o_state, p_shard)
-                    return p_shard + upd, o2
-
-                p_shard, o_state = lax.cond(is_server, update, lambda p=p_shard, o=o_state: (p, o))
-                new_p.append(p_shard)
-                new_o.append(o_state)
-                full = jnp.zeros((k, m), jnp.float32)
-                if colocated:
-                    full = jnp.where(is_server, full.at[jnp.maximum(j, 0)].set(p_shard), full)
-                for t, pairs in zip(range(first_round, n), rounds, strict=True):
-                    got = lax.ppermute(p_shard, "r", [(s, w) for w, s in pairs])
-                    full = full.at[jnp.clip((me - t) % n, 0, k - 1)].add(got)
-                flat = full.reshape(-1)
-                token = flat
-                new = list(out)
-                _unflat(flat, params, b, new)
-                for i in b:  # servers that are not workers keep their (unused) copy
-                    out[i] = jnp.where(is_worker, new[i], params[i])
-            return stack(out), stack({"params": new_p, "opt": new_o})
-
-    else:
+    if arch not in _EXCHANGES:
         raise ValueError(f"unknown architecture {arch!r}; valid: {', '.join(ARCHITECTURES)}")
-
+    parts = _Parts(
+        optimizer(lr, momentum), buckets, sizes, workers, nproc, np.float32(1.0 / workers), grads_of
+    )
+    step, init_state = _EXCHANGES[arch](parts, cfg)
     return step, init_state, buckets
 
 
@@ -625,8 +645,6 @@ def optax_apply(params, updates):
 @contextlib.contextmanager
 def _beating(where: str, every_s: float = 1.0):
     """Send heartbeats from a thread while a long call (compilation) blocks this one."""
-    from launch import heartbeat
-
     done = threading.Event()
 
     def beat():
@@ -694,6 +712,10 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
     rank also emits ``{"type": "params", "rank", "config_index", "initial",
     "final"}`` (lists of leaves, for the equal-parameters test).
 
+    Every configuration is compiled first (and its first step checked), then
+    all are timed in ``repeats`` interleaved rounds, so that a burst of other
+    load on the machine spreads over all configurations instead of hitting one.
+
     Args:
         config: ``model`` (spec, see :func:`model_spec`), ``workers`` (n ≥ 1),
             ``configs`` (list, see :func:`check_config`), ``steps`` (≥ 1 timed
@@ -707,55 +729,68 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
     Returns:
         ``{"configs": int, "processes": int}``.
     """
-    from calibration import provenance
-    from launch import heartbeat
+    job = _Job(config, Ranks(config.get("platform")))
+    prepared = [job.compile(ci, emit) for ci in range(len(job.configs))]
+    for rep in range(job.repeats):
+        for ci, prep in enumerate(prepared):
+            job.time_round(ci, prep, rep)
+    if job.ranks.rank == 0:
+        for ci, prep in enumerate(prepared):
+            emit(job.step_message(ci, prep))
+    return {"configs": len(job.configs), "processes": job.ranks.n}
 
-    ranks = _Ranks(config.get("platform"))
-    nproc = ranks.n
-    workers = int(config["workers"])
-    spec = model_spec(config["model"])
-    seed = int(config.get("seed", 0))
-    lr, momentum = float(config.get("lr", 0.05)), float(config.get("momentum", 0.9))
-    steps, warmup = int(config["steps"]), int(config.get("warmup_steps", 2))
-    repeats = int(config.get("repeats", 1))
-    configs = [check_config(c, workers, nproc) for c in config["configs"]]
-    rpn = ranks.processes_per_host()
-    prov = provenance(config.get("source", "ddltune validate"))
-    me = ranks.rank
 
-    with jax.default_device(ranks.device):
-        model = build_model(spec, seed)
-    params, static = eqx.partition(model, eqx.is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(params)
-    leaves = [np.asarray(a) for a in leaves]
-    x, y = (
-        make_batch(spec, me, seed)
-        if me < workers
-        else (
-            np.zeros_like(make_batch(spec, 0, seed)[0]),
-            np.zeros_like(make_batch(spec, 0, seed)[1]),
-        )
-    )
-    xg, yg = ranks.put(x[None]), ranks.put(y[None])
-    from jax.sharding import PartitionSpec as P
+class _Job:
+    """One launch of the training program: the model, this rank's batch, the configurations.
 
-    def describe(ci: int, cfg: dict) -> str:
+    Args:
+        config: see :func:`run`.
+        ranks: one device per process (:class:`launch.Ranks`).
+    """
+
+    def __init__(self, config: dict, ranks: Ranks):
+        self.ranks = ranks
+        self.workers = int(config["workers"])
+        self.spec = spec = model_spec(config["model"])
+        self.seed = seed = int(config.get("seed", 0))
+        self.lr, self.momentum = float(config.get("lr", 0.05)), float(config.get("momentum", 0.9))
+        self.steps, self.warmup = int(config["steps"]), int(config.get("warmup_steps", 2))
+        self.repeats = int(config.get("repeats", 1))
+        self.configs = [check_config(c, self.workers, ranks.n) for c in config["configs"]]
+        self.return_params = bool(config.get("return_params"))
+        self.rpn = ranks.ranks_per_host()
+        self.prov = provenance(config.get("source", "ddltune validate"))
+        with jax.default_device(ranks.device):
+            model = build_model(spec, seed)
+        params, self.static = eqx.partition(model, eqx.is_array)
+        leaves, self.treedef = jax.tree_util.tree_flatten(params)
+        self.leaves = [np.asarray(a) for a in leaves]
+        if ranks.rank < self.workers:
+            x, y = make_batch(spec, ranks.rank, seed)
+        else:  # a dedicated server computes no gradient: zeros of a batch's shape
+            x0, y0 = make_batch(spec, 0, seed)
+            x, y = np.zeros_like(x0), np.zeros_like(y0)
+        self.xg, self.yg = ranks.put(x[None]), ranks.put(y[None])
+
+    def describe(self, ci: int) -> str:
+        """Configuration ci in words, for progress and fault messages."""
+        cfg = self.configs[ci]
         return (
-            f"training {spec['model']} with {cfg['architecture']}"
+            f"training {self.spec['model']} with {cfg['architecture']}"
             f"{' k=' + str(cfg['servers']) if cfg['servers'] else ''}, bucket "
-            f"{cfg['bucket_bytes']} B (configuration {ci + 1}/{len(configs)})"
+            f"{cfg['bucket_bytes']} B (configuration {ci + 1}/{len(self.configs)})"
         )
 
-    # Compile every configuration first (and check its first step), then time
-    # them in `repeats` interleaved rounds, so that a burst of other load on
-    # the machine spreads over all configurations instead of hitting one.
-    prepared = []
-    for ci, cfg in enumerate(configs):
-        where = describe(ci, cfg)
+    def compile(self, ci: int, emit: Callable[[dict], None]) -> dict:
+        """Build and compile configuration ci (heartbeats while compiling); with
+        ``return_params``, run one step and emit this rank's parameters."""
+        ranks, leaves = self.ranks, self.leaves
+        where = self.describe(ci)
         heartbeat(where, force=True)
         step, init_state, buckets = build_step(
-            cfg, spec, static, leaves, treedef, workers, nproc, lr, momentum
-        )
+            self.configs[ci], self.spec, self.static, leaves, self.treedef, self.workers,
+            ranks.n, self.lr, self.momentum,
+        )  # fmt: skip
         p_g = ranks.put_tree(list(leaves))
         s_g = ranks.put_tree(init_state(leaves))
         fn = jax.jit(
@@ -763,75 +798,79 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
         )
         t0 = time.perf_counter()
         with _beating(f"compiling: {where}"):
-            compiled = fn.lower(p_g, s_g, xg, yg).compile()
+            compiled = fn.lower(p_g, s_g, self.xg, self.yg).compile()
         compile_s = time.perf_counter() - t0
-        if config.get("return_params"):
-            p1, _ = compiled(p_g, s_g, xg, yg)
+        if self.return_params:
+            p1, _ = compiled(p_g, s_g, self.xg, self.yg)
             emit(
                 {
                     "type": "params",
-                    "rank": me,
+                    "rank": ranks.rank,
                     "config_index": ci,
-                    "final": [np.asarray(a).ravel().tolist() for a in ranks.local(p1)],
+                    "final": [np.asarray(a).ravel().tolist() for a in ranks.local_block(p1)],
                     "initial": [a.ravel().tolist() for a in leaves],
                 }
             )
-        prepared.append(
-            {"compiled": compiled, "state": (p_g, s_g), "buckets": buckets,
-             "compile_s": compile_s, "samples": []}
-        )  # fmt: skip
-    for rep in range(repeats):
-        for ci, (cfg, prep) in enumerate(zip(configs, prepared, strict=True)):
-            where = describe(ci, cfg) + (f", round {rep + 1}/{repeats}" if repeats > 1 else "")
-            compiled, (p_g, s_g) = prep["compiled"], prep["state"]
-            for _ in range(warmup):
-                ranks.sync(False, 0.0)
-                p_g, s_g = compiled(p_g, s_g, xg, yg)
-                jax.block_until_ready((p_g, s_g))
-                heartbeat(where)
-            last = 0.0
-            k = 0
-            while True:
-                stop, t_max = ranks.sync(k >= steps, last)
-                if k > 0:
-                    prep["samples"].append(max(t_max, 1e-9))
-                if stop:
-                    break
-                t0 = time.perf_counter()
-                p_g, s_g = compiled(p_g, s_g, xg, yg)
-                jax.block_until_ready((p_g, s_g))
-                last = time.perf_counter() - t0
-                k += 1
-                heartbeat(where)
-            prep["state"] = (p_g, s_g)
-    if me == 0:
-        for ci, (cfg, prep) in enumerate(zip(configs, prepared, strict=True)):
-            emit(
-                {
-                    "type": "step",
-                    "where": describe(ci, cfg),
-                    "config": cfg,
-                    "config_index": ci,
-                    "workers": workers,
-                    "processes": nproc,
-                    "ranks_per_node": rpn,
-                    "model": spec,
-                    "batch_size": spec["batch_size"],
-                    "num_buckets": len(prep["buckets"]),
-                    "samples_s": prep["samples"],
-                    "compile_s": prep["compile_s"],
-                    "warmup_steps": warmup,
-                    "repeats": repeats,
-                    "provenance": prov,
-                }
-            )
-    return {"configs": len(configs), "processes": nproc}
+        return {"compiled": compiled, "state": (p_g, s_g), "buckets": buckets,
+                "compile_s": compile_s, "samples": []}  # fmt: skip
+
+    def time_round(self, ci: int, prep: dict, rep: int) -> None:
+        """Configuration ci's round ``rep``: warm-up steps, then ``steps`` timed ones.
+
+        Each timed step is preceded by the barrier, which carries every rank's
+        time of the previous step: a sample is the slowest rank's step.
+        """
+        ranks = self.ranks
+        where = self.describe(ci)
+        if self.repeats > 1:
+            where += f", round {rep + 1}/{self.repeats}"
+        compiled, (p_g, s_g) = prep["compiled"], prep["state"]
+        xg, yg = self.xg, self.yg
+        for _ in range(self.warmup):
+            ranks.sync(False, {})
+            p_g, s_g = compiled(p_g, s_g, xg, yg)
+            jax.block_until_ready((p_g, s_g))
+            heartbeat(where)
+        last = 0.0
+        k = 0
+        while True:
+            stop, t_max, _ = ranks.sync(k >= self.steps, {ranks.rank: last})
+            if k > 0:
+                prep["samples"].append(max(t_max, 1e-9))
+            if stop:
+                break
+            t0 = time.perf_counter()
+            p_g, s_g = compiled(p_g, s_g, xg, yg)
+            jax.block_until_ready((p_g, s_g))
+            last = time.perf_counter() - t0
+            k += 1
+            heartbeat(where)
+        prep["state"] = (p_g, s_g)
+
+    def step_message(self, ci: int, prep: dict) -> dict:
+        """Rank 0's ``{"type": "step", ...}`` message of configuration ci (raw samples)."""
+        spec = self.spec
+        return {
+            "type": "step",
+            "where": self.describe(ci),
+            "config": self.configs[ci],
+            "config_index": ci,
+            "workers": self.workers,
+            "processes": self.ranks.n,
+            "ranks_per_node": self.rpn,
+            "model": spec,
+            "batch_size": spec["batch_size"],
+            "num_buckets": len(prep["buckets"]),
+            "samples_s": prep["samples"],
+            "compile_s": prep["compile_s"],
+            "warmup_steps": self.warmup,
+            "repeats": self.repeats,
+            "provenance": self.prov,
+        }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m tuner.validation._train_worker --config FILE`` (one process)."""
-    from launch import worker_main
-
     return worker_main("python -m tuner.validation._train_worker", run, argv)
 
 

@@ -42,6 +42,18 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from calibration import Profile, RecordWriter
+from costmodel import (
+    ClusterParams,
+    InputFileError,
+    format_bytes,
+    get_architecture,
+    iteration_time,
+    with_overlap,
+)
+
+from ._harness import StepConfig, measure_configurations, model_workload
+
 __all__ = [
     "ValidationRow",
     "ValidationResult",
@@ -190,8 +202,6 @@ def load_params(profile):
 
 def _resolve(profile):
     """``(ClusterParams, Profile or None)``: see :func:`load_params`."""
-    from costmodel import ClusterParams, InputFileError
-
     if isinstance(profile, ClusterParams):
         return profile, None
     if hasattr(profile, "params") and isinstance(profile.params, ClusterParams):
@@ -204,8 +214,6 @@ def _resolve(profile):
     path = os.fspath(profile)
     if not os.path.exists(path):
         raise FileNotFoundError(2, "No such file or directory", path)
-    from calibration import Profile  # written by the calibration package
-
     try:
         with open(path, encoding="utf-8") as fh:
             first = fh.readline()
@@ -341,8 +349,6 @@ def _spread(rec: dict) -> float:
 
 
 def _architecture(name: str, colocated: bool, overlap: bool):
-    from costmodel import get_architecture, with_overlap
-
     arch = get_architecture(name, colocated=colocated if name == "ps" else False)
     # Without overlap, only the all-reduce changes (PS and P2P never overlap).
     return arch if overlap else with_overlap(arch, False)
@@ -383,10 +389,6 @@ def predict_records(
         ValueError: on a record without ``model_spec``, records of different
             models or batch sizes, or a baseline that is not > 0.
     """
-    from costmodel import iteration_time
-
-    from ._harness import model_workload
-
     if not (
         isinstance(baseline_step_s, int | float)
         and math.isfinite(baseline_step_s)
@@ -409,25 +411,30 @@ def predict_records(
     for i, r in enumerate(records):
         groups.setdefault((r["architecture"], bool(r.get("colocated", False))), []).append(i)
     for (name, colocated), idx in groups.items():
-        arch = _architecture(name, colocated, overlap)
-        sel = [records[i] for i in idx]
-        n = np.array([r["workers"] for r in sel], dtype=np.float64)
-        g = np.array([r.get("ranks_per_node", r["workers"]) for r in sel], dtype=np.float64)
-        k = np.array([max(r.get("servers", 1), 1) for r in sel], dtype=np.float64)
-        bb = np.array([r.get("bucket_bytes", 0) for r in sel], dtype=np.float64)
-        batch = np.array([r["batch_size"] for r in sel], dtype=np.float64)
-
-        def fn(p, arch=arch, n=n, g=g, k=k, bb=bb, batch=batch):
-            return iteration_time(
-                p, workload, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb,
-                batch_size=batch,
-            ).iteration_s  # fmt: skip
-
+        fn = _iteration_fn(
+            workload, _architecture(name, colocated, overlap), [records[i] for i in idx]
+        )
         out[idx] = np.asarray(fn(params), dtype=np.float64)
         if profile is not None:
             lo, hi = profile.interval(fn, level)
             low[idx], high[idx] = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     return (out, low, high) if profile is not None else out
+
+
+def _iteration_fn(workload, arch, sel: Sequence[dict]):
+    """``params -> iteration times (s)`` of the records ``sel`` (one architecture), batched."""
+    n = np.array([r["workers"] for r in sel], dtype=np.float64)
+    g = np.array([r.get("ranks_per_node", r["workers"]) for r in sel], dtype=np.float64)
+    k = np.array([max(r.get("servers", 1), 1) for r in sel], dtype=np.float64)
+    bb = np.array([r.get("bucket_bytes", 0) for r in sel], dtype=np.float64)
+    batch = np.array([r["batch_size"] for r in sel], dtype=np.float64)
+
+    def fn(p):
+        return iteration_time(
+            p, workload, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb, batch_size=batch
+        ).iteration_s
+
+    return fn
 
 
 def compare_steps(
@@ -533,12 +540,8 @@ def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
         spec = records[0].get("model_spec") if records else None
         grad = 0
         if spec is not None:
-            from ._harness import model_workload
-
             grad = int(model_workload(spec).total_param_bytes)
         if grad > sizes[1] * 1.05:
-            from costmodel import format_bytes
-
             out.append(
                 f"the model's gradients are {format_bytes(grad)} but the profile measured messages "
                 f"up to {format_bytes(sizes[1])}: larger buckets extrapolate"
@@ -547,6 +550,11 @@ def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
 
 
 def _score(rows: list[ValidationRow], baseline: float, stat: str, overlap: bool):
+    """The metrics of the rows (see :class:`ValidationResult`).
+
+    scipy.stats is imported here, as :mod:`calibration` does, so that
+    importing :mod:`tuner` does not load it; only scoring needs it.
+    """
     from scipy.stats import kendalltau
 
     m = np.array([r.measured_s for r in rows])
@@ -633,11 +641,29 @@ def validate(
         FileExistsError: ``measurements`` exists and ``overwrite`` is false.
         LaunchError: a training run failed.
     """
-    from calibration import RecordWriter
-
-    from ._harness import StepConfig, measure_configurations
-
     params, prof = _resolve(profile)  # fail on a bad profile before training
+    configs = _configurations(architectures, servers, colocated, bucket_bytes)
+    writer = None
+    if measurements is not None:
+        writer = RecordWriter(measurements, "overwrite" if overwrite else "new")
+    try:
+        base, got = measure_configurations(
+            model, workers, configs, steps=steps, warmup_steps=warmup_steps, repeats=repeats,
+            timeout_s=timeout_s, writer=writer, on_measurement=on_measurement,
+        )  # fmt: skip
+    finally:
+        if writer is not None:
+            writer.close()
+    return compare_steps(
+        prof if prof is not None else params,
+        [base.record] + [m.record for m in got],
+        statistic=statistic,
+        overlap=overlap,
+    )
+
+
+def _configurations(architectures, servers, colocated: bool, bucket_bytes) -> list[StepConfig]:
+    """Every architecture × bucket size (× servers for ps); ValueError names a bad argument."""
     for a in architectures:
         if a not in ("ps", "p2p", "ring"):
             raise ValueError(f"architectures must be among ps, p2p, ring; got {a!r}")
@@ -656,27 +682,4 @@ def validate(
                 configs.extend(StepConfig("ps", b, int(k), bool(colocated)) for k in servers)
             else:
                 configs.append(StepConfig(a, b))
-    writer = None
-    if measurements is not None:
-        writer = RecordWriter(measurements, "overwrite" if overwrite else "new")
-    try:
-        base, got = measure_configurations(
-            model,
-            workers,
-            configs,
-            steps=steps,
-            warmup_steps=warmup_steps,
-            repeats=repeats,
-            timeout_s=timeout_s,
-            writer=writer,
-            on_measurement=on_measurement,
-        )
-    finally:
-        if writer is not None:
-            writer.close()
-    return compare_steps(
-        prof if prof is not None else params,
-        [base.record] + [m.record for m in got],
-        statistic=statistic,
-        overlap=overlap,
-    )
+    return configs

@@ -1,0 +1,170 @@
+"""The ranks of a ``jax.distributed`` job as a one-axis mesh, with per-rank arrays and a timing barrier.
+
+Both programs that run as ranks — the collector (:mod:`calibration`) and the
+training harness (:mod:`tuner.validation`) — measure the same way: one
+``jax.shard_map`` program over a mesh ``"r"`` of one device per rank, every
+timed call preceded by a barrier that also carries every rank's time of the
+previous call, so that a sample is the slowest rank's. :class:`Ranks` is that
+mesh, the way to build a global array from each rank's block, and that
+barrier.
+"""
+
+from __future__ import annotations
+
+import socket
+import zlib
+from collections.abc import Callable, Mapping
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+__all__ = ["Ranks"]
+
+
+class Ranks:
+    """The mesh of ranks of this JAX job, per-rank arrays, and the barrier that gathers times.
+
+    Which devices are ranks: the first device (lowest id) of every process, in
+    process order — one process per GPU on GPU clusters, one CPU device per
+    process under :func:`launch.launch_local`. With ``every_local_device`` and
+    a job of a single process, every device of that process is a rank instead
+    (e.g. ``XLA_FLAGS=--xla_force_host_platform_device_count=4``), which is
+    how tests exercise the collectives without starting processes.
+
+    Args:
+        platform: jax platform of the ranks (``"cpu"``, ``"gpu"``); default
+            the default backend.
+        every_local_device: in a single-process job, make each local device a
+            rank (default: one rank per process).
+
+    Attributes:
+        devices: the ranks' devices, rank order (rank i = ``devices[i]``).
+        n: number of ranks (≥ 1).
+        mesh: the one-axis mesh ``"r"`` over ``devices``.
+        sharding: ``NamedSharding(mesh, P("r"))``: axis 0 split over the ranks.
+        local: ``(rank, device)`` of this process's ranks, rank order.
+        rank, device: this process's first rank and its device.
+        is_rank0: whether this process holds rank 0 (the one that reports).
+        process_index, num_processes: this process and the job's process count.
+        backend: the ranks' platform name (``"cpu"``, ``"gpu"``, …).
+
+    Example:
+        >>> from launch import Ranks
+        >>> ranks = Ranks()
+        >>> ranks.n, ranks.rank, ranks.is_rank0
+        (1, 0, True)
+        >>> ranks.sync(False, {0: 0.25})
+        (False, 0.25, 0)
+    """
+
+    def __init__(self, platform: str | None = None, *, every_local_device: bool = False):
+        devs = jax.devices(platform) if platform else jax.devices()
+        if every_local_device and jax.process_count() == 1:
+            devices = list(devs)
+        else:
+            first: dict[int, object] = {}
+            for d in sorted(devs, key=lambda d: (d.process_index, d.id)):
+                first.setdefault(d.process_index, d)
+            devices = [first[p] for p in sorted(first)]
+        self.devices = devices
+        self.n = len(devices)
+        self.mesh = Mesh(np.array(devices, dtype=object), ("r",))
+        self.sharding = NamedSharding(self.mesh, P("r"))
+        self.process_index = jax.process_index()
+        self.num_processes = jax.process_count()
+        self.local = [
+            (i, d) for i, d in enumerate(devices) if d.process_index == self.process_index
+        ]
+        self.rank, self.device = self.local[0]
+        self.is_rank0 = self.rank == 0
+        self.backend = self.device.platform
+        self._width = 1 + 2 * self.n  # stop flag, n times, n wrong counts
+
+        def psum(a):
+            return jax.lax.psum(a, "r")
+
+        self._psum = jax.jit(jax.shard_map(psum, mesh=self.mesh, in_specs=P("r"), out_specs=P("r")))
+        row = np.zeros((1, self._width), np.float32)
+        self._barrier = self._psum.lower(self.put(row)).compile()
+
+    def put_rows(self, rows: Callable[[int], object]):
+        """The global array whose block of rank i is ``rows(i)``, for this process's ranks.
+
+        Args:
+            rows: rank index → host array of shape (b, …), the same shape for every rank.
+
+        Returns:
+            A ``jax.Array`` of shape (n·b, …) sharded over the ranks (only this
+            process's blocks are built; no compilation).
+        """
+        shards, shape = [], None
+        for i, d in self.local:
+            block = np.asarray(rows(i))
+            shape = block.shape
+            shards.append(jax.device_put(block, d))
+        gshape = (self.n * shape[0],) + tuple(shape[1:])
+        return jax.make_array_from_single_device_arrays(gshape, self.sharding, shards)
+
+    def put(self, block):
+        """The global (n·b, …) array with the host array ``block`` (b, …) as every local rank's block."""
+        block = np.asarray(block)
+        return self.put_rows(lambda i: block)
+
+    def put_tree(self, tree):
+        """Every leaf of a pytree of host/jax arrays as a global array with the leaf as each rank's block (1, …)."""
+        return jax.tree_util.tree_map(lambda a: self.put(np.asarray(a)[None]), tree)
+
+    def local_block(self, tree):
+        """This process's first rank's block of every leaf of ``tree``, leading axis dropped, as numpy."""
+        return jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_shards[0].data)[0], tree)
+
+    def sync(
+        self, stop: bool, times: Mapping[int, float], wrong: Mapping[int, int] | None = None
+    ) -> tuple[bool, float, int]:
+        """Barrier: (rank 0's stop decision, the slowest rank's time, whether any rank was wrong).
+
+        One psum of a row per rank (float32): column 0 carries rank 0's
+        ``stop``, column 1 + i rank i's time of the previous call,
+        column 1 + n + i rank i's count of wrong results. Every rank calls it
+        with the same arguments' meaning, so all ranks stop together.
+
+        Args:
+            stop: this process's stop decision (only rank 0's counts).
+            times: rank → seconds ≥ 0 of its previous call (missing: 0).
+            wrong: rank → wrong results of its previous call (missing: 0).
+
+        Returns:
+            ``(stop, max time over ranks in seconds, 1 if any rank was wrong else 0)``.
+        """
+        wrong = {} if wrong is None else wrong
+        n = self.n
+
+        def row(i):
+            r = np.zeros((1, self._width), np.float32)
+            if i == 0 and stop:
+                r[0, 0] = 1.0
+            r[0, 1 + i] = times.get(i, 0.0)
+            r[0, 1 + n + i] = wrong.get(i, 0)
+            return r
+
+        out = self._barrier(self.put_rows(row))
+        out.block_until_ready()
+        table = np.asarray(out.addressable_shards[0].data)[0]
+        return bool(table[0] > 0), float(table[1 : 1 + n].max()), int(table[1 + n :].max() > 0)
+
+    def ranks_per_host(self) -> int:
+        """Ranks on the busiest host (host names hashed and summed across ranks; no jax call for one process)."""
+        if self.num_processes == 1:
+            return self.n
+        h = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
+
+        def row(i):
+            r = np.zeros((1, self.n), np.int32)
+            r[0, i] = h
+            return r
+
+        out = self._psum(self.put_rows(row))
+        hashes = np.asarray(out.addressable_shards[0].data)[0].tolist()
+        return max(hashes.count(x) for x in set(hashes))
