@@ -44,4 +44,5 @@ from .workloads import WORKLOAD_NAMES as WORKLOAD_NAMES
 from .workloads import Workload as Workload
 from .workloads import get_workload as get_workload
 from .workloads import load_layers as load_layers
+from .workloads import workload_from_hf_config as workload_from_hf_config
 from .workloads import workload_from_pytree as workload_from_pytree
