@@ -342,3 +342,29 @@ def test_mib_values_are_exact_for_the_default_grid():
     )
     assert all(int(c * 1024 * 1024) == b for c, b in zip(caps, DEFAULT_BUCKET_GRID, strict=True))
     assert math.isclose(caps[list(DEFAULT_BUCKET_GRID).index(25 * MIB)], 25.0)
+
+
+def test_reads_the_tuners_configuration_and_its_to_dict():
+    from tuner import Configuration
+
+    c = Configuration(
+        "hierarchical",
+        False,
+        0,
+        16,
+        8,
+        32 * MIB,
+        64.0,
+        0.5,
+        (0.4, 0.6),
+        2048.0,
+        0.9,
+        None,
+        {"backward_s": 0.3},
+    )
+    w = get_workload("resnet50", 64)
+    a, b = framework_settings(c, w), framework_settings(c.to_dict(), w)
+    assert a == b
+    assert a["horovod"]["env"]["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+    fill_ms = 1e3 * 0.3 * 32 * MIB / w.total_param_bytes  # backward_s from the breakdown
+    assert a["horovod"]["cycle_time_ms"] == pytest.approx(fill_ms, rel=5e-3)
