@@ -31,7 +31,8 @@ sample; FLOPs per token are ``workload.total_fwd_flops / seq_len``.
 Decoders (Llama family): per layer RMSNorm, q/k/v/o projections (grouped-query
 attention: k/v project to ``num_key_value_heads × head_dim``), rotary
 embedding, full T×T score and value products (as the reference implementations
-compute them, the causal mask applied, not exploited), RMSNorm, SwiGLU MLP;
+compute them, the causal mask applied, not exploited; Mistral's
+``sliding_window`` is such a mask too), RMSNorm, SwiGLU MLP;
 final RMSNorm; the LM head (its own tensor unless tied). BERT: pre-training as
 the zoo's ``bert_base`` (masked-LM head on ``round(seq_len × 5/32)`` gathered
 positions: google-research/bert ``run_pretraining.py`` uses 20 at 128 and 80

@@ -328,7 +328,9 @@ def load_layers(
     """Read a workload from a JSON or CSV layer list (formats in this module's docstring).
 
     The format is chosen by the extension (``.json`` / ``.csv``), else by the
-    first non-blank character (``{`` means JSON).
+    first non-blank character (``{`` means JSON). A Hugging Face ``config.json``
+    (a JSON object with ``model_type`` and no ``layers``) is read by
+    :func:`workload_from_hf_config` (its default sequence length).
 
     Args:
         path: the layer file.
