@@ -14,6 +14,7 @@ from ._names import COLLECTIVE_NAMES as COLLECTIVE_NAMES
 from ._params import LEVELS as LEVELS
 from ._params import PARAMETER_UNITS as PARAMETER_UNITS
 from ._params import ClusterParams as ClusterParams
+from ._presets import DEFAULT_NICS_PER_NODE as DEFAULT_NICS_PER_NODE
 from ._presets import DEVICE_PRESETS as DEVICE_PRESETS
 from ._presets import INTRA_PRESETS as INTRA_PRESETS
 from ._presets import NETWORK_PRESETS as NETWORK_PRESETS
@@ -44,4 +45,5 @@ from .workloads import WORKLOAD_NAMES as WORKLOAD_NAMES
 from .workloads import Workload as Workload
 from .workloads import get_workload as get_workload
 from .workloads import load_layers as load_layers
+from .workloads import workload_from_hf_config as workload_from_hf_config
 from .workloads import workload_from_pytree as workload_from_pytree

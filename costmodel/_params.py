@@ -236,6 +236,16 @@ class ClusterParams(eqx.Module):
         return jnp.exp(self.log_node_beta)
 
     @property
+    def nics_per_node(self) -> Float[Array, ""]:
+        """NICs' worth (rails) a node's network carries at once: β_inter / β_node,inter.
+
+        The node's network cap over one rank's link bandwidth; a preset sets it
+        to its NIC count (:func:`costmodel.preset`), a fit to what the data say
+        (any real > 0, not rounded).
+        """
+        return jnp.exp(self.log_beta[1] - self.log_node_beta[1])
+
+    @property
     def gamma_s_per_byte(self) -> Float[Array, ""]:
         """γ, reduction cost, s/byte."""
         return jnp.exp(self.log_gamma)

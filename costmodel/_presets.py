@@ -22,6 +22,7 @@ Assumptions stated once:
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from ._errors import format_choices
@@ -32,6 +33,7 @@ __all__ = [
     "INTRA_PRESETS",
     "DEVICE_PRESETS",
     "preset",
+    "DEFAULT_NICS_PER_NODE",
     "NetworkPreset",
     "DevicePreset",
 ]
@@ -39,11 +41,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class NetworkPreset:
-    """A link: latency α (s), bandwidth (bytes/s) after efficiency, and its source."""
+    """A link: latency α (s), bandwidth (bytes/s) after efficiency, and its source.
+
+    ``nics_per_node`` (intra-node presets that name a system only): the
+    system's NICs for compute traffic (rails), from its datasheet; ``None``
+    leaves :data:`DEFAULT_NICS_PER_NODE`.
+    """
 
     alpha_s: float
     bandwidth_bytes_per_s: float
     source: str
+    nics_per_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,10 @@ class DevicePreset:
 
 GB = 1e9
 GiB = 1024**3
+
+#: NICs per node when the intra-node preset names no system: 4, the node cap
+#: these presets have always assumed ("a node's NICs carry 4 links' worth").
+DEFAULT_NICS_PER_NODE = 4
 
 NETWORK_PRESETS: dict[str, NetworkPreset] = {
     "ethernet-10g": NetworkPreset(
@@ -100,17 +112,23 @@ INTRA_PRESETS: dict[str, NetworkPreset] = {
     "nvlink-v100": NetworkPreset(
         5e-6,
         130e9,
-        "DGX-1V NVLink 2.0 (6 links x 25 GB/s per direction, NVIDIA V100 datasheet); NCCL all_reduce busbw ~130 GB/s",
+        "DGX-1V NVLink 2.0 (6 links x 25 GB/s per direction, NVIDIA V100 datasheet); NCCL all_reduce busbw ~130 GB/s; "
+        "4 NICs: NVIDIA DGX-1 datasheet, 4x InfiniBand EDR 100 Gb/s",
+        nics_per_node=4,
     ),
     "nvlink-a100": NetworkPreset(
         5e-6,
         230e9,
-        "DGX A100 NVLink 3.0 / NVSwitch (300 GB/s per direction, NVIDIA A100 datasheet); NCCL all_reduce busbw ~230 GB/s",
+        "DGX A100 NVLink 3.0 / NVSwitch (300 GB/s per direction, NVIDIA A100 datasheet); NCCL all_reduce busbw ~230 GB/s; "
+        "8 NICs: NVIDIA DGX A100 datasheet, 8x single-port ConnectX-6 200 Gb/s HDR InfiniBand for compute (storage NICs apart)",
+        nics_per_node=8,
     ),
     "nvlink-h100": NetworkPreset(
         5e-6,
         450e9,
-        "HGX H100 NVLink 4.0 / NVSwitch (450 GB/s per direction, NVIDIA H100 datasheet); NCCL busbw ~450 GB/s",
+        "HGX H100 NVLink 4.0 / NVSwitch (450 GB/s per direction, NVIDIA H100 datasheet); NCCL busbw ~450 GB/s; "
+        "8 NICs: NVIDIA DGX H100 datasheet, 8x single-port ConnectX-7 400 Gb/s InfiniBand/Ethernet for compute",
+        nics_per_node=8,
     ),
     "shm": NetworkPreset(
         20e-6,
@@ -171,6 +189,7 @@ def preset(
     *,
     intra: str | None = None,
     n_regimes: int = 1,
+    nics_per_node: int | None = None,
 ) -> ClusterParams:
     """Cluster parameters from datasheet presets.
 
@@ -182,13 +201,22 @@ def preset(
         intra: intra-node link; default from ``network`` or ``pcie3-x16``
             (``shm`` for the cpu device).
         n_regimes: protocol regimes (1 = the plain α-β line).
+        nics_per_node: NICs (rails) per node, an integer >= 1, each at the
+            network's link bandwidth B: the node's network cap is
+            ``nics_per_node × B`` (``node_beta_s_per_byte[1] = β_inter /
+            nics_per_node``). It binds when several ranks of a node cross the
+            network at once (all_to_all, parameter-server fan-in, the g rings of
+            a hierarchical all_reduce: min(g, nics)·B), not for one flat ring.
+            Default: the datasheet count of the DGX-class intra-node presets
+            (nvlink-v100: DGX-1, 4 x EDR; nvlink-a100: DGX A100, 8 x HDR;
+            nvlink-h100: DGX H100, 8 x NDR), else :data:`DEFAULT_NICS_PER_NODE` (4).
 
     Returns:
         :class:`ClusterParams` in SI units.
 
     Raises:
         ValueError: on an unknown network, intra-node link or device name,
-            listing the valid names.
+            listing the valid names; on ``nics_per_node`` that is not an integer >= 1.
 
     Example:
         >>> p = preset("ethernet-10g", "v100")
@@ -217,16 +245,17 @@ def preset(
             f"unknown intra-node preset {intra!r}; valid: {format_choices(INTRA_PRESETS)}"
         )
     net, link, dev = NETWORK_PRESETS[inter_name], INTRA_PRESETS[intra], DEVICE_PRESETS[device]
+    nics = _nics(nics_per_node, link)
     beta = (1.0 / link.bandwidth_bytes_per_s, 1.0 / net.bandwidth_bytes_per_s)
-    # Node caps: a node's NICs carry 4 links' worth at once (binds for all_to_all
-    # and fan-in with several ranks per node, not for a ring that crosses each
-    # node once); inside a node the switch/memory carries 16 links' worth, for
-    # CPUs the memory bandwidth shared by all processes. A fit replaces both.
+    # Node caps: a node's NICs (rails) carry nics links' worth at once (binds for
+    # all_to_all and fan-in with several ranks per node, not for a ring that
+    # crosses each node once); inside a node the switch/memory carries 16 links'
+    # worth, for CPUs the memory bandwidth shared by all processes. A fit replaces both.
     node_intra = 1.0 / dev.memory_bandwidth_bytes_per_s if device == "cpu" else beta[0] / 16.0
     return ClusterParams.create(
         alpha_s=(link.alpha_s, net.alpha_s),
         beta_s_per_byte=beta,
-        node_beta_s_per_byte=(node_intra, beta[1] / 4.0),
+        node_beta_s_per_byte=(node_intra, beta[1] / nics),
         gamma_s_per_byte=3.0 / dev.memory_bandwidth_bytes_per_s,
         n_regimes=n_regimes,
         call_overhead_s=dev.call_overhead_s,
@@ -239,6 +268,18 @@ def preset(
         overlap_interference=0.05,
         memory_bytes=dev.memory_bytes,
     )
+
+
+def _nics(nics_per_node, link: NetworkPreset) -> int:
+    if nics_per_node is None:
+        return link.nics_per_node or DEFAULT_NICS_PER_NODE
+    if isinstance(nics_per_node, bool) or not isinstance(nics_per_node, numbers.Integral):
+        raise ValueError(
+            f"nics_per_node must be an integer >= 1 (NICs per node), got {nics_per_node!r}"
+        )
+    if nics_per_node < 1:
+        raise ValueError(f"nics_per_node must be >= 1, got {nics_per_node}")
+    return int(nics_per_node)
 
 
 def describe_preset(network: str, device: str) -> list[str]:

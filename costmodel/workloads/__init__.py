@@ -9,8 +9,12 @@
 - Your own model: :func:`load_layers` (JSON or CSV layer list),
   :func:`workload_from_pytree` (equinox module or flax params), and
   :func:`workload_to_layers` (the JSON document ``load_layers`` reads).
+- A Hugging Face transformer: :func:`workload_from_hf_config` (its ``config.json``
+  alone; ``load_layers`` also accepts one).
 """
 
+from ._hf import HF_MODEL_TYPES as HF_MODEL_TYPES
+from ._hf import workload_from_hf_config as workload_from_hf_config
 from ._loaders import load_layers as load_layers
 from ._loaders import workload_from_pytree as workload_from_pytree
 from ._loaders import workload_to_layers as workload_to_layers
@@ -19,10 +23,12 @@ from ._zoo import WORKLOAD_NAMES as WORKLOAD_NAMES
 from ._zoo import get_workload as get_workload
 
 __all__ = [
+    "HF_MODEL_TYPES",
     "WORKLOAD_NAMES",
     "Workload",
     "get_workload",
     "load_layers",
+    "workload_from_hf_config",
     "workload_from_pytree",
     "workload_to_layers",
 ]

@@ -44,6 +44,7 @@ import jax
 import numpy as np
 
 from .._errors import InputFileError
+from ._hf import looks_like_hf_config, workload_from_hf_config
 from ._workload import Workload
 
 __all__ = ["load_layers", "workload_from_pytree", "workload_to_layers"]
@@ -327,7 +328,9 @@ def load_layers(
     """Read a workload from a JSON or CSV layer list (formats in this module's docstring).
 
     The format is chosen by the extension (``.json`` / ``.csv``), else by the
-    first non-blank character (``{`` means JSON).
+    first non-blank character (``{`` means JSON). A Hugging Face ``config.json``
+    (a JSON object with ``model_type`` and no ``layers``) is read by
+    :func:`workload_from_hf_config` (its default sequence length).
 
     Args:
         path: the layer file.
@@ -377,6 +380,8 @@ def load_layers(
     ext = os.path.splitext(path_str)[1].lower()
     is_json = ext == ".json" or (ext != ".csv" and text.lstrip().startswith("{"))
     file_name, source = None, None
+    if is_json and looks_like_hf_config(text):  # a Hugging Face config.json (--hf-config)
+        return workload_from_hf_config(path_str, batch_size, dtype_bytes=dtype_bytes, name=name)
     if is_json:
         file_name, source, layers = _parse_json(path_str, text)
     else:

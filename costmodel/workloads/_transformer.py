@@ -47,12 +47,13 @@ def _bert(
     max_positions: int = 512,
     seq: int = 128,
     masked: int = 20,
+    type_vocab: int = 2,
 ) -> None:
     t = seq
     e = "bert.embeddings"
     b.layer([(f"{e}.word_embeddings.weight", vocab * d)], 0.0)
     b.layer([(f"{e}.position_embeddings.weight", max_positions * d)], 0.0)
-    b.layer([(f"{e}.token_type_embeddings.weight", 2 * d)], 0.0)
+    b.layer([(f"{e}.token_type_embeddings.weight", type_vocab * d)], 0.0)
     b.between(2.0 * t * d)  # word + position + token type
     layernorm(b, f"{e}.LayerNorm", d, tokens=t)
     for i in range(layers):
@@ -108,12 +109,16 @@ def bert_large(b: LayerBuilder) -> str:
     )
 
 
-def gpt2(b: LayerBuilder) -> str:
+def gpt2(
+    b: LayerBuilder, *, layers=12, d=768, heads=12, vocab=50257, ctx=1024, seq=1024, ff=None
+) -> str:
     """GPT-2 small (L=12, d=768, 12 heads, vocab 50257), 1024-token sequences.
 
-    124,439,808 parameters (LM head tied to the token embedding).
+    124,439,808 parameters (LM head tied to the token embedding). The keywords
+    (layers, width, heads, vocabulary, position table ``ctx``, sequence length,
+    FFN width ``ff``, default 4·d) give the other sizes of an HF ``GPT2Config``.
     """
-    t, d, heads, layers, vocab, ctx = 1024, 768, 12, 12, 50257, 1024
+    t, ff = seq, ff or 4 * d  # HF GPT2Config: n_inner None means 4 × n_embd
     # wte lookup is free; the position-embedding add is the embedding layer's op.
     b.layer([("transformer.wte.weight", vocab * d), ("transformer.wpe.weight", ctx * d)], t * d)
     for i in range(layers):
@@ -124,9 +129,9 @@ def gpt2(b: LayerBuilder) -> str:
         linear(b, f"{p}.attn.c_proj", d, d, tokens=t)
         b.between(t * d)  # residual add
         layernorm(b, f"{p}.ln_2", d, tokens=t)
-        linear(b, f"{p}.mlp.c_fc", d, 4 * d, tokens=t)
-        b.post(GELU_FLOPS * t * 4 * d)
-        linear(b, f"{p}.mlp.c_proj", 4 * d, d, tokens=t)
+        linear(b, f"{p}.mlp.c_fc", d, ff, tokens=t)
+        b.post(GELU_FLOPS * t * ff)
+        linear(b, f"{p}.mlp.c_proj", ff, d, tokens=t)
         b.between(t * d)  # residual add
     layernorm(b, "transformer.ln_f", d, tokens=t)
     # LM head (weight tied to wte): no tensor of its own, so it goes to the last

@@ -42,7 +42,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_arguments(group) -> None:
-    """Add ``--model NAME`` and ``--layers FILE`` to a (mutually exclusive) group.
+    """Add ``--model NAME``, ``--layers FILE`` and ``--hf-config FILE`` to a (mutually exclusive) group.
 
     The zoo's names come from :data:`costmodel.WORKLOAD_NAMES`, so ``--help``
     lists exactly what :func:`costmodel.get_workload` accepts.
@@ -56,6 +56,13 @@ def add_model_arguments(group) -> None:
         "--layers",
         metavar="FILE",
         help="your model's parameter tensors as a JSON or CSV layer file (see the README)",
+    )
+    group.add_argument(  # load_layers reads a config.json: the same path as --layers
+        "--hf-config",
+        dest="layers",
+        metavar="FILE",
+        help="a Hugging Face transformer's "
+        "config.json (llama, mistral, qwen2, gpt2, bert): tensors and FLOPs from it alone",
     )
 
 

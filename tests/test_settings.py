@@ -1,0 +1,370 @@
+"""Framework settings of a configuration: the frameworks' documented names and units.
+
+The tables below list option names as each framework documents them (source per
+table); a setting the tuner prints must be one of them, with the unit the
+framework reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from costmodel import get_workload
+from tuner import format_framework_settings, framework_settings
+from tuner._settings import DDP_FIRST_BUCKET_BYTES, FRAMEWORK_ARCHITECTURES
+
+# torch/nn/parallel/distributed.py, DistributedDataParallel.__init__ (PyTorch 2.x signature).
+DDP_KWARGS = {
+    "module",
+    "device_ids",
+    "output_device",
+    "dim",
+    "broadcast_buffers",
+    "init_sync",
+    "process_group",
+    "bucket_cap_mb",
+    "find_unused_parameters",
+    "check_reduction",
+    "gradient_as_bucket_view",
+    "static_graph",
+    "delay_all_reduce_named_params",
+    "param_to_hook_all_reduce",
+    "mixed_precision",
+    "device_mesh",
+}
+# torch/csrc/distributed/c10d/reducer.hpp: kDefaultFirstBucketBytes = int(1024 * 1024).
+DDP_FIRST_BUCKET = 1024 * 1024
+
+# horovod/runner/common/util/config_parser.py "Parameter knobs" and docs/tensor-fusion.rst;
+# NCCL_ALGO from the NCCL user guide, "Environment Variables".
+HOROVOD_ENV = {
+    "HOROVOD_FUSION_THRESHOLD",
+    "HOROVOD_CYCLE_TIME",
+    "HOROVOD_CACHE_CAPACITY",
+    "HOROVOD_HIERARCHICAL_ALLREDUCE",
+    "HOROVOD_HIERARCHICAL_ALLGATHER",
+}
+HOROVODRUN_FLAGS = {"--fusion-threshold-mb", "--cycle-time-ms", "--hierarchical-allreduce"}
+NCCL_ALGO_VALUES = {"Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"}
+
+# DeepSpeed docs/_pages/config-json.md "ZeRO Optimizations" and the ZeRO-3 / MiCS docs.
+DEEPSPEED_ZERO_KEYS = {
+    "stage",
+    "allgather_partitions",
+    "allgather_bucket_size",
+    "overlap_comm",
+    "reduce_scatter",
+    "reduce_bucket_size",
+    "contiguous_gradients",
+    "round_robin_gradients",
+    "offload_param",
+    "offload_optimizer",
+    "sub_group_size",
+    "stage3_max_live_parameters",
+    "stage3_max_reuse_distance",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+    "stage3_gather_16bit_weights_on_model_save",
+    "mics_shard_size",
+    "mics_hierarchical_params_gather",
+}
+
+# torch/distributed/fsdp/fully_sharded_data_parallel.py FullyShardedDataParallel.__init__
+# and torch/distributed/fsdp/api.py ShardingStrategy / BackwardPrefetch.
+FSDP_KWARGS = {
+    "module",
+    "process_group",
+    "sharding_strategy",
+    "cpu_offload",
+    "auto_wrap_policy",
+    "backward_prefetch",
+    "mixed_precision",
+    "ignored_modules",
+    "param_init_fn",
+    "device_id",
+    "sync_module_states",
+    "forward_prefetch",
+    "limit_all_gathers",
+    "use_orig_params",
+    "ignored_states",
+    "device_mesh",
+}
+FSDP_ENUMS = {
+    "ShardingStrategy": {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"},
+    "BackwardPrefetch": {"BACKWARD_PRE", "BACKWARD_POST"},
+}
+
+# tensorflow/benchmarks scripts/tf_cnn_benchmarks/benchmark_cnn.py flags; TensorFlow API names.
+TF_CNN_FLAGS = {
+    "variable_update": {
+        "parameter_server",
+        "replicated",
+        "distributed_replicated",
+        "independent",
+        "distributed_all_reduce",
+        "collective_all_reduce",
+        "horovod",
+    },
+    "local_parameter_device": {"cpu", "gpu", "CPU", "GPU"},
+    "cross_replica_sync": {"True", "False"},
+    "ps_hosts": None,
+    "worker_hosts": None,
+    "num_gpus": None,
+}
+TF_NAMES = {
+    "tf.distribute.experimental.ParameterServerStrategy",
+    "tf.distribute.experimental.partitioners.FixedShardsPartitioner",
+    "tf.distribute.cluster_resolver.TFConfigClusterResolver",
+}
+
+MIB = 2**20
+
+
+def _cfg(arch, bucket=34 * MIB, workers=16, g=8, **kw):
+    return {
+        "architecture": arch,
+        "workers": workers,
+        "ranks_per_node": g,
+        "bucket_bytes": bucket,
+        **kw,
+    }
+
+
+def test_every_architecture_maps_to_its_frameworks():
+    assert set(FRAMEWORK_ARCHITECTURES) == {
+        "ring",
+        "tree",
+        "hierarchical",
+        "ps",
+        "ps_host",
+        "hybrid",
+        "p2p",
+        "zero1",
+        "zero2",
+        "fsdp",
+        "hsdp",
+    }
+    for arch, frameworks in FRAMEWORK_ARCHITECTURES.items():
+        s = framework_settings(_cfg(arch, servers=2))
+        assert tuple(s) == frameworks
+        for entry in s.values():
+            assert entry["docs"] and entry["snippet"] and isinstance(entry["notes"], list)
+
+
+@pytest.mark.parametrize("bucket", [0, 1, 1000, MIB, 25 * MIB, 34 * MIB + 12345, 2**30 - 1])
+def test_ddp_bucket_cap_mb_is_mib_and_gives_back_the_bytes(bucket):
+    ddp = framework_settings(_cfg("ring", bucket))["pytorch_ddp"]
+    cap = ddp["kwargs"]["bucket_cap_mb"]
+    # DDP: self.bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024)
+    assert int(cap * 1024 * 1024) == bucket
+    assert ddp["first_bucket_bytes"] == DDP_FIRST_BUCKET == DDP_FIRST_BUCKET_BYTES
+    assert set(ddp["kwargs"]) <= DDP_KWARGS
+
+
+def test_ddp_snippet_is_python_with_documented_keywords_only():
+    for arch in ("ring", "tree", "hierarchical", "zero1"):
+        snippet = framework_settings(_cfg(arch))["pytorch_ddp"]["snippet"]
+        code = "\n".join(
+            line for line in snippet.splitlines() if not line.startswith(("#", "export"))
+        )
+        tree = ast.parse(code)
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        ddp = next(n for n in calls if getattr(n.func, "id", None) == "DistributedDataParallel")
+        assert {k.arg for k in ddp.keywords} <= DDP_KWARGS
+        values = {k.arg: ast.literal_eval(k.value) for k in ddp.keywords if k.arg != "device_ids"}
+        assert values["bucket_cap_mb"] == 34.0 and values["gradient_as_bucket_view"] is True
+
+
+@pytest.mark.parametrize("arch", ["ring", "tree", "hierarchical"])
+def test_horovod_names_and_units(arch):
+    hvd = framework_settings(_cfg(arch, 48 * MIB + 7))["horovod"]
+    env = hvd["env"]
+    assert set(env) - {"NCCL_ALGO"} <= HOROVOD_ENV
+    assert env["HOROVOD_FUSION_THRESHOLD"] == str(48 * MIB + 7)  # bytes
+    assert (env.get("HOROVOD_HIERARCHICAL_ALLREDUCE") == "1") == (arch == "hierarchical")
+    assert (env.get("NCCL_ALGO") == "Tree") == (arch == "tree")
+    assert env.get("NCCL_ALGO", "Tree") in NCCL_ALGO_VALUES
+    for flag in hvd["horovodrun_flags"]:
+        assert flag.split()[0] in HOROVODRUN_FLAGS
+    for k, v in env.items():  # the snippet sets exactly these variables
+        assert f"{k}={v}" in hvd["snippet"]
+    assert "HOROVOD_CYCLE_TIME" not in env  # no backward time given
+
+
+def test_horovod_zero_bucket_disables_fusion_and_whole_mib_gives_the_flag():
+    hvd = framework_settings(_cfg("ring", 0))["horovod"]
+    assert hvd["env"]["HOROVOD_FUSION_THRESHOLD"] == "0"
+    assert framework_settings(_cfg("ring", 64 * MIB))["horovod"]["horovodrun_flags"] == [
+        "--fusion-threshold-mb 64"
+    ]
+
+
+def test_horovod_cycle_time_when_backward_fills_a_bucket_slower_than_the_default_cycle():
+    w = get_workload("resnet50", 64)  # 102.2 MB of fp32 gradients
+    g_bytes = w.total_param_bytes
+    for backward_s, bucket in ((0.2, 32 * MIB), (0.2, 256 * 1024), (0.05, 8 * MIB)):
+        cfg = _cfg("ring", bucket, breakdown={"backward_s": backward_s})
+        hvd = framework_settings(cfg, w)["horovod"]
+        fill_ms = 1e3 * backward_s * bucket / g_bytes  # closed form
+        if fill_ms > 1.0:  # Horovod's default cycle, 1 ms since v0.21.0
+            assert float(hvd["env"]["HOROVOD_CYCLE_TIME"]) == pytest.approx(fill_ms, rel=5e-3)
+            assert hvd["cycle_time_ms"] == pytest.approx(fill_ms, rel=5e-3)
+        else:
+            assert "HOROVOD_CYCLE_TIME" not in hvd["env"] and hvd["cycle_time_ms"] is None
+    # a bucket larger than the model fills when backward ends
+    hvd = framework_settings(_cfg("ring", 2**30, backward_s=0.2), w)["horovod"]
+    assert hvd["cycle_time_ms"] == pytest.approx(200.0, rel=5e-3)
+
+
+@pytest.mark.parametrize(
+    ("arch", "servers", "colocated", "ps", "placed", "mode", "device"),
+    [
+        ("ps", 4, False, 4, False, "parameter_server", "gpu"),
+        ("ps", 3, True, 3, True, "parameter_server", "gpu"),
+        ("p2p", 0, False, 16, True, "parameter_server", "gpu"),  # every worker serves 1/n
+        ("ps_host", 0, False, 2, True, "parameter_server", "cpu"),  # one shard per node
+        ("hybrid", 2, False, 2, True, "distributed_replicated", "gpu"),
+    ],
+)
+def test_parameter_servers_count_and_placement(arch, servers, colocated, ps, placed, mode, device):
+    tf = framework_settings(_cfg(arch, servers=servers, colocated=colocated))["tensorflow"]
+    assert tf["ps_tasks"] == ps and tf["ps_colocated"] is placed
+    assert tf["cluster"] == {"worker": 16, "ps": ps}
+    assert f"num_shards={ps}" in tf["variable_partitioner"]
+    flags = dict(f.removeprefix("--").split("=", 1) for f in tf["tf_cnn_benchmarks_flags"])
+    assert set(flags) <= set(TF_CNN_FLAGS)
+    for k, v in flags.items():
+        assert TF_CNN_FLAGS[k] is None or v in TF_CNN_FLAGS[k]
+    assert flags["variable_update"] == mode and flags["local_parameter_device"] == device
+    for name in re.findall(
+        r"tf\.[\w.]+", " ".join((tf["snippet"], tf["strategy"], tf["variable_partitioner"]))
+    ):
+        assert name in TF_NAMES
+
+
+@pytest.mark.parametrize(("arch", "stage"), [("zero1", 1), ("zero2", 2), ("fsdp", 3), ("hsdp", 3)])
+@pytest.mark.parametrize("dtype_bytes", [2, 4])
+def test_deepspeed_stage_and_bucket_elements(arch, stage, dtype_bytes):
+    bucket = 40 * MIB + 3
+    ds = framework_settings(_cfg(arch, bucket), dtype_bytes=dtype_bytes)["deepspeed"]
+    zero = ds["config"]["zero_optimization"]
+    assert set(zero) <= DEEPSPEED_ZERO_KEYS
+    assert zero["stage"] == stage
+    assert zero["reduce_bucket_size"] == bucket // dtype_bytes  # elements, not bytes
+    if stage < 3:
+        assert zero["allgather_bucket_size"] == bucket // dtype_bytes
+    assert zero["overlap_comm"] is True
+    assert (zero.get("mics_shard_size") == 8) == (arch == "hsdp")
+    assert json.loads("{" + ds["snippet"] + "}") == ds["config"]  # the snippet is that JSON
+
+
+def test_deepspeed_elements_follow_the_workload_dtype():
+    w = get_workload("gpt2", 8, dtype_bytes=2)
+    zero = framework_settings(_cfg("zero2", 64 * MIB), w)["deepspeed"]["config"][
+        "zero_optimization"
+    ]
+    assert zero["reduce_bucket_size"] == 32 * MIB
+
+
+@pytest.mark.parametrize(
+    ("arch", "strategy"),
+    [("fsdp", "FULL_SHARD"), ("hsdp", "HYBRID_SHARD"), ("zero2", "SHARD_GRAD_OP")],
+)
+def test_fsdp_names(arch, strategy):
+    fsdp = framework_settings(_cfg(arch, workers=32, g=8))["pytorch_fsdp"]
+    kw = fsdp["kwargs"]
+    assert set(kw) <= FSDP_KWARGS
+    assert kw["sharding_strategy"] == f"ShardingStrategy.{strategy}"
+    assert kw["backward_prefetch"] == "BackwardPrefetch.BACKWARD_PRE"
+    for enum, members in FSDP_ENUMS.items():
+        for member in re.findall(rf"{enum}\.(\w+)", fsdp["snippet"]):
+            assert member in members
+    assert set(re.findall(r"^\s+(\w+)=", fsdp["snippet"], re.M)) <= FSDP_KWARGS
+    if arch == "hsdp":  # replicas across the 4 nodes, shards within each node's 8 ranks
+        assert kw["device_mesh"] == 'init_device_mesh("cuda", (4, 8))'
+
+
+def test_accepts_a_configuration_object_and_its_dict():
+    class Config:  # any object with the plain fields
+        architecture, workers, ranks_per_node, bucket_bytes = "ring", 8, 1, 25 * MIB
+        servers, colocated = 0, False
+
+    a = framework_settings(Config())
+    b = framework_settings(
+        {"architecture": "ring", "workers": 8, "ranks_per_node": 1, "bucket_bytes": 25 * MIB}
+    )
+    assert a == b
+    assert a["pytorch_ddp"]["launch"] == "torchrun --nnodes=8 --nproc-per-node=1 train.py"
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ({"architecture": "allreduce"}, "architecture"),
+        ({"workers": 0}, "workers"),
+        ({"bucket_bytes": -1}, "bucket_bytes"),
+        ({"bucket_bytes": 1.5}, "bucket_bytes"),
+        ({"ranks_per_node": 0}, "ranks_per_node"),
+        ({"servers": -2}, "servers"),
+    ],
+)
+def test_bad_fields_are_named(edit, field):
+    with pytest.raises(ValueError, match=field):
+        framework_settings({**_cfg("ring"), **edit})
+
+
+def test_format_has_one_titled_block_per_framework():
+    s = framework_settings(_cfg("fsdp"))
+    text = format_framework_settings(s)
+    blocks = text.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == [
+        "# PyTorch FSDP",
+        "# DeepSpeed ZeRO (ds_config.json)",
+    ]
+    for block, entry in zip(blocks, s.values(), strict=True):
+        assert entry["snippet"] in block and all(n in block for n in entry["notes"])
+
+
+def test_mib_values_are_exact_for_the_default_grid():
+    from tuner import DEFAULT_BUCKET_GRID
+
+    caps = np.array(
+        [
+            framework_settings(_cfg("ring", int(b)))["pytorch_ddp"]["kwargs"]["bucket_cap_mb"]
+            for b in DEFAULT_BUCKET_GRID
+        ]
+    )
+    assert all(int(c * 1024 * 1024) == b for c, b in zip(caps, DEFAULT_BUCKET_GRID, strict=True))
+    assert math.isclose(caps[list(DEFAULT_BUCKET_GRID).index(25 * MIB)], 25.0)
+
+
+def test_reads_the_tuners_configuration_and_its_to_dict():
+    from tuner import Configuration
+
+    c = Configuration(
+        "hierarchical",
+        False,
+        0,
+        16,
+        8,
+        32 * MIB,
+        64.0,
+        0.5,
+        (0.4, 0.6),
+        2048.0,
+        0.9,
+        None,
+        {"backward_s": 0.3},
+    )
+    w = get_workload("resnet50", 64)
+    a, b = framework_settings(c, w), framework_settings(c.to_dict(), w)
+    assert a == b
+    assert a["horovod"]["env"]["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+    fill_ms = 1e3 * 0.3 * 32 * MIB / w.total_param_bytes  # backward_s from the breakdown
+    assert a["horovod"]["cycle_time_ms"] == pytest.approx(fill_ms, rel=5e-3)

@@ -1,0 +1,532 @@
+"""The frameworks' settings that apply a recommended configuration.
+
+:func:`framework_settings` maps one configuration (architecture name, servers
+and their placement, workers, ranks per node, bucket cap) to the options of
+the frameworks that implement it, each mapping citing that framework's
+documentation; :func:`format_framework_settings` prints them as copyable text.
+It reads plain fields only (a mapping such as ``Configuration.to_dict()`` or
+any object with those attributes), so it does not depend on the tuner's classes.
+
+Architectures → frameworks:
+
+=================  ==================================================================
+architecture       frameworks (keys of the result)
+=================  ==================================================================
+ring, tree,        ``pytorch_ddp`` (``DistributedDataParallel(bucket_cap_mb=...)``),
+hierarchical       ``horovod`` (``HOROVOD_FUSION_THRESHOLD``, ``HOROVOD_CYCLE_TIME``,
+                   ``HOROVOD_HIERARCHICAL_ALLREDUCE=1``); tree: ``NCCL_ALGO=Tree``
+ps, ps_host,       ``tensorflow`` (``tf.distribute.experimental.ParameterServerStrategy``:
+hybrid, p2p        ps tasks, their placement, ``FixedShardsPartitioner``; tf_cnn_benchmarks
+                   ``--variable_update``, ``--local_parameter_device``)
+zero1, zero2       ``deepspeed`` (``zero_optimization.stage``, ``reduce_bucket_size``,
+                   ``allgather_bucket_size``); zero1 also ``pytorch_ddp`` with
+                   ``ZeroRedundancyOptimizer``; zero2 also ``pytorch_fsdp``
+                   (``ShardingStrategy.SHARD_GRAD_OP``)
+fsdp, hsdp         ``pytorch_fsdp`` (``ShardingStrategy.FULL_SHARD`` / ``HYBRID_SHARD``,
+                   ``BackwardPrefetch.BACKWARD_PRE``), ``deepspeed`` (stage 3; hsdp:
+                   MiCS ``mics_shard_size``)
+=================  ==================================================================
+
+Units: bytes (``bucket_bytes``), except where a framework wants another unit —
+DDP's ``bucket_cap_mb`` is MiB (``int(bucket_cap_mb * 1024 * 1024)`` bytes in
+``torch/nn/parallel/distributed.py``), DeepSpeed's bucket sizes are ELEMENTS
+(``docs/_pages/config-json.md``: "Number of elements reduced/allreduced at a
+time"), Horovod's cycle time is milliseconds.
+
+References (documentation of each mapping):
+    PyTorch ``torch.nn.parallel.DistributedDataParallel`` (``bucket_cap_mb``,
+    ``gradient_as_bucket_view``; https://pytorch.org/docs/stable/generated/
+    torch.nn.parallel.DistributedDataParallel.html) and its source
+    ``torch/nn/parallel/distributed.py`` (``self.bucket_bytes_cap =
+    int(bucket_cap_mb * 1024 * 1024)``; first bucket
+    ``dist._DEFAULT_FIRST_BUCKET_BYTES`` = ``kDefaultFirstBucketBytes =
+    int(1024 * 1024)`` in ``torch/csrc/distributed/c10d/reducer.hpp``, a
+    compile-time constant the Python API cannot change: pytorch/pytorch#61353).
+    ``torch.distributed.optim.ZeroRedundancyOptimizer``.
+    PyTorch FSDP: ``torch.distributed.fsdp.FullyShardedDataParallel``,
+    ``ShardingStrategy`` (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD),
+    ``BackwardPrefetch.BACKWARD_PRE``, ``limit_all_gathers``
+    (https://pytorch.org/docs/stable/fsdp.html).
+    Horovod ``docs/tensor-fusion.rst`` (``HOROVOD_FUSION_THRESHOLD`` in bytes,
+    0 disables fusion; ``HOROVOD_CYCLE_TIME`` in ms), ``docs/autotune.rst`` /
+    ``horovodrun --help`` (``--fusion-threshold-mb``, ``--cycle-time-ms``,
+    ``--hierarchical-allreduce``), release notes v0.21.0 (defaults: cycle time
+    5 ms → 1 ms, fusion threshold 64 MB → 128 MB).
+    NCCL environment variables (``NCCL_ALGO``:
+    https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html).
+    TensorFlow ``tf.distribute.experimental.ParameterServerStrategy``,
+    ``tf.distribute.experimental.partitioners.FixedShardsPartitioner``,
+    ``TF_CONFIG`` (https://www.tensorflow.org/tutorials/distribute/
+    parameter_server_training); tensorflow/benchmarks
+    ``scripts/tf_cnn_benchmarks/benchmark_cnn.py`` flags ``--variable_update``
+    (parameter_server, distributed_replicated), ``--local_parameter_device``,
+    ``--cross_replica_sync``, ``--ps_hosts``, ``--worker_hosts``.
+    DeepSpeed ``docs/_pages/config-json.md`` (``zero_optimization``: ``stage``,
+    ``reduce_bucket_size``, ``allgather_bucket_size``, ``overlap_comm``,
+    ``reduce_scatter``, ``contiguous_gradients``) and the ZeRO-3 / MiCS docs
+    (https://deepspeed.readthedocs.io/en/latest/zero3.html: ``mics_shard_size``,
+    ``stage3_prefetch_bucket_size``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+
+from costmodel import format_bytes
+
+__all__ = [
+    "DDP_FIRST_BUCKET_BYTES",
+    "FRAMEWORK_ARCHITECTURES",
+    "HOROVOD_DEFAULT_CYCLE_TIME_MS",
+    "framework_settings",
+    "format_framework_settings",
+]
+
+#: PyTorch DDP's first bucket, bytes: ``kDefaultFirstBucketBytes = int(1024 * 1024)``
+#: (torch/csrc/distributed/c10d/reducer.hpp), exposed as
+#: ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``; not settable from Python.
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+
+#: Horovod's default ``HOROVOD_CYCLE_TIME`` since v0.21.0, ms (5 ms before).
+HOROVOD_DEFAULT_CYCLE_TIME_MS = 1.0
+
+_MIB = 1024 * 1024
+
+_DOCS = {
+    "pytorch_ddp": "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html",
+    "pytorch_fsdp": "https://pytorch.org/docs/stable/fsdp.html",
+    "horovod": "https://horovod.readthedocs.io/en/stable/tensor-fusion_include.html",
+    "tensorflow": "https://www.tensorflow.org/tutorials/distribute/parameter_server_training",
+    "deepspeed": "https://www.deepspeed.ai/docs/config-json/#zero-optimizations-for-fp16-training",
+}
+
+#: Which frameworks each architecture name maps to (the result's keys, in order).
+FRAMEWORK_ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "ring": ("pytorch_ddp", "horovod"),
+    "tree": ("pytorch_ddp", "horovod"),
+    "hierarchical": ("pytorch_ddp", "horovod"),
+    "ps": ("tensorflow",),
+    "ps_host": ("tensorflow",),
+    "hybrid": ("tensorflow",),
+    "p2p": ("tensorflow",),
+    "zero1": ("deepspeed", "pytorch_ddp"),
+    "zero2": ("deepspeed", "pytorch_fsdp"),
+    "fsdp": ("pytorch_fsdp", "deepspeed"),
+    "hsdp": ("pytorch_fsdp", "deepspeed"),
+}
+
+
+# -- reading plain fields -----------------------------------------------------------------
+
+
+def _field(config, key, default=None):
+    if isinstance(config, Mapping):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+def _int(config, key, minimum, default=None) -> int:
+    v = _field(config, key, default)
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or v != int(v) or v < minimum:
+        raise ValueError(
+            f"framework_settings: config field {key!r} must be an integer >= {minimum}, got {v!r}"
+        )
+    return int(v)
+
+
+def _backward_s(config) -> float | None:
+    for source in (config, _field(config, "breakdown", None) or {}):
+        v = _field(source, "backward_s", None)
+        if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+            return float(v)
+    return None
+
+
+class _Plain:
+    """The plain fields of one configuration, checked once."""
+
+    def __init__(self, config, workload, dtype_bytes):
+        arch = _field(config, "architecture")
+        if arch not in FRAMEWORK_ARCHITECTURES:
+            raise ValueError(
+                f"framework_settings: unknown architecture {arch!r}; valid: "
+                f"{', '.join(sorted(FRAMEWORK_ARCHITECTURES))}"
+            )
+        self.arch = arch
+        self.workers = _int(config, "workers", 1)
+        self.g = min(_int(config, "ranks_per_node", 1, 1), self.workers)
+        self.nodes = math.ceil(self.workers / self.g)
+        self.bucket = _int(config, "bucket_bytes", 0)
+        self.servers = _int(config, "servers", 0, 0)
+        self.colocated = bool(_field(config, "colocated", False))
+        self.backward_s = _backward_s(config)
+        self.grad_bytes = None if workload is None else int(workload.total_param_bytes)
+        if dtype_bytes is None:
+            dtype_bytes = 4 if workload is None else int(workload.dtype_bytes)
+        if isinstance(dtype_bytes, bool) or not isinstance(dtype_bytes, numbers.Integral):
+            raise ValueError(
+                f"framework_settings: dtype_bytes must be an integer >= 1, got {dtype_bytes!r}"
+            )
+        if dtype_bytes < 1:
+            raise ValueError(f"framework_settings: dtype_bytes must be >= 1, got {dtype_bytes}")
+        self.dtype_bytes = int(dtype_bytes)
+
+    @property
+    def torchrun(self) -> str:
+        return f"torchrun --nnodes={self.nodes} --nproc-per-node={self.g} train.py"
+
+
+# -- one builder per framework --------------------------------------------------------------
+
+
+def _mb(nbytes: int) -> float:
+    """MiB as DDP reads ``bucket_cap_mb``: exact, since a byte count / 2^20 is a dyadic fraction."""
+    return nbytes / _MIB
+
+
+def _pytorch_ddp(c: _Plain) -> dict:
+    kwargs = {"bucket_cap_mb": _mb(c.bucket), "gradient_as_bucket_view": True}
+    env = {"NCCL_ALGO": "Tree"} if c.arch == "tree" else {}
+    notes = [
+        f"bucket_cap_mb is MiB: DDP caps a bucket at int(bucket_cap_mb * 1024 * 1024) = "
+        f"{c.bucket} bytes ({format_bytes(c.bucket)})",
+        f"first bucket: {format_bytes(DDP_FIRST_BUCKET_BYTES)}, fixed by DDP "
+        "(torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, not settable; pytorch/pytorch#61353); "
+        "the prediction sized every bucket at the cap",
+        "gradient_as_bucket_view=True: gradients are views into the buckets (no copy, "
+        "one gradient's worth less memory)",
+    ]
+    if c.bucket == 0:
+        notes.append("bucket_cap_mb=0: one all_reduce per tensor after the first 1 MiB bucket")
+    if c.arch == "hierarchical":
+        notes.append(
+            "DDP has no hierarchical switch: NCCL builds its own intra-/inter-node rings and "
+            "trees; Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE=1 is the explicit three-phase form"
+        )
+    if c.arch == "tree":
+        notes.append(
+            "NCCL_ALGO=Tree selects NCCL's double binary tree (the model's tree: ⌈log2 n⌉ "
+            "latency steps)"
+        )
+    out = {
+        "constructor": "torch.nn.parallel.DistributedDataParallel",
+        "kwargs": kwargs,
+        "first_bucket_bytes": DDP_FIRST_BUCKET_BYTES,
+        "env": env,
+        "launch": c.torchrun,
+        "notes": notes,
+        "docs": [_DOCS["pytorch_ddp"], "torch/nn/parallel/distributed.py"],
+    }
+    if c.arch == "zero1":
+        out["optimizer"] = (
+            "torch.distributed.optim.ZeroRedundancyOptimizer(model.parameters(), "
+            "optimizer_class=torch.optim.AdamW, lr=learning_rate)"
+        )
+        out["notes"].append(
+            "ZeRO stage 1 in PyTorch: DDP all-reduces the buckets, ZeroRedundancyOptimizer "
+            "shards the optimizer state and broadcasts the updated shards"
+        )
+        out["docs"].append("https://pytorch.org/docs/stable/distributed.optim.html")
+    kw = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    lines = [f"# {c.torchrun}"]
+    lines += [f"export {k}={v}" for k, v in env.items()]
+    lines.append(f"model = DistributedDataParallel(model, device_ids=[local_rank], {kw})")
+    if "optimizer" in out:
+        lines.append(f"optimizer = {out['optimizer']}")
+    lines.append(f"# first bucket: {format_bytes(DDP_FIRST_BUCKET_BYTES)} (fixed by DDP)")
+    out["snippet"] = "\n".join(lines)
+    return out
+
+
+def _horovod(c: _Plain) -> dict:
+    env = {"HOROVOD_FUSION_THRESHOLD": str(c.bucket)}
+    # horovodrun's --fusion-threshold-mb takes whole MiB; the variable takes any byte count.
+    flags = [f"--fusion-threshold-mb {c.bucket // _MIB}"] if c.bucket % _MIB == 0 else []
+    notes = [
+        f"HOROVOD_FUSION_THRESHOLD is bytes: {c.bucket} = {format_bytes(c.bucket)}"
+        + (" (0 disables tensor fusion)" if c.bucket == 0 else "")
+    ]
+    if c.arch == "hierarchical":
+        env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1"
+        flags.append("--hierarchical-allreduce")
+    if c.arch == "tree":
+        env["NCCL_ALGO"] = "Tree"
+    cycle = None
+    if c.backward_s is not None and c.grad_bytes and c.bucket > 0:
+        # Horovod fuses what is ready within one cycle: a cycle shorter than the backward
+        # time that fills one bucket sends smaller messages than the threshold.
+        fill_ms = 1e3 * c.backward_s * min(c.bucket, c.grad_bytes) / c.grad_bytes
+        if fill_ms > HOROVOD_DEFAULT_CYCLE_TIME_MS:
+            cycle = float(f"{fill_ms:.3g}")
+            env["HOROVOD_CYCLE_TIME"] = f"{cycle:g}"
+            flags.append(f"--cycle-time-ms {cycle:g}")
+            notes.append(
+                f"HOROVOD_CYCLE_TIME {cycle:g} ms: backward fills one "
+                f"{format_bytes(c.bucket)} bucket in {fill_ms:.3g} ms; with the default "
+                f"{HOROVOD_DEFAULT_CYCLE_TIME_MS:g} ms cycle Horovod would fuse less than "
+                "the threshold per cycle; the cost, not in the prediction: a ready bucket "
+                f"waits up to one cycle ({cycle:g} ms) before it is sent"
+            )
+        else:
+            notes.append(
+                f"HOROVOD_CYCLE_TIME: the default {HOROVOD_DEFAULT_CYCLE_TIME_MS:g} ms is enough "
+                f"(backward fills a bucket in {fill_ms:.3g} ms)"
+            )
+    else:
+        notes.append(
+            "HOROVOD_CYCLE_TIME: left at the default (give the workload and the backward time "
+            "to check it against the time backward takes to fill one bucket)"
+        )
+    hosts = ",".join(f"host{i + 1}:{c.g}" for i in range(min(c.nodes, 3)))
+    if c.nodes > 3:
+        hosts += ",..."
+    prefix = " ".join(f"{k}={v}" for k, v in env.items())
+    return {
+        "env": env,
+        "horovodrun_flags": flags,
+        "cycle_time_ms": cycle,
+        "launch": f"horovodrun -np {c.workers} -H {hosts} python train.py",
+        "notes": notes,
+        "docs": [
+            _DOCS["horovod"],
+            "https://horovod.readthedocs.io/en/stable/autotune_include.html",
+        ],
+        "snippet": f"{prefix} horovodrun -np {c.workers} -H {hosts} python train.py",
+    }
+
+
+def _tensorflow(c: _Plain) -> dict:
+    if c.arch == "p2p":
+        servers, colocated = c.workers, True  # every worker serves 1/n of the variables
+        mode = "parameter_server"
+    elif c.arch == "ps_host":
+        servers, colocated = c.nodes, True  # one shard per node, on its host CPU
+        mode = "parameter_server"
+    elif c.arch == "hybrid":
+        servers, colocated = max(1, c.servers), True  # ps tasks on the nodes
+        mode = "distributed_replicated"
+    else:
+        servers, colocated = max(1, c.servers), c.colocated
+        mode = "parameter_server"
+    device = "cpu" if c.arch == "ps_host" else "gpu"
+    placement = "colocated on the worker hosts" if colocated else "on dedicated hosts"
+    cluster = {"worker": c.workers, "ps": servers}
+    notes = [
+        f"{servers} ps task{'s' if servers != 1 else ''} {placement}; variables split over "
+        f"them with FixedShardsPartitioner(num_shards={servers})",
+        "synchronous updates as the model assumes: tf_cnn_benchmarks --cross_replica_sync=True "
+        "(TF1 SyncReplicasOptimizer); TF2's ParameterServerStrategy with a ClusterCoordinator "
+        "schedules steps asynchronously",
+        "TensorFlow sends each variable's gradient on its own: no bucket option "
+        f"(the prediction's buckets: {format_bytes(c.bucket)})",
+    ]
+    if colocated:
+        notes.append("colocated: TF_CONFIG lists each worker host again under 'ps' (another port)")
+    if c.arch == "p2p":
+        notes.append("P2P: every worker is also the parameter server of 1/n of the variables")
+    if c.arch == "hybrid":
+        notes.append("hybrid: all-reduce inside each node, parameter servers across nodes")
+    flags = [
+        f"--variable_update={mode}",
+        f"--local_parameter_device={device}",
+        "--cross_replica_sync=True",
+        "--ps_hosts=" + ("<the worker hosts>" if colocated else f"<{servers} ps hosts>"),
+        f"--worker_hosts=<{c.nodes} worker hosts>",
+        f"--num_gpus={c.g}",
+    ]
+    snippet = "\n".join(
+        [
+            f'# TF_CONFIG cluster: {{"worker": [{c.workers} hosts], "ps": [{servers} hosts, {placement}]}}',
+            "strategy = tf.distribute.experimental.ParameterServerStrategy(",
+            "    tf.distribute.cluster_resolver.TFConfigClusterResolver(),",
+            "    variable_partitioner=tf.distribute.experimental.partitioners."
+            f"FixedShardsPartitioner(num_shards={servers}))",
+            "# tf_cnn_benchmarks: " + " ".join(flags),
+        ]
+    )
+    return {
+        "strategy": "tf.distribute.experimental.ParameterServerStrategy",
+        "cluster": cluster,
+        "ps_tasks": servers,
+        "ps_colocated": colocated,
+        "variable_partitioner": f"tf.distribute.experimental.partitioners.FixedShardsPartitioner(num_shards={servers})",
+        "tf_cnn_benchmarks_flags": flags,
+        "notes": notes,
+        "docs": [
+            _DOCS["tensorflow"],
+            "tensorflow/benchmarks scripts/tf_cnn_benchmarks/benchmark_cnn.py",
+        ],
+        "snippet": snippet,
+    }
+
+
+def _deepspeed(c: _Plain) -> dict:
+    stage = {"zero1": 1, "zero2": 2, "fsdp": 3, "hsdp": 3}[c.arch]
+    elements = c.bucket // c.dtype_bytes
+    zero = {"stage": stage}
+    if stage < 3:
+        zero.update(
+            reduce_bucket_size=elements,
+            allgather_bucket_size=elements,
+            overlap_comm=True,
+            reduce_scatter=True,
+            contiguous_gradients=True,
+        )
+    else:
+        zero.update(reduce_bucket_size=elements, overlap_comm=True, contiguous_gradients=True)
+    if c.arch == "hsdp":
+        zero["mics_shard_size"] = c.g
+        zero["mics_hierarchical_params_gather"] = False
+    notes = [
+        f"bucket sizes are ELEMENTS: {format_bytes(c.bucket)} / {c.dtype_bytes} bytes per "
+        f"gradient element = {elements}",
+        "overlap_comm=True: gradient reduction overlaps backward, as the prediction assumes",
+    ]
+    if stage < 3:
+        notes.append(
+            "the updated parameters are all-gathered after step() in allgather_bucket_size "
+            "pieces (exposed, as the prediction assumes)"
+        )
+    else:
+        notes.append(
+            "stage 3 gathers parameters per module (stage3_prefetch_bucket_size left at its "
+            "default); the prediction uses one unit per layer block"
+        )
+    if c.arch == "hsdp":
+        notes.append(
+            f"MiCS: parameters sharded within groups of mics_shard_size = {c.g} ranks (a node), "
+            "replicated across nodes: HSDP's layout"
+        )
+    body = ",\n".join(f'    "{k}": {_json(v)}' for k, v in zero.items())
+    return {
+        "config": {"zero_optimization": zero},
+        "element_bytes": c.dtype_bytes,
+        "launch": f"deepspeed --num_nodes={c.nodes} --num_gpus={c.g} train.py --deepspeed_config ds_config.json",
+        "notes": notes,
+        "docs": [_DOCS["deepspeed"], "https://deepspeed.readthedocs.io/en/latest/zero3.html"],
+        "snippet": '"zero_optimization": {\n' + body + "\n}",
+    }
+
+
+def _json(v) -> str:
+    return "true" if v is True else "false" if v is False else str(v)
+
+
+def _pytorch_fsdp(c: _Plain) -> dict:
+    strategy = {
+        "zero2": "ShardingStrategy.SHARD_GRAD_OP",
+        "fsdp": "ShardingStrategy.FULL_SHARD",
+        "hsdp": "ShardingStrategy.HYBRID_SHARD",
+    }[c.arch]
+    kwargs = {
+        "sharding_strategy": strategy,
+        "backward_prefetch": "BackwardPrefetch.BACKWARD_PRE",
+        "limit_all_gathers": True,
+        "auto_wrap_policy": "ModuleWrapPolicy({<your transformer block class>})",
+    }
+    notes = [
+        "one FSDP unit per layer block (auto_wrap_policy), as the prediction's units",
+        "BACKWARD_PRE: the next unit's all_gather is issued before this unit's reduce_scatter",
+    ]
+    if c.arch == "hsdp":
+        kwargs["device_mesh"] = f'init_device_mesh("cuda", ({c.nodes}, {c.g}))'
+        notes.append(
+            f"HYBRID_SHARD: shard within each node ({c.g} ranks), replicate across the "
+            f"{c.nodes} nodes (device_mesh rows = replicas, columns = shards)"
+        )
+    if c.arch == "zero2":
+        notes.append(
+            "SHARD_GRAD_OP: gradients and optimizer state sharded, parameters kept after "
+            "forward (ZeRO-2-like); DeepSpeed stage 2 is the exact counterpart"
+        )
+    body = ",\n".join(f"    {k}={v}" for k, v in kwargs.items())
+    return {
+        "constructor": "torch.distributed.fsdp.FullyShardedDataParallel",
+        "kwargs": kwargs,
+        "launch": c.torchrun,
+        "notes": notes,
+        "docs": [_DOCS["pytorch_fsdp"]],
+        "snippet": f"# {c.torchrun}\nmodel = FullyShardedDataParallel(\n    model,\n{body},\n)",
+    }
+
+
+_BUILDERS = {
+    "pytorch_ddp": _pytorch_ddp,
+    "horovod": _horovod,
+    "tensorflow": _tensorflow,
+    "deepspeed": _deepspeed,
+    "pytorch_fsdp": _pytorch_fsdp,
+}
+
+_TITLES = {
+    "pytorch_ddp": "PyTorch DDP",
+    "horovod": "Horovod",
+    "tensorflow": "TensorFlow parameter servers",
+    "deepspeed": "DeepSpeed ZeRO (ds_config.json)",
+    "pytorch_fsdp": "PyTorch FSDP",
+}
+
+
+def framework_settings(config, workload=None, *, dtype_bytes: int | None = None) -> dict:
+    """The settings that apply one configuration in each framework that implements it.
+
+    Args:
+        config: a mapping (e.g. ``Configuration.to_dict()``) or an object with the
+            fields ``architecture`` (see :data:`FRAMEWORK_ARCHITECTURES`),
+            ``workers`` (n >= 1), ``bucket_bytes`` (>= 0, bytes; 0 = one collective
+            per tensor), and optionally ``ranks_per_node`` (g >= 1, default 1),
+            ``servers`` (k >= 0), ``colocated`` (bool, ps servers on the workers),
+            ``backward_s`` or ``breakdown["backward_s"]`` (single-step backward
+            time, s > 0; used for Horovod's cycle time).
+        workload: the :class:`costmodel.Workload`, optional: its gradient bytes
+            (Horovod's cycle time) and element size (DeepSpeed's element counts).
+        dtype_bytes: bytes per gradient element for DeepSpeed's element counts
+            (default: the workload's, else 4).
+
+    Returns:
+        ``{framework: settings}`` with the frameworks of the architecture in
+        order; each settings dict holds the options with the framework's own
+        names and units, ``notes`` (what each setting does and where the model
+        and the framework differ), ``docs`` (the documentation cited) and
+        ``snippet`` (copyable text). Keys: ``pytorch_ddp``, ``horovod``,
+        ``tensorflow``, ``deepspeed``, ``pytorch_fsdp``.
+
+    Raises:
+        ValueError: on an unknown architecture (listing the valid ones), or a
+            field that is missing or out of range (naming it).
+
+    Example:
+        >>> s = framework_settings({"architecture": "ring", "workers": 16,
+        ...                         "ranks_per_node": 8, "bucket_bytes": 34 * 2**20})
+        >>> s["pytorch_ddp"]["kwargs"]["bucket_cap_mb"], s["horovod"]["env"]
+        (34.0, {'HOROVOD_FUSION_THRESHOLD': '35651584'})
+    """
+    c = _Plain(config, workload, dtype_bytes)
+    return {name: _BUILDERS[name](c) for name in FRAMEWORK_ARCHITECTURES[c.arch]}
+
+
+def format_framework_settings(settings: Mapping) -> str:
+    """Copyable text of :func:`framework_settings`' result: one titled snippet per framework.
+
+    Args:
+        settings: the dict :func:`framework_settings` returned.
+
+    Returns:
+        Text: per framework a ``# title`` line, its snippet, its notes as
+        comments and the documentation cited, frameworks separated by blank lines.
+
+    Example:
+        >>> s = framework_settings({"architecture": "hierarchical", "workers": 16,
+        ...                         "ranks_per_node": 8, "bucket_bytes": 2**26})
+        >>> print(format_framework_settings(s).splitlines()[0])
+        # PyTorch DDP
+    """
+    blocks = []
+    for name, entry in settings.items():
+        lines = [f"# {_TITLES.get(name, name)}", entry["snippet"]]
+        lines += [f"#   {n}" for n in entry.get("notes", ())]
+        lines.append("#   docs: " + "; ".join(entry.get("docs", ())))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
