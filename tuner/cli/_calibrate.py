@@ -15,6 +15,8 @@ from ._common import CLIError, print_json
 
 NAME = "calibrate"
 HELP = "fit cluster parameters (with uncertainty and held-out accuracy) to measurements"
+#: Set by :func:`tuner.cli.main`: fit in float64 (the library also works in float32).
+X64 = True
 DESCRIPTION = """\
 Fit one set of cluster parameters to every measurement in the given files
 (from 'ddltune collect' or 'ddltune import-nccl-tests'): all collectives,
@@ -151,10 +153,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, write the profile atomically, print a summary (or JSON)."""
-    import jax
-
-    # Entry point: fit in float64 (the library also works in float32).
-    jax.config.update("jax_enable_x64", True)
     out = Path(args.output)
     if out.exists() and not args.overwrite:
         raise CLIError(f"{out} already exists; pass --overwrite to replace it")
