@@ -52,7 +52,7 @@ def main() -> int:
     import tuner
     from calibration import Profile
     from costmodel import get_workload
-    from tuner._search import evaluate  # the tuner's own stable-shape evaluator
+    from tuner import evaluate  # the tuner's own stable-shape evaluator
 
     profile = Profile.from_preset(args.preset, args.device)
     workload = get_workload(args.model, 64)
