@@ -47,7 +47,13 @@ def main() -> int:
     if args.float64:
         jax.config.update("jax_enable_x64", True)
     import numpy as np
-    import optuna
+
+    try:
+        import optuna
+    except ImportError:
+        raise SystemExit(
+            "tuner_speed.py needs the 'bench' extra (optuna): pip install -e '.[bench]'"
+        ) from None
 
     import tuner
     from calibration import Profile
