@@ -291,6 +291,39 @@ def test_allowed_imports_pass():
     assert check(sources) == []
 
 
+# --------------------------------------------------------------------------- JAX settings
+
+
+def config_updates(source: str) -> list[int]:
+    """Lines of every ``jax.config.update(...)`` / ``config.update(...)`` call in ``source``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "update"
+            and isinstance(node.func.value, ast.Attribute | ast.Name)
+            and (getattr(node.func.value, "attr", None) or getattr(node.func.value, "id", ""))
+            == "config"
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_jax_settings_are_chosen_once_at_the_cli_entry():
+    # library code never calls jax.config.update; the CLI does it in one place
+    # (benchmarks are entry points of their own)
+    found = {
+        m: config_updates(p.read_text(encoding="utf-8"))
+        for m, p in project_modules().items()
+        if not m.startswith("benchmarks.")
+    }
+    assert {m: v for m, v in found.items() if v} == {
+        "tuner.cli._common": found["tuner.cli._common"]
+    }
+    assert config_updates("import jax\njax.config.update('jax_enable_x64', True)\n") == [2]
+
+
 # --------------------------------------------------------------------------- optional extras
 
 
