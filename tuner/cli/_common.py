@@ -26,8 +26,10 @@ __all__ = [
     "bytes_list_arg",
     "int_list_arg",
     "name_list_arg",
+    "percent",
     "positive_float_arg",
     "positive_int_arg",
+    "text_table",
 ]
 
 
@@ -256,3 +258,39 @@ def require_extra(command: str, extra: str, modules: tuple[str, ...]) -> None:
             f"ddltune {command} needs the {extra!r} extra ({', '.join(missing)} {verb} not "
             f"installed): pip install 'ddltune[{extra}]'"
         )
+
+
+def text_table(rows, *, right=()) -> list[str]:
+    """Rows of cells as aligned text lines: two spaces between columns, no trailing blanks.
+
+    Args:
+        rows: the header first, then the data rows; cells are converted with ``str``.
+        right: indices of the columns to right-align (numbers); the others align left.
+
+    Returns:
+        One string per row.
+
+    Example:
+        >>> text_table([["arch", "ms"], ["ring", "1.5"], ["ps", "12.25"]], right={1})
+        ['arch     ms', 'ring    1.5', 'ps    12.25']
+    """
+    rows = [[str(c) for c in r] for r in rows]
+    right = set(right)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    ]
+
+
+def percent(x) -> str:
+    """A fraction as a percentage with one decimal (``0.123`` → ``12.3%``); ``—`` if unknown.
+
+    Example:
+        >>> percent(0.1234), percent(None), percent(float("nan"))
+        ('12.3%', '—', '—')
+    """
+    return "—" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.1f}%"

@@ -19,6 +19,7 @@ from ._common import (
     positive_float_arg,
     positive_int_arg,
     print_json,
+    text_table,
 )
 
 NAME = "predict"
@@ -335,18 +336,7 @@ def _collective_rows(args, cluster) -> list[dict]:
 # Output
 # ---------------------------------------------------------------------------
 def _table(head: list[str], lines: list[list[str]], right: set[int]) -> None:
-    widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
-
-    def fmt(r):
-        cells = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        ]
-        return "  ".join(cells).rstrip()
-
-    print(fmt(head))
-    for r in lines:
-        print(fmt(r))
+    print("\n".join(text_table([head, *lines], right=right)))
 
 
 def _ms(x: float) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from calibration import summarize_measurements
 from costmodel import InputFileError, format_bytes, format_seconds
 
-from ._common import CLIError, print_json
+from ._common import CLIError, percent, print_json, text_table
 
 NAME = "show"
 HELP = "summarise a measurement file (.jsonl) or a profile (.json)"
@@ -97,12 +97,7 @@ def detect_kind(path: Path) -> str:
 
 
 def _table(head, rows) -> list[str]:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    out = ["  ".join(str(h).ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
-    for r in rows:
-        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    return out
+    return text_table([head, *rows])
 
 
 def _print_measurements(s: dict) -> None:
@@ -220,11 +215,11 @@ def _print_profile(s: dict) -> None:
             (
                 e["series"],
                 e.get("train_points", "—"),
-                _p(e.get("train_median")),
-                _p(e.get("train_p90")),
+                percent(e.get("train_median")),
+                percent(e.get("train_p90")),
                 e.get("heldout_points", "—"),
-                _p(e.get("heldout_median")),
-                _p(e.get("heldout_p90")),
+                percent(e.get("heldout_median")),
+                percent(e.get("heldout_p90")),
             )
             for e in s["series"]
         ]
@@ -233,10 +228,6 @@ def _print_profile(s: dict) -> None:
             print("  " + line)
     for w in s.get("warnings") or []:
         print(f"warning: {w}")
-
-
-def _p(x) -> str:
-    return "—" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.1f}%"
 
 
 # --------------------------------------------------------------------------- run
