@@ -47,12 +47,18 @@ def main() -> int:
     if args.float64:
         jax.config.update("jax_enable_x64", True)
     import numpy as np
-    import optuna
+
+    try:
+        import optuna
+    except ImportError:
+        raise SystemExit(
+            "tuner_speed.py needs the 'bench' extra (optuna): pip install -e '.[bench]'"
+        ) from None
 
     import tuner
     from calibration import Profile
     from costmodel import get_workload
-    from tuner._search import evaluate  # the tuner's own stable-shape evaluator
+    from tuner import evaluate  # the tuner's own stable-shape evaluator
 
     profile = Profile.from_preset(args.preset, args.device)
     workload = get_workload(args.model, 64)

@@ -343,3 +343,42 @@ def test_help_explains_the_options_with_an_example(capsys):
     for unit in ("ms", "samples/s", "µs", "GB/s", "powers of 1024"):
         assert unit in out
     assert main(["--help"]) == 0 and "predict" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------
+# The library functions the CLI calls
+# ---------------------------------------------------------------------------
+def test_predict_functions_are_the_cli_rows_and_name_bad_arguments(capsys):
+    import tuner
+    from calibration import Profile
+
+    p = preset("ethernet-10g", "v100")
+    w = get_workload("resnet50", 64)
+    rows = tuner.predict_iterations(p, w, ["ps", "ring"], [4, 8], servers=[1, 2], ranks_per_node=2)
+    # ps × 2 servers × 2 workers, ring × 2 workers (servers None), in the CLI's order
+    assert [(r["architecture"], r["servers"], r["workers"]) for r in rows] == [
+        ("ps", 1, 4), ("ps", 1, 8), ("ps", 2, 4), ("ps", 2, 8), ("ring", None, 4), ("ring", None, 8)
+    ]  # fmt: skip
+    for r in rows:
+        t = iteration_time(
+            p, w, r["architecture"], r["workers"], ranks_per_node=2, servers=r["servers"] or 1
+        )
+        assert r["time_s"] == pytest.approx(float(t.iteration_s), rel=1e-12)
+    cli = _json(
+        capsys,
+        *("--preset", "ethernet-10g", "--model", "resnet50", "--arch", "ps,ring"),
+        *("--workers", "4,8", "--servers", "1,2", "--ranks-per-node", "2"),
+    )["rows"]
+    assert [r["time_s"] for r in cli] == pytest.approx([r["time_s"] for r in rows], rel=1e-12)
+    coll = tuner.predict_collective(Profile.from_preset("ethernet-10g", "v100"), "all_reduce",
+                                    [1024, 2**20], 8)  # fmt: skip
+    assert [r["message_bytes"] for r in coll] == [1024, 2**20]
+    assert all(r["interval_s"][0] < r["time_s"] < r["interval_s"][1] for r in coll)
+    with pytest.raises(ValueError, match="colocated"):
+        tuner.predict_iterations(p, w, ["ring"], [4], colocated=True)
+    with pytest.raises(ValueError, match="unknown architecture 'rign'"):
+        tuner.predict_iterations(p, w, ["rign"], [4])
+    with pytest.raises(ValueError, match="workers: expected at least one"):
+        tuner.predict_iterations(p, w, ["ring"], [])
+    with pytest.raises(TypeError, match="cluster"):
+        tuner.predict_collective("ethernet-10g", "all_reduce", [1024], 8)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from calibration import Profile
-from costmodel import get_workload, iteration_time, preset
+from costmodel import format_bytes, get_workload, iteration_time, preset
 from tuner.cli import main
 
 
@@ -70,14 +71,49 @@ def test_json_document_has_the_documented_keys_and_consistent_numbers(capsys):
     assert all(set(a) >= {"architecture", "workers", "interval_s"} for a in doc["alternatives"])
 
 
-def test_text_output_has_units_and_the_runner_ups(capsys):
+def _figure(out: str, pattern: str) -> float:
+    m = re.search(pattern, out)
+    assert m, (pattern, out)
+    return float(m.group(1).replace(",", ""))
+
+
+def test_text_output_shows_the_recommendations_figures_with_units(capsys):
+    doc = _json(capsys, SMALL)  # the same query, as numbers
     code = main(SMALL)
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "Recommended:" in out and "Runner-ups:" in out
-    assert " ms" in out and "samples/s" in out and " %" in out
-    assert "MiB" in out or "per tensor" in out
-    assert "Why:" in out
+    assert "Recommended:" in out and "Runner-ups:" in out and "Why:" in out
+    bd = doc["breakdown"]
+    # every figure of the recommendation, read back from the text, to the digits shown
+    shown = {
+        r"step time\s+(\S+) ms": doc["iteration_time_s"] * 1e3,
+        r"90% interval (\S+) ms": doc["interval_s"][0] * 1e3,
+        r"90% interval \S+ ms – (\S+) ms": doc["interval_s"][1] * 1e3,
+        r"throughput\s+(\S+) samples/s": doc["throughput_samples_per_s"],
+        r"scaling eff\.\s+(\S+) %": 100 * doc["scaling_efficiency"],
+        r"forward (\S+) ms": bd["forward_s"] * 1e3,
+        r"backward (\S+) ms": bd["backward_s"] * 1e3,
+        r"communication\s+(\S+) ms": bd["communication_s"] * 1e3,
+        r"exposed (\S+) ms": bd["exposed_communication_s"] * 1e3,
+        r"update\s+(\S+) ms": bd["update_s"] * 1e3,
+    }
+    for pattern, value in shown.items():
+        # 4 significant digits (ms), whole samples/s, one decimal of a percent
+        assert _figure(out, pattern) == pytest.approx(value, rel=6e-4, abs=0.051), pattern
+    assert f"in {bd['num_buckets']:.0f} bucket" in out
+    bucket = "per tensor" if doc["bucket_bytes"] == 0 else format_bytes(doc["bucket_bytes"])
+    assert bucket in out.split("Runner-ups:")[0]
+    # one runner-up line per alternative, with its workers, step time and efficiency
+    table = out.split("Runner-ups:")[1].splitlines()[2:]
+    assert len(table) >= len(doc["alternatives"]) > 0
+    for alt, line in zip(doc["alternatives"], table, strict=False):
+        cells = line.split()
+        assert str(alt["workers"]) in cells, line
+        step = float(cells[cells.index("ms") - 1])
+        assert step == pytest.approx(alt["iteration_time_s"] * 1e3, rel=6e-4)
+        assert float(cells[-1].rstrip("%")) == pytest.approx(
+            100 * alt["scaling_efficiency"], abs=0.051
+        )
 
 
 def test_profile_file_and_global_batch(tmp_path, capsys):

@@ -2,6 +2,8 @@
 
 Public API:
 
+* :func:`predict_iterations`, :func:`predict_collective` — the model's
+  numbers for a grid of configurations, with intervals from a profile;
 * :func:`recommend` → :class:`Recommendation` (with :class:`Configuration`
   runner-ups, :class:`Curve` helpers and every :class:`Sweep`);
 * :func:`sensitivity` — elasticities ∂log T/∂log θ per hardware parameter;
@@ -12,6 +14,9 @@ Public API:
   (both ``ValueError``).
 """
 
+from ._predict import PREDICTION_LEVEL as PREDICTION_LEVEL
+from ._predict import predict_collective as predict_collective
+from ._predict import predict_iterations as predict_iterations
 from ._recommend import OBJECTIVES as OBJECTIVES
 from ._recommend import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
 from ._recommend import Configuration as Configuration
@@ -22,14 +27,18 @@ from ._recommend import UnreliableProfileError as UnreliableProfileError
 from ._recommend import recommend as recommend
 from ._report import ReportFiles as ReportFiles
 from ._report import build_report as build_report
+from ._report import format_parameter_rows as format_parameter_rows
 from ._report import iteration_timeline as iteration_timeline
+from ._report import profile_summary as profile_summary
 from ._report import write_report as write_report
+from ._run import RUN_DEFAULTS as RUN_DEFAULTS
 from ._run import RunResult as RunResult
 from ._run import run_main_job as run_main_job
 from ._search import DEFAULT_BUCKET_GRID as DEFAULT_BUCKET_GRID
 from ._search import HOROVOD_FUSION_BYTES as HOROVOD_FUSION_BYTES
 from ._search import Sweep as Sweep
 from ._search import Variant as Variant
+from ._search import evaluate as evaluate
 from ._search import resolve_variants as resolve_variants
 from ._sensitivity import SENSITIVITY_NAMES as SENSITIVITY_NAMES
 from ._sensitivity import sensitivity as sensitivity

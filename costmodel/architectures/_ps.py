@@ -27,8 +27,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .._params import ClusterParams
-from ..collectives import RingAllReduce, ps_exchange_terms
-from ..collectives._base import Terms, evaluate, finish
+from ..collectives import RingAllReduce, Terms, evaluate, finish, ps_exchange_terms
 from ._base import AbstractArchitecture
 
 __all__ = ["PSArchitecture", "PSHostArchitecture", "HybridArchitecture"]

@@ -15,6 +15,8 @@ from .._params import ClusterParams
 from ._abstract import AbstractCollective as AbstractCollective
 from ._all_to_all import AllToAll as AllToAll
 from ._base import Terms as Terms
+from ._base import evaluate as evaluate
+from ._base import finish as finish
 from ._hierarchical import HierarchicalAllReduce as HierarchicalAllReduce
 from ._ps import PSPull as PSPull
 from ._ps import PSPush as PSPush

@@ -13,6 +13,12 @@ Conventions (every subcommand follows them):
   no traceback unless ``--debug``;
 * ``--json`` prints exactly one JSON document on stdout;
 * sizes accept nccl-tests suffixes (``1K``, ``64M``, ``1G``: powers of 1024).
+
+A subcommand module may also declare ``X64 = True`` and
+``COMPILATION_CACHE = True`` (the JAX settings it needs: :func:`main` applies
+them once, through :func:`~tuner.cli._common.configure_jax`, before ``run``)
+and ``EXTRA = (name, modules)`` (an optional dependency group it needs:
+a missing one is a one-line error naming the extra).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import importlib.util
 import os
 import sys
 
-from ._common import add_common_arguments, fail
+from ._common import add_common_arguments, configure_jax, fail, require_extra
 
 __all__ = ["main", "build_parser"]
 
@@ -101,8 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     debug = getattr(args, "debug", False)
+    mod = modules[args.command]
     try:
-        return int(modules[args.command].run(args) or 0)
+        if hasattr(mod, "EXTRA"):
+            require_extra(mod.NAME, *mod.EXTRA)
+        configure_jax(
+            x64=getattr(mod, "X64", False),
+            compilation_cache=getattr(mod, "COMPILATION_CACHE", False),
+        )
+        return int(mod.run(args) or 0)
     except KeyboardInterrupt:
         print("ddltune: interrupted", file=sys.stderr)
         return 130

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import warnings
 from pathlib import Path
@@ -11,10 +10,12 @@ from pathlib import Path
 from calibration import STATISTICS, CalibrationWarning, calibrate, parse_prior_preset
 from costmodel import format_bytes, format_seconds
 
-from ._common import CLIError, print_json
+from ._common import CLIError, percent, print_json, text_table
 
 NAME = "calibrate"
 HELP = "fit cluster parameters (with uncertainty and held-out accuracy) to measurements"
+#: Set by :func:`tuner.cli.main`: fit in float64 (the library also works in float32).
+X64 = True
 DESCRIPTION = """\
 Fit one set of cluster parameters to every measurement in the given files
 (from 'ddltune collect' or 'ddltune import-nccl-tests'): all collectives,
@@ -151,10 +152,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, write the profile atomically, print a summary (or JSON)."""
-    import jax
-
-    # Entry point: fit in float64 (the library also works in float32).
-    jax.config.update("jax_enable_x64", True)
     out = Path(args.output)
     if out.exists() and not args.overwrite:
         raise CLIError(f"{out} already exists; pass --overwrite to replace it")
@@ -204,24 +201,13 @@ def _summary(profile, out: Path) -> dict:
     }
 
 
-def _pct(x) -> str:
-    return "—" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
-
-
 def _series_label(s: dict) -> str:
     what = s.get("collective") or s.get("op")
     return f"{what} n={s['num_ranks']} g={s['ranks_per_node']}"
 
 
 def _table(rows: list[list[str]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print(
-            "  ".join(
-                c.rjust(w) if i else c.ljust(w)
-                for i, (c, w) in enumerate(zip(r, widths, strict=True))
-            ).rstrip()
-        )
+    print("\n".join(text_table(rows, right=range(1, len(rows[0])))))
 
 
 def _value(row: dict) -> str:
@@ -242,7 +228,7 @@ def _print_text(profile, out: Path) -> None:
     pts = fit.get("points", {})
     sel = fit.get("regime_selection", {})
     scores = ", ".join(
-        f"{k}: {_pct(s)}" for k, s in (sel.get("scores") or {}).items() if s is not None
+        f"{k}: {percent(s)}" for k, s in (sel.get("scores") or {}).items() if s is not None
     )
     print(
         f"fitted {pts.get('train', 0)} points, held out {pts.get('heldout', 0)} "
@@ -261,11 +247,11 @@ def _print_text(profile, out: Path) -> None:
             [
                 _series_label(s),
                 str(tr["points"]),
-                _pct(tr["median"]),
-                _pct(tr["p90"]),
+                percent(tr["median"]),
+                percent(tr["p90"]),
                 str(ho["points"]),
-                _pct(ho["median"]),
-                _pct(ho["p90"]),
+                percent(ho["median"]),
+                percent(ho["p90"]),
             ]
         )
     tr, ho = v.get("train", {}), v.get("heldout", {})
@@ -273,11 +259,11 @@ def _print_text(profile, out: Path) -> None:
         [
             "all",
             str(tr.get("points", 0)),
-            _pct(tr.get("median")),
-            _pct(tr.get("p90")),
+            percent(tr.get("median")),
+            percent(tr.get("p90")),
             str(ho.get("points", 0)),
-            _pct(ho.get("median")),
-            _pct(ho.get("p90")),
+            percent(ho.get("median")),
+            percent(ho.get("p90")),
         ]
     )
     _table(rows)
@@ -316,4 +302,4 @@ def _print_text(profile, out: Path) -> None:
     for note in profile.notes:
         print(f"note: {note}")
     state = "reliable" if profile.reliable else "UNRELIABLE"
-    print(f"\nwrote {out} ({state}; held-out p90 {_pct(profile.heldout_p90)})")
+    print(f"\nwrote {out} ({state}; held-out p90 {percent(profile.heldout_p90)})")

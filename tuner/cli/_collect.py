@@ -251,7 +251,7 @@ def format_tables(rows: list[dict]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the collection; print the tables (or ``--json``); exit 1 on wrong results."""
     progress = not args.no_progress and sys.stderr.isatty()
-    from calibration._records import RecordRepairWarning
+    from calibration import RecordRepairWarning
 
     def say(message, category, *rest, **kw):
         if issubclass(category, RecordRepairWarning):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
+import os
 import sys
 import traceback
 
@@ -15,14 +17,19 @@ __all__ = [
     "UsageError",
     "add_common_arguments",
     "add_model_arguments",
+    "configure_jax",
+    "enable_compilation_cache",
+    "require_extra",
     "fail",
     "print_json",
     "bytes_arg",
     "bytes_list_arg",
     "int_list_arg",
     "name_list_arg",
+    "percent",
     "positive_float_arg",
     "positive_int_arg",
+    "text_table",
 ]
 
 
@@ -182,3 +189,115 @@ def positive_int_arg(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {text!r}")
     return v
+
+
+def enable_compilation_cache() -> None:
+    """Keep compiled programs on disk between runs (JAX's persistent compilation cache).
+
+    The folder is ``$XDG_CACHE_HOME/ddltune/jax`` (default ``~/.cache/ddltune/jax``);
+    programs that took at least 0.1 s to compile are kept. Skipped when the
+    user chose a folder (``JAX_COMPILATION_CACHE_DIR``, which JAX reads itself,
+    or ``jax_compilation_cache_dir`` already set), opted out
+    (``DDLTUNE_NO_COMPILATION_CACHE``), or the folder cannot be created.
+    Called by :func:`configure_jax`, the one place the CLI changes JAX settings.
+    """
+    if os.environ.get("DDLTUNE_NO_COMPILATION_CACHE") or os.environ.get(
+        "JAX_COMPILATION_CACHE_DIR"
+    ):
+        return
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:
+        return
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "ddltune", "jax")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+
+
+def configure_jax(*, x64: bool = False, compilation_cache: bool = False) -> None:
+    """The JAX settings of one CLI run, chosen once at the entry (library code never does).
+
+    A subcommand module declares what it needs as module constants, read by
+    :func:`tuner.cli.main`: ``X64 = True`` (float64: ``predict``, ``calibrate``,
+    ``report``, ``run``, whose printed digits or fits need it; ``recommend``
+    keeps float32, which halves its search time) and ``COMPILATION_CACHE = True``
+    (:func:`enable_compilation_cache`: ``recommend``, ``report``, ``run``).
+    With neither, JAX is not even imported.
+
+    Args:
+        x64: switch ``jax_enable_x64`` on (it is never switched off here).
+        compilation_cache: keep compiled programs between runs.
+    """
+    if x64:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    if compilation_cache:
+        enable_compilation_cache()
+
+
+def require_extra(command: str, extra: str, modules: tuple[str, ...]) -> None:
+    """Fail in one line, naming the extra, when an optional dependency is missing.
+
+    Args:
+        command: the subcommand (``report``), for the message.
+        extra: the ``pyproject.toml`` optional-dependency group (``report``).
+        modules: top-level modules the extra installs (``("matplotlib", "jinja2")``).
+
+    Raises:
+        CLIError: ``ddltune report needs the 'report' extra (jinja2 is not
+            installed): pip install 'ddltune[report]'``.
+    """
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise CLIError(
+            f"ddltune {command} needs the {extra!r} extra ({', '.join(missing)} {verb} not "
+            f"installed): pip install 'ddltune[{extra}]'"
+        )
+
+
+def text_table(rows, *, right=()) -> list[str]:
+    """Rows of cells as aligned text lines: two spaces between columns, no trailing blanks.
+
+    Args:
+        rows: the header first, then the data rows; cells are converted with ``str``.
+        right: indices of the columns to right-align (numbers); the others align left.
+
+    Returns:
+        One string per row.
+
+    Example:
+        >>> text_table([["arch", "ms"], ["ring", "1.5"], ["ps", "12.25"]], right={1})
+        ['arch     ms', 'ring    1.5', 'ps    12.25']
+    """
+    rows = [[str(c) for c in r] for r in rows]
+    right = set(right)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    ]
+
+
+def percent(x) -> str:
+    """A fraction as a percentage with one decimal (``0.123`` → ``12.3%``); ``—`` if unknown.
+
+    Example:
+        >>> percent(0.1234), percent(None), percent(float("nan"))
+        ('12.3%', '—', '—')
+    """
+    return "—" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.1f}%"

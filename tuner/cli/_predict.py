@@ -2,14 +2,13 @@
 
 Two modes: an *iteration* breakdown per (architecture, servers, workers, bucket
 size) of a model, or a *collective*'s time, algbw and busbw per message size.
-Parsing and formatting only; the numbers come from :mod:`costmodel` (and from
-:class:`calibration.Profile` for ``--profile``).
+Parsing and formatting only; the numbers come from
+:func:`tuner.predict_iterations` and :func:`tuner.predict_collective`.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 
 from ._common import (
     UsageError,
@@ -20,6 +19,7 @@ from ._common import (
     positive_float_arg,
     positive_int_arg,
     print_json,
+    text_table,
 )
 
 NAME = "predict"
@@ -68,6 +68,9 @@ Exit codes: 0 success; 2 bad arguments (unknown names, values out of range);
 
 #: Interval level of ``--profile`` predictions.
 LEVEL = 0.9
+
+#: :func:`tuner.cli.main` switches float64 on for this subcommand.
+X64 = True
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str):
@@ -276,30 +279,13 @@ def _workload(args):
     return w
 
 
-def _interval(profile, fn):
-    if profile is None:
-        return None
-    import numpy as np
-
-    low, high = profile.interval(fn, level=LEVEL)
-    return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
-
-
 # ---------------------------------------------------------------------------
-# The two modes
+# The two modes: check the flags, then one call to tuner
 # ---------------------------------------------------------------------------
-def _iteration_rows(args, params, profile):
+def _iteration_rows(args, cluster):
     """(rows, workload)."""
-    import numpy as np
-
-    from costmodel import (
-        ARCHITECTURE_NAMES,
-        DEFAULT_BUCKET_BYTES,
-        Breakdown,
-        format_choices,
-        get_architecture,
-        iteration_time,
-    )
+    from costmodel import ARCHITECTURE_NAMES, DEFAULT_BUCKET_BYTES, format_choices, get_architecture
+    from tuner import predict_iterations
 
     archs = list(dict.fromkeys(args.arch))
     for a in archs:
@@ -312,99 +298,45 @@ def _iteration_rows(args, params, profile):
     if args.servers is not None and not any(get_architecture(a).uses_servers for a in archs):
         raise UsageError("--servers applies to ps and hybrid; add one of them to --arch")
     workload = _workload(args)
-    workers = list(dict.fromkeys(args.workers))
-    servers = list(dict.fromkeys(args.servers or [1]))
-    buckets = list(dict.fromkeys(args.bucket_bytes or [DEFAULT_BUCKET_BYTES]))
-    g = args.ranks_per_node
-
-    rows = []
-    for a in archs:
-        colocated = a == "ps" and args.colocated
-        arch = get_architecture(a, colocated=colocated)
-        ks = servers if arch.uses_servers else [None]
-        grid = list(itertools.product(ks, workers, buckets))
-        k_arr = np.array([k or 1 for k, _, _ in grid], dtype=np.float64)
-        n_arr = np.array([n for _, n, _ in grid], dtype=np.float64)
-        b_arr = np.array([b for _, _, b in grid], dtype=np.float64)
-
-        def predict(p, arch=arch, n_arr=n_arr, k_arr=k_arr, b_arr=b_arr):
-            return iteration_time(
-                p, workload, arch, n_arr, ranks_per_node=g, servers=k_arr, bucket_bytes=b_arr
-            )
-
-        out = predict(params).to_dict()
-        interval = _interval(profile, lambda p, f=predict: f(p).iteration_s)
-        for i, (k, n, b) in enumerate(grid):
-            row = {
-                "architecture": a,
-                "servers": k,
-                "colocated": colocated,
-                "workers": n,
-                "ranks_per_node": g,
-                "bucket_bytes": b,
-                "time_s": out["iteration_s"][i],
-            }
-            row.update({f: out[f][i] for f in Breakdown.FIELDS})
-            if interval is not None:
-                row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
-            rows.append(row)
+    rows = predict_iterations(
+        cluster,
+        workload,
+        archs,
+        args.workers,
+        servers=args.servers or [1],
+        bucket_bytes=args.bucket_bytes or [DEFAULT_BUCKET_BYTES],
+        ranks_per_node=args.ranks_per_node,
+        colocated=args.colocated,
+        level=LEVEL,
+    )
     return rows, workload
 
 
-def _collective_rows(args, params, profile) -> list[dict]:
-    import numpy as np
-
-    from costmodel import BUSBW_FACTOR, collective_time, get_collective
+def _collective_rows(args, cluster) -> list[dict]:
+    from costmodel import get_collective
+    from tuner import predict_collective
 
     try:
-        coll = get_collective(args.collective, args.algorithm)
+        get_collective(args.collective, args.algorithm)
     except ValueError as e:  # lists the valid names
         flag = "--collective" if "unknown collective" in str(e) else "--algorithm"
         raise UsageError(f"{flag}: {e}") from None
-    S = np.array(args.message_bytes, dtype=np.float64)
-    n, g = args.num_ranks, args.ranks_per_node
-
-    def predict(p):
-        return collective_time(p, args.collective, S, n, g, algorithm=args.algorithm)
-
-    t = np.asarray(predict(params), dtype=np.float64)
-    interval = _interval(profile, predict)
-    factor = float(BUSBW_FACTOR(args.collective, n))
-    rows = []
-    for i, s in enumerate(args.message_bytes):
-        algbw = s / t[i] if t[i] > 0 else None
-        row = {
-            "collective": args.collective,
-            "algorithm": coll.algorithm,
-            "num_ranks": n,
-            "ranks_per_node": min(g, n),
-            "message_bytes": s,
-            "time_s": float(t[i]),
-            "algbw": algbw,
-            "busbw": None if algbw is None else algbw * factor,
-        }
-        if interval is not None:
-            row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
-        rows.append(row)
-    return rows
+    return predict_collective(
+        cluster,
+        args.collective,
+        args.message_bytes,
+        args.num_ranks,
+        ranks_per_node=args.ranks_per_node,
+        algorithm=args.algorithm,
+        level=LEVEL,
+    )
 
 
 # ---------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------
 def _table(head: list[str], lines: list[list[str]], right: set[int]) -> None:
-    widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
-
-    def fmt(r):
-        cells = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        ]
-        return "  ".join(cells).rstrip()
-
-    print(fmt(head))
-    for r in lines:
-        print(fmt(r))
+    print("\n".join(text_table([head, *lines], right=right)))
 
 
 def _ms(x: float) -> str:
@@ -486,24 +418,23 @@ def _describe(cluster: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Predict and print (a table, or ``{"rows": [...]}`` with ``--json``)."""
-    import jax
+    """Predict and print (a table, or ``{"rows": [...]}`` with ``--json``).
 
-    # float64 so that printed times and bandwidths are exact to the digits shown
-    # (the entry point decides; library code never calls jax.config)
-    jax.config.update("jax_enable_x64", True)
-
+    float64 (``X64``, set by :func:`tuner.cli.main`) so that printed times and
+    bandwidths are exact to the digits shown.
+    """
     mode = _mode(args)
     params, profile, cluster = _cluster(args)
+    source = params if profile is None else profile
     if mode == "collective":
-        rows = _collective_rows(args, params, profile)
+        rows = _collective_rows(args, source)
         doc = {"rows": rows, "cluster": cluster}
         if args.json:
             print_json(doc)
         else:
             _print_collectives(rows, cluster)
         return 0
-    rows, w = _iteration_rows(args, params, profile)
+    rows, w = _iteration_rows(args, source)
     workload = {
         "name": w.name,
         "batch_size": w.batch_size,

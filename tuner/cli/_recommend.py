@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import textwrap
 
 from ._common import (
@@ -22,6 +21,11 @@ from ._common import (
 
 NAME = "recommend"
 HELP = "recommend the architecture, worker count and bucket size for a model on a cluster"
+#: Set by :func:`tuner.cli.main`: compiled programs kept between runs (opt out:
+#: DDLTUNE_NO_COMPILATION_CACHE=1). No X64: jax's default float32 is enough here
+#: (relative error ~1e-7 on sums of a few hundred bucket times) and halves the
+#: search time compared with float64.
+COMPILATION_CACHE = True
 DESCRIPTION = """\
 Search every gradient-exchange architecture — parameter servers (dedicated or
 colocated, 1, 2, 4, … servers), peer-to-peer, ring and tree all-reduce, and
@@ -210,31 +214,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _enable_compilation_cache() -> None:
-    """Keep compiled programs on disk between runs (JAX's persistent compilation cache).
-
-    Skipped when the user chose a folder (``JAX_COMPILATION_CACHE_DIR``, which
-    JAX reads itself), opted out (``DDLTUNE_NO_COMPILATION_CACHE``), or the
-    folder cannot be created.
-    """
-    if os.environ.get("DDLTUNE_NO_COMPILATION_CACHE") or os.environ.get(
-        "JAX_COMPILATION_CACHE_DIR"
-    ):
-        return
-    import jax
-
-    if jax.config.jax_compilation_cache_dir:
-        return
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "ddltune", "jax")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        return
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
-
-
 def _load_profile(args):
     from calibration import Profile
 
@@ -268,9 +247,6 @@ def _load_workload(args):
 
 def run(args: argparse.Namespace) -> int:
     """Recommend; print the choice and the runner-ups (or one JSON document)."""
-    _enable_compilation_cache()
-    # jax's default float32 is enough here (relative error ~1e-7 on sums of a few
-    # hundred bucket times) and halves the search time compared with float64.
     import tuner
 
     if args.device is not None and args.profile:

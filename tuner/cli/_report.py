@@ -11,6 +11,12 @@ from ._common import CLIError, add_model_arguments, positive_int_arg, print_json
 
 NAME = "report"
 HELP = "write the HTML/Markdown report (figures, tables) from a profile, for a model"
+#: Set by :func:`tuner.cli.main`: float64 as 'ddltune calibrate'; compiled
+#: programs kept between runs (opt out: DDLTUNE_NO_COMPILATION_CACHE=1).
+X64 = True
+COMPILATION_CACHE = True
+#: The figures and templates need ``pip install 'ddltune[report]'``.
+EXTRA = ("report", ("matplotlib", "jinja2"))
 DESCRIPTION = """\
 Recommend a configuration for the model from a fitted profile and write
 DIR/index.html (opens from disk: no server, no network), DIR/report.md and the
@@ -89,21 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Recommend and write the report."""
-    import jax
+    from pathlib import Path
 
     import calibration
     import tuner
     from costmodel import get_workload, load_layers
-
-    from .._report import build_report
-
-    jax.config.update("jax_enable_x64", True)  # as 'ddltune recommend'
-    # compiled programs kept between runs, as 'ddltune recommend' does (opt out:
-    # DDLTUNE_NO_COMPILATION_CACHE=1)
-    from ._recommend import _enable_compilation_cache
-
-    _enable_compilation_cache()
-    from pathlib import Path
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -129,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         except tuner.UnreliableProfileError as e:
             refusal = str(e)
             rec = tuner.recommend(profile, workload, force=True, **kwargs)
-    files = build_report(
+    files = tuner.build_report(
         out,
         profile=profile,
         workload=workload,

@@ -12,6 +12,12 @@ from ._common import UsageError, bytes_arg, positive_float_arg, positive_int_arg
 
 NAME = "run"
 HELP = "the main job: measure, calibrate, recommend and write an HTML/Markdown report"
+#: Set by :func:`tuner.cli.main`: float64 as 'ddltune calibrate'; compiled
+#: programs kept between runs (opt out: DDLTUNE_NO_COMPILATION_CACHE=1).
+X64 = True
+COMPILATION_CACHE = True
+#: The report it writes needs ``pip install 'ddltune[report]'``.
+EXTRA = ("report", ("matplotlib", "jinja2"))
 DESCRIPTION = """\
 Run everything in one go and write a report you can open in a browser:
 
@@ -51,7 +57,7 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ddltune run``."""
-    from .._run import RUN_DEFAULTS
+    from tuner import RUN_DEFAULTS
 
     src = parser.add_argument_group("measurements")
     src.add_argument(
@@ -176,20 +182,8 @@ def _prior(args) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the main job and print a short summary (or JSON)."""
-    import jax
-
     import tuner
 
-    from .._run import run_main_job
-
-    # The entry point decides the precision (library code never does): float64
-    # as 'ddltune calibrate' and 'ddltune recommend' use.
-    jax.config.update("jax_enable_x64", True)
-    # compiled programs kept between runs, as 'ddltune recommend' does (opt out:
-    # DDLTUNE_NO_COMPILATION_CACHE=1)
-    from ._recommend import _enable_compilation_cache
-
-    _enable_compilation_cache()
     if args.validate and args.measurements:
         raise UsageError(
             "--validate trains on this machine's processes; it cannot check measurements of "
@@ -202,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    res = run_main_job(
+    res = tuner.run_main_job(
         args.output,
         workers=args.workers,
         measurements=args.measurements,

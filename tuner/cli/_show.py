@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections import Counter
 from pathlib import Path
 
+from calibration import summarize_measurements
 from costmodel import InputFileError, format_bytes, format_seconds
 
-from ._common import CLIError, print_json
+from ._common import CLIError, percent, print_json, text_table
 
 NAME = "show"
 HELP = "summarise a measurement file (.jsonl) or a profile (.json)"
@@ -96,105 +96,8 @@ def detect_kind(path: Path) -> str:
 # --------------------------------------------------------------------------- measurements
 
 
-def summarize_measurements(path: Path) -> dict:
-    """A JSON-ready summary of a measurement file.
-
-    Raises:
-        InputFileError: naming the file and line of a malformed record.
-    """
-    from calibration import read_records
-
-    recs = read_records(path)
-    kinds = Counter(r["kind"] for r in recs)
-    stamps = sorted(r["timestamp"] for r in recs)
-    versions: dict[str, set] = {}
-    for r in recs:
-        for k, v in (r.get("versions") or {}).items():
-            versions.setdefault(k, set()).add(str(v))
-    series: dict[tuple, dict] = {}
-    for r in recs:
-        if r["kind"] != "collective":
-            continue
-        key = (r["collective"], r["num_ranks"], r["ranks_per_node"])
-        s = series.setdefault(
-            key, {"points": 0, "sizes": set(), "min_s": math.inf, "max_s": 0.0, "wrong": 0}
-        )
-        t = _central(r)
-        s["points"] += 1
-        s["sizes"].add(r["message_bytes"])
-        s["min_s"] = min(s["min_s"], t)
-        s["max_s"] = max(s["max_s"], t)
-        s["wrong"] += int(r.get("wrong", 0))
-    compute: dict[tuple, dict] = {}
-    for r in recs:
-        if r["kind"] != "compute":
-            continue
-        key = (r["op"], r["num_ranks"])
-        c = compute.setdefault(key, {"points": 0, "gflop_s": []})
-        c["points"] += 1
-        c["gflop_s"].append(r["flops"] / _central(r) / 1e9)
-    steps: dict[tuple, int] = Counter(
-        (r["architecture"], r["workers"], r["model"]) for r in recs if r["kind"] == "step"
-    )
-    return {
-        "file": str(path),
-        "type": "measurements",
-        "records": len(recs),
-        "kinds": dict(kinds),
-        "backends": sorted({r["backend"] for r in recs}),
-        "device_kinds": sorted({r["device_kind"] for r in recs}),
-        "hosts": len({r.get("host_fingerprint") for r in recs}),
-        "sources": sorted({r["source"] for r in recs}),
-        "first": stamps[0],
-        "last": stamps[-1],
-        "versions": {k: sorted(v) for k, v in sorted(versions.items())},
-        "collectives": [
-            {
-                "collective": k[0],
-                "num_ranks": k[1],
-                "ranks_per_node": k[2],
-                "points": v["points"],
-                "sizes": len(v["sizes"]),
-                "min_bytes": min(v["sizes"]),
-                "max_bytes": max(v["sizes"]),
-                "min_time_s": v["min_s"],
-                "max_time_s": v["max_s"],
-                "wrong": v["wrong"],
-            }
-            for k, v in sorted(series.items())
-        ],
-        "compute": [
-            {
-                "op": k[0],
-                "num_ranks": k[1],
-                "points": v["points"],
-                "min_gflop_s": min(v["gflop_s"]),
-                "max_gflop_s": max(v["gflop_s"]),
-            }
-            for k, v in sorted(compute.items())
-        ],
-        "steps": [
-            {"architecture": k[0], "workers": k[1], "model": k[2], "points": n}
-            for k, n in sorted(steps.items())
-        ],
-    }
-
-
-def _central(rec: dict) -> float:
-    ts = rec["time_s"]
-    for k in ("median", "mean", "p10", "min"):
-        if k in ts:
-            return float(ts[k])
-    raise ValueError("record without a central time statistic")  # validated: unreachable
-
-
 def _table(head, rows) -> list[str]:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    out = ["  ".join(str(h).ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
-    for r in rows:
-        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    return out
+    return text_table([head, *rows])
 
 
 def _print_measurements(s: dict) -> None:
@@ -263,16 +166,16 @@ def summarize_profile(path: Path) -> dict:
         raise CLIError(
             f"{path} is a profile, but this ddltune has no calibration.Profile to read it"
         ) from None
-    prof = Profile.load(path)
-    from .._report import profile_summary
+    from tuner import profile_summary
 
+    prof = Profile.load(path)
     out = {"file": str(path), "type": "profile"}
     out.update(profile_summary(prof))
     return out
 
 
 def _print_profile(s: dict) -> None:
-    from .._report import format_parameter_rows
+    from tuner import format_parameter_rows
 
     state = "reliable" if s["reliable"] else "UNRELIABLE (the tuner refuses it without --force)"
     print(f"{s['file']}: profile — {state}")
@@ -312,11 +215,11 @@ def _print_profile(s: dict) -> None:
             (
                 e["series"],
                 e.get("train_points", "—"),
-                _p(e.get("train_median")),
-                _p(e.get("train_p90")),
+                percent(e.get("train_median")),
+                percent(e.get("train_p90")),
                 e.get("heldout_points", "—"),
-                _p(e.get("heldout_median")),
-                _p(e.get("heldout_p90")),
+                percent(e.get("heldout_median")),
+                percent(e.get("heldout_p90")),
             )
             for e in s["series"]
         ]
@@ -325,10 +228,6 @@ def _print_profile(s: dict) -> None:
             print("  " + line)
     for w in s.get("warnings") or []:
         print(f"warning: {w}")
-
-
-def _p(x) -> str:
-    return "—" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.1f}%"
 
 
 # --------------------------------------------------------------------------- run
@@ -342,7 +241,10 @@ def run(args: argparse.Namespace) -> int:
     if path.is_dir():
         raise IsADirectoryError(21, "Is a directory (give a .jsonl or .json file)", str(path))
     kind = detect_kind(path)
-    summary = summarize_profile(path) if kind == "profile" else summarize_measurements(path)
+    if kind == "profile":
+        summary = summarize_profile(path)
+    else:
+        summary = summarize_measurements(path)  # InputFileError: file and line
     if args.json:
         print_json(summary)
     elif kind == "profile":

@@ -1,0 +1,232 @@
+"""The cost model's predictions for a grid of configurations, with intervals.
+
+What ``ddltune predict`` prints, as a Python API: :func:`predict_iterations`
+(one synchronous SGD iteration per architecture × servers × workers × bucket
+size) and :func:`predict_collective` (one collective per message size, with
+nccl-tests' algbw and busbw). Both take datasheet :class:`costmodel.ClusterParams`
+or a fitted :class:`calibration.Profile`; a profile adds a prediction interval
+to every row (:meth:`calibration.Profile.interval`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from calibration import Profile
+from costmodel import (
+    BUSBW_FACTOR,
+    DEFAULT_BUCKET_BYTES,
+    Breakdown,
+    ClusterParams,
+    Workload,
+    collective_time,
+    get_architecture,
+    get_collective,
+    iteration_time,
+)
+
+__all__ = ["PREDICTION_LEVEL", "predict_collective", "predict_iterations"]
+
+#: Coverage of the intervals added when the cluster is a fitted profile.
+PREDICTION_LEVEL = 0.9
+
+
+def _split(cluster: ClusterParams | Profile) -> tuple[ClusterParams, Profile | None]:
+    if isinstance(cluster, Profile):
+        return cluster.params, cluster
+    if isinstance(cluster, ClusterParams):
+        return cluster, None
+    raise TypeError(
+        f"cluster: expected costmodel.ClusterParams or calibration.Profile, "
+        f"got {type(cluster).__name__}"
+    )
+
+
+def _interval(profile: Profile | None, fn, level: float):
+    if profile is None:
+        return None
+    low, high = profile.interval(fn, level=level)
+    return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+
+
+def _unique(values, name: str) -> list:
+    out = list(dict.fromkeys(values))
+    if not out:
+        raise ValueError(f"{name}: expected at least one value, got none")
+    return out
+
+
+def predict_iterations(
+    cluster: ClusterParams | Profile,
+    workload: Workload,
+    architectures: Sequence[str],
+    workers: Sequence[int],
+    *,
+    servers: Sequence[int] = (1,),
+    bucket_bytes: Sequence[int] = (DEFAULT_BUCKET_BYTES,),
+    ranks_per_node: int = 1,
+    colocated: bool = False,
+    level: float = PREDICTION_LEVEL,
+) -> list[dict]:
+    """One iteration's breakdown for every configuration of a grid.
+
+    The grid is every architecture × servers (only for architectures with
+    parameter servers, ``ps`` and ``hybrid``; ``None`` for the others) ×
+    workers × bucket size, in that nesting order; duplicates are dropped. Each
+    row is :func:`costmodel.iteration_time` of that configuration (one batched
+    call per architecture).
+
+    Args:
+        cluster: datasheet parameters, or a fitted profile (then every row gets
+            ``interval_s``, a ``level`` prediction interval).
+        workload: the model (batch size per worker, layers, optional measured
+            step time).
+        architectures: names of :data:`costmodel.ARCHITECTURE_NAMES`.
+        workers: data-parallel ranks n ≥ 1.
+        servers: parameter servers k ≥ 1 (used by ``ps`` and ``hybrid``).
+        bucket_bytes: gradient bucket caps, bytes ≥ 0 (0 = one collective per
+            tensor).
+        ranks_per_node: ranks sharing a node's link, g ≥ 1.
+        colocated: ``ps`` servers run on k of the workers (only ``ps``).
+        level: interval coverage in (0, 1).
+
+    Returns:
+        A list of JSON-ready dicts (SI units: s, bytes, samples/s): keys
+        ``architecture``, ``servers``, ``colocated``, ``workers``,
+        ``ranks_per_node``, ``bucket_bytes``, ``time_s`` (= ``iteration_s``),
+        the fields of :class:`costmodel.Breakdown`, and ``interval_s``
+        ``[low, high]`` with a profile.
+
+    Raises:
+        ValueError: an unknown architecture (listing the valid ones), an empty
+            list, ``colocated`` without ``ps``, or values out of range.
+        TypeError: ``cluster`` is neither parameters nor a profile.
+
+    Example:
+        >>> from costmodel import get_workload, preset
+        >>> rows = predict_iterations(preset("ethernet-10g", "v100"),
+        ...     get_workload("resnet50", 64), ["ring", "ps"], [4, 8])
+        >>> [(r["architecture"], r["workers"]) for r in rows]
+        [('ring', 4), ('ring', 8), ('ps', 4), ('ps', 8)]
+    """
+    params, profile = _split(cluster)
+    archs = _unique(architectures, "architectures")
+    if colocated and "ps" not in archs:
+        raise ValueError("colocated: applies to the ps architecture; add ps to architectures")
+    workers = _unique(workers, "workers")
+    servers = _unique(servers, "servers")
+    buckets = _unique(bucket_bytes, "bucket_bytes")
+    rows = []
+    for a in archs:
+        coloc = a == "ps" and colocated
+        arch = get_architecture(a, colocated=coloc)  # ValueError: lists the valid names
+        ks = servers if arch.uses_servers else [None]
+        grid = list(itertools.product(ks, workers, buckets))
+        k_arr = np.array([k or 1 for k, _, _ in grid], dtype=np.float64)
+        n_arr = np.array([n for _, n, _ in grid], dtype=np.float64)
+        b_arr = np.array([b for _, _, b in grid], dtype=np.float64)
+
+        def predict(p, arch=arch, n_arr=n_arr, k_arr=k_arr, b_arr=b_arr):
+            return iteration_time(
+                p,
+                workload,
+                arch,
+                n_arr,
+                ranks_per_node=ranks_per_node,
+                servers=k_arr,
+                bucket_bytes=b_arr,
+            )
+
+        out = predict(params).to_dict()
+        interval = _interval(profile, lambda p, f=predict: f(p).iteration_s, level)
+        for i, (k, n, b) in enumerate(grid):
+            row = {
+                "architecture": a,
+                "servers": k,
+                "colocated": coloc,
+                "workers": n,
+                "ranks_per_node": ranks_per_node,
+                "bucket_bytes": b,
+                "time_s": out["iteration_s"][i],
+            }
+            row.update({f: out[f][i] for f in Breakdown.FIELDS})
+            if interval is not None:
+                row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
+            rows.append(row)
+    return rows
+
+
+def predict_collective(
+    cluster: ClusterParams | Profile,
+    collective: str,
+    message_bytes: Sequence[int],
+    num_ranks: int,
+    *,
+    ranks_per_node: int = 1,
+    algorithm: str | None = None,
+    level: float = PREDICTION_LEVEL,
+) -> list[dict]:
+    """A collective's time, algbw and busbw per message size.
+
+    algbw = S / t and busbw = algbw × factor, as nccl-tests defines them
+    (factor: all_reduce 2(n−1)/n; reduce_scatter, all_gather, all_to_all
+    (n−1)/n; others 1; source: nccl-tests doc/PERFORMANCE.md).
+
+    Args:
+        cluster: datasheet parameters, or a fitted profile (adds ``interval_s``).
+        collective: a name of :data:`costmodel.COLLECTIVE_NAMES`.
+        message_bytes: sizes S ≥ 0 in bytes, nccl-tests' convention (the full
+            array for all_gather and reduce_scatter), one row each, in order.
+        num_ranks: n ≥ 1.
+        ranks_per_node: g ≥ 1 (reported as min(g, n)).
+        algorithm: for all_reduce ``ring`` (default), ``tree`` or
+            ``hierarchical``.
+        level: interval coverage in (0, 1).
+
+    Returns:
+        A list of JSON-ready dicts: ``collective``, ``algorithm``,
+        ``num_ranks``, ``ranks_per_node``, ``message_bytes``, ``time_s`` (s),
+        ``algbw`` and ``busbw`` (bytes/s; ``None`` where t = 0, e.g. one rank),
+        and ``interval_s`` with a profile.
+
+    Raises:
+        ValueError: an unknown collective or algorithm (listing the valid ones).
+        TypeError: ``cluster`` is neither parameters nor a profile.
+
+    Example:
+        >>> from costmodel import preset
+        >>> rows = predict_collective(preset("ethernet-10g"), "all_reduce", [1024], 1)
+        >>> rows[0]["time_s"], rows[0]["busbw"]
+        (0.0, None)
+    """
+    params, profile = _split(cluster)
+    coll = get_collective(collective, algorithm)
+    S = np.array(message_bytes, dtype=np.float64)
+    n, g = num_ranks, ranks_per_node
+
+    def predict(p):
+        return collective_time(p, collective, S, n, g, algorithm=algorithm)
+
+    t = np.asarray(predict(params), dtype=np.float64)
+    interval = _interval(profile, predict, level)
+    factor = float(BUSBW_FACTOR(collective, n))
+    rows = []
+    for i, s in enumerate(message_bytes):
+        algbw = s / t[i] if t[i] > 0 else None
+        row = {
+            "collective": collective,
+            "algorithm": coll.algorithm,
+            "num_ranks": n,
+            "ranks_per_node": min(g, n),
+            "message_bytes": s,
+            "time_s": float(t[i]),
+            "algbw": algbw,
+            "busbw": None if algbw is None else algbw * factor,
+        }
+        if interval is not None:
+            row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
+        rows.append(row)
+    return rows
