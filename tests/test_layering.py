@@ -295,17 +295,36 @@ def test_allowed_imports_pass():
 
 
 def config_updates(source: str) -> list[int]:
-    """Lines of every ``jax.config.update(...)`` / ``config.update(...)`` call in ``source``."""
+    """Lines of every ``jax.config.update(...)`` call in ``source``.
+
+    Also ``config.update(...)`` where ``config`` was imported from jax
+    (``from jax import config``); a dict that happens to be called ``config``
+    is not JAX's.
+    """
+    tree = ast.parse(source)
+    jax_config_names = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "jax"
+        for alias in node.names
+        if alias.name == "config"
+    }
     lines = []
-    for node in ast.walk(ast.parse(source)):
-        if (
+    for node in ast.walk(tree):
+        if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "update"
-            and isinstance(node.func.value, ast.Attribute | ast.Name)
-            and (getattr(node.func.value, "attr", None) or getattr(node.func.value, "id", ""))
-            == "config"
         ):
+            continue
+        target = node.func.value
+        is_jax_config = (
+            isinstance(target, ast.Attribute)
+            and target.attr == "config"
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "jax"
+        ) or (isinstance(target, ast.Name) and target.id in jax_config_names)
+        if is_jax_config:
             lines.append(node.lineno)
     return lines
 
@@ -322,6 +341,8 @@ def test_jax_settings_are_chosen_once_at_the_cli_entry():
         "tuner.cli._common": found["tuner.cli._common"]
     }
     assert config_updates("import jax\njax.config.update('jax_enable_x64', True)\n") == [2]
+    assert config_updates("from jax import config as c\nc.update('jax_enable_x64', True)\n") == [2]
+    assert config_updates("config = {}\nconfig.update(a=1)\n") == []
 
 
 # --------------------------------------------------------------------------- optional extras
