@@ -10,6 +10,14 @@ starts ranks into (``emulate=``). The collector (:mod:`calibration`) and the tra
 (:mod:`tuner.validation`) both use it; it imports no other ddltune package.
 """
 
+from ._emulate import EmulatedCluster as EmulatedCluster
+from ._emulate import EmulateSpec as EmulateSpec
+from ._emulate import EmulationError as EmulationError
+from ._emulate import EmulationUnavailable as EmulationUnavailable
+from ._emulate import LinkCheck as LinkCheck
+from ._emulate import clean_stale as clean_stale
+from ._emulate import emulation_unavailable_reason as emulation_unavailable_reason
+from ._emulate import parse_emulate as parse_emulate
 from ._launch import ClusterEnv as ClusterEnv
 from ._launch import LaunchError as LaunchError
 from ._launch import LaunchResult as LaunchResult
@@ -23,11 +31,3 @@ from ._launch import launch_local as launch_local
 from ._launch import send_message as send_message
 from ._launch import set_message_handler as set_message_handler
 from ._launch import worker_main as worker_main
-from ._emulate import EmulatedCluster as EmulatedCluster
-from ._emulate import EmulateSpec as EmulateSpec
-from ._emulate import EmulationError as EmulationError
-from ._emulate import EmulationUnavailable as EmulationUnavailable
-from ._emulate import LinkCheck as LinkCheck
-from ._emulate import clean_stale as clean_stale
-from ._emulate import emulation_unavailable_reason as emulation_unavailable_reason
-from ._emulate import parse_emulate as parse_emulate

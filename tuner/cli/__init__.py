@@ -39,6 +39,7 @@ _SUBCOMMANDS = [
     "report",
     "show",
     "validate",
+    "lab",
 ]
 
 
