@@ -266,6 +266,7 @@ def run_training(
     log_dir: str | os.PathLike | None = None,
     source: str = "ddltune validate",
     on_spawn: Callable[[int, int], None] | None = None,
+    emulate=None,
 ) -> TrainingRun:
     """Train ``model`` with every configuration in one local multi-process launch.
 
@@ -298,6 +299,8 @@ def run_training(
         source: the records' ``source`` field.
         on_spawn: called as ``on_spawn(rank, pid)`` for every process started
             (tests check that every PID is gone afterwards).
+        emulate: a started :class:`launch.EmulatedCluster` to train in (see
+            :func:`launch.launch_local`); every step record gets ``"emulated"``.
 
     Returns:
         A :class:`TrainingRun`.
@@ -375,6 +378,8 @@ def run_training(
             )
         elif kind == "step":
             rec = _step_record(msg, spec)
+            if emulate is not None:
+                rec["emulated"] = emulate.provenance()
             m = StepMeasurement(
                 configs[msg["config_index"]],
                 rec["workers"],
@@ -408,6 +413,7 @@ def run_training(
             env=env,
             log_dir=log_dir,
             on_spawn=on_spawn,
+            emulate=emulate,
         )
     finally:
         with contextlib.suppress(OSError):
@@ -431,6 +437,7 @@ def measure_configurations(
     on_measurement: Callable[[StepMeasurement], None] | None = None,
     baseline: bool = True,
     on_spawn: Callable[[int, int], None] | None = None,
+    emulate=None,
 ) -> tuple[StepMeasurement | None, list[StepMeasurement]]:
     """Measure every configuration at every worker count, plus the single-worker step.
 
@@ -447,7 +454,7 @@ def measure_configurations(
         configs: configurations to run at every worker count (colocated ps
             configurations with more servers than workers are skipped there).
         steps, warmup_steps, repeats, seed, timeout_s, writer, on_measurement,
-            on_spawn: as :func:`run_training`.
+            on_spawn, emulate: as :func:`run_training`.
         baseline: measure the single-worker step (before and after the others).
 
     Returns:
@@ -475,6 +482,7 @@ def measure_configurations(
             platform="cpu",
             timeout_s=timeout_s,
             on_spawn=on_spawn,
+            emulate=emulate,
         ).measurements[0]
 
     first = single() if baseline else None
@@ -499,6 +507,7 @@ def measure_configurations(
                     writer=writer,
                     on_measurement=on_measurement,
                     on_spawn=on_spawn,
+                    emulate=emulate,
                 ).measurements
             )
     base = None
