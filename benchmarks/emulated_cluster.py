@@ -67,6 +67,7 @@ def run_rate(rate: str, args, tmp: Path) -> dict:
             suite="collectives,compute",
             min_bytes=args.min_bytes,
             max_bytes=args.max_bytes,
+            step_factor=args.step_factor,
             budget_s=args.budget_s,
             rounds=args.rounds,
             overwrite=True,
@@ -120,6 +121,7 @@ def main(argv=None) -> int:
     p.add_argument("--collectives", default=None, help="comma-separated (default: all)")
     p.add_argument("--min-bytes", type=int, default=64 * 1024)
     p.add_argument("--max-bytes", type=int, default=4 * 1024**2)
+    p.add_argument("--step-factor", type=int, default=4)
     p.add_argument("--budget-s", type=float, default=0.3)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument(

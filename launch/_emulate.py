@@ -416,6 +416,11 @@ class EmulatedCluster:
         if self._active:
             return
         _require()
+        if any(ns in _current_netns() for ns in (self.bridge_netns, self.nodes[0].netns)):
+            raise EmulationError(
+                f"namespace {self.bridge_netns} exists: this process already runs an emulated "
+                "cluster (one at a time per process); close it first"
+            )
         t0 = time.monotonic()
         self._install_sigterm()
         self._active = True
@@ -753,6 +758,11 @@ def _expect_line(p: subprocess.Popen, key: str, timeout_s: float) -> None:
 # --------------------------------------------------------------------------- removal
 
 
+def _current_netns() -> set[str]:
+    out = _run(["ip", "netns", "list"], check=False)
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
 def _ns_pids(ns: str) -> list[int]:
     out = _run(["ip", "netns", "pids", ns], check=False)
     return [int(x) for x in out.split() if x.isdigit()]
@@ -784,11 +794,7 @@ def _alive(pid: int) -> bool:
 
 
 def _our_namespaces() -> list[tuple[str, int]]:
-    names = set()
-    out = _run(["ip", "netns", "list"], check=False)
-    for line in out.splitlines():
-        if line.strip():
-            names.add(line.split()[0])
+    names = _current_netns()
     if _NETNS_ETC.is_dir():
         names.update(p.name for p in _NETNS_ETC.iterdir())
     found = []

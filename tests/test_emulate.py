@@ -159,6 +159,9 @@ def test_setup_and_teardown_leave_nothing():
         qd = c.qdiscs()
         assert len(qd) == 4  # both ends of both NICs
         assert all("tbf" in v and "rate 100Mbit" in v for v in qd.values())
+        with pytest.raises(EmulationError, match="one at a time"):
+            EmulatedCluster("3x1@1mbit").start()
+        assert {c.bridge_netns, *(n.netns for n in c.nodes)} <= _netns()  # untouched
     _assert_removed(os.getpid())
     assert _host_links() == links_before
 
