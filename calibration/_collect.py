@@ -270,6 +270,7 @@ def collect(
     matmul_sizes: Sequence[int] | None = None,
     progress: bool = False,
     log_dir: str | os.PathLike | None = None,
+    emulate=None,
 ) -> CollectResult:
     """Measure collectives and compute with ``jax.distributed`` and write schema-v1 records.
 
@@ -321,6 +322,10 @@ def collect(
             CPU, 1024…8192 on GPU).
         progress: show a progress bar on stderr.
         log_dir: keep each worker's output there (``workers{n}/rank{r}.log``).
+        emulate: a started :class:`launch.EmulatedCluster` to run the local
+            workers in (default ``workers``: all its ranks); every record gets
+            ``"emulated"`` beside its provenance fields
+            (:meth:`launch.EmulatedCluster.provenance`).
 
     Returns:
         A :class:`CollectResult`.
@@ -361,9 +366,11 @@ def collect(
         return _collect_in_job(
             path, mode, config, worker_list, cluster, coordinator, timeout_s, progress, t_start
         )
+    default_workers = [2 if emulate is None else emulate.spec.num_ranks]
     return _collect_local(
-        path, mode, config, worker_list or [2], timeout_s, progress, log_dir, t_start
-    )
+        path, mode, config, worker_list or default_workers, timeout_s, progress, log_dir,
+        t_start, emulate,
+    )  # fmt: skip
 
 
 def _worker_list(workers) -> list[int] | None:
@@ -413,7 +420,9 @@ def _measure_config(
     }
 
 
-def _collect_local(path, mode, config, worker_list, timeout_s, progress, log_dir, t_start):
+def _collect_local(
+    path, mode, config, worker_list, timeout_s, progress, log_dir, t_start, emulate=None
+):
     writer = RecordWriter(path, mode)
     written: list[dict] = []
     launches: list[dict] = []
@@ -438,6 +447,8 @@ def _collect_local(path, mode, config, worker_list, timeout_s, progress, log_dir
                     kind = msg.get("type")
                     if kind == "record" and rank == 0:
                         rec = msg["record"]
+                        if emulate is not None:
+                            rec["emulated"] = emulate.provenance()  # beside the provenance fields
                         try:
                             writer.write(rec)
                         except ValueError as e:  # a bug in the worker, not a usage error
@@ -469,6 +480,7 @@ def _collect_local(path, mode, config, worker_list, timeout_s, progress, log_dir
                         on_message=on_message,
                         log_dir=None if log_dir is None else Path(log_dir) / f"workers{n}",
                         cwd=os.getcwd(),
+                        emulate=emulate,
                     )
                 except LaunchError as e:
                     done = len(written)

@@ -1107,6 +1107,12 @@ def calibrate(
         "created": _utc_now(),
         "seed": seed,
     }
+    emulated = []  # the emulated clusters (launch.EmulatedCluster) the records came from
+    for r in records:
+        if isinstance(r.get("emulated"), dict) and r["emulated"] not in emulated:
+            emulated.append(r["emulated"])
+    if emulated:
+        prov["emulated"] = emulated
     return Profile(
         params=params,
         covariance=cov,

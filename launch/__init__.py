@@ -4,11 +4,21 @@ Everything that starts ranks goes through here: :func:`launch_local` starts
 worker processes on this machine and watches them; :func:`detect_cluster`
 reads what ``srun``/``mpirun``/``mpiexec`` set; :func:`initialize_worker`,
 :func:`send_message` and :func:`heartbeat` are the worker side of the
-protocol. The collector (:mod:`calibration`) and the training harness
+protocol. :class:`EmulatedCluster` builds an emulated cluster on this machine
+(network namespaces joined by shaped veth links) that :func:`launch_local`
+starts ranks into (``emulate=``). The collector (:mod:`calibration`) and the training harness
 (:mod:`tuner.validation`) both use it; it imports no other ddltune package.
 """
 
 from ._devices import Ranks as Ranks
+from ._emulate import EmulatedCluster as EmulatedCluster
+from ._emulate import EmulateSpec as EmulateSpec
+from ._emulate import EmulationError as EmulationError
+from ._emulate import EmulationUnavailable as EmulationUnavailable
+from ._emulate import LinkCheck as LinkCheck
+from ._emulate import clean_stale as clean_stale
+from ._emulate import emulation_unavailable_reason as emulation_unavailable_reason
+from ._emulate import parse_emulate as parse_emulate
 from ._launch import ClusterEnv as ClusterEnv
 from ._launch import LaunchError as LaunchError
 from ._launch import LaunchResult as LaunchResult

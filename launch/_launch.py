@@ -56,6 +56,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ._emulate import EmulatedCluster
+
 __all__ = [
     "ClusterEnv",
     "LaunchError",
@@ -123,7 +125,8 @@ class LaunchResult:
 
     Attributes:
         num_processes: workers started.
-        coordinator_address: ``"127.0.0.1:PORT"`` of the attempt that ran.
+        coordinator_address: ``"127.0.0.1:PORT"`` (``"198.18.0.1:PORT"`` in an
+            emulated cluster) of the attempt that ran.
         attempts: launches made (> 1 when a taken port was retried).
         elapsed_s: wall time from the first start to the last exit, seconds.
     """
@@ -528,9 +531,15 @@ def _run_once(
     poll_s: float,
     on_spawn: Callable[[int, int], None] | None,
     cores: list[list[int]] | None = None,
+    emulate: EmulatedCluster | None = None,
 ) -> None:
-    address = f"127.0.0.1:{port}"
+    host = "127.0.0.1" if emulate is None else emulate.coordinator_host
+    address = f"{host}:{port}"
     base_env = dict(os.environ)
+    if emulate is not None:  # nothing in the emulated network is behind a proxy
+        for k in list(base_env):
+            if k.lower() in ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy"):
+                del base_env[k]
     if env:
         base_env.update(env)
     base_env.update(
@@ -551,9 +560,12 @@ def _run_once(
             if cores is not None:
                 child_env[ENV_CPU_CORES] = ",".join(map(str, cores[rank]))
             log_path = log_dir / f"rank{rank}.log"
+            argv = [python, "-m", module, *args]
+            if emulate is not None:  # same process after each exec: PID and pipe kept
+                argv = emulate.wrap(emulate.node_of_rank(rank), argv)
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    [python, "-m", module, *args],
+                    argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -801,6 +813,7 @@ def launch_local(
     poll_s: float = 0.05,
     on_spawn: Callable[[int, int], None] | None = None,
     bind_cores: bool | str = "auto",
+    emulate: EmulatedCluster | None = None,
 ) -> LaunchResult:
     """Run ``python -m module *args`` in ``num_processes`` local worker processes.
 
@@ -836,13 +849,19 @@ def launch_local(
         bind_cores: start each rank's backend with one compute thread (bound
             to core r while it starts, then released): ``True``, ``False`` or
             ``"auto"`` (when the workers run JAX on CPU); see :func:`core_binding`.
+        emulate: a started :class:`launch.EmulatedCluster`: rank r runs inside
+            node ``r // ranks_per_node``'s network namespace under that node's
+            host name, and the coordinator listens on node 0's address
+            (``198.18.0.1:PORT``) instead of loopback; ``num_processes`` must
+            not exceed the cluster's ranks. Default: all on this host.
 
     Returns:
         A :class:`LaunchResult` once every worker exited with status 0.
 
     Raises:
         ValueError: on ``num_processes < 1``, ``timeout_s <= 0`` or
-            ``port_attempts < 1``.
+            ``port_attempts < 1``; more processes than ``emulate`` holds, or
+            an ``emulate`` cluster that is not started.
         LaunchError: a worker exited with an error, hung, or never started
             (the message names its rank and latest ``where``); or every port
             tried was taken.
@@ -854,6 +873,15 @@ def launch_local(
         raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     if port_attempts < 1:
         raise ValueError(f"port_attempts must be ≥ 1, got {port_attempts!r}")
+    if emulate is not None:
+        if not emulate.active:
+            raise ValueError("emulate: the EmulatedCluster is not started (use it in a 'with')")
+        if num_processes > emulate.spec.num_ranks:
+            raise ValueError(
+                f"num_processes {num_processes} exceeds the emulated cluster {emulate.spec.text} "
+                f"({emulate.spec.num_ranks} ranks)"
+            )
+    host = "127.0.0.1" if emulate is None else emulate.coordinator_host
     start_timeout_s = timeout_s if start_timeout_s is None else start_timeout_s
     python = python or sys.executable
     cores = core_binding(num_processes, bind_cores, env)
@@ -893,10 +921,11 @@ def launch_local(
                     poll_s,
                     on_spawn,
                     cores,
+                    emulate,
                 )
             except _PortTaken:
                 continue
-            return LaunchResult(num_processes, f"127.0.0.1:{p}", attempt, time.monotonic() - t0)
+            return LaunchResult(num_processes, f"{host}:{p}", attempt, time.monotonic() - t0)
         raise LaunchError(
             f"could not start the coordinator: ports {', '.join(map(str, tried))} were all taken",
             reason="no-start",

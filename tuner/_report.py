@@ -1132,6 +1132,17 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
             )
             prov.append(("measured ranks", " – ".join(str(v) for v in mr.get("num_ranks", []))))
         prov.append(("prior", str(summary["prior"])))
+        for em in summary["provenance"].get("emulated") or []:  # launch.EmulatedCluster
+            good = em.get("goodput_bytes_per_s")
+            prov.append(
+                (
+                    "emulated cluster",
+                    f"{em.get('nodes')} nodes × {em.get('ranks_per_node')} ranks, NICs at "
+                    f"{float(em.get('rate_bits_per_s', 0)) / 1e6:g} Mbit/s"
+                    + (f" (TCP goodput {good * 8 / 1e6:.1f} Mbit/s)" if good else "")
+                    + ": network namespaces on one machine",
+                )
+            )
         prov.append(("fitted statistic", str(summary["statistic"])))
         if summary["n_regimes"]:
             prov.append(("regimes per collective", str(summary["n_regimes"])))
@@ -1163,6 +1174,7 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
         where = (
             f"a profile fitted on {summary['provenance'].get('records', '?')} measurements "
             f"(backend {summary['provenance'].get('backend', '?')}, device {dev})"
+            + (" on an emulated cluster" if summary["provenance"].get("emulated") else "")
         )
     return {
         "title": f"ddltune report: {workload.name}",

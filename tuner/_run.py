@@ -172,6 +172,7 @@ def run_main_job(
     log: Callable[[str], None] | None = None,
     command: str | None = None,
     validate: bool = False,
+    emulate=None,
 ) -> RunResult:
     """Measure this machine (or read measurements), calibrate, recommend and write the report.
 
@@ -196,6 +197,9 @@ def run_main_job(
         progress: progress bars on stderr.
         log: where to print progress lines (``None``: silent).
         command: the command line, recorded in the report.
+        emulate: a started :class:`launch.EmulatedCluster`: collect (and
+            validate) in it, with all its ranks as the workers; records carry
+            ``"emulated"``.
         validate: also train a small MLP for real with ps, p2p and ring
             all-reduce on ``workers`` local processes (``tuner.validation.validate``)
             and put measured against predicted steps in the report
@@ -261,8 +265,12 @@ def run_main_job(
             f"[1/4] measuring collectives and compute with {workers} local worker processes "
             f"({min_bytes} B – {max_bytes // 1024**2} MiB)",
         )
+        if emulate is not None:
+            workers = emulate.spec.num_ranks
+            _say(log, f"  in the emulated cluster {emulate.spec.text}")
         res = calibration.collect(
             m_path,
+            emulate=emulate,
             workers=[workers],
             min_bytes=min_bytes,
             max_bytes=max_bytes,
@@ -328,6 +336,7 @@ def run_main_job(
             overwrite=True,
             steps=5,
             repeats=2,
+            emulate=emulate,
         )
         timings["validate"] = time.monotonic() - t0
         _say(

@@ -45,6 +45,7 @@ _SUBCOMMANDS = [
     "report",
     "show",
     "validate",
+    "lab",
 ]
 
 

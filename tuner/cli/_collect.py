@@ -17,6 +17,7 @@ from ._common import (
     positive_int_arg,
     print_json,
 )
+from ._lab import add_emulate_argument, emulated
 
 NAME = "collect"
 HELP = "measure collectives and compute with jax.distributed into a measurement file"
@@ -194,6 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="keep every worker's output there (workers<N>/rank<R>.log)",
     )
+    add_emulate_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--json",
@@ -259,9 +261,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             default(message, category, *rest, **kw)
 
-    with warnings.catch_warnings():  # restores showwarning on the way out
+    with warnings.catch_warnings(), emulated(args) as cluster:  # both undone on the way out
         default = warnings.showwarning
         warnings.showwarning = say
+        args.emulate_cluster = cluster
         return _run(args, progress)
 
 
@@ -289,6 +292,7 @@ def _run(args: argparse.Namespace, progress: bool) -> int:
             matmul_sizes=args.matmul_sizes,
             progress=progress,
             log_dir=args.log_dir,
+            emulate=getattr(args, "emulate_cluster", None),
         )
     except (CollectError, FileExistsError) as e:
         raise CLIError(str(e)) from e

@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tuner import RUN_DEFAULTS
 
     src = parser.add_argument_group("measurements")
+    from ._lab import add_emulate_argument
+
+    add_emulate_argument(src)
     src.add_argument(
         "--workers",
         type=positive_int_arg,
@@ -181,6 +184,17 @@ def _prior(args) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the main job (in an emulated cluster with ``--emulate``); see :func:`_run`."""
+    from ._lab import emulated
+
+    if args.emulate and args.measurements:
+        raise UsageError("--emulate measures this machine; it excludes --measurements")
+    with emulated(args) as cluster:  # removed on the way out, whatever happens
+        args.emulate_cluster = cluster
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     """Run the main job and print a short summary (or JSON)."""
     import tuner
 
@@ -213,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
         log=log,
         command="ddltune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["run"] else None,
         validate=args.validate,
+        emulate=getattr(args, "emulate_cluster", None),
     )
     rec = res.recommendation
     if args.json:
@@ -260,4 +275,11 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"\nreport: {res.report}")
     print(f"        {res.markdown}")
+    from launch import emulation_unavailable_reason
+
+    if not args.emulate and not args.measurements and emulation_unavailable_reason() is None:
+        print(
+            "\nthis machine can emulate a cluster, where the network and not the shared cores "
+            "decides step times: ddltune run --emulate 2x1@200mbit (see 'ddltune lab --help')"
+        )
     return 0

@@ -19,6 +19,7 @@ from ._common import (
     positive_int_arg,
     print_json,
 )
+from ._lab import add_emulate_argument, emulated
 
 NAME = "validate"
 HELP = "train a real model with PS, P2P and ring all-reduce and compare with the predictions"
@@ -84,6 +85,7 @@ def _size_arg(text: str) -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ddltune validate``."""
+    add_emulate_argument(parser)
     parser.add_argument(
         "--profile", required=True, metavar="FILE", help="fitted profile (ddltune calibrate)"
     )
@@ -262,6 +264,15 @@ def format_table(result: ValidationResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Train (in an emulated cluster with ``--emulate``), predict, compare; see :func:`_run`."""
+    if args.from_file is not None:
+        return _run(args)
+    with emulated(args) as cluster:  # removed on the way out, whatever happens
+        args.emulate_cluster = cluster
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     """Train, predict and compare (or re-score ``--from`` FILE); print the table or ``--json``."""
     overlap = {"auto": "auto", "yes": True, "no": False}[args.overlap]
     if args.from_file is not None:
@@ -333,6 +344,7 @@ def run(args: argparse.Namespace) -> int:
             overlap=overlap,
             timeout_s=args.timeout_s,
             on_measurement=show,
+            emulate=getattr(args, "emulate_cluster", None),
         )
     if args.json:
         print_json(result.to_dict())

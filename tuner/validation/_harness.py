@@ -266,6 +266,7 @@ def run_training(
     log_dir: str | os.PathLike | None = None,
     source: str = "ddltune validate",
     on_spawn: Callable[[int, int], None] | None = None,
+    emulate=None,
 ) -> TrainingRun:
     """Train ``model`` with every configuration in one local multi-process launch.
 
@@ -298,6 +299,8 @@ def run_training(
         source: the records' ``source`` field.
         on_spawn: called as ``on_spawn(rank, pid)`` for every process started
             (tests check that every PID is gone afterwards).
+        emulate: a started :class:`launch.EmulatedCluster` to train in (see
+            :func:`launch.launch_local`); every step record gets ``"emulated"``.
 
     Returns:
         A :class:`TrainingRun`.
@@ -317,9 +320,9 @@ def run_training(
               "steps": steps, "warmup_steps": warmup_steps, "repeats": repeats, "seed": seed,
               "lr": lr, "momentum": momentum, "platform": platform,
               "return_params": bool(return_params), "source": source}  # fmt: skip
-    receiver = _Receiver(configs, spec, writer, on_measurement)
+    receiver = _Receiver(configs, spec, writer, on_measurement, emulate)
     t0 = time.monotonic()
-    _launch_training(config, nproc, receiver.on_message, timeout_s, log_dir, on_spawn)
+    _launch_training(config, nproc, receiver.on_message, timeout_s, log_dir, on_spawn, emulate)
     if len(receiver.measurements) != len(configs):
         got = len(receiver.measurements)
         raise RuntimeError(f"the training run returned {got} of {len(configs)} measurements")
@@ -371,8 +374,8 @@ class _Receiver:
     ``params``.
     """
 
-    def __init__(self, configs, spec: dict, writer, on_measurement):
-        self.configs, self.spec = configs, spec
+    def __init__(self, configs, spec: dict, writer, on_measurement, emulate=None):
+        self.configs, self.spec, self.emulate = configs, spec, emulate
         self.writer, self.on_measurement = writer, on_measurement
         self.measurements: list[StepMeasurement] = []
         self.params: dict = {}
@@ -388,6 +391,8 @@ class _Receiver:
             )
         elif kind == "step":
             rec = _step_record(msg, self.spec)
+            if self.emulate is not None:
+                rec["emulated"] = self.emulate.provenance()
             m = StepMeasurement(
                 self.configs[msg["config_index"]],
                 rec["workers"],
@@ -408,7 +413,9 @@ class _Receiver:
                 self.on_measurement(m)
 
 
-def _launch_training(config: dict, nproc: int, on_message, timeout_s, log_dir, on_spawn) -> None:
+def _launch_training(
+    config: dict, nproc: int, on_message, timeout_s, log_dir, on_spawn, emulate=None
+) -> None:
     """Write the worker configuration to a temporary file and run ``nproc`` training processes."""
     env = {"JAX_PLATFORMS": config["platform"]} if config["platform"] == "cpu" else {}
     fd, path = tempfile.mkstemp(prefix="ddltune-train-", suffix=".json")
@@ -424,6 +431,7 @@ def _launch_training(config: dict, nproc: int, on_message, timeout_s, log_dir, o
             env=env,
             log_dir=log_dir,
             on_spawn=on_spawn,
+            emulate=emulate,
         )
     finally:
         with contextlib.suppress(OSError):
@@ -444,6 +452,7 @@ def measure_configurations(
     on_measurement: Callable[[StepMeasurement], None] | None = None,
     baseline: bool = True,
     on_spawn: Callable[[int, int], None] | None = None,
+    emulate=None,
 ) -> tuple[StepMeasurement | None, list[StepMeasurement]]:
     """Measure every configuration at every worker count, plus the single-worker step.
 
@@ -461,7 +470,7 @@ def measure_configurations(
         configs: configurations to run at every worker count (colocated ps
             configurations with more servers than workers are skipped there).
         steps, warmup_steps, repeats, seed, timeout_s, writer, on_measurement,
-            on_spawn: as :func:`run_training`.
+            on_spawn, emulate: as :func:`run_training`.
         baseline: measure the single-worker step (before and after the others).
 
     Returns:
@@ -477,7 +486,7 @@ def measure_configurations(
     if not configs:
         raise ValueError("configs is empty")
     timing = {"steps": steps, "warmup_steps": warmup_steps, "repeats": repeats, "seed": seed,
-              "timeout_s": timeout_s, "on_spawn": on_spawn}  # fmt: skip
+              "timeout_s": timeout_s, "on_spawn": on_spawn, "emulate": emulate}  # fmt: skip
     first = _single_worker(model, timing) if baseline else None
     out: list[StepMeasurement] = []
     for n in workers:

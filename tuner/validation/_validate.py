@@ -608,6 +608,7 @@ def validate(
     overlap: bool | str = "auto",
     timeout_s: float = 180.0,
     on_measurement: Callable | None = None,
+    emulate=None,
 ) -> ValidationResult:
     """Train a real model with every configuration, predict each with ``profile``, compare.
 
@@ -632,6 +633,8 @@ def validate(
         statistic, overlap: see :func:`compare_steps`.
         timeout_s: a worker silent this long stops the run, seconds.
         on_measurement: called with each :class:`tuner.validation.StepMeasurement`.
+        emulate: a started :class:`launch.EmulatedCluster` to train in
+            (:func:`launch.launch_local`); step records get ``"emulated"``.
 
     Returns:
         A :class:`ValidationResult`.
@@ -649,7 +652,7 @@ def validate(
     try:
         base, got = measure_configurations(
             model, workers, configs, steps=steps, warmup_steps=warmup_steps, repeats=repeats,
-            timeout_s=timeout_s, writer=writer, on_measurement=on_measurement,
+            timeout_s=timeout_s, writer=writer, on_measurement=on_measurement, emulate=emulate,
         )  # fmt: skip
     finally:
         if writer is not None:

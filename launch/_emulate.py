@@ -1,0 +1,835 @@
+"""An emulated cluster on one machine: network namespaces joined by shaped veth links.
+
+:class:`EmulatedCluster` builds, for a spec ``NODESxRANKS@RATE`` (e.g.
+``4x1@200mbit``), a real TCP network of known bandwidth on this machine:
+
+* one network namespace per node (``ddlt<PID>n<i>``) and one holding a bridge
+  (``ddlt<PID>br``); the PID is this process's, so two runs do not clash and
+  :func:`clean_stale` can tell what a killed run left;
+* one veth pair per node, created directly inside the namespaces: ``eth0`` in
+  the node's namespace, ``n<i>`` in the bridge's, enslaved to the bridge;
+  nothing is ever created in the host's namespace;
+* addresses from 198.18.0.0/15 only (RFC 2544's range for benchmarking
+  network devices): node ``i`` is ``198.18.0.<i+1>/24``; no default route, so
+  nothing can leave the emulated network; loopback up in every node (the
+  ranks of a node talk over it, as GPUs of a node do over NVLink);
+* both directions of every NIC shaped by a token bucket (``tc qdisc … tbf``)
+  on the node end's egress (uplink) and the bridge end's egress (downlink);
+* every node its own host name (a UTS namespace per rank process, ``unshare
+  --uts`` + ``hostname``) and an ``/etc/netns/<ns>/hosts`` that maps every
+  node's name to its address: ``ip netns exec`` bind-mounts it over
+  ``/etc/hosts``. gloo's TCP transport (the default device XLA creates for
+  ``jax_cpu_collectives_implementation=gloo``) resolves this machine's host
+  name and binds the address it gets, so each rank binds its node's NIC, and
+  ranks sharing a host name are read as one node (``ranks_per_node``).
+
+Everything is removed when the ``with`` block ends, whatever ends it: normal
+exit, an exception, ``KeyboardInterrupt``, ``SIGTERM`` (turned into
+``KeyboardInterrupt`` while the cluster is up, from the main thread) or a
+crashed rank (:func:`launch.launch_local` raises, the block unwinds). A run
+killed with ``SIGKILL`` leaves its namespaces; ``ddltune lab clean``
+(:func:`clean_stale`) removes those whose PID no longer runs.
+
+Needs root, or CAP_NET_ADMIN and CAP_SYS_ADMIN (``ip netns add`` mounts,
+``unshare --uts`` needs SYS_ADMIN), and ``ip``/``tc``/``unshare`` (iproute2,
+util-linux). Without them: :class:`EmulationUnavailable`, one line that says
+what is missing and how to get it.
+
+Example:
+    >>> from launch import EmulatedCluster, launch_local, parse_emulate
+    >>> spec = parse_emulate("2x1@200mbit")
+    >>> spec.num_ranks, spec.rate_bits_per_s
+    (2, 200000000.0)
+    >>> with EmulatedCluster(spec) as cluster:  # doctest: +SKIP
+    ...     cluster.self_check()
+    ...     launch_local("my.worker", [], 2, emulate=cluster)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = [
+    "EmulateSpec",
+    "EmulatedCluster",
+    "EmulationError",
+    "EmulationUnavailable",
+    "LinkCheck",
+    "Node",
+    "clean_stale",
+    "emulation_unavailable_reason",
+    "parse_emulate",
+]
+
+#: Prefix of every namespace this module creates (followed by the PID).
+PREFIX = "ddlt"
+_NS_RE = re.compile(rf"^{PREFIX}(\d+)(n\d+|br)$")
+#: RFC 2544 benchmarking range; nodes get 198.18.0.1, .2, … (/24).
+SUBNET = "198.18.0.0/15"
+_MAX_NODES = 250
+_RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+_SPEC_RE = re.compile(
+    r"^\s*(\d+)\s*x\s*(\d+)\s*@\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([a-z]+)\s*$"
+)
+_NETNS_ETC = Path("/etc/netns")
+# Kernel timer frequency assumed for the token bucket's burst (tc-tbf(8): the
+# bucket must hold at least rate/HZ bytes to reach the rate); 250 is the
+# common distribution default (this kernel: CONFIG_HZ=250).
+_HZ = 250
+_CAP_NET_ADMIN = 12
+_CAP_SYS_ADMIN = 21
+_HOW_TO_GET = (
+    "run as root, or in a container started with --cap-add NET_ADMIN --cap-add SYS_ADMIN "
+    "(docker/podman) and iproute2 + util-linux installed"
+)
+
+
+class EmulationError(RuntimeError):
+    """Building, checking or removing the emulated cluster failed (the message says why)."""
+
+
+class EmulationUnavailable(EmulationError):
+    """This machine or user cannot build an emulated cluster (no capability, no ``ip``/``tc``)."""
+
+
+# --------------------------------------------------------------------------- spec
+
+
+@dataclasses.dataclass(frozen=True)
+class EmulateSpec:
+    """What to emulate: ``nodes`` × ``ranks_per_node`` ranks, each NIC at ``rate_bits_per_s``.
+
+    Attributes:
+        nodes: emulated nodes, 1 ≤ nodes ≤ 250.
+        ranks_per_node: ranks sharing each node's namespace and NIC, ≥ 1.
+        rate_bits_per_s: each NIC's rate, each direction, bits/s (> 0), as
+            ``tc`` counts it (link-layer bytes: Ethernet + IP + TCP headers
+            included, so TCP goodput is about 95% of it at MTU 1500).
+        text: the spec as given, for messages.
+    """
+
+    nodes: int
+    ranks_per_node: int
+    rate_bits_per_s: float
+    text: str
+
+    @property
+    def num_ranks(self) -> int:
+        """Ranks the cluster holds: ``nodes × ranks_per_node``."""
+        return self.nodes * self.ranks_per_node
+
+
+def parse_emulate(text: str, option: str = "--emulate") -> EmulateSpec:
+    """Parse ``NODESxRANKS@RATE``, e.g. ``4x1@200mbit`` (4 nodes, 1 rank each, 200 Mbit/s NICs).
+
+    Args:
+        text: the spec. ``RATE`` is a number and one of ``tc``'s bit-rate
+            units ``bit``, ``kbit``, ``mbit``, ``gbit``, ``tbit`` (SI: 1 mbit
+            = 10⁶ bit/s); between 1 kbit and 100 gbit.
+        option: the option's name, for error messages.
+
+    Returns:
+        An :class:`EmulateSpec`.
+
+    Raises:
+        ValueError: on anything else; the message names ``option``, shows the
+            text and an example.
+
+    Example:
+        >>> parse_emulate("4x2@1.5gbit")
+        EmulateSpec(nodes=4, ranks_per_node=2, rate_bits_per_s=1500000000.0, text='4x2@1.5gbit')
+        >>> parse_emulate("4@200mbit")
+        Traceback (most recent call last):
+        ...
+        ValueError: --emulate: expected NODESxRANKS@RATE such as 4x1@200mbit (rate units: bit, kbit, mbit, gbit, tbit), got '4@200mbit'
+    """
+    shape = (
+        f"{option}: expected NODESxRANKS@RATE such as 4x1@200mbit "
+        f"(rate units: {', '.join(_RATE_UNITS)}), got {text!r}"
+    )
+    if not isinstance(text, str):
+        raise ValueError(shape)
+    m = _SPEC_RE.match(text.lower())
+    if not m:
+        raise ValueError(shape)
+    nodes, rpn, number, unit = int(m[1]), int(m[2]), float(m[3]), m[4]
+    if unit not in _RATE_UNITS:
+        raise ValueError(
+            f"{option}: unknown rate unit {unit!r} in {text!r}; use one of "
+            f"{', '.join(_RATE_UNITS)} (bits per second, as tc counts them)"
+        )
+    if not 1 <= nodes <= _MAX_NODES:
+        raise ValueError(
+            f"{option}: nodes must be between 1 and {_MAX_NODES}, got {nodes} in {text!r}"
+        )
+    if rpn < 1:
+        raise ValueError(f"{option}: ranks per node must be ≥ 1, got {rpn} in {text!r}")
+    rate = number * _RATE_UNITS[unit]
+    if not 1e3 <= rate <= 1e11:
+        raise ValueError(f"{option}: rate must be between 1kbit and 100gbit, got {text!r}")
+    return EmulateSpec(nodes, rpn, rate, text)
+
+
+# --------------------------------------------------------------------------- capability
+
+
+def _cap_effective() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def emulation_unavailable_reason() -> str | None:
+    """Why this process cannot build an emulated cluster, in one line; ``None`` if it can.
+
+    Checks that ``ip``, ``tc`` and ``unshare`` are on ``PATH`` and that this
+    process holds CAP_NET_ADMIN and CAP_SYS_ADMIN (``/proc/self/status``).
+    It does not try to create anything.
+    """
+    if not sys.platform.startswith("linux"):
+        return f"an emulated cluster needs Linux network namespaces (this is {sys.platform})"
+    missing = [t for t in ("ip", "tc", "unshare") if shutil.which(t) is None]
+    if missing:
+        return (
+            f"an emulated cluster needs {', '.join(missing)} (iproute2, util-linux), not found "
+            f"on PATH; install them, and {_HOW_TO_GET}"
+        )
+    caps = _cap_effective()
+    if caps is None:
+        return "cannot read this process's capabilities (/proc/self/status); " + _HOW_TO_GET
+    lacking = [
+        name
+        for name, bit in (("CAP_NET_ADMIN", _CAP_NET_ADMIN), ("CAP_SYS_ADMIN", _CAP_SYS_ADMIN))
+        if not caps >> bit & 1
+    ]
+    if lacking:
+        return (
+            f"an emulated cluster needs {' and '.join(lacking)} (to create network namespaces "
+            f"and shape links) and this process lacks {'them' if len(lacking) > 1 else 'it'}: "
+            f"{_HOW_TO_GET}"
+        )
+    return None
+
+
+def _require() -> None:
+    reason = emulation_unavailable_reason()
+    if reason is not None:
+        raise EmulationUnavailable(reason)
+
+
+def _run(cmd: Sequence[str], *, check: bool = True, timeout: float = 30.0) -> str:
+    """Run an iproute2 command; a permission failure becomes :class:`EmulationUnavailable`."""
+    try:
+        p = subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except FileNotFoundError as e:
+        raise EmulationUnavailable(f"{cmd[0]} not found: {_HOW_TO_GET}") from e
+    except subprocess.TimeoutExpired as e:
+        raise EmulationError(f"'{' '.join(cmd)}' did not finish within {timeout:g} s") from e
+    if check and p.returncode != 0:
+        err = (p.stderr or p.stdout).strip().replace("\n", " ")
+        if "not permitted" in err.lower() or "permission denied" in err.lower():
+            raise EmulationUnavailable(
+                f"'{' '.join(cmd)}' failed: {err}; an emulated cluster needs CAP_NET_ADMIN "
+                f"and CAP_SYS_ADMIN: {_HOW_TO_GET}"
+            )
+        raise EmulationError(f"'{' '.join(cmd)}' failed: {err}")
+    return p.stdout
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One emulated node.
+
+    Attributes:
+        index: 0 ≤ index < nodes.
+        netns: its network namespace (``ddlt<PID>n<index>``).
+        hostname: the host name its ranks see (same as ``netns``).
+        address: its NIC's IPv4 address (``198.18.0.<index+1>``).
+    """
+
+    index: int
+    netns: str
+    hostname: str
+    address: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkCheck:
+    """One bulk transfer of :meth:`EmulatedCluster.self_check`.
+
+    Attributes:
+        sender, receiver: node indices (the transfer crosses the sender's
+            uplink and the receiver's downlink).
+        payload_bytes: TCP payload received.
+        elapsed_s: first to last byte, seconds.
+        goodput_bytes_per_s: steady-state payload rate (start-up left out), bytes/s.
+        wire_bits_per_s: the same in link-layer bits/s, as the shaper counts
+            them (goodput × the sender qdisc's bytes per payload byte × 8).
+    """
+
+    sender: int
+    receiver: int
+    payload_bytes: int
+    elapsed_s: float
+    goodput_bytes_per_s: float
+    wire_bits_per_s: float
+
+    def as_dict(self) -> dict:
+        """JSON-ready fields."""
+        return dataclasses.asdict(self)
+
+
+def _nice_floor(bits_per_s: float) -> str:
+    """A round tc rate at or below ``bits_per_s`` (two significant digits), e.g. '150mbit'."""
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bits_per_s >= scale:
+            v = bits_per_s / scale
+            digits = 1 - int(math.floor(math.log10(v)))
+            q = math.floor(round(v * 10.0**digits, 9)) / 10.0**digits
+            return f"{q:g}{unit}"
+    return f"{max(1, int(bits_per_s))}bit"
+
+
+class EmulatedCluster:
+    """An emulated cluster of ``spec.nodes`` namespaces; a context manager (see the module doc).
+
+    Args:
+        spec: an :class:`EmulateSpec` or its text (``"2x1@200mbit"``).
+        mtu: the NICs' MTU, bytes (576…9000; default 1500, Ethernet's).
+        burst_s: the token bucket's depth in seconds of the rate; the burst is
+            ``max(rate × burst_s, 4 × (mtu + 14))`` bytes. Default ``1/HZ`` =
+            4 ms (tc-tbf(8): at least rate/HZ bytes to reach the rate). A
+            full bucket lets that many bytes through at veth speed, so a
+            message smaller than about the burst, sent after an idle gap,
+            crosses faster than the rate (measured at 100 Mbit/s, 50 kB
+            bucket: a 64 KiB all_reduce in 2.5 ms instead of 5.5 ms); shallower
+            buckets lost up to a third of the rate on this 2-core machine
+            under load, and tbf's ``peakrate`` (which would cap that burst)
+            lost 25–70% of the rate here, so neither is the default.
+        queue_s: the bucket's queue, in seconds of the rate (``tc … limit``,
+            plus the burst); default 50 ms.
+
+    Attributes:
+        spec: the :class:`EmulateSpec`.
+        nodes: the :class:`Node` list (after entering).
+        bridge_netns: the bridge's namespace name.
+        checks: the :class:`LinkCheck` list of the last :meth:`self_check`.
+
+    Raises (on entering):
+        EmulationUnavailable: no CAP_NET_ADMIN/CAP_SYS_ADMIN or no ``ip``/``tc``.
+        EmulationError: a command failed (everything created so far is removed).
+    """
+
+    def __init__(
+        self,
+        spec: EmulateSpec | str,
+        *,
+        mtu: int = 1500,
+        burst_s: float | None = None,
+        queue_s: float = 0.05,
+    ):
+        self.spec = parse_emulate(spec) if isinstance(spec, str) else spec
+        if not 576 <= int(mtu) <= 9000:
+            raise ValueError(f"mtu must be between 576 and 9000 bytes, got {mtu!r}")
+        if not queue_s > 0:
+            raise ValueError(f"queue_s must be > 0 seconds, got {queue_s!r}")
+        self.mtu = int(mtu)
+        self.burst_s = 1.0 / _HZ if burst_s is None else float(burst_s)
+        self.queue_s = float(queue_s)
+        pid = os.getpid()
+        self.bridge_netns = f"{PREFIX}{pid}br"
+        self.nodes = [
+            Node(i, f"{PREFIX}{pid}n{i}", f"{PREFIX}{pid}n{i}", f"198.18.0.{i + 1}")
+            for i in range(self.spec.nodes)
+        ]
+        self.checks: list[LinkCheck] = []
+        self.setup_s: float | None = None
+        self._created: list[str] = []
+        self._made_etc = False
+        self._active = False
+        self._old_sigterm = None
+        self._owner_pid = pid
+
+    # ------------------------------------------------------------------ shaping
+
+    @property
+    def burst_bytes(self) -> int:
+        """The token bucket's depth, bytes (see the class docstring)."""
+        rate = self.spec.rate_bits_per_s / 8
+        return int(math.ceil(max(rate * self.burst_s, 4 * (self.mtu + 14))))
+
+    @property
+    def limit_bytes(self) -> int:
+        """The bucket's queue limit, bytes: burst + ``queue_s`` of the rate."""
+        return self.burst_bytes + int(math.ceil(self.spec.rate_bits_per_s / 8 * self.queue_s))
+
+    def _tbf(self) -> list[str]:
+        return [
+            "tbf",
+            "rate",
+            f"{int(round(self.spec.rate_bits_per_s))}bit",
+            "burst",
+            str(self.burst_bytes),
+            "limit",
+            str(self.limit_bytes),
+        ]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> EmulatedCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Build the namespaces, links and shapers (see the module docstring).
+
+        Raises:
+            EmulationUnavailable, EmulationError: as the class says; whatever
+                was created is removed before raising.
+        """
+        if self._active:
+            return
+        _require()
+        if any(ns in _current_netns() for ns in (self.bridge_netns, self.nodes[0].netns)):
+            raise EmulationError(
+                f"namespace {self.bridge_netns} exists: this process already runs an emulated "
+                "cluster (one at a time per process); close it first"
+            )
+        t0 = time.monotonic()
+        self._install_sigterm()
+        self._active = True
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        self.setup_s = time.monotonic() - t0
+
+    def _build(self) -> None:
+        br = self.bridge_netns
+        self._add_netns(br)
+        _run(["ip", "-n", br, "link", "add", "br0", "type", "bridge"])
+        _run(["ip", "-n", br, "link", "set", "br0", "up"])
+        if not _NETNS_ETC.exists():
+            _NETNS_ETC.mkdir(parents=True, exist_ok=True)
+            self._made_etc = True
+        hosts = "".join(f"{n.address}\t{n.hostname}\n" for n in self.nodes)
+        for n in self.nodes:
+            ns, peer = n.netns, f"n{n.index}"
+            self._add_netns(ns)
+            etc = _NETNS_ETC / ns
+            etc.mkdir(exist_ok=True)
+            (etc / "hosts").write_text(
+                "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n" + hosts, encoding="utf-8"
+            )
+            _run(
+                [
+                    "ip", "link", "add", "eth0", "netns", ns, "mtu", str(self.mtu),
+                    "type", "veth", "peer", "name", peer, "netns", br, "mtu", str(self.mtu),
+                ]
+            )  # fmt: skip
+            _run(["ip", "-n", br, "link", "set", peer, "master", "br0"])
+            _run(["ip", "-n", br, "link", "set", peer, "up"])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            _run(["ip", "-n", ns, "addr", "add", f"{n.address}/24", "dev", "eth0"])
+            _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            _run(["tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", *self._tbf()])
+            _run(["tc", "-n", br, "qdisc", "add", "dev", peer, "root", *self._tbf()])
+
+    def _add_netns(self, name: str) -> None:
+        _run(["ip", "netns", "add", name])
+        self._created.append(name)
+
+    def close(self) -> None:
+        """Remove everything :meth:`start` created: processes in it, namespaces, hosts files.
+
+        Idempotent; signals are held off while it runs. Safe to call after a
+        partial :meth:`start`.
+        """
+        if not self._active or os.getpid() != self._owner_pid:
+            return
+        blocked = False
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(Exception):
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+                blocked = True
+        try:
+            _remove_namespaces(list(reversed(self._created)))
+            self._created.clear()
+            if self._made_etc:
+                with contextlib.suppress(OSError):
+                    _NETNS_ETC.rmdir()  # only when empty
+            self._active = False
+            self._restore_sigterm()
+        finally:
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_sigterm(signum, frame):
+            raise KeyboardInterrupt("SIGTERM")
+
+        self._old_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _restore_sigterm(self) -> None:
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the namespaces exist (between :meth:`start` and :meth:`close`)."""
+        return self._active
+
+    # ------------------------------------------------------------------ ranks
+
+    @property
+    def coordinator_host(self) -> str:
+        """Node 0's address, where ``jax.distributed``'s coordinator listens."""
+        return self.nodes[0].address
+
+    def node_of_rank(self, rank: int, num_processes: int | None = None) -> Node:
+        """The node rank ``rank`` runs on: block placement, ``rank // ranks_per_node``.
+
+        Raises:
+            ValueError: rank outside ``0 … nodes × ranks_per_node − 1``.
+        """
+        if not 0 <= rank < self.spec.num_ranks:
+            raise ValueError(
+                f"rank {rank} does not fit the emulated cluster {self.spec.text} "
+                f"({self.spec.num_ranks} ranks)"
+            )
+        return self.nodes[rank // self.spec.ranks_per_node]
+
+    def wrap(self, node: Node | int, argv: Sequence[str]) -> list[str]:
+        """The command line that runs ``argv`` inside ``node``'s namespace under its host name.
+
+        ``ip netns exec NS unshare --uts sh -c 'hostname H && exec "$@"' …``:
+        every step ``exec``s, so the process started is the program itself
+        (same PID, same inherited file descriptors).
+        """
+        n = self.nodes[node] if isinstance(node, int) else node
+        return [
+            "ip", "netns", "exec", n.netns, "unshare", "--uts", "--",
+            "sh", "-c", 'hostname "$0" && exec "$@"', n.hostname, *argv,
+        ]  # fmt: skip
+
+    def provenance(self) -> dict:
+        """``{"nodes", "ranks_per_node", "rate_bits_per_s", "goodput_bytes_per_s"}`` for records.
+
+        ``goodput_bytes_per_s`` is the lowest steady-state goodput of the last
+        :meth:`self_check` (``None`` before one, or with one node).
+        """
+        good = min((c.goodput_bytes_per_s for c in self.checks), default=None)
+        return {
+            "nodes": self.spec.nodes,
+            "ranks_per_node": self.spec.ranks_per_node,
+            "rate_bits_per_s": self.spec.rate_bits_per_s,
+            "goodput_bytes_per_s": good,
+        }
+
+    # ------------------------------------------------------------------ self-check
+
+    def self_check(
+        self,
+        seconds: float = 1.0,
+        min_fraction: float = 0.9,
+        *,
+        attempts: int = 2,
+        raise_on_fail: bool = True,
+    ) -> list[LinkCheck]:
+        """One bulk TCP transfer per link, all at once (node i → node i+1, a ring).
+
+        Every NIC carries one flow up and one down, as in a ring all-reduce,
+        so the check also shows whether this machine's cores keep up with all
+        links busy at once. Each transfer runs ``seconds`` (at most
+        1.5 × rate × seconds bytes); its steady-state goodput leaves out the
+        first 0.25 s (TCP start-up, the bucket's initial burst).
+
+        Args:
+            seconds: transfer time per link, 0.3 … 30 s.
+            min_fraction: pass when every link's wire rate (what the shaper
+                counts: payload + TCP/IP/Ethernet headers) reaches this
+                fraction of the set rate (0 < f ≤ 1). A machine that keeps up
+                reaches about 1.0; its TCP goodput is then about 0.956 of the
+                rate at MTU 1500 (1448 payload bytes per 1514-byte frame).
+            attempts: checks to make before giving up (≥ 1): a shared machine
+                can stall one transfer; the last attempt's figures are kept.
+            raise_on_fail: raise (default) or only return when a link is slow.
+
+        Returns:
+            One :class:`LinkCheck` per link (none with a single node); also
+            kept in :attr:`checks`.
+
+        Raises:
+            EmulationError: a link below ``min_fraction`` of the rate (the
+                message gives the rate this machine can emulate with this many
+                links busy), or a transfer that did not finish.
+        """
+        if not self._active:
+            raise EmulationError("self_check() needs a started cluster (use it inside 'with')")
+        if not 0.3 <= seconds <= 30:
+            raise ValueError(f"seconds must be between 0.3 and 30, got {seconds!r}")
+        if not 0 < min_fraction <= 1:
+            raise ValueError(f"min_fraction must be in (0, 1], got {min_fraction!r}")
+        if not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"attempts must be an integer ≥ 1, got {attempts!r}")
+        for _ in range(attempts):
+            checks = self._transfer(seconds)
+            self.checks = checks
+            worst = min(checks, key=lambda c: c.wire_bits_per_s, default=None)
+            if worst is None or worst.wire_bits_per_s >= min_fraction * self.spec.rate_bits_per_s:
+                return checks
+        if raise_on_fail:
+            n = self.spec.nodes
+            can = _nice_floor(0.8 * worst.wire_bits_per_s)
+            raise EmulationError(
+                f"self-check failed: link {worst.sender}→{worst.receiver} carried "
+                f"{worst.wire_bits_per_s / 1e6:.1f} Mbit/s, "
+                f"{worst.wire_bits_per_s / self.spec.rate_bits_per_s:.0%} of the set "
+                f"{self.spec.rate_bits_per_s / 1e6:g} Mbit/s (needs ≥ {min_fraction:.0%}; "
+                f"{attempts} attempts) with {len(checks)} links busy: this machine's cores "
+                f"cannot keep up; it can emulate about {can} per NIC with {n} nodes "
+                f"(try --emulate {n}x{self.spec.ranks_per_node}@{can})"
+            )
+        return checks
+
+    def _transfer(self, seconds: float) -> list[LinkCheck]:
+        """One round of concurrent transfers; see :meth:`self_check`."""
+        n = self.spec.nodes
+        if n < 2:
+            return []
+        pairs = [(i, (i + 1) % n) for i in range(n)] if n > 2 else [(0, 1), (1, 0)]
+        rate_bytes = self.spec.rate_bits_per_s / 8
+        max_bytes = int(1.5 * rate_bytes * seconds) + (1 << 20)
+        port = 5201
+        py = sys.executable
+        env = _child_env()
+        recv: list[subprocess.Popen] = []
+        send: list[subprocess.Popen] = []
+        try:
+            for k, (_, dst) in enumerate(pairs):
+                d = self.nodes[dst]
+                cmd = [
+                    "ip", "netns", "exec", d.netns, py, "-m", "launch._netcheck", "recv",
+                    "--bind", d.address, "--port", str(port + k), "--seconds", str(seconds),
+                ]  # fmt: skip
+                recv.append(_popen(cmd, env))
+            for p in recv:
+                _expect_line(p, "listening", 60.0)
+            before = [self._sent_bytes(src) for src, _ in pairs]
+            for k, (src, dst) in enumerate(pairs):
+                s = self.nodes[src]
+                cmd = [
+                    "ip", "netns", "exec", s.netns, py, "-m", "launch._netcheck", "send",
+                    "--to", self.nodes[dst].address, "--port", str(port + k),
+                    "--seconds", str(seconds), "--max-bytes", str(max_bytes),
+                ]  # fmt: skip
+                send.append(_popen(cmd, env))
+            deadline = time.monotonic() + seconds + 60.0
+            outs = []
+            for p in [*send, *recv]:
+                try:
+                    out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    raise EmulationError(
+                        f"the self-check's transfer did not finish within {seconds + 60:g} s"
+                    ) from None
+                if p.returncode != 0:
+                    raise EmulationError(
+                        f"the self-check's transfer failed: {(err or out).strip()[-300:]}"
+                    )
+                outs.append(json.loads(out.strip().splitlines()[-1]))
+            after = [self._sent_bytes(src) for src, _ in pairs]
+        finally:
+            for p in [*send, *recv]:
+                if p.poll() is None:
+                    p.kill()
+                with contextlib.suppress(Exception):
+                    p.communicate(timeout=5)
+        sent = outs[: len(pairs)]
+        got = outs[len(pairs) :]
+        checks = []
+        for k, (src, dst) in enumerate(pairs):
+            r = got[k]
+            ratio = (
+                (after[k] - before[k]) / max(sent[k]["sent"], 1) if before[k] is not None else 1.0
+            )
+            checks.append(
+                LinkCheck(
+                    src,
+                    dst,
+                    int(r["bytes"]),
+                    float(r["elapsed_s"]),
+                    float(r["goodput_bytes_per_s"]),
+                    float(r["goodput_bytes_per_s"]) * 8 * max(ratio, 1.0),
+                )
+            )
+        return checks
+
+    def _sent_bytes(self, node: int) -> int | None:
+        """Bytes the node's uplink shaper has sent (``tc -s qdisc``), or ``None``."""
+        out = _run(["tc", "-s", "-n", self.nodes[node].netns, "qdisc", "show", "dev", "eth0"])
+        m = re.search(r"Sent (\d+) bytes", out)
+        return int(m[1]) if m else None
+
+    def qdiscs(self) -> dict[str, str]:
+        """``tc qdisc show`` of every shaped device, by ``netns/dev`` (for checks and reports)."""
+        out = {}
+        for n in self.nodes:
+            out[f"{n.netns}/eth0"] = _run(["tc", "-n", n.netns, "qdisc", "show", "dev", "eth0"])
+            out[f"{self.bridge_netns}/n{n.index}"] = _run(
+                ["tc", "-n", self.bridge_netns, "qdisc", "show", "dev", f"n{n.index}"]
+            )
+        return out
+
+
+def _child_env() -> dict:
+    """This environment minus proxy variables (nothing in the emulated network is behind one)."""
+    env = dict(os.environ)
+    for k in list(env):
+        if k.lower() in ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy"):
+            del env[k]
+    return env
+
+
+def _popen(cmd: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _expect_line(p: subprocess.Popen, key: str, timeout_s: float) -> None:
+    """Wait (bounded) for a JSON line holding ``key`` on ``p``'s stdout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not select.select([p.stdout], [], [], 0.2)[0]:
+            if p.poll() is not None:
+                break
+            continue
+        line = p.stdout.readline()
+        if not line:
+            break
+        with contextlib.suppress(json.JSONDecodeError):
+            if key in json.loads(line):
+                return
+    err = p.stderr.read() if p.poll() is not None else ""
+    raise EmulationError(
+        f"the self-check's receiver did not start within {timeout_s:g} s"
+        + (f": {err.strip()[-300:]}" if err else "")
+    )
+
+
+# --------------------------------------------------------------------------- removal
+
+
+def _current_netns() -> set[str]:
+    out = _run(["ip", "netns", "list"], check=False)
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _ns_pids(ns: str) -> list[int]:
+    out = _run(["ip", "netns", "pids", ns], check=False)
+    return [int(x) for x in out.split() if x.isdigit()]
+
+
+def _remove_namespaces(names: Sequence[str]) -> None:
+    """Kill what runs in each namespace, delete it and its ``/etc/netns`` folder."""
+    for ns in names:
+        for pid in _ns_pids(ns):
+            if pid != os.getpid():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    for ns in names:
+        while _ns_pids(ns) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _run(["ip", "netns", "delete", ns], check=False)
+        shutil.rmtree(_NETNS_ETC / ns, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _our_namespaces() -> list[tuple[str, int]]:
+    names = _current_netns()
+    if _NETNS_ETC.is_dir():
+        names.update(p.name for p in _NETNS_ETC.iterdir())
+    found = []
+    for name in sorted(names):
+        m = _NS_RE.match(name)
+        if m:
+            found.append((name, int(m[1])))
+    return found
+
+
+def clean_stale(*, include_running: bool = False) -> list[str]:
+    """Remove the namespaces (and ``/etc/netns`` folders) that killed runs left.
+
+    A name ``ddlt<PID>n<i>`` / ``ddlt<PID>br`` is stale when no process ``PID``
+    runs. Processes still inside a stale namespace are killed first.
+
+    Args:
+        include_running: also remove those of runs still alive (not this
+            process's own).
+
+    Returns:
+        The names removed, sorted.
+
+    Raises:
+        EmulationUnavailable: without CAP_NET_ADMIN/CAP_SYS_ADMIN or ``ip``.
+    """
+    _require()
+    me = os.getpid()
+    stale = [
+        name
+        for name, pid in _our_namespaces()
+        if pid != me and (include_running or not _alive(pid))
+    ]
+    _remove_namespaces(stale)
+    with contextlib.suppress(OSError):
+        if _NETNS_ETC.is_dir() and not any(_NETNS_ETC.iterdir()):
+            _NETNS_ETC.rmdir()
+    return stale

@@ -1,0 +1,120 @@
+"""A bounded bulk TCP transfer, run inside emulated nodes by :meth:`EmulatedCluster.self_check`.
+
+``python -m launch._netcheck recv --bind ADDR --port P --seconds S`` listens,
+prints ``{"listening": true}`` once it does, accepts one connection, reads
+until the sender closes or ``S`` + 5 s pass, and prints one JSON line:
+``bytes`` (payload received), ``elapsed_s`` (first to last byte) and the
+steady-state ``goodput_bytes_per_s`` (bytes after the first ``--skip-s`` of
+the transfer, over the time they took: TCP's start-up and the shaper's
+initial burst left out).
+
+``python -m launch._netcheck send --to ADDR --port P --seconds S --max-bytes B``
+connects (retrying for up to 10 s), sends for ``S`` seconds or ``B`` bytes,
+whichever comes first, closes, and prints ``{"sent": bytes}``.
+
+Only the standard library; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import time
+
+_CHUNK = 1 << 16
+
+
+def _recv(bind: str, port: int, seconds: float, skip_s: float) -> dict:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((bind, port))
+    srv.listen(1)
+    srv.settimeout(seconds + 15.0)
+    print(json.dumps({"listening": True}), flush=True)
+    conn, _ = srv.accept()
+    conn.settimeout(5.0)
+    deadline = time.monotonic() + seconds + 5.0
+    total = 0
+    t_first = t_last = None
+    t_mark = None
+    bytes_mark = 0
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    while time.monotonic() < deadline:
+        try:
+            k = conn.recv_into(view)
+        except TimeoutError:
+            break
+        now = time.monotonic()
+        if k == 0:
+            break
+        if t_first is None:
+            t_first = now
+        total += k
+        t_last = now
+        if t_mark is None and now - t_first >= skip_s:
+            t_mark, bytes_mark = now, total
+    conn.close()
+    srv.close()
+    elapsed = (t_last - t_first) if t_first is not None else 0.0
+    if t_mark is not None and t_last > t_mark:
+        goodput = (total - bytes_mark) / (t_last - t_mark)
+    else:
+        goodput = total / elapsed if elapsed > 0 else 0.0
+    return {"bytes": total, "elapsed_s": elapsed, "goodput_bytes_per_s": goodput}
+
+
+def _send(to: str, port: int, seconds: float, max_bytes: int) -> dict:
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            sock = socket.create_connection((to, port), timeout=5.0)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    payload = b"\0" * _CHUNK
+    sent = 0
+    t0 = time.monotonic()
+    while sent < max_bytes and time.monotonic() - t0 < seconds:
+        sent += sock.send(payload[: min(_CHUNK, max_bytes - sent)])
+    sock.shutdown(socket.SHUT_WR)
+    # Wait for the receiver to close, so that everything sent has arrived.
+    sock.settimeout(10.0)
+    try:
+        while sock.recv(_CHUNK):
+            pass
+    except OSError:
+        pass
+    sock.close()
+    return {"sent": sent}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line of the transfer helpers (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="python -m launch._netcheck")
+    sub = p.add_subparsers(dest="role", required=True)
+    r = sub.add_parser("recv")
+    r.add_argument("--bind", required=True)
+    r.add_argument("--port", type=int, required=True)
+    r.add_argument("--seconds", type=float, required=True)
+    r.add_argument("--skip-s", type=float, default=0.25)
+    s = sub.add_parser("send")
+    s.add_argument("--to", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--seconds", type=float, required=True)
+    s.add_argument("--max-bytes", type=int, required=True)
+    a = p.parse_args(argv)
+    if a.role == "recv":
+        out = _recv(a.bind, a.port, a.seconds, a.skip_s)
+    else:
+        out = _send(a.to, a.port, a.seconds, a.max_bytes)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""The emulated cluster (launch.EmulatedCluster, ``ddltune lab``, ``collect --emulate``).
+
+Tests that build namespaces need root (CAP_NET_ADMIN + CAP_SYS_ADMIN) and
+iproute2; without them they skip with the reason the library gives. Each one
+checks afterwards that no namespace, hosts folder or process of it is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import launch._emulate as emu
+from launch import (
+    EmulatedCluster,
+    EmulationError,
+    EmulationUnavailable,
+    LaunchError,
+    emulation_unavailable_reason,
+    launch_local,
+    parse_emulate,
+)
+
+REASON = emulation_unavailable_reason()
+needs_net = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {ln.split()[0] for ln in out.splitlines() if ln.strip()}
+
+
+def _host_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return {ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines() if ln.strip()}
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie child of ours counts as gone once reaped by its parent; check state.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def _assert_removed(pid: int) -> None:
+    left = [n for n in _netns() if n.startswith(f"ddlt{pid}")]
+    assert not left, f"namespaces left behind: {left}"
+    etc = Path("/etc/netns")
+    if etc.is_dir():
+        assert not [p for p in etc.iterdir() if p.name.startswith(f"ddlt{pid}")]
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+
+
+# --------------------------------------------------------------------------- spec
+
+
+def test_parse_spec_units_and_errors():
+    s = parse_emulate("4x1@200mbit")
+    assert (s.nodes, s.ranks_per_node, s.num_ranks) == (4, 1, 4)
+    assert s.rate_bits_per_s == 200e6
+    assert parse_emulate("2x3@1.5gbit").rate_bits_per_s == 1.5e9
+    assert parse_emulate("2X2@500KBIT").rate_bits_per_s == 500e3  # tc is case-insensitive
+    for bad, words in [
+        ("4@200mbit", "NODESxRANKS@RATE"),
+        ("2x1@200mbps", "unknown rate unit"),
+        ("2x1@200MB", "unknown rate unit"),
+        ("0x1@1mbit", "nodes"),
+        ("2x0@1mbit", "ranks per node"),
+        ("2x1@0.1bit", "rate"),
+        ("2x1@200gbit", "rate"),
+    ]:
+        with pytest.raises(ValueError, match=words) as info:
+            parse_emulate(bad, "--emulate")
+        assert str(info.value).startswith("--emulate:"), str(info.value)
+
+
+def test_burst_follows_rate_and_frame():
+    # tc-tbf(8): the bucket holds at least rate/HZ bytes; never less than 4 frames.
+    c = EmulatedCluster("2x1@200mbit")
+    assert c.burst_bytes == int(200e6 / 8 / emu._HZ)
+    assert c.limit_bytes == c.burst_bytes + int(200e6 / 8 * 0.05)
+    slow = EmulatedCluster("2x1@1mbit")
+    assert slow.burst_bytes == 4 * (1500 + 14)
+
+
+def test_permission_denied_is_one_line(monkeypatch):
+    monkeypatch.setattr(emu, "_cap_effective", lambda: 0)
+    monkeypatch.setattr(emu.shutil, "which", lambda name: f"/usr/sbin/{name}")
+    reason = emulation_unavailable_reason()
+    assert "CAP_NET_ADMIN" in reason and "root" in reason and "NET_ADMIN" in reason
+    before = _netns() if shutil.which("ip") else set()
+    with pytest.raises(EmulationUnavailable, match="CAP_NET_ADMIN"):
+        with EmulatedCluster("2x1@100mbit"):
+            pass
+    if shutil.which("ip"):
+        assert _netns() == before
+
+
+def test_missing_tools_named(monkeypatch):
+    monkeypatch.setattr(emu.shutil, "which", lambda name: None if name == "tc" else "/bin/x")
+    assert "tc" in emulation_unavailable_reason()
+
+
+def test_self_check_failure_names_the_rate_it_can(monkeypatch):
+    c = EmulatedCluster("3x1@200mbit")
+    c._active = True  # no namespaces: the transfer is simulated
+    slow = [emu.LinkCheck(i, (i + 1) % 3, 10**7, 1.0, 12e6, 100e6) for i in range(3)]
+    monkeypatch.setattr(c, "_transfer", lambda seconds: slow)
+    with pytest.raises(EmulationError) as info:
+        c.self_check()
+    msg = str(info.value)
+    assert "50%" in msg and "80mbit" in msg and "--emulate 3x1@80mbit" in msg
+    assert c.provenance()["goodput_bytes_per_s"] == 12e6
+    c._active = False
+
+
+# --------------------------------------------------------------------------- real namespaces
+
+
+@needs_net
+@pytest.mark.timeout(60)
+def test_setup_and_teardown_leave_nothing():
+    links_before = _host_links()
+    with EmulatedCluster("2x2@100mbit") as c:
+        names = _netns()
+        assert {c.bridge_netns, *(n.netns for n in c.nodes)} <= names
+        assert _host_links() == links_before  # nothing in the host's namespace
+        for n in c.nodes:
+            addr = subprocess.run(
+                ["ip", "-n", n.netns, "-4", "-o", "addr", "show"], capture_output=True, text=True
+            ).stdout
+            assert f"{n.address}/24" in addr and "127.0.0.1" in addr  # NIC + loopback up
+            assert n.address.startswith("198.18.")
+            routes = subprocess.run(
+                ["ip", "-n", n.netns, "route", "show"], capture_output=True, text=True
+            ).stdout
+            assert "default" not in routes
+            hosts = (Path("/etc/netns") / n.netns / "hosts").read_text()
+            assert re.search(rf"^{re.escape(n.address)}\s+{n.hostname}$", hosts, re.M)
+        qd = c.qdiscs()
+        assert len(qd) == 4  # both ends of both NICs
+        assert all("tbf" in v and "rate 100Mbit" in v for v in qd.values())
+        with pytest.raises(EmulationError, match="one at a time"):
+            EmulatedCluster("3x1@1mbit").start()
+        assert {c.bridge_netns, *(n.netns for n in c.nodes)} <= _netns()  # untouched
+    _assert_removed(os.getpid())
+    assert _host_links() == links_before
+
+
+@needs_net
+@pytest.mark.timeout(60)
+def test_teardown_after_exception_and_rank_crash(tmp_path):
+    with pytest.raises(ZeroDivisionError):
+        with EmulatedCluster("2x1@100mbit"):
+            1 / 0  # noqa: B018
+    _assert_removed(os.getpid())
+    pids = []
+    with pytest.raises(LaunchError, match="rank"):
+        with EmulatedCluster("2x1@100mbit") as c:
+            # A rank that exits with status 2 at once (argparse error) stops the run.
+            launch_local(
+                "launch._netcheck",
+                ["no-such-role"],
+                2,
+                timeout_s=20,
+                emulate=c,
+                on_spawn=lambda r, pid: pids.append(pid),
+                env={"PYTHONPATH": str(ROOT)},
+            )
+    assert pids and all(_gone(p) for p in pids)
+    _assert_removed(os.getpid())
+
+
+_CHILD = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from launch import EmulatedCluster
+    with EmulatedCluster("2x1@100mbit") as c:
+        p = subprocess.Popen(c.wrap(1, ["sleep", "600"]))
+        print(os.getpid(), p.pid, flush=True)
+        time.sleep(600)
+    """
+)
+
+
+@needs_net
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_a_run_removes_everything(sig):
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, text=True, env=_env()
+    )
+    try:
+        pid, inner = map(int, child.stdout.readline().split())
+        assert any(n.startswith(f"ddlt{pid}") for n in _netns())
+        child.send_signal(sig)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode != 0
+    _assert_removed(pid)
+    deadline = time.monotonic() + 10
+    while not _gone(inner) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(inner), "the process inside the namespace survived"
+
+
+@needs_net
+@pytest.mark.timeout(60)
+def test_lab_clean_removes_only_dead_runs():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = subprocess.Popen(["sleep", "60"])
+    stale, live = f"ddlt{dead.pid}n0", f"ddlt{alive.pid}br"
+    try:
+        for ns in (stale, live):
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        (Path("/etc/netns") / stale).mkdir(parents=True, exist_ok=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "tuner.cli", "lab", "clean", "--json"],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert stale in json.loads(out.stdout)["removed"]
+        names = _netns()
+        assert stale not in names and live in names
+        assert not (Path("/etc/netns") / stale).exists()
+    finally:
+        alive.kill()
+        alive.wait()
+        for ns in (stale, live):
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        shutil.rmtree(Path("/etc/netns") / stale, ignore_errors=True)
+
+
+@needs_net
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_self_check_measures_the_set_rate():
+    # One shaped link at a rate two loaded cores easily push: its wire rate
+    # (what tbf counts) within 5% of the set rate, in the best of 3 checks; the
+    # shaper never lets more through, so the upper side holds in every check.
+    rate = 50e6
+    best = 0.0
+    with EmulatedCluster("2x1@50mbit") as c:
+        for _ in range(3):
+            checks = c.self_check(1.0, min_fraction=0.5, attempts=1)
+            assert len(checks) == 2
+            for ch in checks:
+                assert ch.wire_bits_per_s <= 1.05 * rate
+                # TCP goodput is below the wire rate by the header share (≈ 4.4% at MTU 1500).
+                assert ch.goodput_bytes_per_s * 8 < ch.wire_bits_per_s
+            best = max(best, min(ch.wire_bits_per_s for ch in checks))
+            if best >= 0.95 * rate:
+                break
+        prov = c.provenance()
+    assert best >= 0.95 * rate, f"best wire rate {best / 1e6:.1f} Mbit/s of 50"
+    assert prov["nodes"] == 2 and prov["rate_bits_per_s"] == rate
+    assert 0 < prov["goodput_bytes_per_s"] <= rate / 8
+    _assert_removed(os.getpid())
+
+
+@needs_net
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_collect_emulate_two_nodes(tmp_path):
+    out = tmp_path / "emu.jsonl"
+    rate = 200e6
+    p = subprocess.Popen(
+        [
+            sys.executable, "-m", "tuner.cli", "collect", "--emulate", "2x1@200mbit",
+            "--collectives", "all_reduce", "--suite", "collectives", "--min-bytes", "256K",
+            "--max-bytes", "1M", "--iters", "3", "--budget-s", "0.2", "--timeout-s", "60",
+            "-o", str(out), "--json", "--no-progress",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )  # fmt: skip
+    try:
+        _, err = p.communicate(timeout=220)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    recs = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert [r["message_bytes"] for r in recs] == [256 * 1024, 1024 * 1024]
+    burst = EmulatedCluster("2x1@200mbit").burst_bytes
+    for r in recs:
+        assert r["num_ranks"] == 2
+        assert r["ranks_per_node"] == 1  # two host names: two nodes
+        em = r["emulated"]
+        assert em["nodes"] == 2 and em["ranks_per_node"] == 1 and em["rate_bits_per_s"] == rate
+        assert 0 < em["goodput_bytes_per_s"] <= rate / 8
+        # Ring all_reduce on 2 ranks: each NIC carries 2(n-1)/n·S = S bytes each way.
+        # Through the shaper that takes at least (S - one bucket) / rate; over
+        # loopback it would take a fraction of a millisecond.
+        assert r["time_s"]["min"] >= (r["message_bytes"] - burst) / (rate / 8)
+    _assert_removed(p.pid)
+
+
+@needs_net
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_lab_check_without_capability_says_how_to_get_it():
+    drop = ["--bounding-set", "-net_admin,-sys_admin", "--inh-caps", "-net_admin,-sys_admin"]
+    before = _netns()
+    p = subprocess.run(
+        ["setpriv", *drop, sys.executable, "-m", "tuner.cli", "lab", "check", "--emulate",
+         "2x1@100mbit"],
+        capture_output=True, text=True, env=_env(), timeout=50,
+    )  # fmt: skip
+    assert p.returncode == 1
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "CAP_NET_ADMIN" in lines[0] and "root" in lines[0] and "Traceback" not in p.stderr
+    assert _netns() == before
