@@ -31,6 +31,7 @@ from ._launch import initialize_worker as initialize_worker
 from ._launch import launch_local as launch_local
 from ._launch import send_message as send_message
 from ._launch import set_message_handler as set_message_handler
+from ._launch import waiting as waiting
 from ._launch import worker_main as worker_main
 from ._pmi import PMIError as PMIError
 from ._pmi import exchange_coordinator as exchange_coordinator

@@ -20,6 +20,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ._launch import waiting
+
 __all__ = ["Ranks"]
 
 
@@ -149,8 +151,9 @@ class Ranks:
             r[0, 1 + n + i] = wrong.get(i, 0)
             return r
 
-        out = self._barrier(self.put_rows(row))
-        out.block_until_ready()
+        with waiting():
+            out = self._barrier(self.put_rows(row))
+            out.block_until_ready()
         table = np.asarray(out.addressable_shards[0].data)[0]
         return bool(table[0] > 0), float(table[1 : 1 + n].max()), int(table[1 + n :].max() > 0)
 

@@ -283,9 +283,11 @@ def send_message(message: dict) -> None:
     Raises:
         TypeError: if ``message`` is not a dict or is not JSON-serialisable.
     """
-    global _msg_file
+    global _msg_file, _last_where
     if not isinstance(message, dict):
         raise TypeError(f"send_message() takes a dict, got {type(message).__name__}")
+    if isinstance(message.get("where"), str):
+        _last_where = message["where"]
     if _msg_handler is not None:
         _msg_handler(message)
         return
@@ -322,6 +324,77 @@ def heartbeat(where: str | None = None, *, force: bool = False) -> None:
     if where is not None:
         msg["where"] = where
     send_message(msg)
+
+
+@dataclasses.dataclass
+class _Wait:
+    where: str
+    since: float
+    last_sent: float = 0.0
+    announced: bool = False
+
+
+_wait_lock = threading.Lock()
+_last_where: str | None = None  # the latest 'where' this rank sent
+_wait: _Wait | None = None  # what this rank's main thread waits in, if anything
+_waiter_started = False
+
+
+def _waiter_loop() -> None:
+    """Daemon thread: beat ``"waiting"`` about once a second while the main thread waits long."""
+    while True:
+        time.sleep(0.25)
+        now = time.monotonic()
+        with _wait_lock:  # held while sending, so no stale beat follows the wait's end
+            w = _wait
+            if w is not None and now - max(w.since, w.last_sent) >= _beat_interval_s:
+                send_message({"type": "beat", "where": w.where, "waiting": True})
+                w.last_sent, w.announced = now, True
+
+
+@contextlib.contextmanager
+def waiting(where: str | None = None):
+    """Mark this rank as blocked in a collective with its peers while the block runs.
+
+    A rank that waits for a peer inside a collective is as silent as the peer
+    that hangs; without this the launcher cannot tell them apart. Once the
+    block has lasted about a second, a daemon thread sends a ``"waiting"``
+    beat about once a second (the main thread may be blocked in C++ with the
+    GIL released), so the launcher knows this rank is alive and waiting for
+    its peers and names the rank that stopped sending instead (see
+    :func:`launch_local`). A rank that waits for longer than the launcher's
+    ``timeout_s`` (plus a grace) still counts as hung. Short waits send
+    nothing (cheap enough for a barrier per timed call). It does nothing
+    outside :func:`launch_local`'s workers (no message pipe): under
+    ``srun``/``mpirun`` each rank watches itself.
+
+    Args:
+        where: what this rank is waiting in, in words (e.g. ``"all_reduce
+            1 MiB"``); default: the last ``where`` this rank reported.
+
+    Example:
+        >>> from launch import waiting
+        >>> with waiting("barrier"):
+        ...     pass
+    """
+    global _waiter_started, _wait
+    if os.environ.get(ENV_MESSAGE_FD) is None:
+        yield
+        return
+    if not _waiter_started:
+        threading.Thread(target=_waiter_loop, name="ddltune-waiting", daemon=True).start()
+        _waiter_started = True
+    where = where if where is not None else (_last_where or "a collective")
+    with _wait_lock:
+        prev, mine = _wait, _Wait(where, time.monotonic())
+        _wait = mine
+    try:
+        yield
+    finally:
+        with _wait_lock:
+            _wait = prev
+        if mine.announced:  # the launcher thinks we wait: say we no longer do
+            send_message({"type": "beat", "where": where})
 
 
 def _guard_parent(parent_pid: int) -> None:
@@ -465,6 +538,7 @@ class _Rank:
     where: str | None = None
     returncode: int | None = None
     eof: bool = False
+    waiting_since: float | None = None  # inside a collective with its peers since (monotonic s)
 
 
 class _PortTaken(Exception):
@@ -598,6 +672,11 @@ def _dispatch(r: _Rank, chunk: bytes, now: float, on_message) -> None:
             continue
         if isinstance(msg.get("where"), str):
             r.where = msg["where"]
+        if msg.get("waiting") is True:
+            if r.waiting_since is None:
+                r.waiting_since = now
+        else:
+            r.waiting_since = None
         kind = msg.get("type")
         if kind == "ready":
             r.ready = True
@@ -679,16 +758,10 @@ def _watch(
         if all(r.returncode == 0 and r.eof for r in ranks):
             return
         # Silence: hung, or never started.
-        late = []
-        for r in ranks:
-            if r.returncode is not None:
-                continue
-            limit = timeout_s if r.ready else start_timeout_s
-            if now - r.last_seen > limit:
-                late.append(r)
+        late = _late_ranks(ranks, now, timeout_s, start_timeout_s)
         if late:
             _drain(ranks, on_message)
-            r = min(late, key=lambda x: (x.last_seen, x.rank))  # silent the longest
+            r = _pick_hung(late)
             tail = _tail(r.log_path)
             if not r.ready:
                 raise LaunchError(
@@ -707,6 +780,42 @@ def _watch(
                 reason="hung",
                 log_tail=tail,
             )
+
+
+def _late_ranks(
+    ranks: list[_Rank], now: float, timeout_s: float, start_timeout_s: float
+) -> list[_Rank]:
+    """Running ranks past their limit: silent for it, or waiting in one collective for longer.
+
+    A rank blocked inside a collective keeps sending ``"waiting"`` beats (see
+    :func:`waiting`), so it is not silent; it still counts as late once it
+    has waited ``timeout_s`` plus a grace of a quarter of it (at least 2 s),
+    so that ranks all stuck in one collective stop the run too, after the
+    silent one would have.
+    """
+    late = []
+    for r in ranks:
+        if r.returncode is not None:
+            continue
+        limit = timeout_s if r.ready else start_timeout_s
+        silent = now - r.last_seen > limit
+        stuck = r.waiting_since is not None and now - r.waiting_since > limit + max(
+            2.0, 0.25 * limit
+        )
+        if silent or stuck:
+            late.append(r)
+    return late
+
+
+def _pick_hung(late: list[_Rank]) -> _Rank:
+    """The rank to blame among late ones: one not waiting for its peers, silent the longest.
+
+    A rank that hangs (or is stopped) outside a collective falls silent while
+    its peers wait for it inside one, beating; when every late rank is
+    waiting, the one silent the longest (then the lowest) is named.
+    """
+    not_waiting = [r for r in late if r.waiting_since is None]
+    return min(not_waiting or late, key=lambda x: (x.last_seen, x.rank))
 
 
 def _pick_culprit(failed: list[_Rank]) -> _Rank:

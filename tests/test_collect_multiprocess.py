@@ -7,6 +7,7 @@ Small sizes and tiny time budgets: these test logic, not speed.
 from __future__ import annotations
 
 import json
+import contextlib
 import os
 import signal
 import socket
@@ -155,6 +156,46 @@ def test_hung_worker_stops_run_within_timeout(tmp_path, spawned, monkeypatch):
     assert err.value.rank == 1 and "stopped responding" in msg and "all_reduce 4 KiB" in msg
     assert elapsed < 30 + 6 + 10  # start allowance + timeout + stopping
     assert len(read_records(out)) == 1
+
+
+def test_stopped_worker_is_blamed_not_its_waiting_peer(tmp_path, spawned, monkeypatch):
+    # SIGSTOP on rank 1 once the first record arrives: rank 0 then waits for it
+    # inside a collective, as silent on the wire as the stopped rank. Rank 0's
+    # "waiting" beats (launch.waiting) tell them apart: the run names rank 1.
+    out = tmp_path / "m.jsonl"
+    real = collect_module.launch_local
+
+    def stop_rank1_when_it_measures(*args, **kwargs):
+        user_on_message = kwargs.get("on_message")
+        stopped = []
+
+        def on_message(rank, msg):
+            if not stopped and len(spawned) == 2:  # the first record: both ranks measure
+                os.kill(spawned[1], signal.SIGSTOP)
+                stopped.append(spawned[1])
+            if user_on_message is not None:
+                user_on_message(rank, msg)
+
+        kwargs["on_message"] = on_message
+        try:
+            return real(*args, **kwargs)
+        finally:
+            for pid in stopped:  # let the launcher's SIGTERM/SIGKILL reach it
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+    monkeypatch.setattr(collect_module, "launch_local", stop_rank1_when_it_measures)
+    with pytest.raises(CollectError) as err:
+        collect(
+            out,
+            workers=[2],
+            collectives=["all_reduce"],
+            max_bytes=64 * 1024,
+            suite=["collectives"],
+            timeout_s=6,
+            **FAST,
+        )
+    assert err.value.rank == 1 and "stopped responding" in str(err.value)
 
 
 # --------------------------------------------------------------------------- launcher
