@@ -67,7 +67,10 @@ from costmodel import (
     INTRA_PRESETS,
     NETWORK_PRESETS,
     ClusterParams,
+    CollectiveBatch,
     InputFileError,
+    collective_batch,
+    collective_batch_time,
     get_collective,
     preset,
 )
@@ -318,80 +321,28 @@ def _prepare(records: list[dict], statistic: str | None, in_place: str):
 # =============================================================================
 # The model on a batch of points
 # =============================================================================
-#: Collectives whose congestion factor has a fitted exponent, and which leaf.
-_EXPONENT_LEAF = {"all_to_all": 1, "ps_push": 2, "ps_pull": 2}  # 1: all_to_all, 2: fan-in
-
-
 class _Data(eqx.Module):
-    """Every point's cost terms as arrays (model order: collectives, then compute).
+    """Every point as costmodel's batched terms (model order: collectives, then compute).
 
-    The terms come from each collective's own :meth:`~costmodel.AbstractCollective.terms`
-    at data-preparation time (they depend only on S, n, g); the fitted
-    parameters enter through :func:`_predict`, which is
-    ``costmodel.collectives``' evaluate/finish vectorised over collectives
-    (one gather per regime table instead of one traced graph per collective,
-    which keeps compilation short). ``tests/test_fit.py`` checks it against
-    :func:`costmodel.collective_time` for every collective.
+    The collective rows are a :class:`costmodel.CollectiveBatch` (each
+    collective's own terms, built once: they depend only on S, n, g) and are
+    evaluated by :func:`costmodel.collective_batch_time`, the one
+    implementation of the collectives' evaluate/finish, vectorised over
+    collectives so that the objective traces one graph; compute rows by
+    :meth:`costmodel.ClusterParams.compute_time`.
     """
 
-    steps: jax.Array
-    link: jax.Array
-    node: jax.Array
-    reduce: jax.Array
-    cong_base: jax.Array
-    expo: jax.Array  # 0 none, 1 all_to_all exponent, 2 fan-in exponent
-    inter: jax.Array  # 0 intra, 1 inter (level index)
-    coll: jax.Array  # collective index
-    g: jax.Array  # min(g, n), for the core-sharing slowdown
+    coll: CollectiveBatch
     flops: jax.Array
     comp_g: jax.Array
     logt: jax.Array
     n_coll: int = eqx.field(static=True)
 
 
-def _soft_max2(a, b):
-    """(a⁸ + b⁸)^(1/8) of non-negative values (costmodel's soft_max2, p = 8)."""
-    a, b = jnp.maximum(a, 0.0), jnp.maximum(b, 0.0)
-    m = jnp.maximum(jnp.maximum(a, b), 1e-300 if jnp.result_type(a) == jnp.float64 else 1e-37)
-    s = (a / m) ** 8 + (b / m) ** 8
-    return m * jnp.sqrt(jnp.sqrt(jnp.sqrt(s)))
-
-
-def _soft_min(x, k):
-    """(Σᵣ xᵣ^(−k))^(−1/k) along the last axis (costmodel's soft_min), x > 0."""
-    lx = jnp.log(jnp.maximum(x, 1e-37))
-    m = jnp.min(lx, axis=-1, keepdims=True)
-    s = jnp.sum(jnp.exp(-k[..., None] * (lx - m)), axis=-1)
-    return jnp.exp(m[..., 0] - jnp.log(s) / k)
-
-
-def _share(g, slots):
-    """Core-sharing slowdown softmax₂(1, g / slots) (costmodel's timeline and collectives)."""
-    return _soft_max2(jnp.ones_like(g), g / slots)
-
-
 def _predict(params: ClusterParams, data: _Data):
-    """Seconds of every point: T = (softminᵣ Tᵣ + o_call)·share(g) for collectives
-    (``costmodel.collectives``: Tᵣ = steps·αᵣ + softmax₂(link·βᵣ, node·β_node)·η +
-    reduce·γ), FLOPs / flops_per_s · share(g) for compute."""
-    c, lev = data.coll, data.inter
-    ra = params.log_alpha[lev][:, None] + params.regime_log_alpha[c, lev]  # (N, R)
-    rb = params.log_beta[lev][:, None] + params.regime_log_beta[c, lev]
-    eta = jnp.where(
-        data.expo == 1,
-        data.cong_base**params.all_to_all_exponent,
-        jnp.where(data.expo == 2, data.cong_base**params.fanin_exponent, 1.0),
-    )
-    bw_node = data.node * params.node_beta_s_per_byte[lev]
-    bw = _soft_max2(data.link[:, None] * jnp.exp(rb), bw_node[:, None]) * eta[:, None]
-    per = data.steps[:, None] * jnp.exp(ra) + bw + (data.reduce * params.gamma_s_per_byte)[:, None]
-    if params.n_regimes == 1:
-        t = per[:, 0]
-    else:
-        t = _soft_min(per, params.regime_sharpness[c])
-    slots = params.node_compute_slots
-    t = jnp.where(data.steps > 0, (t + params.call_overhead_s) * _share(data.g, slots), 0.0)
-    comp = data.flops / params.flops_per_s * _share(data.comp_g, slots)
+    """Seconds of every point (model order): costmodel's collective and compute times."""
+    t = collective_batch_time(params, data.coll)
+    comp = params.compute_time(data.flops, data.comp_g)
     return jnp.concatenate([t, comp])
 
 
@@ -420,43 +371,14 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
     coll = coll + [coll[-1]] * (_bucket(len(coll)) - len(coll)) if coll else coll
     comp = comp + [comp[-1]] * (_bucket(len(comp)) - len(comp)) if comp else comp
     src_rows = np.asarray(coll + comp, dtype=int)
-    cols = {k: np.zeros(len(coll)) for k in ("steps", "link", "node", "reduce", "cong")}
-    expo = np.zeros(len(coll), dtype=np.int32)
-    inter = np.zeros(len(coll), dtype=np.int32)
-    cidx = np.zeros(len(coll), dtype=np.int32)
-    geff = np.zeros(len(coll))
-    for name in {points[i]["collective"] for i in coll}:
-        rows = [k for k, i in enumerate(coll) if points[i]["collective"] == name]
-        S = np.asarray([points[coll[k]]["size"] for k in rows], dtype=np.float64)
-        n = np.asarray([points[coll[k]]["num_ranks"] for k in rows], dtype=np.float64)
-        g = np.minimum(np.asarray([points[coll[k]]["ranks_per_node"] for k in rows], float), n)
-        model = get_collective(name)
-        Sj, nj, gj = jnp.asarray(S), jnp.asarray(n), jnp.asarray(g)
-        # Congestion base: the factor with exponent 1 (then η = base ** fitted exponent).
-        t = model.terms(Sj, nj, gj, 1.0) if name in _EXPONENT_LEAF else model.terms(Sj, nj, gj)
-        for key, val in (
-            ("steps", t.steps),
-            ("link", t.link_bytes),
-            ("node", t.node_bytes),
-            ("reduce", t.reduce_bytes),
-            ("cong", t.congestion),
-        ):
-            cols[key][rows] = np.broadcast_to(np.asarray(val, dtype=np.float64), S.shape)
-        expo[rows] = _EXPONENT_LEAF.get(name, 0)
-        inter[rows] = np.broadcast_to(np.asarray(t.inter), S.shape).astype(np.int32)
-        cidx[rows] = COLLECTIVE_NAMES.index(name)
-        geff[rows] = g
     f = lambda a: jnp.asarray(a, dtype=dt)  # noqa: E731
     data = _Data(
-        steps=f(cols["steps"]),
-        link=f(cols["link"]),
-        node=f(cols["node"]),
-        reduce=f(cols["reduce"]),
-        cong_base=f(np.maximum(cols["cong"], 1.0)),
-        expo=jnp.asarray(expo),
-        inter=jnp.asarray(inter),
-        coll=jnp.asarray(cidx),
-        g=f(geff),
+        coll=collective_batch(
+            [points[i]["collective"] for i in coll],
+            [points[i]["size"] for i in coll],
+            [points[i]["num_ranks"] for i in coll],
+            [points[i]["ranks_per_node"] for i in coll],
+        ),
         flops=f([points[i]["size"] for i in comp]),
         comp_g=f([points[i]["ranks_per_node"] for i in comp]),
         logt=f(np.log([points[i]["time_s"] for i in src_rows])),
