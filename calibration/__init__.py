@@ -17,6 +17,7 @@ from ._nccl_tests import parse_nccl_tests as parse_nccl_tests
 from ._profile import Profile as Profile
 from ._records import KINDS as KINDS
 from ._records import SCHEMA_VERSION as SCHEMA_VERSION
+from ._records import RecordRepairWarning as RecordRepairWarning
 from ._records import RecordWriter as RecordWriter
 from ._records import atomic_write_text as atomic_write_text
 from ._records import host_fingerprint as host_fingerprint
@@ -26,4 +27,5 @@ from ._records import read_records as read_records
 from ._records import record_key as record_key
 from ._records import time_statistics as time_statistics
 from ._records import validate_record as validate_record
+from ._validation import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
 from ._validation import holdout_mask as holdout_mask

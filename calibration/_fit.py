@@ -76,9 +76,10 @@ from costmodel import (
 )
 
 from ._layout import ParamLayout
-from ._records import read_records, validate_record
+from ._profile import Profile
+from ._records import file_entry, package_versions, read_records, utc_timestamp, validate_record
 from ._validation import (
-    UNRELIABLE_P90,
+    RELIABLE_P90_LIMIT,
     error_summary,
     holdout_mask,
     inner_folds,
@@ -808,8 +809,6 @@ def calibrate(
         >>> prof.fit["n_regimes"], prof.fit["points"]["train"]
         (1, 14)
     """
-    from ._profile import Profile, _package_versions
-
     if statistic is not None and statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     if in_place not in _IN_PLACE:
@@ -919,14 +918,14 @@ def calibrate(
     err = np.abs(pred_m / np.exp(lt) - 1.0)
     tr_sum, ho_sum = error_summary(err[train_m]), error_summary(err[held_m])
     heldout_p90 = ho_sum["p90"]
-    reliable = not (heldout_p90 > UNRELIABLE_P90)  # NaN (no held-out point) → True
+    reliable = not (heldout_p90 > RELIABLE_P90_LIMIT)  # NaN (no held-out point) → True
     warn = []
     if not reliable:
         bad = sorted(
             (
                 s_
                 for s_ in report
-                if s_["heldout"]["points"] and s_["heldout"]["p90"] > UNRELIABLE_P90
+                if s_["heldout"]["points"] and s_["heldout"]["p90"] > RELIABLE_P90_LIMIT
             ),
             key=lambda s_: -s_["heldout"]["p90"],
         )
@@ -934,7 +933,7 @@ def calibrate(
             f"{_series_name(s_)} {100 * s_['heldout']['p90']:.0f}%" for s_ in bad[:5]
         ) + (" …" if len(bad) > 5 else "")
         warn.append(
-            f"held-out p90 error {100 * heldout_p90:.1f}% exceeds {100 * UNRELIABLE_P90:.0f}%: "
+            f"held-out p90 error {100 * heldout_p90:.1f}% exceeds {100 * RELIABLE_P90_LIMIT:.0f}%: "
             f"the profile is marked unreliable and the tuner will refuse it unless forced "
             f"(worst series: {names or 'spread over all'})"
         )
@@ -1018,15 +1017,15 @@ def calibrate(
         "network": network,
         "device": device,
         "reason": reason,
-        "sd": _prior_sd_table(layout),
+        "sd": layout.prior_sd_table(),
     }
     prov = {
-        "inputs": [_file_entry(f) for f in files],
+        "inputs": [file_entry(f) for f in files],
         "records": len(records),
         "backend": backend,
         "device_kinds": kinds,
-        "versions": _package_versions(),
-        "created": _utc_now(),
+        "versions": package_versions(),
+        "created": utc_timestamp(),
         "seed": seed,
     }
     return Profile(
@@ -1188,21 +1187,3 @@ def _free_mask(layout, data, thetas, train_m) -> np.ndarray:
         J = np.asarray(_jacobian(jnp.asarray(th, dtype=dt), prob)[0], np.float64)[train_m]
         sens = np.maximum(sens, np.nan_to_num(np.abs(J)).max(axis=0, initial=0.0))
     return sens > _FREEZE_SENSITIVITY
-
-
-def _prior_sd_table(layout: ParamLayout) -> dict:
-    sd = layout.prior_sd()
-    return {f: float(sd[layout.slices[f]][0]) for f in layout.fields}
-
-
-def _file_entry(path: Path) -> dict:
-    import hashlib
-
-    h = hashlib.sha256(path.read_bytes()).hexdigest()
-    return {"path": str(path), "sha256": h}
-
-
-def _utc_now() -> str:
-    import time
-
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 from pathlib import Path
 
 import jax
@@ -41,7 +40,7 @@ import numpy as np
 from costmodel import ClusterParams, InputFileError, preset
 
 from ._layout import ParamLayout, apply_transform
-from ._records import atomic_write_text
+from ._records import atomic_write_text, package_versions, utc_timestamp
 
 __all__ = ["Profile", "PROFILE_SCHEMA_VERSION", "PROFILE_KIND"]
 
@@ -68,18 +67,6 @@ def _check_level(level) -> float:
     if not 0.0 < v < 1.0:
         raise ValueError(f"level must be a probability in (0, 1), got {level!r}")
     return v
-
-
-def _package_versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for mod in ("ddltune", "jax", "jaxlib", "optax", "equinox", "numpy", "scipy"):
-        try:
-            out[mod] = version(mod)
-        except PackageNotFoundError:  # pragma: no cover
-            pass
-    return out
 
 
 def _jsonable(obj):
@@ -184,8 +171,6 @@ class Profile:
         Raises:
             ValueError: on an unknown preset name (listing the valid ones).
         """
-        from ._fit import _prior_sd_table
-
         params = preset(network, device, n_regimes=n_regimes)
         layout = ParamLayout(n_regimes)
         sd = layout.prior_sd()
@@ -198,9 +183,9 @@ class Profile:
                 "network": network,
                 "device": device,
                 "reason": "preset profile (nothing measured)",
-                "sd": _prior_sd_table(layout),
+                "sd": layout.prior_sd_table(),
             },
-            provenance={"inputs": [], "versions": _package_versions(), "created": _now()},
+            provenance={"inputs": [], "versions": package_versions(), "created": utc_timestamp()},
         )
 
     # ---- derived ---------------------------------------------------------------
@@ -501,9 +486,3 @@ class Profile:
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not a valid number in a profile")
-
-
-def _now() -> str:
-    import time
-
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -50,6 +50,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from costmodel import ARCHITECTURE_NAMES, COLLECTIVE_NAMES, InputFileError
@@ -446,14 +447,7 @@ def provenance(source: str, *, backend: str | None = None, device_kind: str | No
         source: what produced the record (``"ddltune collect"``, a file path).
         backend, device_kind: override what jax reports (e.g. for imports).
     """
-    versions = {"python": platform.python_version()}
-    for mod in ("jax", "jaxlib", "ddltune"):
-        try:
-            from importlib.metadata import version
-
-            versions[mod] = version(mod)
-        except Exception:
-            pass
+    versions = package_versions(("jax", "jaxlib", "ddltune"))
     if backend is None or device_kind is None:
         import jax
 
@@ -465,6 +459,40 @@ def provenance(source: str, *, backend: str | None = None, device_kind: str | No
         "device_kind": device_kind,
         "versions": versions,
         "host_fingerprint": host_fingerprint(),
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "timestamp": utc_timestamp(),
         "source": source,
     }
+
+
+#: Packages whose versions a calibration profile records.
+PROFILE_PACKAGES = ("ddltune", "jax", "jaxlib", "optax", "equinox", "numpy", "scipy")
+
+
+def package_versions(packages=PROFILE_PACKAGES) -> dict:
+    """``{"python": …, package: version}`` for the installed ones among ``packages``.
+
+    Example:
+        >>> sorted(package_versions(("numpy",)))
+        ['numpy', 'python']
+    """
+    out = {"python": platform.python_version()}
+    for mod in packages:
+        try:
+            out[mod] = version(mod)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def utc_timestamp() -> str:
+    """The current time as ISO 8601 UTC to the second (``2026-01-01T00:00:00Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def file_entry(path: Path) -> dict:
+    """``{"path", "sha256"}`` of an input file, for provenance.
+
+    Raises:
+        OSError: if the file cannot be read.
+    """
+    return {"path": str(path), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
