@@ -46,6 +46,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -53,6 +54,7 @@ import os
 import re
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -756,7 +758,9 @@ def calibrate(
     compute record (``flops_per_s``; ``node_compute_slots`` when several
     processes shared a node's cores). ``kind: "step"`` records are skipped
     (counted in the profile). See the module docstring for the objective,
-    optimiser and uncertainty.
+    optimiser and uncertainty. The body reads as its steps: check the
+    options, read the inputs, choose the prior, hold out, fit the regime counts,
+    the Laplace covariance, the validation summary, the profile.
 
     Args:
         records_or_paths: a measurement file (JSON Lines, schema v1), several,
@@ -809,26 +813,118 @@ def calibrate(
         >>> prof.fit["n_regimes"], prof.fit["points"]["train"]
         (1, 14)
     """
+    candidates = _check_arguments(statistic, in_place, holdout, n_regimes)
+    holdout = float(holdout)
+    given = parse_prior_preset(prior_preset) if prior_preset is not None else None
+    records, files = _load(records_or_paths)
+    inputs = _read_inputs(records, statistic, in_place)
+    prior = _choose_prior(given, inputs)
+    split = _hold_out(inputs.points, holdout, candidates)
+    rows = _model_rows(inputs.points, split)
+    with _progress(progress) as bar:
+        results = _fit_candidates(
+            split.candidates, prior.network, prior.device, rows, split.use_folds, seed, bar
+        )
+        R = _choose_regimes(results)
+        post = _laplace_posterior(results[R], rows, bar)
+    summary = _validation_summary(rows, post, holdout)
+    for w_ in summary.warnings:
+        warnings.warn(w_, CalibrationWarning, stacklevel=2)
+    return _build_profile(
+        inputs, files, prior, split, rows, results, R, post, summary, in_place, statistic, seed
+    )
+
+
+# ---- the steps of calibrate -------------------------------------------------------
+class _Inputs(NamedTuple):
+    """Usable points of the records, and what was skipped."""
+
+    records: list[dict]
+    points: list[dict]
+    skipped: dict
+    backend: str
+    device_kinds: list[str]
+    notes: list[str]
+
+
+class _Prior(NamedTuple):
+    network: str
+    device: str
+    reason: str
+
+
+class _Split(NamedTuple):
+    """Held-out points, inner folds of the training points, regime counts to fit."""
+
+    held: np.ndarray  # (M,) bool over points
+    train: np.ndarray
+    folds: np.ndarray  # (INNER_FOLDS, M) bool
+    use_folds: bool
+    candidates: tuple[int, ...]  # fitted
+    tried: tuple[int, ...]  # asked for
+
+
+class _Rows(NamedTuple):
+    """Points in model order (collectives then compute, padded: see :func:`_build_data`)."""
+
+    data: _Data
+    real: np.ndarray  # (N,) bool: not padding
+    points: list[dict]  # (N,) points in model order (padding: copies)
+    train: np.ndarray  # (N,) bool
+    folds: np.ndarray  # (INNER_FOLDS, N) bool
+
+
+class _Posterior(NamedTuple):
+    """The chosen fit with its Laplace covariance, predictions on the real points."""
+
+    fit: dict  # _fit_candidates' entry of the chosen regime count
+    params: ClusterParams
+    cov: np.ndarray
+    residual_scale: float
+    p_eff: float
+    decrement: float
+    pred: np.ndarray  # (M,) seconds, real points in model order
+    log_residuals: np.ndarray  # (M,)
+
+
+class _Summary(NamedTuple):
+    validation: dict
+    train: dict
+    heldout: dict
+    heldout_p90: float
+    reliable: bool
+    warnings: list[str]
+    notes: list[str]
+
+
+def _check_arguments(statistic, in_place, holdout, n_regimes) -> tuple[int, ...]:
+    """Check calibrate's options (ValueError naming the option); the regime counts to try."""
     if statistic is not None and statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     if in_place not in _IN_PLACE:
         raise ValueError(f"in_place must be one of {', '.join(_IN_PLACE)}, got {in_place!r}")
     try:
-        holdout = float(holdout)
+        h = float(holdout)
     except (TypeError, ValueError):
         raise ValueError(f"holdout must be a fraction in [0, 1), got {holdout!r}") from None
-    if not (0.0 <= holdout < 1.0):
+    if not (0.0 <= h < 1.0):
         raise ValueError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
     if n_regimes == "auto":
-        candidates = AUTO_REGIMES
-    elif isinstance(n_regimes, int) and not isinstance(n_regimes, bool) and 1 <= n_regimes <= 8:
-        candidates = (n_regimes,)
-    else:
-        raise ValueError(f"n_regimes must be 'auto' or an integer in [1, 8], got {n_regimes!r}")
-    if prior_preset is not None:
-        network, device = parse_prior_preset(prior_preset)
+        return AUTO_REGIMES
+    if isinstance(n_regimes, int) and not isinstance(n_regimes, bool) and 1 <= n_regimes <= 8:
+        return (n_regimes,)
+    raise ValueError(f"n_regimes must be 'auto' or an integer in [1, 8], got {n_regimes!r}")
 
-    records, files = _load(records_or_paths)
+
+_SKIP_NOTES = {
+    "step": "{} training-step record(s) ignored (not used by this fit)",
+    "wrong": "{} collective record(s) with wrong results skipped",
+    "single_rank": "{} single-rank collective record(s) skipped (the model's time is 0)",
+}
+
+
+def _read_inputs(records, statistic, in_place) -> _Inputs:
+    """The usable points of validated records (ValueError when there is none)."""
     points, skipped, backend = _prepare(records, statistic, in_place)
     if not points:
         raise ValueError(
@@ -836,22 +932,20 @@ def calibrate(
             "collective or a collective with wrong results"
         )
     kinds = sorted({r["device_kind"] for r in records if r["kind"] != "step"})
-    if prior_preset is None:
-        network, device, reason = default_prior_preset(backend, kinds[0] if kinds else "")
-    else:
-        reason = "given"
-    notes: list[str] = []
-    for what, count in skipped.items():
-        if count and what != "in_place":
-            notes.append(
-                {
-                    "step": f"{count} training-step record(s) ignored (not used by this fit)",
-                    "wrong": f"{count} collective record(s) with wrong results skipped",
-                    "single_rank": f"{count} single-rank collective record(s) skipped "
-                    "(the model's time is 0)",
-                }[what]
-            )
+    notes = [_SKIP_NOTES[w].format(c) for w, c in skipped.items() if c and w in _SKIP_NOTES]
+    return _Inputs(records, points, skipped, backend, kinds, notes)
 
+
+def _choose_prior(given, inputs: _Inputs) -> _Prior:
+    """The prior preset: the one given, or the default for the measured backend and device."""
+    if given is not None:
+        return _Prior(*given, "given")
+    kind = inputs.device_kinds[0] if inputs.device_kinds else ""
+    return _Prior(*default_prior_preset(inputs.backend, kind))
+
+
+def _hold_out(points, holdout: float, candidates) -> _Split:
+    """The outer held-out points and the inner folds the regime count is chosen on."""
     sizes = np.asarray([p["size"] for p in points])
     skeys = [tuple(sorted(p["series"].items())) for p in points]
     held = holdout_mask(skeys, sizes, holdout)
@@ -859,192 +953,206 @@ def calibrate(
     if not train.any():  # pragma: no cover - holdout < 1 and ends are kept
         raise ValueError("no training point left after the holdout")
     folds = inner_folds(skeys, sizes, train, INNER_FOLDS)
-    use_folds = len(candidates) > 1 and folds.any()
-    tried = candidates
+    use_folds = bool(len(candidates) > 1 and folds.any())
+    tried = tuple(candidates)
     if len(candidates) > 1 and not use_folds:  # nothing to choose on: the fewest regimes
         candidates = (min(candidates),)
+    return _Split(held, train, folds, use_folds, tuple(candidates), tried)
 
-    dt = jnp.result_type(float)
+
+def _model_rows(points, split: _Split) -> _Rows:
+    """The points as the model's arrays, with the split carried to model order."""
     data, order = _build_data(points)
     real = order >= 0
     src_rows = np.where(real, order, 0)
-    pts_m = [points[i] for i in src_rows]  # points in model order (padding: copies)
-    train_m = train[src_rows] & real
-    folds_m = folds[:, src_rows] & real
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    pts_m = [points[i] for i in src_rows]  # padding rows: copies, weight 0
+    return _Rows(data, real, pts_m, split.train[src_rows] & real, split.folds[:, src_rows] & real)
 
-        bar = tqdm(total=3, desc="calibrate", unit="step", leave=False)
+
+@contextlib.contextmanager
+def _progress(show: bool):
+    """A tqdm bar of calibrate's three stages on stderr, or None."""
+    if not show:
+        yield None
+        return
+    from tqdm.auto import tqdm  # optional dependency, only for the bar
+
+    bar = tqdm(total=3, desc="calibrate", unit="step", leave=False)
     try:
-        results = _fit_candidates(
-            candidates,
-            network,
-            device,
-            data,
-            pts_m,
-            train_m,
-            folds_m if use_folds else None,
-            seed,
-            bar,
-        )
-        R = _choose_regimes(results)
-        res = results[R]
-        if bar is not None:
-            bar.set_postfix_str("covariance")
-        layout, sd, free = res["layout"], res["sd"], res["free"]
-        big = res["big"]
-        J, lp = _jacobian(jnp.asarray(res["theta_big"], dtype=dt), _Problem(data=data, layout=big))
-        idx = _embed_index(big, layout)
-        J, lp = np.asarray(J, np.float64)[:, idx], np.asarray(lp, np.float64)
-        if bar is not None:
-            bar.update(1)
+        yield bar
     finally:
-        if bar is not None:
-            bar.close()
-    theta = res["theta"]
-    lt = np.asarray(data.logt, np.float64)
-    pred_m = np.exp(lp)
-    r_all = lp - lt
-    cov, s, p_eff = _laplace(J[train_m], r_all[train_m], sd, free)
-    decrement = _newton_decrement(J[train_m], r_all[train_m], res["grad"], sd, free)
-    params = layout.unflatten(jnp.asarray(theta, dtype=dt))
-    # From here on, real points only (no padding).
-    pts_m = [pts_m[i] for i in np.nonzero(real)[0]]
-    pred_m, lt, r_all, train_m = pred_m[real], lt[real], r_all[real], train_m[real]
+        bar.close()
 
-    held_m = ~train_m
-    report = series_report(pts_m, pred_m, held_m)
-    err = np.abs(pred_m / np.exp(lt) - 1.0)
-    tr_sum, ho_sum = error_summary(err[train_m]), error_summary(err[held_m])
+
+def _laplace_posterior(res: dict, rows: _Rows, bar) -> _Posterior:
+    """Jacobian at the chosen optimum → Laplace covariance, Newton decrement, predictions."""
+    dt = jnp.result_type(float)
+    if bar is not None:
+        bar.set_postfix_str("covariance")
+    layout, big = res["layout"], res["big"]
+    J, lp = _jacobian(jnp.asarray(res["theta_big"], dtype=dt), _Problem(data=rows.data, layout=big))
+    J, lp = np.asarray(J, np.float64)[:, _embed_index(big, layout)], np.asarray(lp, np.float64)
+    if bar is not None:
+        bar.update(1)
+    r_all = lp - np.asarray(rows.data.logt, np.float64)
+    tr = rows.train
+    cov, s, p_eff = _laplace(J[tr], r_all[tr], res["sd"], res["free"])
+    decrement = _newton_decrement(J[tr], r_all[tr], res["grad"], res["sd"], res["free"])
+    params = layout.unflatten(jnp.asarray(res["theta"], dtype=dt))
+    real = rows.real
+    return _Posterior(res, params, cov, s, p_eff, decrement, np.exp(lp)[real], r_all[real])
+
+
+def _validation_summary(rows: _Rows, post: _Posterior, holdout: float) -> _Summary:
+    """Train and held-out errors per series and overall; reliability, warnings and notes."""
+    real = rows.real
+    pts = [rows.points[i] for i in np.nonzero(real)[0]]  # real points only
+    train = rows.train[real]
+    held = ~train
+    pred, r_all = post.pred, post.log_residuals
+    lt = np.asarray(rows.data.logt, np.float64)[real]
+    report = series_report(pts, pred, held)
+    err = np.abs(pred / np.exp(lt) - 1.0)
+    tr_sum, ho_sum = error_summary(err[train]), error_summary(err[held])
     heldout_p90 = ho_sum["p90"]
     reliable = not (heldout_p90 > RELIABLE_P90_LIMIT)  # NaN (no held-out point) → True
-    warn = []
-    if not reliable:
-        bad = sorted(
-            (
-                s_
-                for s_ in report
-                if s_["heldout"]["points"] and s_["heldout"]["p90"] > RELIABLE_P90_LIMIT
-            ),
-            key=lambda s_: -s_["heldout"]["p90"],
-        )
-        names = ", ".join(
-            f"{_series_name(s_)} {100 * s_['heldout']['p90']:.0f}%" for s_ in bad[:5]
-        ) + (" …" if len(bad) > 5 else "")
-        warn.append(
-            f"held-out p90 error {100 * heldout_p90:.1f}% exceeds {100 * RELIABLE_P90_LIMIT:.0f}%: "
-            f"the profile is marked unreliable and the tuner will refuse it unless forced "
-            f"(worst series: {names or 'spread over all'})"
-        )
-    if not held_m.any():
+    warn = [] if reliable else [_unreliable_warning(report, heldout_p90)]
+    notes = []
+    if not held.any():
         notes.append("no point was held out: the accuracy of this profile is not validated")
-    converged = bool(decrement < _DECREMENT_TOL)
-    if not converged:
+    if not post.decrement < _DECREMENT_TOL:
         notes.append(
-            f"the optimiser stopped after {res['iterations']} L-BFGS iterations, about "
-            f"{decrement:.3g} short of the optimum of the objective (Newton decrement λ²/2; "
-            f"{_DECREMENT_TOL} counts as converged); the fit may still be usable"
+            f"the optimiser stopped after {post.fit['iterations']} L-BFGS iterations, about "
+            f"{post.decrement:.3g} short of the optimum of the objective (Newton decrement "
+            f"λ²/2; {_DECREMENT_TOL} counts as converged); the fit may still be usable"
         )
-    for w_ in warn:
-        warnings.warn(w_, CalibrationWarning, stacklevel=2)
-
-    collective_pts = [p for p in points if p["kind"] == "collective"]
-    compute_pts = [p for p in points if p["kind"] == "compute"]
-
-    def span(key, pts):
-        return [min(p[key] for p in pts), max(p[key] for p in pts)] if pts else []
-
-    measured = {
-        "message_bytes": [int(v) for v in span("size", collective_pts)],
-        "num_ranks": span("num_ranks", collective_pts),
-        "ranks_per_node": span("ranks_per_node", collective_pts),
-        "collectives": [
-            c for c in COLLECTIVE_NAMES if any(p["collective"] == c for p in collective_pts)
-        ],
-        "compute_ops": sorted({p["op"] for p in compute_pts}),
-        "flops": span("size", compute_pts),
-        "compute_ranks_per_node": span("ranks_per_node", compute_pts),
-    }
-    used_stats: dict = {}
-    for p in points:
-        used_stats[p["statistic"]] = used_stats.get(p["statistic"], 0) + 1
-    fit = {
-        "n_regimes": R,
-        "regime_selection": {
-            "candidates": list(tried),
-            "method": (
-                f"mean absolute log error on {INNER_FOLDS} interleaved inner folds of the "
-                "training sizes (never the held-out points)"
-                if use_folds
-                else ("given" if len(tried) == 1 else "too few sizes for inner folds: the fewest")
-            ),
-            "scores": {str(k): v["score"] for k, v in results.items()},
-        },
-        "statistic": statistic or ("p10" if backend == "cpu" else "median"),
-        "statistics_used": used_stats,
-        "in_place": in_place,
-        "objective": "huber(log t̂ − log t, δ) / δ² + Gaussian prior on unconstrained leaves",
-        "huber_delta": HUBER_DELTA,
-        "loss": res["loss"],
-        "iterations": res["iterations"],
-        "newton_decrement": decrement,
-        "converged": converged,
-        "residual_scale": s,
-        "effective_parameters": p_eff,
-        "free_leaves": [layout.names[i] for i in np.nonzero(free)[0]],
-        "points": {
-            "train": int(train.sum()),
-            "heldout": int(held.sum()),
-            "collective": len(collective_pts),
-            "compute": len(compute_pts),
-            "skipped": skipped,
-        },
-        "dtype": str(jnp.dtype(dt)),
-    }
     validation = {
         "holdout": holdout,
         "method": "a deterministic share of each series' interior sizes",
         "train": tr_sum,
         "heldout": ho_sum,
         "series": report,
-        "worst": worst_points(pts_m, pred_m, held_m),
-        "heldout_log_residuals": [float(v) for v in r_all[held_m]],
-        "train_log_residuals": [float(v) for v in r_all[train_m]],
+        "worst": worst_points(pts, pred, held),
+        "heldout_log_residuals": [float(v) for v in r_all[held]],
+        "train_log_residuals": [float(v) for v in r_all[train]],
     }
-    prior = {
-        "preset": f"{network}:{device}",
-        "network": network,
-        "device": device,
-        "reason": reason,
-        "sd": layout.prior_sd_table(),
-    }
-    prov = {
-        "inputs": [file_entry(f) for f in files],
-        "records": len(records),
-        "backend": backend,
-        "device_kinds": kinds,
-        "versions": package_versions(),
-        "created": utc_timestamp(),
-        "seed": seed,
-    }
-    return Profile(
-        params=params,
-        covariance=cov,
-        leaf_names=list(layout.names),
-        prior=prior,
-        fit=fit,
-        validation=validation,
-        measured_ranges=measured,
-        reliable=reliable,
-        heldout_p90=heldout_p90,
-        provenance=prov,
-        warnings=warn,
-        notes=notes,
+    return _Summary(validation, tr_sum, ho_sum, heldout_p90, reliable, warn, notes)
+
+
+def _unreliable_warning(report: list[dict], heldout_p90: float) -> str:
+    """Why a profile is unreliable, naming its five worst held-out series."""
+    bad = sorted(
+        (s for s in report if s["heldout"]["points"] and s["heldout"]["p90"] > RELIABLE_P90_LIMIT),
+        key=lambda s: -s["heldout"]["p90"],
+    )
+    names = ", ".join(f"{_series_name(s)} {100 * s['heldout']['p90']:.0f}%" for s in bad[:5]) + (
+        " …" if len(bad) > 5 else ""
+    )
+    return (
+        f"held-out p90 error {100 * heldout_p90:.1f}% exceeds {100 * RELIABLE_P90_LIMIT:.0f}%: "
+        f"the profile is marked unreliable and the tuner will refuse it unless forced "
+        f"(worst series: {names or 'spread over all'})"
     )
 
 
-def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, seed, bar):
+def _measured_ranges(points) -> dict:
+    """[min, max] of what was measured (the tuner flags extrapolation beyond it)."""
+    coll = [p for p in points if p["kind"] == "collective"]
+    comp = [p for p in points if p["kind"] == "compute"]
+
+    def span(key, pts):
+        return [min(p[key] for p in pts), max(p[key] for p in pts)] if pts else []
+
+    return {
+        "message_bytes": [int(v) for v in span("size", coll)],
+        "num_ranks": span("num_ranks", coll),
+        "ranks_per_node": span("ranks_per_node", coll),
+        "collectives": [c for c in COLLECTIVE_NAMES if any(p["collective"] == c for p in coll)],
+        "compute_ops": sorted({p["op"] for p in comp}),
+        "flops": span("size", comp),
+        "compute_ranks_per_node": span("ranks_per_node", comp),
+    }
+
+
+def _fit_record(inputs: _Inputs, split: _Split, results, R, post: _Posterior, in_place, statistic):
+    """The profile's ``fit`` section: how the regime count was chosen, the optimum, the points."""
+    res, layout = post.fit, post.fit["layout"]
+    used_stats: dict = {}
+    for p in inputs.points:
+        used_stats[p["statistic"]] = used_stats.get(p["statistic"], 0) + 1
+    if split.use_folds:
+        method = (
+            f"mean absolute log error on {INNER_FOLDS} interleaved inner folds of the "
+            "training sizes (never the held-out points)"
+        )
+    else:
+        method = "given" if len(split.tried) == 1 else "too few sizes for inner folds: the fewest"
+    return {
+        "n_regimes": R,
+        "regime_selection": {
+            "candidates": list(split.tried),
+            "method": method,
+            "scores": {str(k): v["score"] for k, v in results.items()},
+        },
+        "statistic": statistic or ("p10" if inputs.backend == "cpu" else "median"),
+        "statistics_used": used_stats,
+        "in_place": in_place,
+        "objective": "huber(log t̂ − log t, δ) / δ² + Gaussian prior on unconstrained leaves",
+        "huber_delta": HUBER_DELTA,
+        "loss": res["loss"],
+        "iterations": res["iterations"],
+        "newton_decrement": post.decrement,
+        "converged": bool(post.decrement < _DECREMENT_TOL),
+        "residual_scale": post.residual_scale,
+        "effective_parameters": post.p_eff,
+        "free_leaves": [layout.names[i] for i in np.nonzero(res["free"])[0]],
+        "points": {
+            "train": int(split.train.sum()),
+            "heldout": int(split.held.sum()),
+            "collective": sum(p["kind"] == "collective" for p in inputs.points),
+            "compute": sum(p["kind"] == "compute" for p in inputs.points),
+            "skipped": inputs.skipped,
+        },
+        "dtype": str(jnp.dtype(jnp.result_type(float))),
+    }
+
+
+def _build_profile(
+    inputs, files, prior, split, rows, results, R, post, summary, in_place, statistic, seed
+) -> Profile:
+    """Assemble the :class:`Profile` from the steps' results."""
+    layout = post.fit["layout"]
+    return Profile(
+        params=post.params,
+        covariance=post.cov,
+        leaf_names=list(layout.names),
+        prior={
+            "preset": f"{prior.network}:{prior.device}",
+            "network": prior.network,
+            "device": prior.device,
+            "reason": prior.reason,
+            "sd": layout.prior_sd_table(),
+        },
+        fit=_fit_record(inputs, split, results, R, post, in_place, statistic),
+        validation=summary.validation,
+        measured_ranges=_measured_ranges(inputs.points),
+        reliable=summary.reliable,
+        heldout_p90=summary.heldout_p90,
+        provenance={
+            "inputs": [file_entry(f) for f in files],
+            "records": len(inputs.records),
+            "backend": inputs.backend,
+            "device_kinds": inputs.device_kinds,
+            "versions": package_versions(),
+            "created": utc_timestamp(),
+            "seed": seed,
+        },
+        warnings=summary.warnings,
+        notes=inputs.notes + summary.notes,
+    )
+
+
+def _fit_candidates(candidates, network, device, rows: _Rows, use_folds: bool, seed, bar):
     """Fit every candidate regime count, and score it on the inner folds.
 
     All candidates share one compiled program: each is embedded in the layout
@@ -1053,76 +1161,37 @@ def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, 
 
     Stage 1 fits each candidate on all training points from several starts
     (segmented-line starts; one for a single regime) and keeps the best.
-    Stage 2 (when ``folds_m`` is given) refits each candidate on the training
+    Stage 2 (when ``use_folds``) refits each candidate on the training
     points minus each inner fold, starting from its stage-1 optimum, and
     scores it by the mean absolute log error on that fold — points the refit
     did not see.
 
     Returns:
-        {R: dict(layout, big, theta (R-layout), theta_big, sd, free (R-layout),
+        {R: dict(layout, big, theta (R-layout), theta_big, mu, sd, free (R-layout),
         loss, iterations, grad (R-layout), score, fold_errors)}.
     """
-    dt = jnp.result_type(float)
     big = _layout(max(candidates))
-    train_w = train_m.astype(float)
-    members = []  # (R, theta0, weights)
-    meta = {}
-    for R in candidates:
-        lay = _layout(R)
-        mu = np.asarray(lay.flatten(preset(network, device, n_regimes=R)), dtype=np.float64)
-        sd = lay.prior_sd()
-        mu_b, sd_b = _embed(big, lay, mu, _OFF), _embed(big, lay, sd, 1.0)
-        n_starts = 1 if R == 1 else _N_STARTS
-        inits = [
-            _embed(big, lay, th, _OFF)
-            for th in _initial_thetas(pts_m, train_w, lay, mu, n_starts, seed)
-        ]
-        free_b = _free_mask(big, data, (mu_b, inits[0]), train_m)
-        free_b &= _embed(big, lay, np.ones(lay.size), 0.0) > 0
-        meta[R] = {"lay": lay, "mu": mu, "sd": sd, "mu_b": mu_b, "prec_b": 1 / sd_b**2}
-        meta[R]["free_b"] = free_b
-        meta[R]["rows"] = list(range(len(members), len(members) + n_starts))
-        members += [(R, th, train_w) for th in inits]
-    n_folds = 0 if folds_m is None else len(folds_m)
-    size = max(len(members), len(candidates) * n_folds)
-    prob = _Problem(data=data, layout=big)
-
-    def run(batch, adam_steps, max_iter):
-        batch = batch + [batch[-1]] * (size - len(batch))  # one compiled shape
-        m = [meta[R] for R, _, _ in batch]
-        out = _fit_batch(
-            jnp.asarray(np.stack([th for _, th, _ in batch]), dtype=dt),
-            jnp.asarray(np.stack([w for _, _, w in batch]), dtype=dt),
-            jnp.asarray(np.stack([x["mu_b"] for x in m]), dtype=dt),
-            jnp.asarray(np.stack([x["prec_b"] for x in m]), dtype=dt),
-            jnp.asarray(np.stack([x["free_b"] for x in m])),
-            jnp.asarray(adam_steps),
-            jnp.asarray(max_iter),
-            prob,
-        )
-        th, loss, iters, grad, lp = (np.asarray(x) for x in out)
-        loss = np.where(np.isfinite(loss), loss.astype(np.float64), np.inf)
-        return th.astype(np.float64), loss, iters, grad.astype(np.float64), lp.astype(np.float64)
-
+    meta, members = _candidate_members(candidates, network, device, big, rows, seed)
+    folds = rows.folds if use_folds else rows.folds[:0]
+    batch = _Batch(meta, max(len(members), len(candidates) * len(folds)), rows.data, big)
     if bar is not None:
         bar.set_postfix_str(f"fitting {len(members)} start(s)")
-    th, loss, iters, grad, _ = run(members, _ADAM_STEPS, _LBFGS_MAX_ITER)
+    th, loss, iters, grad, _ = batch.run(members, _ADAM_STEPS, _LBFGS_MAX_ITER)
     if bar is not None:
         bar.update(1)
     best = {R: min(meta[R]["rows"], key=lambda i: loss[i]) for R in candidates}
-    scores = {R: math.nan for R in candidates}
-    fold_err: dict = {}
-    if n_folds:
+    scores, fold_err = {R: math.nan for R in candidates}, {}
+    if len(folds):
         if bar is not None:
             bar.set_postfix_str("inner folds")
-        batch = [
-            (R, th[best[R]], (train_m & ~fm).astype(float)) for R in candidates for fm in folds_m
+        refits = [
+            (R, th[best[R]], (rows.train & ~fm).astype(float)) for R in candidates for fm in folds
         ]
-        _, _, _, _, lp = run(batch, 0, _FOLD_MAX_ITER)
-        lt = np.asarray(data.logt, np.float64)
+        lp = batch.run(refits, 0, _FOLD_MAX_ITER)[4]
+        lt = np.asarray(rows.data.logt, np.float64)
         for j, R in enumerate(candidates):
             e = np.concatenate(
-                [np.abs(lp[j * n_folds + k][fm] - lt[fm]) for k, fm in enumerate(folds_m)]
+                [np.abs(lp[j * len(folds) + k][fm] - lt[fm]) for k, fm in enumerate(folds)]
             )
             fold_err[R] = np.nan_to_num(e, nan=1.0)
             scores[R] = _score(fold_err[R])
@@ -1147,6 +1216,63 @@ def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, 
             "fold_errors": fold_err.get(R),
         }
     return out
+
+
+def _candidate_members(candidates, network, device, big: ParamLayout, rows: _Rows, seed):
+    """Per regime count R: its prior (embedded in ``big``), free mask and starts.
+
+    Returns:
+        (meta {R: dict(lay, mu, sd, mu_b, prec_b, free_b, rows)}, members
+        [(R, θ₀ in ``big``, training weights)]; ``rows`` indexes members).
+    """
+    train_w = rows.train.astype(float)
+    members = []
+    meta = {}
+    for R in candidates:
+        lay = _layout(R)
+        mu = np.asarray(lay.flatten(preset(network, device, n_regimes=R)), dtype=np.float64)
+        sd = lay.prior_sd()
+        mu_b, sd_b = _embed(big, lay, mu, _OFF), _embed(big, lay, sd, 1.0)
+        n_starts = 1 if R == 1 else _N_STARTS
+        inits = [
+            _embed(big, lay, th, _OFF)
+            for th in _initial_thetas(rows.points, train_w, lay, mu, n_starts, seed)
+        ]
+        free_b = _free_mask(big, rows.data, (mu_b, inits[0]), rows.train)
+        free_b &= _embed(big, lay, np.ones(lay.size), 0.0) > 0
+        meta[R] = {"lay": lay, "mu": mu, "sd": sd, "mu_b": mu_b, "prec_b": 1 / sd_b**2}
+        meta[R]["free_b"] = free_b
+        meta[R]["rows"] = list(range(len(members), len(members) + n_starts))
+        members += [(R, th, train_w) for th in inits]
+    return meta, members
+
+
+class _Batch(NamedTuple):
+    """Runs :func:`_fit_batch` on members padded to one size (one compiled shape)."""
+
+    meta: dict
+    size: int
+    data: _Data
+    big: ParamLayout
+
+    def run(self, batch, adam_steps: int, max_iter: int):
+        """(θ, loss (inf where not finite), iterations, gradient, log predictions) per member."""
+        dt = jnp.result_type(float)
+        batch = batch + [batch[-1]] * (self.size - len(batch))
+        m = [self.meta[R] for R, _, _ in batch]
+        out = _fit_batch(
+            jnp.asarray(np.stack([th for _, th, _ in batch]), dtype=dt),
+            jnp.asarray(np.stack([w for _, _, w in batch]), dtype=dt),
+            jnp.asarray(np.stack([x["mu_b"] for x in m]), dtype=dt),
+            jnp.asarray(np.stack([x["prec_b"] for x in m]), dtype=dt),
+            jnp.asarray(np.stack([x["free_b"] for x in m])),
+            jnp.asarray(adam_steps),
+            jnp.asarray(max_iter),
+            _Problem(data=self.data, layout=self.big),
+        )
+        th, loss, iters, grad, lp = (np.asarray(x) for x in out)
+        loss = np.where(np.isfinite(loss), loss.astype(np.float64), np.inf)
+        return th.astype(np.float64), loss, iters, grad.astype(np.float64), lp.astype(np.float64)
 
 
 def _series_name(s: dict) -> str:
