@@ -234,83 +234,35 @@ def _pick_time(rec: dict, statistic: str | None, default: str) -> tuple[float, s
 
 def _prepare(records: list[dict], statistic: str | None, in_place: str):
     """Usable points from validated records, and what was skipped (counts, notes)."""
-    backends = sorted({r["backend"] for r in records if r["kind"] != "step"})
-    if len(backends) > 1:
-        files = sorted({str(r.get("_file", "<records>")) for r in records})
-        raise ValueError(
-            f"the measurements come from several backends ({', '.join(backends)}; files "
-            f"{', '.join(files)}); calibrate one cluster at a time"
-        )
-    backend = backends[0] if backends else "cpu"
+    backend = _backend(records)
     default = "p10" if backend == "cpu" else "median"
     skipped = {"step": 0, "wrong": 0, "single_rank": 0, "in_place": 0}
     points: list[dict] = []
-    paired: dict = {}
+    paired: dict = {}  # (file, collective, S, n, g, dtype) → index of the point kept
     for rec in records:
         kind = rec["kind"]
         if kind == "step":
             skipped["step"] += 1
             continue
         t, used = _pick_time(rec, statistic, default)
-        where = {"file": rec.get("_file"), "line": rec.get("_line")}
         if kind == "compute":
-            points.append(
-                {
-                    "kind": "compute",
-                    "op": rec["op"],
-                    "size": float(rec["flops"]),
-                    "num_ranks": int(rec["num_ranks"]),
-                    "ranks_per_node": int(rec["ranks_per_node"]),
-                    "time_s": t,
-                    "statistic": used,
-                    "series": {
-                        "kind": "compute",
-                        "op": rec["op"],
-                        "num_ranks": int(rec["num_ranks"]),
-                        "ranks_per_node": int(rec["ranks_per_node"]),
-                    },
-                    **where,
-                }
-            )
+            points.append(_compute_point(rec, t, used))
             continue
-        if rec.get("wrong", 0):
-            skipped["wrong"] += 1
+        why = _skip_collective(rec, in_place)
+        if why:
+            skipped[why] += 1
             continue
-        n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
-        if n < 2:
-            skipped["single_rank"] += 1
-            continue
-        ip = rec.get("in_place")
-        if ip is not None and in_place != "both":
-            if (in_place == "in_place") != bool(ip) and in_place != "lower":
-                skipped["in_place"] += 1
-                continue
-        pt = {
-            "kind": "collective",
-            "collective": rec["collective"],
-            "size": float(rec["message_bytes"]),
-            "num_ranks": n,
-            "ranks_per_node": g,
-            "time_s": t,
-            "statistic": used,
-            "series": {
-                "kind": "collective",
-                "collective": rec["collective"],
-                "num_ranks": n,
-                "ranks_per_node": g,
-            },
-            **where,
-        }
-        if ip is not None and in_place == "lower":
+        pt = _collective_point(rec, t, used)
+        if rec.get("in_place") is not None and in_place == "lower":
             key = (
                 rec.get("_file", rec.get("source")),
                 rec["collective"],
                 rec["message_bytes"],
-                n,
-                g,
+                pt["num_ranks"],
+                pt["ranks_per_node"],
                 rec.get("dtype"),
             )
-            if key in paired:
+            if key in paired:  # the other variant of the same size: keep the faster
                 j = paired[key]
                 skipped["in_place"] += 1
                 if t < points[j]["time_s"]:
@@ -319,6 +271,69 @@ def _prepare(records: list[dict], statistic: str | None, in_place: str):
             paired[key] = len(points)
         points.append(pt)
     return points, skipped, backend
+
+
+def _backend(records) -> str:
+    """The one backend of the measurements (ValueError naming the files when several)."""
+    backends = sorted({r["backend"] for r in records if r["kind"] != "step"})
+    if len(backends) > 1:
+        files = sorted({str(r.get("_file", "<records>")) for r in records})
+        raise ValueError(
+            f"the measurements come from several backends ({', '.join(backends)}; files "
+            f"{', '.join(files)}); calibrate one cluster at a time"
+        )
+    return backends[0] if backends else "cpu"
+
+
+def _skip_collective(rec: dict, in_place: str) -> str | None:
+    """Why a collective record is not fitted (a key of the skipped counts), or None."""
+    if rec.get("wrong", 0):
+        return "wrong"
+    if int(rec["num_ranks"]) < 2:
+        return "single_rank"
+    ip = rec.get("in_place")
+    if (
+        ip is not None
+        and in_place not in ("both", "lower")
+        and (in_place == "in_place") != bool(ip)
+    ):
+        return "in_place"
+    return None
+
+
+def _compute_point(rec: dict, t: float, used: str) -> dict:
+    """A compute record as a point (size: FLOPs)."""
+    n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
+    return {
+        "kind": "compute",
+        "op": rec["op"],
+        "size": float(rec["flops"]),
+        "num_ranks": n,
+        "ranks_per_node": g,
+        "time_s": t,
+        "statistic": used,
+        "series": {"kind": "compute", "op": rec["op"], "num_ranks": n, "ranks_per_node": g},
+        "file": rec.get("_file"),
+        "line": rec.get("_line"),
+    }
+
+
+def _collective_point(rec: dict, t: float, used: str) -> dict:
+    """A collective record as a point (size: message bytes)."""
+    n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
+    c = rec["collective"]
+    return {
+        "kind": "collective",
+        "collective": c,
+        "size": float(rec["message_bytes"]),
+        "num_ranks": n,
+        "ranks_per_node": g,
+        "time_s": t,
+        "statistic": used,
+        "series": {"kind": "collective", "collective": c, "num_ranks": n, "ranks_per_node": g},
+        "file": rec.get("_file"),
+        "line": rec.get("_line"),
+    }
 
 
 # =============================================================================

@@ -1399,6 +1399,17 @@ def import_nccl_tests(
         for p in paths
     ]
     records = [rec for t in tables for rec in t.to_records()]
+    _write_records(out, records, mode)
+    return {
+        "output": str(out),
+        "mode": mode,
+        "records": len(records),
+        "files": [_summary(t) for t in tables],
+    }
+
+
+def _write_records(out: Path, records: list[dict], mode: str) -> None:
+    """Write ``records`` to a temporary file beside ``out``, then rename it onto ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.stem}.{os.getpid()}{out.suffix}.tmp"
     try:
@@ -1410,12 +1421,6 @@ def import_nccl_tests(
     finally:
         if tmp.exists():
             tmp.unlink()
-    return {
-        "output": str(out),
-        "mode": mode,
-        "records": len(records),
-        "files": [_summary(t) for t in tables],
-    }
 
 
 def _refuse_existing(out: Path, mode: str) -> None:
