@@ -12,9 +12,10 @@ The objective, over the unconstrained parameter vector θ (see
 
 with ρ_δ the Huber function (quadratic within δ = 5% relative error, linear
 beyond it, so a few disturbed measurements cannot drag the fit), t̂ the cost
-model's prediction (every collective through :func:`costmodel.get_collective`;
-compute records as FLOPs / ``flops_per_s`` times the node's core-sharing
-slowdown), and a Gaussian prior N(μ, σ²) centred on a datasheet preset
+model's own prediction (collectives: each one's terms in a
+:class:`costmodel.CollectiveBatch`, evaluated by :func:`costmodel.collective_batch_time`;
+compute records: :meth:`costmodel.ClusterParams.compute_time`, FLOPs /
+``flops_per_s`` times the node's core-sharing slowdown), and a Gaussian prior N(μ, σ²) centred on a datasheet preset
 (:data:`calibration._layout.PRIOR_SD`). Elements of θ that no measurement
 depends on (inter-node terms of one-node data, regimes of collectives never
 measured, compute terms without compute records) are held exactly at the
@@ -591,19 +592,18 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     """``n_starts`` starting θ for one training subset (weights ``train_w`` over points)."""
     R = layout.n_regimes
     base = layout.unflatten(jnp.asarray(mu))
-    slots = float(base.node_compute_slots)
     o_prior = float(base.call_overhead_s)
     gamma = float(base.gamma_s_per_byte)
     sel = [i for i, p in enumerate(points) if train_w[i] > 0]
     coll = [i for i in sel if points[i]["kind"] == "collective"]
-
-    def share(g):
-        r = g / slots
-        return max(r, 1.0) * ((1.0 / max(r, 1.0)) ** 8 + (r / max(r, 1.0)) ** 8) ** 0.125
+    # The prior's core-sharing slowdown of each g (costmodel's, once per distinct g).
+    gs = sorted({float(p["ranks_per_node"]) for p in points})
+    shares = np.asarray(base.core_share(jnp.asarray(gs)), np.float64).tolist()
+    share = dict(zip(gs, shares, strict=True))
 
     o = o_prior
     if coll:
-        tmin = min(points[i]["time_s"] / share(points[i]["ranks_per_node"]) for i in coll)
+        tmin = min(points[i]["time_s"] / share[points[i]["ranks_per_node"]] for i in coll)
         o = min(o_prior, 0.3 * tmin)
     # Per series: segmented lines of t / share(g) against S.
     series: dict = {}
@@ -611,7 +611,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         p = points[i]
         series.setdefault((p["collective"], p["num_ranks"], p["ranks_per_node"]), {}).setdefault(
             p["size"], []
-        ).append(p["time_s"] / share(p["ranks_per_node"]))
+        ).append(p["time_s"] / share[p["ranks_per_node"]])
     tops = max(1, n_starts)
     per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
     for (c, n, g), bysize in series.items():
@@ -637,7 +637,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     log_flops = None
     if comp:
         eff = [
-            points[i]["size"] / (points[i]["time_s"] / share(points[i]["ranks_per_node"]))
+            points[i]["size"] / (points[i]["time_s"] / share[points[i]["ranks_per_node"]])
             for i in comp
         ]
         log_flops = math.log(float(np.median(eff)))
