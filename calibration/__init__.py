@@ -28,4 +28,5 @@ from ._records import record_key as record_key
 from ._records import time_statistics as time_statistics
 from ._records import validate_record as validate_record
 from ._summary import summarize_measurements as summarize_measurements
+from ._validation import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
 from ._validation import holdout_mask as holdout_mask

@@ -12,9 +12,10 @@ The objective, over the unconstrained parameter vector θ (see
 
 with ρ_δ the Huber function (quadratic within δ = 5% relative error, linear
 beyond it, so a few disturbed measurements cannot drag the fit), t̂ the cost
-model's prediction (every collective through :func:`costmodel.get_collective`;
-compute records as FLOPs / ``flops_per_s`` times the node's core-sharing
-slowdown), and a Gaussian prior N(μ, σ²) centred on a datasheet preset
+model's own prediction (collectives: each one's terms in a
+:class:`costmodel.CollectiveBatch`, evaluated by :func:`costmodel.collective_batch_time`;
+compute records: :meth:`costmodel.ClusterParams.compute_time`, FLOPs /
+``flops_per_s`` times the node's core-sharing slowdown), and a Gaussian prior N(μ, σ²) centred on a datasheet preset
 (:data:`calibration._layout.PRIOR_SD`). Elements of θ that no measurement
 depends on (inter-node terms of one-node data, regimes of collectives never
 measured, compute terms without compute records) are held exactly at the
@@ -46,6 +47,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -53,6 +55,7 @@ import os
 import re
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -67,15 +70,19 @@ from costmodel import (
     INTRA_PRESETS,
     NETWORK_PRESETS,
     ClusterParams,
+    CollectiveBatch,
     InputFileError,
+    collective_batch,
+    collective_batch_time,
     get_collective,
     preset,
 )
 
 from ._layout import ParamLayout
-from ._records import read_records, validate_record
+from ._profile import Profile
+from ._records import file_entry, package_versions, read_records, utc_timestamp, validate_record
 from ._validation import (
-    UNRELIABLE_P90,
+    RELIABLE_P90_LIMIT,
     error_summary,
     holdout_mask,
     inner_folds,
@@ -228,83 +235,35 @@ def _pick_time(rec: dict, statistic: str | None, default: str) -> tuple[float, s
 
 def _prepare(records: list[dict], statistic: str | None, in_place: str):
     """Usable points from validated records, and what was skipped (counts, notes)."""
-    backends = sorted({r["backend"] for r in records if r["kind"] != "step"})
-    if len(backends) > 1:
-        files = sorted({str(r.get("_file", "<records>")) for r in records})
-        raise ValueError(
-            f"the measurements come from several backends ({', '.join(backends)}; files "
-            f"{', '.join(files)}); calibrate one cluster at a time"
-        )
-    backend = backends[0] if backends else "cpu"
+    backend = _backend(records)
     default = "p10" if backend == "cpu" else "median"
     skipped = {"step": 0, "wrong": 0, "single_rank": 0, "in_place": 0}
     points: list[dict] = []
-    paired: dict = {}
+    paired: dict = {}  # (file, collective, S, n, g, dtype) → index of the point kept
     for rec in records:
         kind = rec["kind"]
         if kind == "step":
             skipped["step"] += 1
             continue
         t, used = _pick_time(rec, statistic, default)
-        where = {"file": rec.get("_file"), "line": rec.get("_line")}
         if kind == "compute":
-            points.append(
-                {
-                    "kind": "compute",
-                    "op": rec["op"],
-                    "size": float(rec["flops"]),
-                    "num_ranks": int(rec["num_ranks"]),
-                    "ranks_per_node": int(rec["ranks_per_node"]),
-                    "time_s": t,
-                    "statistic": used,
-                    "series": {
-                        "kind": "compute",
-                        "op": rec["op"],
-                        "num_ranks": int(rec["num_ranks"]),
-                        "ranks_per_node": int(rec["ranks_per_node"]),
-                    },
-                    **where,
-                }
-            )
+            points.append(_compute_point(rec, t, used))
             continue
-        if rec.get("wrong", 0):
-            skipped["wrong"] += 1
+        why = _skip_collective(rec, in_place)
+        if why:
+            skipped[why] += 1
             continue
-        n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
-        if n < 2:
-            skipped["single_rank"] += 1
-            continue
-        ip = rec.get("in_place")
-        if ip is not None and in_place != "both":
-            if (in_place == "in_place") != bool(ip) and in_place != "lower":
-                skipped["in_place"] += 1
-                continue
-        pt = {
-            "kind": "collective",
-            "collective": rec["collective"],
-            "size": float(rec["message_bytes"]),
-            "num_ranks": n,
-            "ranks_per_node": g,
-            "time_s": t,
-            "statistic": used,
-            "series": {
-                "kind": "collective",
-                "collective": rec["collective"],
-                "num_ranks": n,
-                "ranks_per_node": g,
-            },
-            **where,
-        }
-        if ip is not None and in_place == "lower":
+        pt = _collective_point(rec, t, used)
+        if rec.get("in_place") is not None and in_place == "lower":
             key = (
                 rec.get("_file", rec.get("source")),
                 rec["collective"],
                 rec["message_bytes"],
-                n,
-                g,
+                pt["num_ranks"],
+                pt["ranks_per_node"],
                 rec.get("dtype"),
             )
-            if key in paired:
+            if key in paired:  # the other variant of the same size: keep the faster
                 j = paired[key]
                 skipped["in_place"] += 1
                 if t < points[j]["time_s"]:
@@ -315,83 +274,94 @@ def _prepare(records: list[dict], statistic: str | None, in_place: str):
     return points, skipped, backend
 
 
+def _backend(records) -> str:
+    """The one backend of the measurements (ValueError naming the files when several)."""
+    backends = sorted({r["backend"] for r in records if r["kind"] != "step"})
+    if len(backends) > 1:
+        files = sorted({str(r.get("_file", "<records>")) for r in records})
+        raise ValueError(
+            f"the measurements come from several backends ({', '.join(backends)}; files "
+            f"{', '.join(files)}); calibrate one cluster at a time"
+        )
+    return backends[0] if backends else "cpu"
+
+
+def _skip_collective(rec: dict, in_place: str) -> str | None:
+    """Why a collective record is not fitted (a key of the skipped counts), or None."""
+    if rec.get("wrong", 0):
+        return "wrong"
+    if int(rec["num_ranks"]) < 2:
+        return "single_rank"
+    ip = rec.get("in_place")
+    if (
+        ip is not None
+        and in_place not in ("both", "lower")
+        and (in_place == "in_place") != bool(ip)
+    ):
+        return "in_place"
+    return None
+
+
+def _compute_point(rec: dict, t: float, used: str) -> dict:
+    """A compute record as a point (size: FLOPs)."""
+    n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
+    return {
+        "kind": "compute",
+        "op": rec["op"],
+        "size": float(rec["flops"]),
+        "num_ranks": n,
+        "ranks_per_node": g,
+        "time_s": t,
+        "statistic": used,
+        "series": {"kind": "compute", "op": rec["op"], "num_ranks": n, "ranks_per_node": g},
+        "file": rec.get("_file"),
+        "line": rec.get("_line"),
+    }
+
+
+def _collective_point(rec: dict, t: float, used: str) -> dict:
+    """A collective record as a point (size: message bytes)."""
+    n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
+    c = rec["collective"]
+    return {
+        "kind": "collective",
+        "collective": c,
+        "size": float(rec["message_bytes"]),
+        "num_ranks": n,
+        "ranks_per_node": g,
+        "time_s": t,
+        "statistic": used,
+        "series": {"kind": "collective", "collective": c, "num_ranks": n, "ranks_per_node": g},
+        "file": rec.get("_file"),
+        "line": rec.get("_line"),
+    }
+
+
 # =============================================================================
 # The model on a batch of points
 # =============================================================================
-#: Collectives whose congestion factor has a fitted exponent, and which leaf.
-_EXPONENT_LEAF = {"all_to_all": 1, "ps_push": 2, "ps_pull": 2}  # 1: all_to_all, 2: fan-in
-
-
 class _Data(eqx.Module):
-    """Every point's cost terms as arrays (model order: collectives, then compute).
+    """Every point as costmodel's batched terms (model order: collectives, then compute).
 
-    The terms come from each collective's own :meth:`~costmodel.AbstractCollective.terms`
-    at data-preparation time (they depend only on S, n, g); the fitted
-    parameters enter through :func:`_predict`, which is
-    ``costmodel.collectives``' evaluate/finish vectorised over collectives
-    (one gather per regime table instead of one traced graph per collective,
-    which keeps compilation short). ``tests/test_fit.py`` checks it against
-    :func:`costmodel.collective_time` for every collective.
+    The collective rows are a :class:`costmodel.CollectiveBatch` (each
+    collective's own terms, built once: they depend only on S, n, g) and are
+    evaluated by :func:`costmodel.collective_batch_time`, the one
+    implementation of the collectives' evaluate/finish, vectorised over
+    collectives so that the objective traces one graph; compute rows by
+    :meth:`costmodel.ClusterParams.compute_time`.
     """
 
-    steps: jax.Array
-    link: jax.Array
-    node: jax.Array
-    reduce: jax.Array
-    cong_base: jax.Array
-    expo: jax.Array  # 0 none, 1 all_to_all exponent, 2 fan-in exponent
-    inter: jax.Array  # 0 intra, 1 inter (level index)
-    coll: jax.Array  # collective index
-    g: jax.Array  # min(g, n), for the core-sharing slowdown
+    coll: CollectiveBatch
     flops: jax.Array
     comp_g: jax.Array
     logt: jax.Array
     n_coll: int = eqx.field(static=True)
 
 
-def _soft_max2(a, b):
-    """(a⁸ + b⁸)^(1/8) of non-negative values (costmodel's soft_max2, p = 8)."""
-    a, b = jnp.maximum(a, 0.0), jnp.maximum(b, 0.0)
-    m = jnp.maximum(jnp.maximum(a, b), 1e-300 if jnp.result_type(a) == jnp.float64 else 1e-37)
-    s = (a / m) ** 8 + (b / m) ** 8
-    return m * jnp.sqrt(jnp.sqrt(jnp.sqrt(s)))
-
-
-def _soft_min(x, k):
-    """(Σᵣ xᵣ^(−k))^(−1/k) along the last axis (costmodel's soft_min), x > 0."""
-    lx = jnp.log(jnp.maximum(x, 1e-37))
-    m = jnp.min(lx, axis=-1, keepdims=True)
-    s = jnp.sum(jnp.exp(-k[..., None] * (lx - m)), axis=-1)
-    return jnp.exp(m[..., 0] - jnp.log(s) / k)
-
-
-def _share(g, slots):
-    """Core-sharing slowdown softmax₂(1, g / slots) (costmodel's timeline and collectives)."""
-    return _soft_max2(jnp.ones_like(g), g / slots)
-
-
 def _predict(params: ClusterParams, data: _Data):
-    """Seconds of every point: T = (softminᵣ Tᵣ + o_call)·share(g) for collectives
-    (``costmodel.collectives``: Tᵣ = steps·αᵣ + softmax₂(link·βᵣ, node·β_node)·η +
-    reduce·γ), FLOPs / flops_per_s · share(g) for compute."""
-    c, lev = data.coll, data.inter
-    ra = params.log_alpha[lev][:, None] + params.regime_log_alpha[c, lev]  # (N, R)
-    rb = params.log_beta[lev][:, None] + params.regime_log_beta[c, lev]
-    eta = jnp.where(
-        data.expo == 1,
-        data.cong_base**params.all_to_all_exponent,
-        jnp.where(data.expo == 2, data.cong_base**params.fanin_exponent, 1.0),
-    )
-    bw_node = data.node * params.node_beta_s_per_byte[lev]
-    bw = _soft_max2(data.link[:, None] * jnp.exp(rb), bw_node[:, None]) * eta[:, None]
-    per = data.steps[:, None] * jnp.exp(ra) + bw + (data.reduce * params.gamma_s_per_byte)[:, None]
-    if params.n_regimes == 1:
-        t = per[:, 0]
-    else:
-        t = _soft_min(per, params.regime_sharpness[c])
-    slots = params.node_compute_slots
-    t = jnp.where(data.steps > 0, (t + params.call_overhead_s) * _share(data.g, slots), 0.0)
-    comp = data.flops / params.flops_per_s * _share(data.comp_g, slots)
+    """Seconds of every point (model order): costmodel's collective and compute times."""
+    t = collective_batch_time(params, data.coll)
+    comp = params.compute_time(data.flops, data.comp_g)
     return jnp.concatenate([t, comp])
 
 
@@ -420,43 +390,14 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
     coll = coll + [coll[-1]] * (_bucket(len(coll)) - len(coll)) if coll else coll
     comp = comp + [comp[-1]] * (_bucket(len(comp)) - len(comp)) if comp else comp
     src_rows = np.asarray(coll + comp, dtype=int)
-    cols = {k: np.zeros(len(coll)) for k in ("steps", "link", "node", "reduce", "cong")}
-    expo = np.zeros(len(coll), dtype=np.int32)
-    inter = np.zeros(len(coll), dtype=np.int32)
-    cidx = np.zeros(len(coll), dtype=np.int32)
-    geff = np.zeros(len(coll))
-    for name in {points[i]["collective"] for i in coll}:
-        rows = [k for k, i in enumerate(coll) if points[i]["collective"] == name]
-        S = np.asarray([points[coll[k]]["size"] for k in rows], dtype=np.float64)
-        n = np.asarray([points[coll[k]]["num_ranks"] for k in rows], dtype=np.float64)
-        g = np.minimum(np.asarray([points[coll[k]]["ranks_per_node"] for k in rows], float), n)
-        model = get_collective(name)
-        Sj, nj, gj = jnp.asarray(S), jnp.asarray(n), jnp.asarray(g)
-        # Congestion base: the factor with exponent 1 (then η = base ** fitted exponent).
-        t = model.terms(Sj, nj, gj, 1.0) if name in _EXPONENT_LEAF else model.terms(Sj, nj, gj)
-        for key, val in (
-            ("steps", t.steps),
-            ("link", t.link_bytes),
-            ("node", t.node_bytes),
-            ("reduce", t.reduce_bytes),
-            ("cong", t.congestion),
-        ):
-            cols[key][rows] = np.broadcast_to(np.asarray(val, dtype=np.float64), S.shape)
-        expo[rows] = _EXPONENT_LEAF.get(name, 0)
-        inter[rows] = np.broadcast_to(np.asarray(t.inter), S.shape).astype(np.int32)
-        cidx[rows] = COLLECTIVE_NAMES.index(name)
-        geff[rows] = g
     f = lambda a: jnp.asarray(a, dtype=dt)  # noqa: E731
     data = _Data(
-        steps=f(cols["steps"]),
-        link=f(cols["link"]),
-        node=f(cols["node"]),
-        reduce=f(cols["reduce"]),
-        cong_base=f(np.maximum(cols["cong"], 1.0)),
-        expo=jnp.asarray(expo),
-        inter=jnp.asarray(inter),
-        coll=jnp.asarray(cidx),
-        g=f(geff),
+        coll=collective_batch(
+            [points[i]["collective"] for i in coll],
+            [points[i]["size"] for i in coll],
+            [points[i]["num_ranks"] for i in coll],
+            [points[i]["ranks_per_node"] for i in coll],
+        ),
         flops=f([points[i]["size"] for i in comp]),
         comp_g=f([points[i]["ranks_per_node"] for i in comp]),
         logt=f(np.log([points[i]["time_s"] for i in src_rows])),
@@ -651,19 +592,18 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     """``n_starts`` starting θ for one training subset (weights ``train_w`` over points)."""
     R = layout.n_regimes
     base = layout.unflatten(jnp.asarray(mu))
-    slots = float(base.node_compute_slots)
     o_prior = float(base.call_overhead_s)
     gamma = float(base.gamma_s_per_byte)
     sel = [i for i, p in enumerate(points) if train_w[i] > 0]
     coll = [i for i in sel if points[i]["kind"] == "collective"]
-
-    def share(g):
-        r = g / slots
-        return max(r, 1.0) * ((1.0 / max(r, 1.0)) ** 8 + (r / max(r, 1.0)) ** 8) ** 0.125
+    # The prior's core-sharing slowdown of each g (costmodel's, once per distinct g).
+    gs = sorted({float(p["ranks_per_node"]) for p in points})
+    shares = np.asarray(base.core_share(jnp.asarray(gs)), np.float64).tolist()
+    share = dict(zip(gs, shares, strict=True))
 
     o = o_prior
     if coll:
-        tmin = min(points[i]["time_s"] / share(points[i]["ranks_per_node"]) for i in coll)
+        tmin = min(points[i]["time_s"] / share[points[i]["ranks_per_node"]] for i in coll)
         o = min(o_prior, 0.3 * tmin)
     # Per series: segmented lines of t / share(g) against S.
     series: dict = {}
@@ -671,7 +611,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         p = points[i]
         series.setdefault((p["collective"], p["num_ranks"], p["ranks_per_node"]), {}).setdefault(
             p["size"], []
-        ).append(p["time_s"] / share(p["ranks_per_node"]))
+        ).append(p["time_s"] / share[p["ranks_per_node"]])
     tops = max(1, n_starts)
     per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
     for (c, n, g), bysize in series.items():
@@ -697,7 +637,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     log_flops = None
     if comp:
         eff = [
-            points[i]["size"] / (points[i]["time_s"] / share(points[i]["ranks_per_node"]))
+            points[i]["size"] / (points[i]["time_s"] / share[points[i]["ranks_per_node"]])
             for i in comp
         ]
         log_flops = math.log(float(np.median(eff)))
@@ -833,7 +773,9 @@ def calibrate(
     compute record (``flops_per_s``; ``node_compute_slots`` when several
     processes shared a node's cores). ``kind: "step"`` records are skipped
     (counted in the profile). See the module docstring for the objective,
-    optimiser and uncertainty.
+    optimiser and uncertainty. The body reads as its steps: check the
+    options, read the inputs, choose the prior, hold out, fit the regime counts,
+    the Laplace covariance, the validation summary, the profile.
 
     Args:
         records_or_paths: a measurement file (JSON Lines, schema v1), several,
@@ -886,28 +828,118 @@ def calibrate(
         >>> prof.fit["n_regimes"], prof.fit["points"]["train"]
         (1, 14)
     """
-    from ._profile import Profile, _package_versions
+    candidates = _check_arguments(statistic, in_place, holdout, n_regimes)
+    holdout = float(holdout)
+    given = parse_prior_preset(prior_preset) if prior_preset is not None else None
+    records, files = _load(records_or_paths)
+    inputs = _read_inputs(records, statistic, in_place)
+    prior = _choose_prior(given, inputs)
+    split = _hold_out(inputs.points, holdout, candidates)
+    rows = _model_rows(inputs.points, split)
+    with _progress(progress) as bar:
+        results = _fit_candidates(
+            split.candidates, prior.network, prior.device, rows, split.use_folds, seed, bar
+        )
+        R = _choose_regimes(results)
+        post = _laplace_posterior(results[R], rows, bar)
+    summary = _validation_summary(rows, post, holdout)
+    for w_ in summary.warnings:
+        warnings.warn(w_, CalibrationWarning, stacklevel=2)
+    return _build_profile(
+        inputs, files, prior, split, rows, results, R, post, summary, in_place, statistic, seed
+    )
 
+
+# ---- the steps of calibrate -------------------------------------------------------
+class _Inputs(NamedTuple):
+    """Usable points of the records, and what was skipped."""
+
+    records: list[dict]
+    points: list[dict]
+    skipped: dict
+    backend: str
+    device_kinds: list[str]
+    notes: list[str]
+
+
+class _Prior(NamedTuple):
+    network: str
+    device: str
+    reason: str
+
+
+class _Split(NamedTuple):
+    """Held-out points, inner folds of the training points, regime counts to fit."""
+
+    held: np.ndarray  # (M,) bool over points
+    train: np.ndarray
+    folds: np.ndarray  # (INNER_FOLDS, M) bool
+    use_folds: bool
+    candidates: tuple[int, ...]  # fitted
+    tried: tuple[int, ...]  # asked for
+
+
+class _Rows(NamedTuple):
+    """Points in model order (collectives then compute, padded: see :func:`_build_data`)."""
+
+    data: _Data
+    real: np.ndarray  # (N,) bool: not padding
+    points: list[dict]  # (N,) points in model order (padding: copies)
+    train: np.ndarray  # (N,) bool
+    folds: np.ndarray  # (INNER_FOLDS, N) bool
+
+
+class _Posterior(NamedTuple):
+    """The chosen fit with its Laplace covariance, predictions on the real points."""
+
+    fit: dict  # _fit_candidates' entry of the chosen regime count
+    params: ClusterParams
+    cov: np.ndarray
+    residual_scale: float
+    p_eff: float
+    decrement: float
+    pred: np.ndarray  # (M,) seconds, real points in model order
+    log_residuals: np.ndarray  # (M,)
+
+
+class _Summary(NamedTuple):
+    validation: dict
+    train: dict
+    heldout: dict
+    heldout_p90: float
+    reliable: bool
+    warnings: list[str]
+    notes: list[str]
+
+
+def _check_arguments(statistic, in_place, holdout, n_regimes) -> tuple[int, ...]:
+    """Check calibrate's options (ValueError naming the option); the regime counts to try."""
     if statistic is not None and statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     if in_place not in _IN_PLACE:
         raise ValueError(f"in_place must be one of {', '.join(_IN_PLACE)}, got {in_place!r}")
     try:
-        holdout = float(holdout)
+        h = float(holdout)
     except (TypeError, ValueError):
         raise ValueError(f"holdout must be a fraction in [0, 1), got {holdout!r}") from None
-    if not (0.0 <= holdout < 1.0):
+    if not (0.0 <= h < 1.0):
         raise ValueError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
     if n_regimes == "auto":
-        candidates = AUTO_REGIMES
-    elif isinstance(n_regimes, int) and not isinstance(n_regimes, bool) and 1 <= n_regimes <= 8:
-        candidates = (n_regimes,)
-    else:
-        raise ValueError(f"n_regimes must be 'auto' or an integer in [1, 8], got {n_regimes!r}")
-    if prior_preset is not None:
-        network, device = parse_prior_preset(prior_preset)
+        return AUTO_REGIMES
+    if isinstance(n_regimes, int) and not isinstance(n_regimes, bool) and 1 <= n_regimes <= 8:
+        return (n_regimes,)
+    raise ValueError(f"n_regimes must be 'auto' or an integer in [1, 8], got {n_regimes!r}")
 
-    records, files = _load(records_or_paths)
+
+_SKIP_NOTES = {
+    "step": "{} training-step record(s) ignored (not used by this fit)",
+    "wrong": "{} collective record(s) with wrong results skipped",
+    "single_rank": "{} single-rank collective record(s) skipped (the model's time is 0)",
+}
+
+
+def _read_inputs(records, statistic, in_place) -> _Inputs:
+    """The usable points of validated records (ValueError when there is none)."""
     points, skipped, backend = _prepare(records, statistic, in_place)
     if not points:
         raise ValueError(
@@ -915,22 +947,20 @@ def calibrate(
             "collective or a collective with wrong results"
         )
     kinds = sorted({r["device_kind"] for r in records if r["kind"] != "step"})
-    if prior_preset is None:
-        network, device, reason = default_prior_preset(backend, kinds[0] if kinds else "")
-    else:
-        reason = "given"
-    notes: list[str] = []
-    for what, count in skipped.items():
-        if count and what != "in_place":
-            notes.append(
-                {
-                    "step": f"{count} training-step record(s) ignored (not used by this fit)",
-                    "wrong": f"{count} collective record(s) with wrong results skipped",
-                    "single_rank": f"{count} single-rank collective record(s) skipped "
-                    "(the model's time is 0)",
-                }[what]
-            )
+    notes = [_SKIP_NOTES[w].format(c) for w, c in skipped.items() if c and w in _SKIP_NOTES]
+    return _Inputs(records, points, skipped, backend, kinds, notes)
 
+
+def _choose_prior(given, inputs: _Inputs) -> _Prior:
+    """The prior preset: the one given, or the default for the measured backend and device."""
+    if given is not None:
+        return _Prior(*given, "given")
+    kind = inputs.device_kinds[0] if inputs.device_kinds else ""
+    return _Prior(*default_prior_preset(inputs.backend, kind))
+
+
+def _hold_out(points, holdout: float, candidates) -> _Split:
+    """The outer held-out points and the inner folds the regime count is chosen on."""
     sizes = np.asarray([p["size"] for p in points])
     skeys = [tuple(sorted(p["series"].items())) for p in points]
     held = holdout_mask(skeys, sizes, holdout)
@@ -938,198 +968,216 @@ def calibrate(
     if not train.any():  # pragma: no cover - holdout < 1 and ends are kept
         raise ValueError("no training point left after the holdout")
     folds = inner_folds(skeys, sizes, train, INNER_FOLDS)
-    use_folds = len(candidates) > 1 and folds.any()
-    tried = candidates
+    use_folds = bool(len(candidates) > 1 and folds.any())
+    tried = tuple(candidates)
     if len(candidates) > 1 and not use_folds:  # nothing to choose on: the fewest regimes
         candidates = (min(candidates),)
+    return _Split(held, train, folds, use_folds, tuple(candidates), tried)
 
-    dt = jnp.result_type(float)
+
+def _model_rows(points, split: _Split) -> _Rows:
+    """The points as the model's arrays, with the split carried to model order."""
     data, order = _build_data(points)
     real = order >= 0
     src_rows = np.where(real, order, 0)
-    pts_m = [points[i] for i in src_rows]  # points in model order (padding: copies)
-    train_m = train[src_rows] & real
-    folds_m = folds[:, src_rows] & real
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    pts_m = [points[i] for i in src_rows]  # padding rows: copies, weight 0
+    return _Rows(data, real, pts_m, split.train[src_rows] & real, split.folds[:, src_rows] & real)
 
-        bar = tqdm(total=3, desc="calibrate", unit="step", leave=False)
+
+@contextlib.contextmanager
+def _progress(show: bool):
+    """A tqdm bar of calibrate's three stages on stderr, or None."""
+    if not show:
+        yield None
+        return
+    from tqdm.auto import tqdm  # optional dependency, only for the bar
+
+    bar = tqdm(total=3, desc="calibrate", unit="step", leave=False)
     try:
-        results = _fit_candidates(
-            candidates,
-            network,
-            device,
-            data,
-            pts_m,
-            train_m,
-            folds_m if use_folds else None,
-            seed,
-            bar,
-        )
-        R = _choose_regimes(results)
-        res = results[R]
-        if bar is not None:
-            bar.set_postfix_str("covariance")
-        layout, sd, free = res["layout"], res["sd"], res["free"]
-        big = res["big"]
-        J, lp = _jacobian(jnp.asarray(res["theta_big"], dtype=dt), _Problem(data=data, layout=big))
-        idx = _embed_index(big, layout)
-        J, lp = np.asarray(J, np.float64)[:, idx], np.asarray(lp, np.float64)
-        if bar is not None:
-            bar.update(1)
+        yield bar
     finally:
-        if bar is not None:
-            bar.close()
-    theta = res["theta"]
-    lt = np.asarray(data.logt, np.float64)
-    pred_m = np.exp(lp)
-    r_all = lp - lt
-    cov, s, p_eff = _laplace(J[train_m], r_all[train_m], sd, free)
-    decrement = _newton_decrement(J[train_m], r_all[train_m], res["grad"], sd, free)
-    params = layout.unflatten(jnp.asarray(theta, dtype=dt))
-    # From here on, real points only (no padding).
-    pts_m = [pts_m[i] for i in np.nonzero(real)[0]]
-    pred_m, lt, r_all, train_m = pred_m[real], lt[real], r_all[real], train_m[real]
+        bar.close()
 
-    held_m = ~train_m
-    report = series_report(pts_m, pred_m, held_m)
-    err = np.abs(pred_m / np.exp(lt) - 1.0)
-    tr_sum, ho_sum = error_summary(err[train_m]), error_summary(err[held_m])
+
+def _laplace_posterior(res: dict, rows: _Rows, bar) -> _Posterior:
+    """Jacobian at the chosen optimum → Laplace covariance, Newton decrement, predictions."""
+    dt = jnp.result_type(float)
+    if bar is not None:
+        bar.set_postfix_str("covariance")
+    layout, big = res["layout"], res["big"]
+    J, lp = _jacobian(jnp.asarray(res["theta_big"], dtype=dt), _Problem(data=rows.data, layout=big))
+    J, lp = np.asarray(J, np.float64)[:, _embed_index(big, layout)], np.asarray(lp, np.float64)
+    if bar is not None:
+        bar.update(1)
+    r_all = lp - np.asarray(rows.data.logt, np.float64)
+    tr = rows.train
+    cov, s, p_eff = _laplace(J[tr], r_all[tr], res["sd"], res["free"])
+    decrement = _newton_decrement(J[tr], r_all[tr], res["grad"], res["sd"], res["free"])
+    params = layout.unflatten(jnp.asarray(res["theta"], dtype=dt))
+    real = rows.real
+    return _Posterior(res, params, cov, s, p_eff, decrement, np.exp(lp)[real], r_all[real])
+
+
+def _validation_summary(rows: _Rows, post: _Posterior, holdout: float) -> _Summary:
+    """Train and held-out errors per series and overall; reliability, warnings and notes."""
+    real = rows.real
+    pts = [rows.points[i] for i in np.nonzero(real)[0]]  # real points only
+    train = rows.train[real]
+    held = ~train
+    pred, r_all = post.pred, post.log_residuals
+    lt = np.asarray(rows.data.logt, np.float64)[real]
+    report = series_report(pts, pred, held)
+    err = np.abs(pred / np.exp(lt) - 1.0)
+    tr_sum, ho_sum = error_summary(err[train]), error_summary(err[held])
     heldout_p90 = ho_sum["p90"]
-    reliable = not (heldout_p90 > UNRELIABLE_P90)  # NaN (no held-out point) → True
-    warn = []
-    if not reliable:
-        bad = sorted(
-            (
-                s_
-                for s_ in report
-                if s_["heldout"]["points"] and s_["heldout"]["p90"] > UNRELIABLE_P90
-            ),
-            key=lambda s_: -s_["heldout"]["p90"],
-        )
-        names = ", ".join(
-            f"{_series_name(s_)} {100 * s_['heldout']['p90']:.0f}%" for s_ in bad[:5]
-        ) + (" …" if len(bad) > 5 else "")
-        warn.append(
-            f"held-out p90 error {100 * heldout_p90:.1f}% exceeds {100 * UNRELIABLE_P90:.0f}%: "
-            f"the profile is marked unreliable and the tuner will refuse it unless forced "
-            f"(worst series: {names or 'spread over all'})"
-        )
-    if not held_m.any():
+    reliable = not (heldout_p90 > RELIABLE_P90_LIMIT)  # NaN (no held-out point) → True
+    warn = [] if reliable else [_unreliable_warning(report, heldout_p90)]
+    notes = []
+    if not held.any():
         notes.append("no point was held out: the accuracy of this profile is not validated")
-    converged = bool(decrement < _DECREMENT_TOL)
-    if not converged:
+    if not post.decrement < _DECREMENT_TOL:
         notes.append(
-            f"the optimiser stopped after {res['iterations']} L-BFGS iterations, about "
-            f"{decrement:.3g} short of the optimum of the objective (Newton decrement λ²/2; "
-            f"{_DECREMENT_TOL} counts as converged); the fit may still be usable"
+            f"the optimiser stopped after {post.fit['iterations']} L-BFGS iterations, about "
+            f"{post.decrement:.3g} short of the optimum of the objective (Newton decrement "
+            f"λ²/2; {_DECREMENT_TOL} counts as converged); the fit may still be usable"
         )
-    for w_ in warn:
-        warnings.warn(w_, CalibrationWarning, stacklevel=2)
-
-    collective_pts = [p for p in points if p["kind"] == "collective"]
-    compute_pts = [p for p in points if p["kind"] == "compute"]
-
-    def span(key, pts):
-        return [min(p[key] for p in pts), max(p[key] for p in pts)] if pts else []
-
-    measured = {
-        "message_bytes": [int(v) for v in span("size", collective_pts)],
-        "num_ranks": span("num_ranks", collective_pts),
-        "ranks_per_node": span("ranks_per_node", collective_pts),
-        "collectives": [
-            c for c in COLLECTIVE_NAMES if any(p["collective"] == c for p in collective_pts)
-        ],
-        "compute_ops": sorted({p["op"] for p in compute_pts}),
-        "flops": span("size", compute_pts),
-        "compute_ranks_per_node": span("ranks_per_node", compute_pts),
-    }
-    used_stats: dict = {}
-    for p in points:
-        used_stats[p["statistic"]] = used_stats.get(p["statistic"], 0) + 1
-    fit = {
-        "n_regimes": R,
-        "regime_selection": {
-            "candidates": list(tried),
-            "method": (
-                f"mean absolute log error on {INNER_FOLDS} interleaved inner folds of the "
-                "training sizes (never the held-out points)"
-                if use_folds
-                else ("given" if len(tried) == 1 else "too few sizes for inner folds: the fewest")
-            ),
-            "scores": {str(k): v["score"] for k, v in results.items()},
-        },
-        "statistic": statistic or ("p10" if backend == "cpu" else "median"),
-        "statistics_used": used_stats,
-        "in_place": in_place,
-        "objective": "huber(log t̂ − log t, δ) / δ² + Gaussian prior on unconstrained leaves",
-        "huber_delta": HUBER_DELTA,
-        "loss": res["loss"],
-        "iterations": res["iterations"],
-        "newton_decrement": decrement,
-        "converged": converged,
-        "residual_scale": s,
-        "effective_parameters": p_eff,
-        "free_leaves": [layout.names[i] for i in np.nonzero(free)[0]],
-        "points": {
-            "train": int(train.sum()),
-            "heldout": int(held.sum()),
-            "collective": len(collective_pts),
-            "compute": len(compute_pts),
-            "skipped": skipped,
-        },
-        "dtype": str(jnp.dtype(dt)),
-    }
     validation = {
         "holdout": holdout,
         "method": "a deterministic share of each series' interior sizes",
         "train": tr_sum,
         "heldout": ho_sum,
         "series": report,
-        "worst": worst_points(pts_m, pred_m, held_m),
-        "heldout_log_residuals": [float(v) for v in r_all[held_m]],
-        "train_log_residuals": [float(v) for v in r_all[train_m]],
+        "worst": worst_points(pts, pred, held),
+        "heldout_log_residuals": [float(v) for v in r_all[held]],
+        "train_log_residuals": [float(v) for v in r_all[train]],
     }
-    prior = {
-        "preset": f"{network}:{device}",
-        "network": network,
-        "device": device,
-        "reason": reason,
-        "sd": _prior_sd_table(layout),
-    }
-    prov = {
-        "inputs": [_file_entry(f) for f in files],
-        "records": len(records),
-        "backend": backend,
-        "device_kinds": kinds,
-        "versions": _package_versions(),
-        "created": _utc_now(),
-        "seed": seed,
-    }
-    emulated = []  # the emulated clusters (launch.EmulatedCluster) the records came from
-    for r in records:
-        if isinstance(r.get("emulated"), dict) and r["emulated"] not in emulated:
-            emulated.append(r["emulated"])
-    if emulated:
-        prov["emulated"] = emulated
-    return Profile(
-        params=params,
-        covariance=cov,
-        leaf_names=list(layout.names),
-        prior=prior,
-        fit=fit,
-        validation=validation,
-        measured_ranges=measured,
-        reliable=reliable,
-        heldout_p90=heldout_p90,
-        provenance=prov,
-        warnings=warn,
-        notes=notes,
+    return _Summary(validation, tr_sum, ho_sum, heldout_p90, reliable, warn, notes)
+
+
+def _unreliable_warning(report: list[dict], heldout_p90: float) -> str:
+    """Why a profile is unreliable, naming its five worst held-out series."""
+    bad = sorted(
+        (s for s in report if s["heldout"]["points"] and s["heldout"]["p90"] > RELIABLE_P90_LIMIT),
+        key=lambda s: -s["heldout"]["p90"],
+    )
+    names = ", ".join(f"{_series_name(s)} {100 * s['heldout']['p90']:.0f}%" for s in bad[:5]) + (
+        " …" if len(bad) > 5 else ""
+    )
+    return (
+        f"held-out p90 error {100 * heldout_p90:.1f}% exceeds {100 * RELIABLE_P90_LIMIT:.0f}%: "
+        f"the profile is marked unreliable and the tuner will refuse it unless forced "
+        f"(worst series: {names or 'spread over all'})"
     )
 
 
-def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, seed, bar):
+def _emulated_provenance(records) -> dict:
+    """``{"emulated": [...]}``: the emulated clusters (launch.EmulatedCluster) the records came from."""
+    emulated: list[dict] = []
+    for r in records:
+        if isinstance(r.get("emulated"), dict) and r["emulated"] not in emulated:
+            emulated.append(r["emulated"])
+    return {"emulated": emulated} if emulated else {}
+
+
+def _measured_ranges(points) -> dict:
+    """[min, max] of what was measured (the tuner flags extrapolation beyond it)."""
+    coll = [p for p in points if p["kind"] == "collective"]
+    comp = [p for p in points if p["kind"] == "compute"]
+
+    def span(key, pts):
+        return [min(p[key] for p in pts), max(p[key] for p in pts)] if pts else []
+
+    return {
+        "message_bytes": [int(v) for v in span("size", coll)],
+        "num_ranks": span("num_ranks", coll),
+        "ranks_per_node": span("ranks_per_node", coll),
+        "collectives": [c for c in COLLECTIVE_NAMES if any(p["collective"] == c for p in coll)],
+        "compute_ops": sorted({p["op"] for p in comp}),
+        "flops": span("size", comp),
+        "compute_ranks_per_node": span("ranks_per_node", comp),
+    }
+
+
+def _fit_record(inputs: _Inputs, split: _Split, results, R, post: _Posterior, in_place, statistic):
+    """The profile's ``fit`` section: how the regime count was chosen, the optimum, the points."""
+    res, layout = post.fit, post.fit["layout"]
+    used_stats: dict = {}
+    for p in inputs.points:
+        used_stats[p["statistic"]] = used_stats.get(p["statistic"], 0) + 1
+    if split.use_folds:
+        method = (
+            f"mean absolute log error on {INNER_FOLDS} interleaved inner folds of the "
+            "training sizes (never the held-out points)"
+        )
+    else:
+        method = "given" if len(split.tried) == 1 else "too few sizes for inner folds: the fewest"
+    return {
+        "n_regimes": R,
+        "regime_selection": {
+            "candidates": list(split.tried),
+            "method": method,
+            "scores": {str(k): v["score"] for k, v in results.items()},
+        },
+        "statistic": statistic or ("p10" if inputs.backend == "cpu" else "median"),
+        "statistics_used": used_stats,
+        "in_place": in_place,
+        "objective": "huber(log t̂ − log t, δ) / δ² + Gaussian prior on unconstrained leaves",
+        "huber_delta": HUBER_DELTA,
+        "loss": res["loss"],
+        "iterations": res["iterations"],
+        "newton_decrement": post.decrement,
+        "converged": bool(post.decrement < _DECREMENT_TOL),
+        "residual_scale": post.residual_scale,
+        "effective_parameters": post.p_eff,
+        "free_leaves": [layout.names[i] for i in np.nonzero(res["free"])[0]],
+        "points": {
+            "train": int(split.train.sum()),
+            "heldout": int(split.held.sum()),
+            "collective": sum(p["kind"] == "collective" for p in inputs.points),
+            "compute": sum(p["kind"] == "compute" for p in inputs.points),
+            "skipped": inputs.skipped,
+        },
+        "dtype": str(jnp.dtype(jnp.result_type(float))),
+    }
+
+
+def _build_profile(
+    inputs, files, prior, split, rows, results, R, post, summary, in_place, statistic, seed
+) -> Profile:
+    """Assemble the :class:`Profile` from the steps' results."""
+    layout = post.fit["layout"]
+    return Profile(
+        params=post.params,
+        covariance=post.cov,
+        leaf_names=list(layout.names),
+        prior={
+            "preset": f"{prior.network}:{prior.device}",
+            "network": prior.network,
+            "device": prior.device,
+            "reason": prior.reason,
+            "sd": layout.prior_sd_table(),
+        },
+        fit=_fit_record(inputs, split, results, R, post, in_place, statistic),
+        validation=summary.validation,
+        measured_ranges=_measured_ranges(inputs.points),
+        reliable=summary.reliable,
+        heldout_p90=summary.heldout_p90,
+        provenance={
+            "inputs": [file_entry(f) for f in files],
+            "records": len(inputs.records),
+            "backend": inputs.backend,
+            "device_kinds": inputs.device_kinds,
+            "versions": package_versions(),
+            "created": utc_timestamp(),
+            "seed": seed,
+            **_emulated_provenance(inputs.records),
+        },
+        warnings=summary.warnings,
+        notes=inputs.notes + summary.notes,
+    )
+
+
+def _fit_candidates(candidates, network, device, rows: _Rows, use_folds: bool, seed, bar):
     """Fit every candidate regime count, and score it on the inner folds.
 
     All candidates share one compiled program: each is embedded in the layout
@@ -1138,76 +1186,37 @@ def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, 
 
     Stage 1 fits each candidate on all training points from several starts
     (segmented-line starts; one for a single regime) and keeps the best.
-    Stage 2 (when ``folds_m`` is given) refits each candidate on the training
+    Stage 2 (when ``use_folds``) refits each candidate on the training
     points minus each inner fold, starting from its stage-1 optimum, and
     scores it by the mean absolute log error on that fold — points the refit
     did not see.
 
     Returns:
-        {R: dict(layout, big, theta (R-layout), theta_big, sd, free (R-layout),
+        {R: dict(layout, big, theta (R-layout), theta_big, mu, sd, free (R-layout),
         loss, iterations, grad (R-layout), score, fold_errors)}.
     """
-    dt = jnp.result_type(float)
     big = _layout(max(candidates))
-    train_w = train_m.astype(float)
-    members = []  # (R, theta0, weights)
-    meta = {}
-    for R in candidates:
-        lay = _layout(R)
-        mu = np.asarray(lay.flatten(preset(network, device, n_regimes=R)), dtype=np.float64)
-        sd = lay.prior_sd()
-        mu_b, sd_b = _embed(big, lay, mu, _OFF), _embed(big, lay, sd, 1.0)
-        n_starts = 1 if R == 1 else _N_STARTS
-        inits = [
-            _embed(big, lay, th, _OFF)
-            for th in _initial_thetas(pts_m, train_w, lay, mu, n_starts, seed)
-        ]
-        free_b = _free_mask(big, data, (mu_b, inits[0]), train_m)
-        free_b &= _embed(big, lay, np.ones(lay.size), 0.0) > 0
-        meta[R] = {"lay": lay, "mu": mu, "sd": sd, "mu_b": mu_b, "prec_b": 1 / sd_b**2}
-        meta[R]["free_b"] = free_b
-        meta[R]["rows"] = list(range(len(members), len(members) + n_starts))
-        members += [(R, th, train_w) for th in inits]
-    n_folds = 0 if folds_m is None else len(folds_m)
-    size = max(len(members), len(candidates) * n_folds)
-    prob = _Problem(data=data, layout=big)
-
-    def run(batch, adam_steps, max_iter):
-        batch = batch + [batch[-1]] * (size - len(batch))  # one compiled shape
-        m = [meta[R] for R, _, _ in batch]
-        out = _fit_batch(
-            jnp.asarray(np.stack([th for _, th, _ in batch]), dtype=dt),
-            jnp.asarray(np.stack([w for _, _, w in batch]), dtype=dt),
-            jnp.asarray(np.stack([x["mu_b"] for x in m]), dtype=dt),
-            jnp.asarray(np.stack([x["prec_b"] for x in m]), dtype=dt),
-            jnp.asarray(np.stack([x["free_b"] for x in m])),
-            jnp.asarray(adam_steps),
-            jnp.asarray(max_iter),
-            prob,
-        )
-        th, loss, iters, grad, lp = (np.asarray(x) for x in out)
-        loss = np.where(np.isfinite(loss), loss.astype(np.float64), np.inf)
-        return th.astype(np.float64), loss, iters, grad.astype(np.float64), lp.astype(np.float64)
-
+    meta, members = _candidate_members(candidates, network, device, big, rows, seed)
+    folds = rows.folds if use_folds else rows.folds[:0]
+    batch = _Batch(meta, max(len(members), len(candidates) * len(folds)), rows.data, big)
     if bar is not None:
         bar.set_postfix_str(f"fitting {len(members)} start(s)")
-    th, loss, iters, grad, _ = run(members, _ADAM_STEPS, _LBFGS_MAX_ITER)
+    th, loss, iters, grad, _ = batch.run(members, _ADAM_STEPS, _LBFGS_MAX_ITER)
     if bar is not None:
         bar.update(1)
     best = {R: min(meta[R]["rows"], key=lambda i: loss[i]) for R in candidates}
-    scores = {R: math.nan for R in candidates}
-    fold_err: dict = {}
-    if n_folds:
+    scores, fold_err = {R: math.nan for R in candidates}, {}
+    if len(folds):
         if bar is not None:
             bar.set_postfix_str("inner folds")
-        batch = [
-            (R, th[best[R]], (train_m & ~fm).astype(float)) for R in candidates for fm in folds_m
+        refits = [
+            (R, th[best[R]], (rows.train & ~fm).astype(float)) for R in candidates for fm in folds
         ]
-        _, _, _, _, lp = run(batch, 0, _FOLD_MAX_ITER)
-        lt = np.asarray(data.logt, np.float64)
+        lp = batch.run(refits, 0, _FOLD_MAX_ITER)[4]
+        lt = np.asarray(rows.data.logt, np.float64)
         for j, R in enumerate(candidates):
             e = np.concatenate(
-                [np.abs(lp[j * n_folds + k][fm] - lt[fm]) for k, fm in enumerate(folds_m)]
+                [np.abs(lp[j * len(folds) + k][fm] - lt[fm]) for k, fm in enumerate(folds)]
             )
             fold_err[R] = np.nan_to_num(e, nan=1.0)
             scores[R] = _score(fold_err[R])
@@ -1232,6 +1241,63 @@ def _fit_candidates(candidates, network, device, data, pts_m, train_m, folds_m, 
             "fold_errors": fold_err.get(R),
         }
     return out
+
+
+def _candidate_members(candidates, network, device, big: ParamLayout, rows: _Rows, seed):
+    """Per regime count R: its prior (embedded in ``big``), free mask and starts.
+
+    Returns:
+        (meta {R: dict(lay, mu, sd, mu_b, prec_b, free_b, rows)}, members
+        [(R, θ₀ in ``big``, training weights)]; ``rows`` indexes members).
+    """
+    train_w = rows.train.astype(float)
+    members = []
+    meta = {}
+    for R in candidates:
+        lay = _layout(R)
+        mu = np.asarray(lay.flatten(preset(network, device, n_regimes=R)), dtype=np.float64)
+        sd = lay.prior_sd()
+        mu_b, sd_b = _embed(big, lay, mu, _OFF), _embed(big, lay, sd, 1.0)
+        n_starts = 1 if R == 1 else _N_STARTS
+        inits = [
+            _embed(big, lay, th, _OFF)
+            for th in _initial_thetas(rows.points, train_w, lay, mu, n_starts, seed)
+        ]
+        free_b = _free_mask(big, rows.data, (mu_b, inits[0]), rows.train)
+        free_b &= _embed(big, lay, np.ones(lay.size), 0.0) > 0
+        meta[R] = {"lay": lay, "mu": mu, "sd": sd, "mu_b": mu_b, "prec_b": 1 / sd_b**2}
+        meta[R]["free_b"] = free_b
+        meta[R]["rows"] = list(range(len(members), len(members) + n_starts))
+        members += [(R, th, train_w) for th in inits]
+    return meta, members
+
+
+class _Batch(NamedTuple):
+    """Runs :func:`_fit_batch` on members padded to one size (one compiled shape)."""
+
+    meta: dict
+    size: int
+    data: _Data
+    big: ParamLayout
+
+    def run(self, batch, adam_steps: int, max_iter: int):
+        """(θ, loss (inf where not finite), iterations, gradient, log predictions) per member."""
+        dt = jnp.result_type(float)
+        batch = batch + [batch[-1]] * (self.size - len(batch))
+        m = [self.meta[R] for R, _, _ in batch]
+        out = _fit_batch(
+            jnp.asarray(np.stack([th for _, th, _ in batch]), dtype=dt),
+            jnp.asarray(np.stack([w for _, _, w in batch]), dtype=dt),
+            jnp.asarray(np.stack([x["mu_b"] for x in m]), dtype=dt),
+            jnp.asarray(np.stack([x["prec_b"] for x in m]), dtype=dt),
+            jnp.asarray(np.stack([x["free_b"] for x in m])),
+            jnp.asarray(adam_steps),
+            jnp.asarray(max_iter),
+            _Problem(data=self.data, layout=self.big),
+        )
+        th, loss, iters, grad, lp = (np.asarray(x) for x in out)
+        loss = np.where(np.isfinite(loss), loss.astype(np.float64), np.inf)
+        return th.astype(np.float64), loss, iters, grad.astype(np.float64), lp.astype(np.float64)
 
 
 def _series_name(s: dict) -> str:
@@ -1272,21 +1338,3 @@ def _free_mask(layout, data, thetas, train_m) -> np.ndarray:
         J = np.asarray(_jacobian(jnp.asarray(th, dtype=dt), prob)[0], np.float64)[train_m]
         sens = np.maximum(sens, np.nan_to_num(np.abs(J)).max(axis=0, initial=0.0))
     return sens > _FREEZE_SENSITIVITY
-
-
-def _prior_sd_table(layout: ParamLayout) -> dict:
-    sd = layout.prior_sd()
-    return {f: float(sd[layout.slices[f]][0]) for f in layout.fields}
-
-
-def _file_entry(path: Path) -> dict:
-    import hashlib
-
-    h = hashlib.sha256(path.read_bytes()).hexdigest()
-    return {"path": str(path), "sha256": h}
-
-
-def _utc_now() -> str:
-    import time
-
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

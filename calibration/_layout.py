@@ -172,6 +172,11 @@ class ParamLayout:
             out[self.slices[f]] = sd
         return out
 
+    def prior_sd_table(self) -> dict[str, float]:
+        """Prior standard deviation per leaf field (the first element's), as a profile records it."""
+        sd = self.prior_sd()
+        return {f: float(sd[self.slices[f]][0]) for f in self.fields}
+
     # ---- physical quantities ---------------------------------------------------
     def quantities(self) -> list[Quantity]:
         """Every physical parameter as a function of θ, in :meth:`ClusterParams.to_dict` order.

@@ -56,6 +56,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import NamedTuple
 
 from costmodel import InputFileError
 
@@ -543,12 +544,22 @@ def _scaled(tok: str, exp10: int, value: float) -> float:
         return value * 10.0**exp10
 
 
-def _parse_rows(path: str, table: _Table, sc: _Scan):
-    """Parse a table's rows; returns (rows, raws, layout, notes, skipped0, skipped_cut)."""
+class _Shape(NamedTuple):
+    """A table's column layout, inferred from its header (if any) and its rows."""
+
+    rows: list  # [(lineno, tokens)] without the optional timestamp column
+    expected: int  # fields per complete row
+    per_iter: bool  # per-iteration columns (i_min i_max i_p99 i_cv%) per variant
+    block: int  # fields per variant (4 or 8)
+    middle: int  # redop / root fields between type and the first variant
+    error_col: bool  # old 'error' column instead of #wrong
+
+
+def _table_shape(path: str, table: _Table) -> _Shape:
+    """The layout of a table's rows (InputFileError when no known layout fits)."""
     header = table.header
     per_iter = bool(header and "i_min" in header)
     error_col = bool(header and "error" in header and "#wrong" not in header)
-    cputime = bool(header and "cputime" in header)
     rows_tok = []
     for lineno, tokens in table.rows:
         if len(tokens) >= 2 and _DATE_RE.fullmatch(tokens[-2]) and _CLOCK_RE.fullmatch(tokens[-1]):
@@ -556,8 +567,7 @@ def _parse_rows(path: str, table: _Table, sc: _Scan):
         rows_tok.append((lineno, tokens))
     counts = Counter(len(t) for _, t in rows_tok if len(t) >= 3 and t[2] in NCCL_TESTS_DTYPES)
     if not counts:
-        lineno = rows_tok[0][0]
-        raise InputFileError(path, lineno, "no complete nccl-tests table row")
+        raise InputFileError(path, rows_tok[0][0], "no complete nccl-tests table row")
     expected = max(counts, key=lambda k: (counts[k], k))
     if header is None:
         per_iter = expected >= 19
@@ -572,124 +582,167 @@ def _parse_rows(path: str, table: _Table, sc: _Scan):
             "(size count type [redop] [root], then time algbw busbw #wrong for out-of-place "
             "and for in-place)",
         )
-    rows, raws, notes = [], [], []
-    skipped0 = skipped_cut = 0
-    na_count = 0
-    max_err = None
-    for i, (lineno, tokens) in enumerate(rows_tok):
-        if len(tokens) < expected:
-            if i == len(rows_tok) - 1:  # a file cut short, or a run killed mid-row
-                msg = (
-                    f"{path}:{lineno}: the last table row is cut short ({len(tokens)} of "
-                    f"{expected} fields); skipped it"
-                )
-                warnings.warn(msg, stacklevel=3)
-                notes.append(f"skipped the last row (line {lineno}): cut short")
-                skipped_cut += 1
-                continue
-            raise InputFileError(
-                path,
-                lineno,
-                f"table row is cut short: {len(tokens)} of {expected} fields "
-                "(size count type … time algbw busbw #wrong …)",
-            )
-        if len(tokens) > expected:
-            raise InputFileError(
-                path,
-                lineno,
-                f"table row has {len(tokens)} fields; the table's rows have {expected}",
-            )
-        nccl_type = tokens[2]
-        if nccl_type not in NCCL_TESTS_DTYPES:
-            raise InputFileError(
-                path,
-                lineno,
-                f"unknown nccl-tests data type {nccl_type!r}; known: "
-                f"{', '.join(sorted(NCCL_TESTS_DTYPES))}",
-            )
-        size, count = int(tokens[0]), int(tokens[1])
-        redop = root = None
-        for tok in tokens[3 : 3 + middle]:
-            if re.fullmatch(r"-?\d+", tok):
-                root = int(tok)
-            else:
-                redop = tok
-        if size == 0:
-            skipped0 += 1
+    return _Shape(rows_tok, expected, per_iter, block, middle, error_col)
+
+
+@dataclass
+class _RowStats:
+    """What the rows' check columns said, for the import's notes."""
+
+    skipped0: int = 0
+    skipped_cut: int = 0
+    na_count: int = 0
+    max_err: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _parse_rows(path: str, table: _Table, sc: _Scan):
+    """Parse a table's rows; returns (rows, raws, layout, notes, skipped0, skipped_cut)."""
+    shape = _table_shape(path, table)
+    rows, raws, st = [], [], _RowStats()
+    for i, (lineno, tokens) in enumerate(shape.rows):
+        if not _row_complete(path, lineno, tokens, shape, last=i == len(shape.rows) - 1, st=st):
             continue
-        timings, raw = [], []
-        for b in range(2):
-            f = tokens[3 + middle + b * block : 3 + middle + (b + 1) * block]
-            kind = "out-of-place" if b == 0 else "in-place"
-            t_us = _number(path, lineno, f[0], f"{kind} time")
-            if t_us <= 0:
-                raise InputFileError(
-                    path, lineno, f"{kind} time is {f[0]} µs; times must be > 0 for size {size}"
-                )
-            algbw = _number(path, lineno, f[1], f"{kind} algbw")
-            busbw = _number(path, lineno, f[2], f"{kind} busbw")
-            if algbw < 0 or busbw < 0:
-                raise InputFileError(path, lineno, f"{kind} bandwidth is negative")
-            wrong = err = None
-            if f[3] == "N/A":
-                na_count += 1
-            elif error_col or (header is None and re.search(r"[.eE]", f[3])):
-                err = _number(path, lineno, f[3], f"{kind} error")
-                max_err = err if max_err is None else max(max_err, err)
-            else:
-                w = _number(path, lineno, f[3], f"{kind} #wrong")
-                if w < 0 or w != int(w):
-                    raise InputFileError(
-                        path, lineno, f"{kind} #wrong must be a count ≥ 0, got {f[3]!r}"
-                    )
-                wrong = int(w)
-            mn = mx = None
-            if per_iter:
-                mn = _scaled(f[4], -6, _number(path, lineno, f[4], f"{kind} i_min"))
-                mx = _scaled(f[5], -6, _number(path, lineno, f[5], f"{kind} i_max"))
-            timings.append(
-                NcclTestsTiming(
-                    _scaled(f[0], -6, t_us),  # µs → s
-                    _scaled(f[1], 9, algbw),  # GB/s → bytes/s
-                    _scaled(f[2], 9, busbw),
-                    wrong,
-                    err,
-                    mn,
-                    mx,
-                )
+        parsed = _parse_row(path, lineno, tokens, shape, table.header is None, st)
+        if parsed is not None:
+            rows.append(parsed[0])
+            raws.append(parsed[1])
+    notes = st.notes + _row_notes(rows, st, table.header, sc)
+    return rows, raws, _layout_text(shape, table.header), notes, st.skipped0, st.skipped_cut
+
+
+def _row_complete(path, lineno, tokens, shape: _Shape, *, last: bool, st: _RowStats) -> bool:
+    """Whether a row has the table's field count; a cut-short last row is skipped with a
+    warning, any other wrong count is an InputFileError."""
+    expected = shape.expected
+    if len(tokens) < expected:
+        if last:  # a file cut short, or a run killed mid-row
+            msg = (
+                f"{path}:{lineno}: the last table row is cut short ({len(tokens)} of "
+                f"{expected} fields); skipped it"
             )
-            raw.append(_Raw(f[1], f[2]))
-        dtype = NCCL_TESTS_DTYPES[nccl_type][0]
-        rows.append(NcclTestsRow(lineno, size, count, dtype, nccl_type, redop, root, *timings))
-        raws.append(raw)
-    if skipped0:
-        notes.append(f"skipped {skipped0} row(s) of size 0")
-    if na_count:
+            warnings.warn(msg, stacklevel=4)  # the caller of parse_nccl_tests
+            st.notes.append(f"skipped the last row (line {lineno}): cut short")
+            st.skipped_cut += 1
+            return False
+        raise InputFileError(
+            path,
+            lineno,
+            f"table row is cut short: {len(tokens)} of {expected} fields "
+            "(size count type … time algbw busbw #wrong …)",
+        )
+    if len(tokens) > expected:
+        raise InputFileError(
+            path,
+            lineno,
+            f"table row has {len(tokens)} fields; the table's rows have {expected}",
+        )
+    return True
+
+
+def _parse_row(path, lineno, tokens, shape: _Shape, headerless: bool, st: _RowStats):
+    """(NcclTestsRow, [_Raw, _Raw]) of one complete row, or None for a size-0 row."""
+    nccl_type = tokens[2]
+    if nccl_type not in NCCL_TESTS_DTYPES:
+        raise InputFileError(
+            path,
+            lineno,
+            f"unknown nccl-tests data type {nccl_type!r}; known: "
+            f"{', '.join(sorted(NCCL_TESTS_DTYPES))}",
+        )
+    size, count = int(tokens[0]), int(tokens[1])
+    redop = root = None
+    for tok in tokens[3 : 3 + shape.middle]:
+        if re.fullmatch(r"-?\d+", tok):
+            root = int(tok)
+        else:
+            redop = tok
+    if size == 0:
+        st.skipped0 += 1
+        return None
+    timings, raw = [], []
+    for b, kind in enumerate(("out-of-place", "in-place")):
+        start = 3 + shape.middle + b * shape.block
+        f = tokens[start : start + shape.block]
+        timings.append(_parse_timing(path, lineno, f, kind, size, shape, headerless, st))
+        raw.append(_Raw(f[1], f[2]))
+    dtype = NCCL_TESTS_DTYPES[nccl_type][0]
+    return NcclTestsRow(lineno, size, count, dtype, nccl_type, redop, root, *timings), raw
+
+
+def _parse_timing(path, lineno, f, kind, size, shape: _Shape, headerless, st: _RowStats):
+    """One variant's fields (time algbw busbw #wrong [i_min i_max …]) in SI units."""
+    t_us = _number(path, lineno, f[0], f"{kind} time")
+    if t_us <= 0:
+        raise InputFileError(
+            path, lineno, f"{kind} time is {f[0]} µs; times must be > 0 for size {size}"
+        )
+    algbw = _number(path, lineno, f[1], f"{kind} algbw")
+    busbw = _number(path, lineno, f[2], f"{kind} busbw")
+    if algbw < 0 or busbw < 0:
+        raise InputFileError(path, lineno, f"{kind} bandwidth is negative")
+    wrong = err = None
+    if f[3] == "N/A":
+        st.na_count += 1
+    elif shape.error_col or (headerless and re.search(r"[.eE]", f[3])):
+        err = _number(path, lineno, f[3], f"{kind} error")
+        st.max_err = err if st.max_err is None else max(st.max_err, err)
+    else:
+        w = _number(path, lineno, f[3], f"{kind} #wrong")
+        if w < 0 or w != int(w):
+            raise InputFileError(path, lineno, f"{kind} #wrong must be a count ≥ 0, got {f[3]!r}")
+        wrong = int(w)
+    mn = mx = None
+    if shape.per_iter:
+        mn = _scaled(f[4], -6, _number(path, lineno, f[4], f"{kind} i_min"))
+        mx = _scaled(f[5], -6, _number(path, lineno, f[5], f"{kind} i_max"))
+    return NcclTestsTiming(
+        _scaled(f[0], -6, t_us),  # µs → s
+        _scaled(f[1], 9, algbw),  # GB/s → bytes/s
+        _scaled(f[2], 9, busbw),
+        wrong,
+        err,
+        mn,
+        mx,
+    )
+
+
+def _row_notes(rows, st: _RowStats, header, sc: _Scan) -> list[str]:
+    """Notes on skipped rows, unchecked or wrong results, and CPU times."""
+    notes = []
+    if st.skipped0:
+        notes.append(f"skipped {st.skipped0} row(s) of size 0")
+    if st.na_count:
         notes.append(
-            f"#wrong is N/A in {na_count} timing(s) (validation off, or an in-place variant "
+            f"#wrong is N/A in {st.na_count} timing(s) (validation off, or an in-place variant "
             "nccl-tests does not check); recorded as wrong = 0"
         )
-    if max_err is not None:
+    if st.max_err is not None:
         notes.append(
-            f"old 'error' column: the largest numerical error (max {max_err:g}), not a count "
+            f"old 'error' column: the largest numerical error (max {st.max_err:g}), not a count "
             "of wrong elements; recorded as wrong = 0"
         )
     n_wrong = sum(1 for r in rows for t in (r.out_of_place, r.in_place) if t.wrong)
     if n_wrong:
         notes.append(f"{n_wrong} timing(s) report wrong results (#wrong > 0)")
-    if cputime or any(c.cputime for c in sc.commands):
+    if bool(header and "cputime" in header) or any(c.cputime for c in sc.commands):
         notes.append("times are CPU times (nccl-tests -C 1), not GPU completion times")
-    first = next(t for _, t in rows_tok if len(t) == expected)
-    middle_names = ["root" if re.fullmatch(r"-?\d+", x) else "redop" for x in first[3 : 3 + middle]]
-    per_variant = ["time", "algbw", "busbw", "error" if error_col else "#wrong"]
-    if per_iter:
+    return notes
+
+
+def _layout_text(shape: _Shape, header) -> str:
+    """The table's layout in words (``size count type redop, then time algbw …``)."""
+    first = next(t for _, t in shape.rows if len(t) == shape.expected)
+    middle = first[3 : 3 + shape.middle]
+    middle_names = ["root" if re.fullmatch(r"-?\d+", x) else "redop" for x in middle]
+    per_variant = ["time", "algbw", "busbw", "error" if shape.error_col else "#wrong"]
+    if shape.per_iter:
         per_variant += ["i_min", "i_max", "i_p99", "i_cv%"]
-    layout = (
+    return (
         " ".join(["size", "count", "type", *middle_names])
         + f", then {' '.join(per_variant)} out-of-place and in-place"
         + ("" if header else " (no column header in the file)")
     )
-    return rows, raws, layout, notes, skipped0, skipped_cut
 
 
 # --------------------------------------------------------------------------- detection
@@ -1140,6 +1193,35 @@ def parse_nccl_tests(
     """
     path_s = str(path)
     collective = _check_args(collective, num_ranks, ranks_per_node)
+    sc, table = _read_table(path_s, path)
+    rows, raws, layout, notes, skipped0, skipped_cut = _parse_rows(path_s, table, sc)
+    if not rows:
+        raise InputFileError(path_s, table.rows[0][0], "the table has no row with size > 0")
+    sources: dict[str, str] = {}
+    collective, n, g, dev_ok = _detect_run(
+        path_s, sc, rows, raws, collective, num_ranks, ranks_per_node, sources, notes
+    )
+    device_kind = _device_kind(sc, sources, notes)
+    hosts = tuple(dict.fromkeys(d.host for d in sc.devices)) if dev_ok else ()
+    return ParsedTable(
+        path=path_s,
+        collective=collective,
+        num_ranks=n,
+        ranks_per_node=g,
+        device_kind=device_kind,
+        rows=tuple(rows),
+        sources=sources,
+        layout=layout,
+        skipped_zero_size=skipped0,
+        skipped_truncated=skipped_cut,
+        notes=tuple(notes),
+        versions=dict(sc.versions),
+        hosts=hosts,
+    )
+
+
+def _read_table(path_s: str, path) -> tuple[_Scan, _Table]:
+    """The scanned file and its one result table (InputFileError: empty, none, several)."""
     data = Path(path).read_bytes()
     if not data.strip():
         raise InputFileError(path_s, None, "is empty; expected the output of an nccl-tests run")
@@ -1161,10 +1243,16 @@ def parse_nccl_tests(
             f"{', '.join(map(str, starts))}); import one run per file (an nccl-tests built "
             "without MPI but started as several processes prints one table per process)",
         )
-    rows, raws, layout, notes, skipped0, skipped_cut = _parse_rows(path_s, tables[0], sc)
-    if not rows:
-        raise InputFileError(path_s, tables[0].rows[0][0], "the table has no row with size > 0")
-    sources: dict[str, str] = {}
+    return sc, tables[0]
+
+
+def _detect_run(path_s, sc, rows, raws, collective, num_ranks, ranks_per_node, sources, notes):
+    """(collective, n, g, device lines usable) from the file and the flags; fills ``sources``.
+
+    Raises:
+        InputFileError: when the file contradicts itself or a flag, or cannot tell
+            the collective, n or g (naming the flag to pass).
+    """
     collective = _detect_collective(path_s, sc, collective, sources, notes)
     ratio, ratio_line = _count_ratio(path_s, rows)
     who = None
@@ -1172,14 +1260,26 @@ def parse_nccl_tests(
         where = sources["collective"]
         who = f"--collective {collective}" if where.endswith("flag") else f"{collective} ({where})"
         _check_shape(path_s, collective, who, rows, ratio, ratio_line)
-    if collective is not None:  # launcher lines of another test say nothing about this one
+        # launcher lines of another test say nothing about this one
         sc.commands = [c for c in sc.commands if NCCL_TESTS_COLLECTIVES.get(c.stem) == collective]
     dev_ok = _device_evidence(path_s, sc, notes)
     n = _detect_num_ranks(
         path_s, sc, collective, who, num_ranks, rows, raws, ratio, ratio_line, dev_ok, sources
     )
     g = _detect_ranks_per_node(path_s, sc, n, ranks_per_node, dev_ok, sources)
+    _require_detected(path_s, rows, raws, ratio, collective, n, g)
+    if g > n or n % g:
+        raise InputFileError(
+            path_s,
+            None,
+            f"ranks per node {g} ({sources['ranks_per_node']}) must divide the number of ranks "
+            f"{n} ({sources['num_ranks']})",
+        )
+    return collective, n, g, dev_ok
 
+
+def _require_detected(path_s, rows, raws, ratio, collective, n, g) -> None:
+    """InputFileError naming the flags to pass for whatever could not be told."""
     missing = []
     if collective is None:
         fits = _compatible(rows, ratio, n, raws)
@@ -1207,30 +1307,6 @@ def parse_nccl_tests(
         whats = _join([m[0] for m in missing], "and")
         flags = " and ".join(m[1] for m in missing)
         raise InputFileError(path_s, None, f"cannot tell {whats} from the file; pass {flags}")
-    if g > n or n % g:
-        raise InputFileError(
-            path_s,
-            None,
-            f"ranks per node {g} ({sources['ranks_per_node']}) must divide the number of ranks "
-            f"{n} ({sources['num_ranks']})",
-        )
-    device_kind = _device_kind(sc, sources, notes)
-    hosts = tuple(dict.fromkeys(d.host for d in sc.devices)) if dev_ok else ()
-    return ParsedTable(
-        path=path_s,
-        collective=collective,
-        num_ranks=n,
-        ranks_per_node=g,
-        device_kind=device_kind,
-        rows=tuple(rows),
-        sources=sources,
-        layout=layout,
-        skipped_zero_size=skipped0,
-        skipped_truncated=skipped_cut,
-        notes=tuple(notes),
-        versions=dict(sc.versions),
-        hosts=hosts,
-    )
 
 
 def _summary(t: ParsedTable) -> dict:
@@ -1323,6 +1399,17 @@ def import_nccl_tests(
         for p in paths
     ]
     records = [rec for t in tables for rec in t.to_records()]
+    _write_records(out, records, mode)
+    return {
+        "output": str(out),
+        "mode": mode,
+        "records": len(records),
+        "files": [_summary(t) for t in tables],
+    }
+
+
+def _write_records(out: Path, records: list[dict], mode: str) -> None:
+    """Write ``records`` to a temporary file beside ``out``, then rename it onto ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.stem}.{os.getpid()}{out.suffix}.tmp"
     try:
@@ -1334,12 +1421,6 @@ def import_nccl_tests(
     finally:
         if tmp.exists():
             tmp.unlink()
-    return {
-        "output": str(out),
-        "mode": mode,
-        "records": len(records),
-        "files": [_summary(t) for t in tables],
-    }
 
 
 def _refuse_existing(out: Path, mode: str) -> None:

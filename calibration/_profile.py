@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 from pathlib import Path
 
 import jax
@@ -41,7 +40,7 @@ import numpy as np
 from costmodel import ClusterParams, InputFileError, preset
 
 from ._layout import ParamLayout, apply_transform
-from ._records import atomic_write_text
+from ._records import atomic_write_text, package_versions, utc_timestamp
 
 __all__ = ["Profile", "PROFILE_SCHEMA_VERSION", "PROFILE_KIND"]
 
@@ -68,18 +67,6 @@ def _check_level(level) -> float:
     if not 0.0 < v < 1.0:
         raise ValueError(f"level must be a probability in (0, 1), got {level!r}")
     return v
-
-
-def _package_versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for mod in ("ddltune", "jax", "jaxlib", "optax", "equinox", "numpy", "scipy"):
-        try:
-            out[mod] = version(mod)
-        except PackageNotFoundError:  # pragma: no cover
-            pass
-    return out
 
 
 def _jsonable(obj):
@@ -184,8 +171,6 @@ class Profile:
         Raises:
             ValueError: on an unknown preset name (listing the valid ones).
         """
-        from ._fit import _prior_sd_table
-
         params = preset(network, device, n_regimes=n_regimes)
         layout = ParamLayout(n_regimes)
         sd = layout.prior_sd()
@@ -198,9 +183,9 @@ class Profile:
                 "network": network,
                 "device": device,
                 "reason": "preset profile (nothing measured)",
-                "sd": _prior_sd_table(layout),
+                "sd": layout.prior_sd_table(),
             },
-            provenance={"inputs": [], "versions": _package_versions(), "created": _now()},
+            provenance={"inputs": [], "versions": package_versions(), "created": utc_timestamp()},
         )
 
     # ---- derived ---------------------------------------------------------------
@@ -410,72 +395,23 @@ class Profile:
         Raises:
             ValueError: naming what is missing or invalid.
         """
-        if not isinstance(doc, dict):
-            raise ValueError(
-                f"expected a JSON object (a ddltune profile), got {type(doc).__name__}"
-            )
-        if doc.get("kind") != PROFILE_KIND and "schema" not in doc:
-            raise ValueError("not a ddltune profile (no 'schema' and 'kind' keys)")
-        if doc.get("schema") != PROFILE_SCHEMA_VERSION:
-            raise ValueError(
-                f"unknown profile schema version {doc.get('schema')!r}; this ddltune reads "
-                f"schema {PROFILE_SCHEMA_VERSION} (re-run 'ddltune calibrate' to rebuild it)"
-            )
-        if doc.get("kind") != PROFILE_KIND:
-            raise ValueError(f"not a ddltune profile: 'kind' is {doc.get('kind')!r}")
-        missing = [k for k in _REQUIRED if k not in doc]
-        if missing:
-            raise ValueError(f"missing key(s) {', '.join(missing)}")
+        _check_header(doc)
         try:
             params = ClusterParams.from_dict(doc["params"])
         except ValueError as e:
             raise ValueError(f"'params': {e}") from None
-        cov = doc["covariance"]
-        if not isinstance(cov, dict) or "leaves" not in cov or "matrix" not in cov:
-            raise ValueError("'covariance' must be an object with 'leaves' and 'matrix'")
-        layout = ParamLayout(params.n_regimes)
-        if list(cov["leaves"]) != layout.names:
-            raise ValueError(
-                f"'covariance.leaves' do not match the parameters ({len(cov['leaves'])} names, "
-                f"expected {layout.size} for {params.n_regimes} regime(s))"
-            )
-        try:
-            m = np.asarray(cov["matrix"], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError("'covariance.matrix' must be a square array of numbers") from None
-        if m.shape != (layout.size, layout.size):
-            raise ValueError(
-                f"'covariance.matrix' must be {layout.size}×{layout.size}, got shape {m.shape}"
-            )
-        if not np.all(np.isfinite(m)):
-            raise ValueError("'covariance.matrix' holds non-finite values")
-        if np.any(np.diag(m) < 0) or not np.allclose(m, m.T, rtol=1e-6, atol=1e-12):
-            raise ValueError(
-                "'covariance.matrix' is not a covariance (asymmetric or negative variance)"
-            )
+        m = _read_covariance(doc["covariance"], ParamLayout(params.n_regimes))
         if not isinstance(doc["reliable"], bool):
             raise ValueError(f"'reliable' must be true or false, got {doc['reliable']!r}")
         hp = doc.get("heldout_p90")
         if hp is not None and not (isinstance(hp, int | float) and hp >= 0):
             raise ValueError(f"'heldout_p90' must be a fraction ≥ 0 or null, got {hp!r}")
         mr = doc["measured_ranges"]
-        if not isinstance(mr, dict):
-            raise ValueError("'measured_ranges' must be an object")
-        for k in _RANGE_KEYS:
-            v = mr.get(k)
-            if (
-                not isinstance(v, list)
-                or len(v) not in (0, 2)
-                or not all(isinstance(x, int | float) and x >= 0 for x in v)
-            ):
-                raise ValueError(f"'measured_ranges.{k}' must be [min, max] or [], got {v!r}")
-            if len(v) == 2 and v[0] > v[1]:
-                raise ValueError(f"'measured_ranges.{k}' has min > max: {v!r}")
-        if not isinstance(mr.get("collectives"), list):
-            raise ValueError("'measured_ranges.collectives' must be a list")
+        _check_ranges(mr)
         for k in ("prior", "provenance"):
             if not isinstance(doc[k], dict):
                 raise ValueError(f"'{k}' must be an object")
+        cov = doc["covariance"]
         return cls(
             params=params,
             covariance=m,
@@ -499,11 +435,67 @@ class Profile:
         )
 
 
+def _check_header(doc) -> None:
+    """The profile's type, schema and required keys (ValueError naming what is wrong)."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"expected a JSON object (a ddltune profile), got {type(doc).__name__}")
+    if doc.get("kind") != PROFILE_KIND and "schema" not in doc:
+        raise ValueError("not a ddltune profile (no 'schema' and 'kind' keys)")
+    if doc.get("schema") != PROFILE_SCHEMA_VERSION:
+        raise ValueError(
+            f"unknown profile schema version {doc.get('schema')!r}; this ddltune reads "
+            f"schema {PROFILE_SCHEMA_VERSION} (re-run 'ddltune calibrate' to rebuild it)"
+        )
+    if doc.get("kind") != PROFILE_KIND:
+        raise ValueError(f"not a ddltune profile: 'kind' is {doc.get('kind')!r}")
+    missing = [k for k in _REQUIRED if k not in doc]
+    if missing:
+        raise ValueError(f"missing key(s) {', '.join(missing)}")
+
+
+def _read_covariance(cov, layout: ParamLayout) -> np.ndarray:
+    """The (P, P) covariance of a profile file, checked against the layout's leaves."""
+    if not isinstance(cov, dict) or "leaves" not in cov or "matrix" not in cov:
+        raise ValueError("'covariance' must be an object with 'leaves' and 'matrix'")
+    if list(cov["leaves"]) != layout.names:
+        raise ValueError(
+            f"'covariance.leaves' do not match the parameters ({len(cov['leaves'])} names, "
+            f"expected {layout.size} for {layout.n_regimes} regime(s))"
+        )
+    try:
+        m = np.asarray(cov["matrix"], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("'covariance.matrix' must be a square array of numbers") from None
+    if m.shape != (layout.size, layout.size):
+        raise ValueError(
+            f"'covariance.matrix' must be {layout.size}×{layout.size}, got shape {m.shape}"
+        )
+    if not np.all(np.isfinite(m)):
+        raise ValueError("'covariance.matrix' holds non-finite values")
+    if np.any(np.diag(m) < 0) or not np.allclose(m, m.T, rtol=1e-6, atol=1e-12):
+        raise ValueError(
+            "'covariance.matrix' is not a covariance (asymmetric or negative variance)"
+        )
+    return m
+
+
+def _check_ranges(mr) -> None:
+    """``measured_ranges``: [min, max] or [] per range key, a list of collectives."""
+    if not isinstance(mr, dict):
+        raise ValueError("'measured_ranges' must be an object")
+    for k in _RANGE_KEYS:
+        v = mr.get(k)
+        if (
+            not isinstance(v, list)
+            or len(v) not in (0, 2)
+            or not all(isinstance(x, int | float) and x >= 0 for x in v)
+        ):
+            raise ValueError(f"'measured_ranges.{k}' must be [min, max] or [], got {v!r}")
+        if len(v) == 2 and v[0] > v[1]:
+            raise ValueError(f"'measured_ranges.{k}' has min > max: {v!r}")
+    if not isinstance(mr.get("collectives"), list):
+        raise ValueError("'measured_ranges.collectives' must be a list")
+
+
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not a valid number in a profile")
-
-
-def _now() -> str:
-    import time
-
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

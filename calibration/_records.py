@@ -50,6 +50,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from costmodel import ARCHITECTURE_NAMES, COLLECTIVE_NAMES, InputFileError
@@ -114,6 +115,12 @@ def validate_record(rec: object) -> None:
     for f in ("backend", "device_kind", "source", "timestamp"):
         if not isinstance(rec.get(f), str):
             raise ValueError(f"missing or non-string field {f!r}")
+    _check_times(rec)
+    _KIND_CHECKS[kind](rec)
+
+
+def _check_times(rec: dict) -> None:
+    """``time_s`` (statistics in seconds) and ``samples_s`` of a record."""
     ts = rec.get("time_s")
     if not isinstance(ts, dict):
         raise ValueError("missing field 'time_s' (an object of statistics in seconds)")
@@ -137,43 +144,52 @@ def validate_record(rec: object) -> None:
         for v in samples:
             if not _is_pos_finite(v):
                 raise ValueError(f"'samples_s' holds {v!r}; every sample must be finite and > 0 s")
-    if kind == "collective":
-        name = rec.get("collective")
-        if name not in COLLECTIVE_NAMES:
-            raise ValueError(f"unknown collective {name!r}; valid: {', '.join(COLLECTIVE_NAMES)}")
-        if not _is_pos_int(rec.get("message_bytes")):
-            raise ValueError(
-                f"'message_bytes' must be an integer > 0, got {rec.get('message_bytes')!r}"
-            )
-        _check_ranks(rec)
-        if not isinstance(rec.get("dtype"), str):
-            raise ValueError("missing field 'dtype'")
-        if "wrong" in rec and not _is_pos_int(rec["wrong"], 0):
-            raise ValueError(f"'wrong' must be an integer ≥ 0, got {rec['wrong']!r}")
-    elif kind == "compute":
-        if not isinstance(rec.get("op"), str):
-            raise ValueError("missing field 'op'")
-        if not _is_pos_finite(rec.get("flops")):
-            raise ValueError(f"'flops' must be finite and > 0, got {rec.get('flops')!r}")
-        _check_ranks(rec)
-    else:  # step
-        arch = rec.get("architecture")
-        if arch not in ARCHITECTURE_NAMES:
-            raise ValueError(
-                f"unknown architecture {arch!r}; valid: {', '.join(ARCHITECTURE_NAMES)}"
-            )
-        if not _is_pos_int(rec.get("workers")):
-            raise ValueError(f"'workers' must be an integer ≥ 1, got {rec.get('workers')!r}")
-        if not _is_pos_int(rec.get("servers", 0), 0):
-            raise ValueError(f"'servers' must be an integer ≥ 0, got {rec.get('servers')!r}")
-        if not _is_pos_int(rec.get("bucket_bytes", 0), 0):
-            raise ValueError(
-                f"'bucket_bytes' must be an integer ≥ 0, got {rec.get('bucket_bytes')!r}"
-            )
-        if not _is_pos_int(rec.get("batch_size")):
-            raise ValueError(f"'batch_size' must be an integer ≥ 1, got {rec.get('batch_size')!r}")
-        if not isinstance(rec.get("model"), str):
-            raise ValueError("missing field 'model'")
+
+
+def _check_collective(rec: dict) -> None:
+    """The fields of a ``kind: "collective"`` record."""
+    name = rec.get("collective")
+    if name not in COLLECTIVE_NAMES:
+        raise ValueError(f"unknown collective {name!r}; valid: {', '.join(COLLECTIVE_NAMES)}")
+    if not _is_pos_int(rec.get("message_bytes")):
+        raise ValueError(
+            f"'message_bytes' must be an integer > 0, got {rec.get('message_bytes')!r}"
+        )
+    _check_ranks(rec)
+    if not isinstance(rec.get("dtype"), str):
+        raise ValueError("missing field 'dtype'")
+    if "wrong" in rec and not _is_pos_int(rec["wrong"], 0):
+        raise ValueError(f"'wrong' must be an integer ≥ 0, got {rec['wrong']!r}")
+
+
+def _check_compute(rec: dict) -> None:
+    """The fields of a ``kind: "compute"`` record."""
+    if not isinstance(rec.get("op"), str):
+        raise ValueError("missing field 'op'")
+    if not _is_pos_finite(rec.get("flops")):
+        raise ValueError(f"'flops' must be finite and > 0, got {rec.get('flops')!r}")
+    _check_ranks(rec)
+
+
+def _check_step(rec: dict) -> None:
+    """The fields of a ``kind: "step"`` record (a measured training iteration)."""
+    arch = rec.get("architecture")
+    if arch not in ARCHITECTURE_NAMES:
+        raise ValueError(f"unknown architecture {arch!r}; valid: {', '.join(ARCHITECTURE_NAMES)}")
+    if not _is_pos_int(rec.get("workers")):
+        raise ValueError(f"'workers' must be an integer ≥ 1, got {rec.get('workers')!r}")
+    if not _is_pos_int(rec.get("servers", 0), 0):
+        raise ValueError(f"'servers' must be an integer ≥ 0, got {rec.get('servers')!r}")
+    if not _is_pos_int(rec.get("bucket_bytes", 0), 0):
+        raise ValueError(f"'bucket_bytes' must be an integer ≥ 0, got {rec.get('bucket_bytes')!r}")
+    if not _is_pos_int(rec.get("batch_size")):
+        raise ValueError(f"'batch_size' must be an integer ≥ 1, got {rec.get('batch_size')!r}")
+    if not isinstance(rec.get("model"), str):
+        raise ValueError("missing field 'model'")
+
+
+_KIND_CHECKS = {"collective": _check_collective, "compute": _check_compute, "step": _check_step}
+assert tuple(_KIND_CHECKS) == KINDS
 
 
 def _check_ranks(rec: dict) -> None:
@@ -446,14 +462,7 @@ def provenance(source: str, *, backend: str | None = None, device_kind: str | No
         source: what produced the record (``"ddltune collect"``, a file path).
         backend, device_kind: override what jax reports (e.g. for imports).
     """
-    versions = {"python": platform.python_version()}
-    for mod in ("jax", "jaxlib", "ddltune"):
-        try:
-            from importlib.metadata import version
-
-            versions[mod] = version(mod)
-        except Exception:
-            pass
+    versions = package_versions(("jax", "jaxlib", "ddltune"))
     if backend is None or device_kind is None:
         import jax
 
@@ -465,6 +474,40 @@ def provenance(source: str, *, backend: str | None = None, device_kind: str | No
         "device_kind": device_kind,
         "versions": versions,
         "host_fingerprint": host_fingerprint(),
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "timestamp": utc_timestamp(),
         "source": source,
     }
+
+
+#: Packages whose versions a calibration profile records.
+PROFILE_PACKAGES = ("ddltune", "jax", "jaxlib", "optax", "equinox", "numpy", "scipy")
+
+
+def package_versions(packages=PROFILE_PACKAGES) -> dict:
+    """``{"python": …, package: version}`` for the installed ones among ``packages``.
+
+    Example:
+        >>> sorted(package_versions(("numpy",)))
+        ['numpy', 'python']
+    """
+    out = {"python": platform.python_version()}
+    for mod in packages:
+        try:
+            out[mod] = version(mod)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def utc_timestamp() -> str:
+    """The current time as ISO 8601 UTC to the second (``2026-01-01T00:00:00Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def file_entry(path: Path) -> dict:
+    """``{"path", "sha256"}`` of an input file, for provenance.
+
+    Raises:
+        OSError: if the file cannot be read.
+    """
+    return {"path": str(path), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}

@@ -26,12 +26,13 @@ __all__ = [
     "error_summary",
     "series_report",
     "worst_points",
-    "UNRELIABLE_P90",
+    "RELIABLE_P90_LIMIT",
 ]
 
 #: Held-out p90 absolute percentage error (fraction) above which a profile is
-#: marked ``reliable: false`` and the tuner refuses it unless forced.
-UNRELIABLE_P90 = 0.15
+#: marked ``reliable: false`` and the tuner refuses it unless forced. The one
+#: definition: the tuner and the report read ``calibration.RELIABLE_P90_LIMIT``.
+RELIABLE_P90_LIMIT = 0.15
 
 
 def _interior_pick(m: int, k: int) -> list[int]:

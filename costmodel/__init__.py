@@ -38,7 +38,10 @@ from .architectures import get_architecture as get_architecture
 from .architectures import with_overlap as with_overlap
 from .collectives import COLLECTIVES as COLLECTIVES
 from .collectives import AbstractCollective as AbstractCollective
+from .collectives import CollectiveBatch as CollectiveBatch
 from .collectives import busbw as busbw
+from .collectives import collective_batch as collective_batch
+from .collectives import collective_batch_time as collective_batch_time
 from .collectives import collective_time as collective_time
 from .collectives import get_collective as get_collective
 from .workloads import WORKLOAD_NAMES as WORKLOAD_NAMES

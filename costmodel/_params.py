@@ -27,6 +27,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._names import COLLECTIVE_NAMES
+from ._smooth import soft_max2
 
 __all__ = ["ClusterParams", "LEVELS", "PARAMETER_UNITS"]
 
@@ -309,6 +310,50 @@ class ClusterParams(eqx.Module):
     def memory_bytes(self) -> Float[Array, ""]:
         """Device memory, bytes."""
         return jnp.exp(self.log_memory)
+
+    # ---- derived functions of the parameters ------------------------------------
+    def core_share(self, ranks_per_node: Float[Array, "*b"]) -> Float[Array, "*b"]:
+        """Slowdown of g ranks sharing one node's cores: softmax₂(1, g / slots), ≥ 1.
+
+        ≈ 1 while g ≤ ``node_compute_slots``, ≈ g / slots beyond (p-norm
+        smoothing, :func:`costmodel._smooth.soft_max2`, p = 8). Multiplies
+        compute and CPU-driven communication (collectives' ``finish``).
+
+        Args:
+            ranks_per_node: g ≥ 1 concurrent ranks on the node, float array (*b).
+
+        Returns:
+            Dimensionless factor, shape (*b).
+
+        Example:
+            >>> p = ClusterParams.create(node_compute_slots=2.0)
+            >>> round(float(p.core_share(jnp.asarray(4.0))), 4)   # (1 + 2⁸)^(1/8)
+            2.001
+        """
+        g = jnp.asarray(ranks_per_node)
+        return soft_max2(jnp.ones_like(g), g / self.node_compute_slots)
+
+    def compute_time(
+        self, flops: Float[Array, "*b"], ranks_per_node: Float[Array, "*b"]
+    ) -> Float[Array, "*b"]:
+        """Seconds of ``flops`` on one device while g ranks share its node: F / flops_per_s · share(g).
+
+        The compute model of the iteration timeline (forward and backward FLOPs)
+        and of calibration's compute records; ``share`` is :meth:`core_share`.
+
+        Args:
+            flops: F ≥ 0 floating-point operations, (*b).
+            ranks_per_node: g ≥ 1 ranks computing at once on the node, (*b).
+
+        Returns:
+            Seconds, broadcast shape.
+
+        Example:
+            >>> p = ClusterParams.create(flops_per_s=1e12)
+            >>> round(float(p.compute_time(jnp.asarray(2e12), jnp.asarray(1.0))), 4)
+            2.0
+        """
+        return flops / self.flops_per_s * self.core_share(ranks_per_node)
 
     # ---- (de)serialisation ----------------------------------------------------
     def to_dict(self) -> dict:

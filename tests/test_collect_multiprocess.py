@@ -6,8 +6,8 @@ Small sizes and tiny time budgets: these test logic, not speed.
 
 from __future__ import annotations
 
-import json
 import contextlib
+import json
 import os
 import signal
 import socket

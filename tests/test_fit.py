@@ -11,16 +11,25 @@ from __future__ import annotations
 import json
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from calibration import CalibrationWarning, Profile, calibrate
+from calibration import RELIABLE_P90_LIMIT, CalibrationWarning, Profile, calibrate
 from calibration._fit import _build_data, _layout, _predict, _prepare, default_prior_preset
 from calibration._validation import holdout_mask, inner_folds
-from costmodel import COLLECTIVE_NAMES, ClusterParams, InputFileError, collective_time, preset
+from costmodel import (
+    COLLECTIVE_NAMES,
+    ClusterParams,
+    InputFileError,
+    collective_batch,
+    collective_batch_time,
+    collective_time,
+    preset,
+)
 
 BASE = {
     "schema": 1,
@@ -109,8 +118,10 @@ def truth_table(prof: Profile) -> dict:
 
 # ----------------------------------------------------------------------------- the model
 @pytest.mark.parametrize("R", [1, 3])
-def test_vectorised_predictor_equals_costmodel(R):
-    """Every collective, intra and inter node, every regime count: same seconds as costmodel."""
+def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
+    """costmodel's batched evaluation (what calibration fits with) gives every collective's
+    seconds, intra and inter node, every regime count, as costmodel's per-collective call;
+    compute records follow F / flops_per_s · share(g) (numpy closed form)."""
     rng = np.random.default_rng(R)
     p = preset("ib-hdr-200g,nvlink-a100", "a100", n_regimes=R)
     lay = _layout(R)
@@ -130,6 +141,14 @@ def test_vectorised_predictor_equals_costmodel(R):
                         "time_s": 1.0,
                     }
                 )
+    coll = list(points)
+    batch = collective_batch(
+        [q["collective"] for q in coll],
+        [q["size"] for q in coll],
+        [q["num_ranks"] for q in coll],
+        [q["ranks_per_node"] for q in coll],
+    )
+    got_batch = np.asarray(collective_batch_time(p, batch))
     points.append(
         {
             "kind": "compute",
@@ -152,7 +171,24 @@ def test_vectorised_predictor_equals_costmodel(R):
             want = float(
                 collective_time(p, q["collective"], q["size"], q["num_ranks"], q["ranks_per_node"])
             )
+            assert got_batch[i] == pytest.approx(want, rel=1e-12), q
         assert got[row] == pytest.approx(want, rel=1e-9), q
+    # The fitted exponents reach the batched terms (all_to_all, fan-in): doubling them
+    # changes exactly those collectives' times, as it does costmodel's own.
+    p2 = eqx.tree_at(
+        lambda m: (m.log_fanin, m.log_all_to_all),
+        p,
+        (p.log_fanin + math.log(2.0), p.log_all_to_all + math.log(2.0)),
+    )
+    got2 = np.asarray(collective_batch_time(p2, batch))
+    changed = got2 != got_batch
+    for i, q in enumerate(coll):
+        want = float(
+            collective_time(p2, q["collective"], q["size"], q["num_ranks"], q["ranks_per_node"])
+        )
+        assert got2[i] == pytest.approx(want, rel=1e-12), q
+    exp_coll = {"all_to_all", "ps_push", "ps_pull"}
+    assert {q["collective"] for q, c in zip(coll, changed, strict=True) if c} == exp_coll
 
 
 def test_layout_matches_ravel_pytree_and_round_trips():
@@ -460,5 +496,6 @@ def test_unreliable_fit_warns_and_is_marked(recwarn):
     ]
     with pytest.warns(CalibrationWarning, match="held-out p90"):
         prof = calibrate(recs, n_regimes=1)
-    assert not prof.reliable and prof.heldout_p90 > 0.15
-    assert prof.warnings and "unreliable" in prof.warnings[0]
+    assert RELIABLE_P90_LIMIT == 0.15  # the one definition the tuner and report read
+    assert not prof.reliable and prof.heldout_p90 > RELIABLE_P90_LIMIT
+    assert prof.warnings and "unreliable" in prof.warnings[0] and "exceeds 15%" in prof.warnings[0]

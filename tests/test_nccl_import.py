@@ -422,9 +422,10 @@ def test_bad_row_names_file_and_line(tmp_path, bad_row, needle, match):
 def test_truncated_last_row_is_skipped_with_a_warning(tmp_path):
     text = HEAD + "\n".join(ROWS[:2]) + "\n" + ROWS[2][:60]  # the file ends mid-row
     p = _write(tmp_path, text)
-    with pytest.warns(UserWarning, match="cut short"):
+    with pytest.warns(UserWarning, match="cut short") as caught:
         t = parse_nccl_tests(p)
     assert [r.message_bytes for r in t.rows] == [8, 16] and t.skipped_truncated == 1
+    assert caught[0].filename == __file__  # the warning points at the caller's line
     out = tmp_path / "m.jsonl"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

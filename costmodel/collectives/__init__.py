@@ -7,6 +7,8 @@ One file per algorithm; :data:`COLLECTIVES` maps each name in
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+import numpy as np
 from jaxtyping import ArrayLike
 
 from .._errors import format_choices
@@ -14,7 +16,11 @@ from .._names import COLLECTIVE_NAMES
 from .._params import ClusterParams
 from ._abstract import AbstractCollective as AbstractCollective
 from ._all_to_all import AllToAll as AllToAll
+from ._base import _EXPONENT_PROPERTIES, check_static_ranks
+from ._base import CONGESTION_EXPONENT as CONGESTION_EXPONENT
+from ._base import CollectiveBatch as CollectiveBatch
 from ._base import Terms as Terms
+from ._base import collective_batch_time as collective_batch_time
 from ._base import evaluate as evaluate
 from ._base import finish as finish
 from ._hierarchical import HierarchicalAllReduce as HierarchicalAllReduce
@@ -112,3 +118,76 @@ def busbw(name: str, message_bytes, time_s, num_ranks):
     from .._names import BUSBW_FACTOR
 
     return message_bytes / time_s * BUSBW_FACTOR(name, num_ranks)
+
+
+def collective_batch(
+    collectives,
+    message_bytes: ArrayLike,
+    num_ranks: ArrayLike,
+    ranks_per_node: ArrayLike = 1,
+) -> CollectiveBatch:
+    """The cost terms of N calls of mixed collectives (default algorithms), for
+    :func:`collective_batch_time`.
+
+    Each call's terms come from its collective's own
+    :meth:`~costmodel.AbstractCollective.terms` (grouped by name, one
+    vectorised call per collective); only the parameters are left to apply.
+    Built from concrete values (data preparation, not traced).
+
+    Args:
+        collectives: N names in :data:`costmodel.COLLECTIVE_NAMES`.
+        message_bytes: (N,) S ≥ 0 bytes, nccl-tests' convention.
+        num_ranks: (N,) n ≥ 1.
+        ranks_per_node: (N,) or scalar g ≥ 1 (clipped to n).
+
+    Returns:
+        :class:`CollectiveBatch` of jax's default float dtype.
+
+    Raises:
+        ValueError: on an unknown collective name, lengths that differ, or a
+            value out of range (naming the argument).
+
+    Example:
+        >>> from costmodel import ClusterParams
+        >>> p = ClusterParams.create()
+        >>> b = collective_batch(["all_reduce", "broadcast"], [1024, 1024], [4, 4], 4)
+        >>> t = collective_batch_time(p, b)
+        >>> bool(abs(t[0] - collective_time(p, "all_reduce", 1024, 4, 4)) < 1e-12)
+        True
+    """
+    names = [str(c) for c in collectives]
+    for c in names:
+        if c not in COLLECTIVES:
+            raise ValueError(
+                f"collectives: unknown collective {c!r}; valid: {format_choices(COLLECTIVE_NAMES)}"
+            )
+    N = len(names)
+    check_static_ranks(message_bytes, num_ranks, ranks_per_node)
+    S = np.broadcast_to(np.asarray(message_bytes, dtype=np.float64), (N,))
+    n = np.broadcast_to(np.asarray(num_ranks, dtype=np.float64), (N,))
+    g = np.minimum(np.broadcast_to(np.asarray(ranks_per_node, dtype=np.float64), (N,)), n)
+    cols = {f: np.zeros(N) for f in ("steps", "link_bytes", "node_bytes", "reduce_bytes")}
+    cols["congestion"] = np.ones(N)
+    inter = np.zeros(N, dtype=bool)
+    cidx = np.zeros(N, dtype=np.int32)
+    expo = np.zeros(N, dtype=np.int32)
+    for name in dict.fromkeys(names):
+        rows = np.asarray([k for k, c in enumerate(names) if c == name], dtype=int)
+        model = COLLECTIVES[name]
+        args = (jnp.asarray(S[rows]), jnp.asarray(n[rows]), jnp.asarray(g[rows]))
+        # The congestion base: the factor at exponent 1 (then η = base ** fitted exponent).
+        t = model.terms(*args, 1.0) if name in CONGESTION_EXPONENT else model.terms(*args)
+        for f in cols:
+            cols[f][rows] = np.broadcast_to(np.asarray(getattr(t, f), np.float64), rows.shape)
+        inter[rows] = np.broadcast_to(np.asarray(t.inter), rows.shape)
+        cidx[rows] = COLLECTIVE_NAMES.index(name)
+        expo[rows] = _EXPONENT_PROPERTIES.index(CONGESTION_EXPONENT.get(name, ""))
+    dt = jnp.result_type(float)
+    return CollectiveBatch(
+        terms=Terms(
+            **{f: jnp.asarray(v, dtype=dt) for f, v in cols.items()}, inter=jnp.asarray(inter)
+        ),
+        collective=jnp.asarray(cidx),
+        exponent=jnp.asarray(expo),
+        ranks_per_node=jnp.asarray(g, dtype=dt),
+    )

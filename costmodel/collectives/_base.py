@@ -23,14 +23,24 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._names import COLLECTIVE_NAMES
 from .._params import ClusterParams
 from .._smooth import soft_max2, soft_min
 
-__all__ = ["Terms", "evaluate", "as_float", "check_static_ranks"]
+__all__ = [
+    "Terms",
+    "evaluate",
+    "finish",
+    "as_float",
+    "check_static_ranks",
+    "CONGESTION_EXPONENT",
+    "CollectiveBatch",
+    "collective_batch_time",
+]
 
 
 class Terms(NamedTuple):
@@ -86,13 +96,17 @@ def check_static_ranks(message_bytes, num_ranks, ranks_per_node) -> None:
             raise ValueError(f"{name} must be finite and ≥ {lo}, got {float(bad)!r}")
 
 
-def evaluate(params: ClusterParams, collective: str, t: Terms) -> Float[Array, "*b"]:
+def evaluate(
+    params: ClusterParams, collective: str | Int[Array, "*b"], t: Terms
+) -> Float[Array, "*b"]:
     """Seconds of a collective with cost terms ``t`` under ``params``.
 
     Args:
         params: cluster parameters.
-        collective: which row of the per-collective regime tables to use (a
-            name in :data:`costmodel.COLLECTIVE_NAMES`; static).
+        collective: which row of the per-collective regime tables to use: a
+            name in :data:`costmodel.COLLECTIVE_NAMES` (static), or an integer
+            array of indices into it, shape of the terms (one row per call:
+            many collectives evaluated in one gather, see :class:`CollectiveBatch`).
         t: the cost terms (see :class:`Terms`).
 
     Returns:
@@ -100,7 +114,7 @@ def evaluate(params: ClusterParams, collective: str, t: Terms) -> Float[Array, "
         overhead and core sharing that :func:`finish` adds (and with which it
         zeroes calls of no steps: one rank). Zero bytes leave the latency.
     """
-    c = COLLECTIVE_NAMES.index(collective)
+    c = COLLECTIVE_NAMES.index(collective) if isinstance(collective, str) else collective
     level = jnp.where(t.inter, 1, 0)
     # (…, R) regime tables for the level in use.
     alpha = jnp.where(t.inter[..., None], params.regime_alpha_s[c, 1], params.regime_alpha_s[c, 0])
@@ -122,8 +136,87 @@ def evaluate(params: ClusterParams, collective: str, t: Terms) -> Float[Array, "
 
 
 def finish(params: ClusterParams, time, steps, ranks_per_node):
-    """Add the per-call overhead and the core-sharing slowdown; zero when no steps."""
-    g = as_float(ranks_per_node)
-    share = soft_max2(jnp.ones_like(g), g / params.node_compute_slots)
+    """Add the per-call overhead and the core-sharing slowdown; zero when no steps.
+
+    Args:
+        params: cluster parameters.
+        time: seconds from :func:`evaluate`, shape (*b).
+        steps: the terms' latency steps (*b); 0 means no transfer (one rank).
+        ranks_per_node: g ≥ 1 ranks sharing the node's cores (already ≤ n), (*b).
+
+    Returns:
+        (time + o_call)·share(g) where steps > 0, else 0; share:
+        :meth:`costmodel.ClusterParams.core_share`.
+    """
+    share = params.core_share(as_float(ranks_per_node))
     active = steps > 0
     return jnp.where(active, (time + params.call_overhead_s) * share, 0.0)
+
+
+#: Collectives whose congestion factor η is ``base ** exponent`` with a fitted
+#: exponent, and the :class:`~costmodel.ClusterParams` property holding it
+#: (all_to_all: (n−1)ᵉ; parameter-server fan-in/out: kᵉ). Their ``terms``
+#: take the exponent as a fourth argument; with 1.0 they return the base.
+CONGESTION_EXPONENT = {
+    "all_to_all": "all_to_all_exponent",
+    "ps_push": "fanin_exponent",
+    "ps_pull": "fanin_exponent",
+}
+_EXPONENT_PROPERTIES = (
+    "",
+    "all_to_all_exponent",
+    "fanin_exponent",
+)  # index: CollectiveBatch.exponent
+
+
+class CollectiveBatch(eqx.Module):
+    """Cost terms of N collective calls of any mix of collectives, ready for any parameters.
+
+    Build one with :func:`costmodel.collective_batch` (the terms of each call
+    come from its collective's own :meth:`~costmodel.AbstractCollective.terms`,
+    which depend only on S, n, g); :func:`collective_batch_time` evaluates all N
+    calls under a :class:`~costmodel.ClusterParams` with one gather per regime
+    table, so a jitted function of the parameters (a calibration objective)
+    traces one graph, not one per collective.
+
+    Attributes:
+        terms: :class:`Terms`, each field shape (N,); ``congestion`` holds the
+            *base* of the congestion factor for the collectives of
+            :data:`CONGESTION_EXPONENT` (the factor at exponent 1), else the factor.
+        collective: (N,) int, index into :data:`costmodel.COLLECTIVE_NAMES`.
+        exponent: (N,) int, which fitted exponent applies to ``congestion``:
+            0 none, 1 ``all_to_all_exponent``, 2 ``fanin_exponent``.
+        ranks_per_node: (N,) float, min(g, n): the ranks sharing a node's cores.
+    """
+
+    terms: Terms
+    collective: Int[Array, " N"]
+    exponent: Int[Array, " N"]
+    ranks_per_node: Float[Array, " N"]
+
+    def congestion(self, params: ClusterParams) -> Float[Array, " N"]:
+        """η of every call under ``params``: base ** exponent, or the fixed factor."""
+        base = self.terms.congestion
+        eta = base
+        for code, prop in enumerate(_EXPONENT_PROPERTIES):
+            if code:
+                eta = jnp.where(self.exponent == code, base ** getattr(params, prop), eta)
+        return eta
+
+
+def collective_batch_time(params: ClusterParams, batch: CollectiveBatch) -> Float[Array, " N"]:
+    """Seconds of every call of ``batch`` under ``params``: :func:`evaluate` then :func:`finish`.
+
+    The same formula as :meth:`costmodel.AbstractCollective.__call__` (see the
+    module docstring), vectorised over collectives; jit-, vmap- and grad-friendly
+    in ``params``.
+
+    Args:
+        params: cluster parameters.
+        batch: from :func:`costmodel.collective_batch`.
+
+    Returns:
+        (N,) seconds; 0 for calls of one rank.
+    """
+    t = batch.terms._replace(congestion=batch.congestion(params))
+    return finish(params, evaluate(params, batch.collective, t), t.steps, batch.ranks_per_node)
