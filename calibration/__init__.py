@@ -26,4 +26,5 @@ from ._records import read_records as read_records
 from ._records import record_key as record_key
 from ._records import time_statistics as time_statistics
 from ._records import validate_record as validate_record
+from ._validation import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
 from ._validation import holdout_mask as holdout_mask

@@ -32,6 +32,7 @@ __all__ = [
 #: Held-out p90 absolute percentage error (fraction) above which a profile is
 #: marked ``reliable: false`` and the tuner refuses it unless forced.
 UNRELIABLE_P90 = 0.15
+RELIABLE_P90_LIMIT = UNRELIABLE_P90  # the name the tuner reads; one value
 
 
 def _interior_pick(m: int, k: int) -> list[int]:

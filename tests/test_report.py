@@ -1,8 +1,7 @@
 """The report: the timeline recursion against the model, figures, and the files on disk.
 
-The timeline's per-bucket recursion (tuner/_report.py, sequential numpy) must
-reproduce :func:`costmodel.iteration_time` (vectorised suffix-sum max) to
-rounding for every architecture; the figures are drawn from data computed
+The report's timeline (from :func:`costmodel.bucket_schedule`) must end where
+:func:`costmodel.iteration_time` does for every architecture; the figures are drawn from data computed
 here with the public cost model; the report folder must open from disk (every
 ``<img src>`` a relative path to a file that exists, nothing fetched from the
 network).

@@ -12,8 +12,13 @@ Public API:
   (both ``ValueError``).
 """
 
+from calibration import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
+
+from ._format import format_percent as format_percent
+from ._format import format_table as format_table
+from ._format import jsonable as jsonable
+from ._format import series_label as series_label
 from ._recommend import OBJECTIVES as OBJECTIVES
-from ._recommend import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
 from ._recommend import Configuration as Configuration
 from ._recommend import Curve as Curve
 from ._recommend import InfeasibleError as InfeasibleError

@@ -7,15 +7,15 @@ paths), ``DIR/report.md`` (the same content for a repository or a chat) and
 from the public APIs (:mod:`costmodel`, the profile, the recommendation) and
 drawn by :mod:`tuner._figures`.
 
-The iteration timeline (:func:`iteration_timeline`) replays the cost model's
-bucket recursion (costmodel/_timeline.py; DESIGN.md "Iteration timeline")
+The iteration timeline (:func:`iteration_timeline`) is
+:func:`costmodel.bucket_schedule`: the cost model's own evaluation of one
+configuration with each bucket's ready, start and end time kept
 
     start_b = max(r_b, end_{b−1}),   end_b = start_b + c_b,
     T = T_fwd + max(T_bwd', end_K) + T_update + Σ_b c2_b + T_overhead
 
-sequentially in numpy, bucket by bucket, so that each bucket's start and end
-can be drawn; its total equals :func:`costmodel.iteration_time` (a test checks
-it).
+(costmodel/_timeline.py; DESIGN.md "Iteration timeline"), so the figure and
+:func:`costmodel.iteration_time` cannot disagree.
 
 References:
     Li et al., "PyTorch Distributed", VLDB 2020 (buckets in reverse order);
@@ -26,20 +26,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import hashlib
 import math
 import os
 import platform
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 
+from calibration import RELIABLE_P90_LIMIT, atomic_write_text, holdout_mask
 from costmodel import (
     DEFAULT_BUCKET_BYTES,
     PARAMETER_UNITS,
-    bucketize,
+    bucket_schedule,
     collective_time,
     format_bytes,
     format_seconds,
@@ -58,6 +61,9 @@ from ._figures import (
     plot_sensitivity,
     plot_timeline,
 )
+from ._format import format_percent, series_label
+from ._search import central_differences
+from ._sensitivity import sensitivity
 
 __all__ = [
     "iteration_timeline",
@@ -95,16 +101,13 @@ def iteration_timeline(
     batch_size: int | None = None,
     colocated: bool = False,
     label: str | None = None,
-    breakdown: Mapping[str, float] | None = None,
 ) -> Timeline:
     """One iteration of one configuration, bucket by bucket, for the timeline figure.
 
-    The compute and update times come from :func:`costmodel.iteration_time`
-    (its :class:`~costmodel.Breakdown`); each bucket's communication from the
-    architecture's ``phase1_s``/``phase2_s`` on the exact bucketing
-    (:func:`costmodel.bucketize`); the recursion start_b = max(r_b, end_{b−1})
-    runs sequentially here. Backward slows by the overlap interference
-    (1 + ι·min(C₁/T_bwd, 1)) when the architecture overlaps, as in the model.
+    The times are :func:`costmodel.bucket_schedule`'s: the cost model's own
+    evaluation of the configuration, with each bucket's ready, start and end
+    time (start_b = max(r_b, end_{b−1})) kept, so the drawing and
+    :func:`costmodel.iteration_time` cannot disagree.
 
     Args:
         params: :class:`costmodel.ClusterParams`.
@@ -118,16 +121,12 @@ def iteration_timeline(
         batch_size: per worker (default: the workload's).
         colocated: ``ps`` servers run on workers.
         label: the configuration's name in the figure (default: built from the above).
-        breakdown: this configuration's :meth:`costmodel.Breakdown.to_dict`
-            when the caller has it already (a tuner sweep): saves evaluating
-            the model again. Only ``forward_s``, ``backward_s``, ``update_s``
-            and ``overhead_s`` are read.
 
     Returns:
         A :class:`tuner._figures.Timeline`, times in seconds from the iteration's start.
 
     Raises:
-        ValueError: as :func:`costmodel.iteration_time` (unknown architecture,
+        ValueError: as :func:`costmodel.bucket_schedule` (unknown architecture,
             workers < 1, negative bucket size, ...).
 
     Example:
@@ -137,56 +136,18 @@ def iteration_timeline(
         >>> len(tl.start_s) == len(tl.bucket_bytes), bool(tl.end_s[-1] <= tl.iteration_s)
         (True, True)
     """
-    import jax.numpy as jnp
-
     arch = get_architecture(str(architecture), colocated=colocated)
-    if breakdown is None:
-        bd = iteration_time(
-            params,
-            workload,
-            arch,
-            workers,
-            ranks_per_node=ranks_per_node,
-            servers=servers,
-            bucket_bytes=bucket_bytes,
-            first_bucket_bytes=first_bucket_bytes,
-            batch_size=batch_size,
-            colocated=False,
-        ).to_dict()
-    else:
-        bd = breakdown
-    fwd, bwd = float(bd["forward_s"]), float(bd["backward_s"])
-    update, overhead = float(bd["update_s"]), float(bd["overhead_s"])
-    sizes, ready_frac = bucketize(workload, bucket_bytes, first_bucket_bytes)
-    K = len(sizes)
-    dtype = jnp.asarray(params.alpha_s).dtype
-
-    def full(v):
-        return jnp.full((K,), float(v), dtype=dtype)
-
-    s = jnp.asarray(sizes, dtype=dtype)
-    n, g, k = full(workers), full(ranks_per_node), full(servers)
-    c1, c2 = (np.asarray(c, dtype=np.float64) for c in _phase_times(arch, params, s, n, g, k))
-    C1 = float(c1.sum())
-    if arch.overlaps:
-        frac = min(C1 / max(bwd, 1e-30), 1.0)
-        bwd_eff = bwd * (1.0 + float(params.overlap_interference) * frac)
-        ready = fwd + np.asarray(ready_frac) * bwd_eff
-    else:
-        bwd_eff = bwd
-        ready = np.full(K, fwd + bwd)
-    start, end = np.zeros(K), np.zeros(K)
-    prev = -math.inf
-    for b in range(K):
-        start[b] = max(ready[b], prev)
-        end[b] = start[b] + c1[b]
-        prev = end[b]
-    core_end = max(fwd + bwd_eff, float(end[-1]) if K else fwd + bwd_eff)
-    update_start = core_end
-    p2_start = update_start + update + np.concatenate([[0.0], np.cumsum(c2)[:-1]])
-    overhead_start = update_start + update + float(c2.sum())
-    total = overhead_start + overhead
-    exposed = max(total - fwd - bwd - update - overhead, 0.0)
+    s = bucket_schedule(
+        params,
+        workload,
+        arch,
+        workers,
+        ranks_per_node=ranks_per_node,
+        servers=servers,
+        bucket_bytes=bucket_bytes,
+        first_bucket_bytes=first_bucket_bytes,
+        batch_size=batch_size,
+    )
     if label is None:
         label = _config_label(
             arch.label if architecture == "ps" else str(architecture),
@@ -196,28 +157,22 @@ def iteration_timeline(
         )
     return Timeline(
         label=label,
-        overlaps=bool(arch.overlaps),
-        forward_s=fwd,
-        backward_s=bwd_eff,
-        bucket_bytes=np.asarray(sizes, dtype=np.float64),
-        ready_s=ready,
-        start_s=start,
-        end_s=end,
-        update_start_s=update_start,
-        update_s=update,
-        phase2_start_s=p2_start,
-        phase2_s=c2,
-        overhead_start_s=overhead_start,
-        overhead_s=overhead,
-        iteration_s=total,
-        exposed_s=exposed,
+        overlaps=s.overlaps,
+        forward_s=s.forward_s,
+        backward_s=s.backward_s,
+        bucket_bytes=s.bucket_bytes,
+        ready_s=s.ready_s,
+        start_s=s.start_s,
+        end_s=s.end_s,
+        update_start_s=s.update_start_s,
+        update_s=s.update_s,
+        phase2_start_s=s.phase2_start_s,
+        phase2_s=s.phase2_s,
+        overhead_start_s=s.overhead_start_s,
+        overhead_s=s.overhead_s,
+        iteration_s=s.iteration_s,
+        exposed_s=s.exposed_s,
     )
-
-
-@eqx.filter_jit
-def _phase_times(arch, params, s, n, g, k):
-    """Each bucket's (phase 1, phase 2) seconds, jitted (eager dispatch is slow on CPU)."""
-    return arch.phase1_s(params, s, n, g, k), arch.phase2_s(params, s, n, g, k)
 
 
 def _config_label(arch_label: str, workers, servers, bucket_bytes) -> str:
@@ -326,11 +281,6 @@ class ReportFiles:
     skipped: dict
 
 
-def _pct(x) -> str:
-    x = float(x)
-    return "—" if not math.isfinite(x) else f"{100.0 * x:.1f}%"
-
-
 def _human_rows(table: Sequence[Mapping]) -> list[list[str]]:
     """Rows of a profile's parameter table in human units (µs, GB/s, GFLOP/s, GiB)."""
     rows = []
@@ -400,8 +350,6 @@ def _params_table_from_params(params) -> list[dict]:
 
 
 def _sha256(path) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -410,8 +358,6 @@ def _sha256(path) -> str:
 
 
 def _versions() -> str:
-    from importlib.metadata import version
-
     out = [f"python {platform.python_version()}"]
     for mod in ("ddltune", "jax", "jaxlib", "equinox", "optax", "numpy", "matplotlib"):
         try:
@@ -592,8 +538,6 @@ def write_report(
         for sec in sections:
             if sec["id"] == target and name != "busbw.png":
                 sec["notes"].append(f"Figure not drawn: {why}.")
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         ver = version("ddltune")
     except PackageNotFoundError:  # pragma: no cover - not installed
@@ -619,8 +563,6 @@ def write_report(
         keep_trailing_newline=True,
     )
     md_doc = _md_escape(doc)
-    from calibration import atomic_write_text
-
     html_path = atomic_write_text(
         out / "index.html", html_env.get_template("report.html.j2").render(doc)
     )
@@ -658,12 +600,6 @@ def _md_sections(sections):
 # --------------------------------------------------------------------------- profile text
 
 
-def _series_label(s: Mapping) -> str:
-    what = s.get("collective") or s.get("op") or "?"
-    n, g = s.get("num_ranks"), s.get("ranks_per_node")
-    return f"{what} n={n}" + ("" if g in (None, 1, n) else f" g={g}")
-
-
 def profile_summary(profile) -> dict:
     """A JSON-ready summary of a :class:`calibration.Profile` (for ``show`` and the report).
 
@@ -680,7 +616,7 @@ def profile_summary(profile) -> dict:
         tr, ho = s.get("train", {}), s.get("heldout", {})
         series.append(
             {
-                "series": _series_label(s),
+                "series": series_label(s),
                 "kind": s.get("kind"),
                 "train_points": tr.get("points"),
                 "train_median": tr.get("median"),
@@ -693,14 +629,10 @@ def profile_summary(profile) -> dict:
     prior = getattr(profile, "prior", None) or {}
     fit = getattr(profile, "fit", None) or {}
     p90 = float(getattr(profile, "heldout_p90", math.nan))
-    try:
-        from tuner import RELIABLE_P90_LIMIT as limit
-    except ImportError:  # pragma: no cover
-        limit = 0.15
     return {
         "reliable": bool(profile.reliable),
         "heldout_p90": p90 if math.isfinite(p90) else None,
-        "limit": float(limit),
+        "limit": float(RELIABLE_P90_LIMIT),
         "prior": prior.get("preset") if isinstance(prior, Mapping) else str(prior),
         "statistic": fit.get("statistic"),
         "n_regimes": fit.get("n_regimes"),
@@ -737,11 +669,8 @@ def _heldout_keys(profile, series: Sequence[CollectiveSeries]) -> list[tuple]:
     Recomputed with ``calibration.holdout_mask`` (deterministic, per series)
     and the profile's holdout fraction; empty when either is unavailable.
     """
-    import calibration
-
-    mask_fn = getattr(calibration, "holdout_mask", None)
     frac = (getattr(profile, "validation", None) or {}).get("holdout")
-    if mask_fn is None or not frac:
+    if not frac:
         return []
     keys, sizes, pts = [], [], []
     for s in series:
@@ -749,42 +678,8 @@ def _heldout_keys(profile, series: Sequence[CollectiveSeries]) -> list[tuple]:
             keys.append(("collective", s.collective, s.num_ranks, s.ranks_per_node))
             sizes.append(float(b))
             pts.append((s.collective, s.num_ranks, s.ranks_per_node, int(b)))
-    mask = np.asarray(mask_fn(keys, np.asarray(sizes), float(frac)), dtype=bool)
+    mask = np.asarray(holdout_mask(keys, np.asarray(sizes), float(frac)), dtype=bool)
     return [p for p, m in zip(pts, mask, strict=True) if m]
-
-
-def _central_differences(primal):
-    """``primal`` (ClusterParams → array) whose directional derivatives are central differences.
-
-    A profile's delta method (``Profile.interval``) pushes tangents of the
-    unconstrained parameter leaves through the function with ``jax.jvp``
-    (vmapped over them). Differentiating :func:`costmodel.iteration_time` in
-    forward mode compiles a large program; with this ``custom_jvp`` the
-    derivative along a tangent v is (T(θ + h·v) − T(θ − h·v)) / 2h, h = ε / max|v|
-    (ε = 10⁻⁴ in float64, 10⁻² in float32: parameters move by a factor e^{±ε}),
-    so only the primal program is compiled, vmapped over the tangents — the
-    approach of the tuner's own intervals (tuner/_search.py ``spec_times_fd``).
-    """
-    import jax
-    import jax.numpy as jnp
-
-    @jax.custom_jvp
-    def f(params):
-        return primal(params)
-
-    @f.defjvp
-    def _jvp(primals, tangents):
-        (p,), (t,) = primals, tangents
-        y = primal(p)
-        leaves = [jnp.max(jnp.abs(x)) for x in jax.tree_util.tree_leaves(t)]
-        big = jnp.max(jnp.stack(leaves)) if leaves else jnp.asarray(0.0)
-        eps = 1e-4 if y.dtype == jnp.float64 else 1e-2
-        h = eps / jnp.maximum(big, 1e-30)
-        up = jax.tree_util.tree_map(lambda a, b: a + h * b, p, t)
-        down = jax.tree_util.tree_map(lambda a, b: a - h * b, p, t)
-        return y, (primal(up) - primal(down)) / (2.0 * h)
-
-    return f
 
 
 def _scaling_curves(rec, level: float = 0.9) -> list[ScalingCurve]:
@@ -815,8 +710,6 @@ def _scaling_curves(rec, level: float = 0.9) -> list[ScalingCurve]:
 
 
 def _bucket_sweep(profile, params, workload, rec) -> dict:
-    import jax.numpy as jnp
-
     bc = rec.bucket_curve()
     caps = np.asarray(bc["bucket_bytes"], dtype=np.float64)
     times = np.asarray(bc["iteration_s"], dtype=np.float64)
@@ -846,7 +739,7 @@ def _bucket_sweep(profile, params, workload, rec) -> dict:
                 ).iteration_s
             )
 
-        lo, hi = profile.interval(_central_differences(fn))
+        lo, hi = profile.interval(central_differences(fn))
         out["low_s"], out["high_s"] = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     return out
 
@@ -854,7 +747,7 @@ def _bucket_sweep(profile, params, workload, rec) -> dict:
 def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
     cfg = rec.config
 
-    def one(arch, colocated, n, k, b, batch, label, bd):
+    def one(arch, colocated, n, k, b, batch, label):
         return iteration_timeline(
             params,
             workload,
@@ -866,7 +759,6 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
             batch_size=batch,
             colocated=colocated,
             label=label,
-            breakdown=bd,
         )
 
     out = [
@@ -878,7 +770,6 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
             cfg.bucket_bytes,
             cfg.batch_size,
             "recommended: " + cfg.describe(),
-            cfg.breakdown,
         )
     ]
     for label, sw in rec.sweeps.items():
@@ -900,13 +791,9 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
                 b,
                 float(sw.batch_size[i]),
                 f"best {label}: {n} workers{srv}, bucket {bb}",
-                {f: float(np.asarray(getattr(sw.breakdown, f))[i]) for f in _BD_FIELDS},
             )
         )
     return out
-
-
-_BD_FIELDS = ("forward_s", "backward_s", "update_s", "overhead_s")
 
 
 def _interval_text(lo, hi) -> str:
@@ -924,7 +811,7 @@ def _config_row(i: int, c) -> list[str]:
         format_seconds(c.iteration_time_s),
         _interval_text(lo, hi),
         f"{c.throughput_samples_per_s:.4g}",
-        _pct(c.scaling_efficiency),
+        format_percent(c.scaling_efficiency),
     ]
 
 
@@ -955,10 +842,10 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
             f"{cfg.throughput_samples_per_s:.4g} samples/s "
             f"({cfg.batch_size:g} per worker per step)",
         ),
-        ("scaling efficiency", _pct(cfg.scaling_efficiency)),
+        ("scaling efficiency", format_percent(cfg.scaling_efficiency)),
         (
             "P(beats the best other architecture)",
-            "—" if not math.isfinite(rec.p_best) else _pct(rec.p_best),
+            "—" if not math.isfinite(rec.p_best) else format_percent(rec.p_best),
         ),
         (
             "where the time goes",
@@ -978,16 +865,20 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
     ]
     unreliable = None
     if not rec.reliable:
-        limit = summary["limit"] if summary else 0.15
+        limit = summary["limit"] if summary else RELIABLE_P90_LIMIT
         rows = [
-            [s["series"], _pct(s["heldout_median"] or math.nan), _pct(s["heldout_p90"])]
+            [
+                s["series"],
+                format_percent(s["heldout_median"] or math.nan),
+                format_percent(s["heldout_p90"]),
+            ]
             for s in (summary["series"] if summary else [])
             if s["heldout_points"] and (s["heldout_p90"] or 0) > limit
         ]
         p90 = summary["heldout_p90"] if summary else None
         if p90 is not None:
             reason = (
-                f"The profile's error on held-out measurements is {_pct(p90)} (p90), over the "
+                f"The profile's error on held-out measurements is {format_percent(p90)} (p90), over the "
                 f"tuner's {100 * limit:.0f}% limit, so the tuner refuses to recommend from it; the "
                 "recommendation above was forced to show what the model would pick."
             )
@@ -1065,19 +956,21 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
                         [
                             s["series"],
                             str(s["train_points"]),
-                            _pct(s["train_median"] or math.nan),
-                            _pct(s["train_p90"] or math.nan),
+                            format_percent(s["train_median"] or math.nan),
+                            format_percent(s["train_p90"] or math.nan),
                             str(s["heldout_points"]),
-                            _pct(
+                            format_percent(
                                 s["heldout_median"] if s["heldout_median"] is not None else math.nan
                             ),
-                            _pct(s["heldout_p90"] if s["heldout_p90"] is not None else math.nan),
+                            format_percent(
+                                s["heldout_p90"] if s["heldout_p90"] is not None else math.nan
+                            ),
                         ]
                         for s in summary["series"]
                     ],
                     "note": f"Held-out points were not used by the fit. Overall held-out p90: "
-                    f"{_pct(summary['heldout_p90'] if summary['heldout_p90'] is not None else math.nan)}"
-                    f" (limit {_pct(summary['limit'])}).",
+                    f"{format_percent(summary['heldout_p90'] if summary['heldout_p90'] is not None else math.nan)}"
+                    f" (limit {format_percent(summary['limit'])}).",
                 }
             )
         if summary["worst"]:
@@ -1095,7 +988,7 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
                     ],
                     "rows": [
                         [
-                            _series_label(w),
+                            series_label(w),
                             _size_or_flops(w),
                             format_seconds(w["measured_s"]),
                             format_seconds(w["predicted_s"]),
@@ -1200,9 +1093,9 @@ def _validation_tables(v) -> list[dict]:
             "processes: measured vs predicted step",
             "head": ["architecture", "workers", "bucket", "measured", "predicted", "error"],
             "rows": rows,
-            "note": f"MAPE {_pct(v.mape)}; Kendall τ of the ranking {tau} (over "
+            "note": f"MAPE {format_percent(v.mape)}; Kendall τ of the ranking {tau} (over "
             f"{v.tau_pairs[0]} of {v.tau_pairs[1]} pairs whose measured times differ by more "
-            f"than their spread); regret of the predicted-best configuration {_pct(v.regret)}. "
+            f"than their spread); regret of the predicted-best configuration {format_percent(v.regret)}. "
             f"Compute comes from the measured single-worker step "
             f"({format_seconds(v.baseline_step_s)}); statistic {v.statistic}.",
         }
@@ -1262,8 +1155,6 @@ def build_report(
     Raises:
         FileExistsError: a non-empty ``out_dir`` without ``overwrite``.
     """
-    from tuner import sensitivity as _sensitivity
-
     say = progress or (lambda _msg: None)
     out = Path(out_dir)
     if out.exists() and not overwrite:  # fail before the slow part
@@ -1294,7 +1185,7 @@ def build_report(
     say("timelines")
     timelines = _timelines(params, workload, recommendation)
     say("sensitivity")
-    elasticity = _sensitivity(profile, workload, recommendation)
+    elasticity = sensitivity(profile, workload, recommendation)
     say("context")
     context = _context(
         profile,
