@@ -490,7 +490,7 @@ def iteration_time(
         else np.broadcast_to(_check_positive("base_batch_size", base_batch_size), batch.shape)
     )
     shape = n.shape
-    table = bucket_table(workload, bb)
+    table = bucket_table(workload, bb, first_bucket_bytes)
     idx = table.index(bb.ravel())
     N = idx.size
     M = 1 << max(0, int(math.ceil(math.log2(max(N, 1)))))  # pad: fewer recompilations
@@ -611,7 +611,8 @@ class BucketSchedule:
         phase2_start_s: (K,) start of each bucket's phase 2 (after the update), s.
         overhead_start_s: start of the fixed per-iteration overhead, s.
         overhead_s: the overhead, s.
-        iteration_s: the iteration time (``overhead_start_s + overhead_s``), s.
+        iteration_s: the iteration time (``breakdown.iteration_s``; equal to
+            ``overhead_start_s + overhead_s`` to rounding), s.
         exposed_s: exposed communication (as :class:`Breakdown`), s.
     """
 
@@ -635,16 +636,16 @@ class BucketSchedule:
 
 
 @eqx.filter_jit
-def _schedule(params, arch, wt, sizes, ready_frac, n, g, k, batch, base_batch):
+def _schedule(params, arch, wt, sizes, ready_frac, suffix, n, g, k, batch, base_batch):
     """The Breakdown and per-bucket (ready, end, c1, c2) of one padded bucketing.
 
-    The Breakdown is :func:`_core`'s per-bucket evaluation (``suffix=None``),
-    whose end of communication is max_b (r_b·T_bwd' + Σ_{j≥b} c1_j); the same
-    suffix sums give every bucket's end, end_b = max_{b'≤b}(r_b'·T_bwd' +
+    The Breakdown is :func:`_core`'s, as in :func:`iteration_time`; its end of
+    communication is max_b (r_b·T_bwd' + Σ_{j≥b} c1_j), and the same suffix
+    sums give every bucket's end, end_b = max_{b'≤b}(r_b'·T_bwd' +
     Σ_{j≥b'} c1_j) − Σ_{j>b} c1_j (the unrolled recursion, prefix by prefix).
     """
     w = (sizes > 0).astype(sizes.dtype)
-    bd = _core(params, arch, wt, sizes, w, ready_frac, n, g, k, batch, base_batch, False)
+    bd = _core(params, arch, wt, sizes, w, ready_frac, n, g, k, batch, base_batch, False, suffix)
     c1 = arch.phase1_s(params, sizes, n, g, k) * w
     c2 = arch.phase2_s(params, sizes, n, g, k) * w
     if arch.overlaps:
@@ -741,18 +742,20 @@ def bucket_schedule(
     K = int(table.counts[0])
     dtype = jnp.asarray(params.alpha_s).dtype
     f = functools.partial(jnp.asarray, dtype=dtype)
+    sizes = table.sizes[0]
+    suffix = (np.cumsum((sizes > 0)[::-1])[::-1], np.cumsum(sizes[::-1])[::-1])
     bd, bwd_eff, ready, ends, c1, c2 = _schedule(
         params,
         arch,
         WorkloadTerms.from_workload(workload),
-        f(table.sizes[0]),
+        f(sizes),
         f(table.ready_frac[0]),
+        tuple(f(x.astype(np.float64)) for x in suffix),
         *(f(float(config[key])) for key in ("workers", "ranks_per_node", "servers")),
         f(float(config["batch_size"])),
         f(float(config["base_batch_size"])),
     )
-    sizes = table.sizes[0][:K]
-    return _assemble_schedule(arch, _to_np(bd), float(bwd_eff), sizes, ready, ends, c1, c2)
+    return _assemble_schedule(arch, _to_np(bd), float(bwd_eff), sizes[:K], ready, ends, c1, c2)
 
 
 def _to_np(bd: Breakdown) -> Breakdown:
@@ -783,7 +786,7 @@ def _assemble_schedule(arch, bd, bwd_eff, sizes, ready, ends, c1, c2) -> BucketS
         phase2_start_s=after_update + np.concatenate([[0.0], np.cumsum(c2)[:-1]]),
         overhead_start_s=after_update + float(c2.sum()),
         overhead_s=overhead,
-        iteration_s=after_update + float(c2.sum()) + overhead,
+        iteration_s=float(bd.iteration_s),
         exposed_s=float(bd.exposed_communication_s),
     )
 

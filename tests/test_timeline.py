@@ -652,8 +652,14 @@ def test_bucket_schedule_ends_where_iteration_time_does(arch):
     slow = p.scaled(beta=8.0)  # communication queues behind itself
     queued = False
     for params in (p, slow):
-        for n, g, k, bb in [(8, 1, 1, 25 * 2**20), (16, 4, 2, 2**20), (4, 2, 1, 0), (1, 1, 1, 0)]:
-            kw = dict(ranks_per_node=g, servers=k, bucket_bytes=bb)
+        for n, g, k, bb, first in [
+            (8, 1, 1, 25 * 2**20, None),
+            (8, 1, 1, 25 * 2**20, 2**20),  # DDP's small first bucket
+            (16, 4, 2, 2**20, None),
+            (4, 2, 1, 0, None),
+            (1, 1, 1, 0, None),
+        ]:
+            kw = dict(ranks_per_node=g, servers=k, bucket_bytes=bb, first_bucket_bytes=first)
             s = bucket_schedule(params, w, arch, n, **kw)
             bd = iteration_time(params, w, arch, n, **kw)
             assert s.iteration_s == pytest.approx(float(bd.iteration_s), rel=1e-12)
@@ -665,6 +671,9 @@ def test_bucket_schedule_ends_where_iteration_time_does(arch):
                 float(bd.communication_s), rel=1e-12, abs=1e-15
             )
             assert s.bucket_bytes.size == int(bd.num_buckets)
+            np.testing.assert_array_equal(
+                s.bucket_bytes, bucketize(w, bb, first_bucket_bytes=first)[0]
+            )
             prev = -math.inf
             for b in range(s.bucket_bytes.size):
                 start = max(s.ready_s[b], prev)

@@ -987,6 +987,10 @@ def recommend(
 ) -> Recommendation:
     """Recommend the architecture, servers, worker count and bucket size for a workload.
 
+    (Long for its documentation only: the body checks the arguments, then
+    runs the named steps — sweep, best per variant, refinement, memory note,
+    alternatives, assembly.)
+
     Search: every architecture variant — ``ps`` with dedicated and with
     colocated servers (k ∈ ``servers``, default the powers of two ≤ n),
     ``p2p``, ``ring``, ``tree``, and with ``ranks_per_node`` > 1 also
@@ -1123,12 +1127,12 @@ def recommend(
         chosen,
         others,
         alt_rows,
-        memory_note,
-        excluded,
-        sweeps,
-        status,
-        message,
-        reliable,
+        memory_note=memory_note,
+        excluded=excluded,
+        sweeps=sweeps,
+        status=status,
+        message=message,
+        reliable=reliable,
     )
     if status == "infeasible" and on_infeasible == "raise":
         raise InfeasibleError(message, rec)
@@ -1345,6 +1349,7 @@ def _assemble(
     chosen,
     others,
     alt_rows,
+    *,
     memory_note,
     excluded,
     sweeps,

@@ -155,24 +155,8 @@ def iteration_timeline(
             servers if arch.uses_servers else None,
             bucket_bytes,
         )
-    return Timeline(
-        label=label,
-        overlaps=s.overlaps,
-        forward_s=s.forward_s,
-        backward_s=s.backward_s,
-        bucket_bytes=s.bucket_bytes,
-        ready_s=s.ready_s,
-        start_s=s.start_s,
-        end_s=s.end_s,
-        update_start_s=s.update_start_s,
-        update_s=s.update_s,
-        phase2_start_s=s.phase2_start_s,
-        phase2_s=s.phase2_s,
-        overhead_start_s=s.overhead_start_s,
-        overhead_s=s.overhead_s,
-        iteration_s=s.iteration_s,
-        exposed_s=s.exposed_s,
-    )
+    fields = (f.name for f in dataclasses.fields(Timeline) if f.name != "label")
+    return Timeline(label=label, **{f: getattr(s, f) for f in fields})
 
 
 def _config_label(arch_label: str, workers, servers, bucket_bytes) -> str:
@@ -431,11 +415,37 @@ def write_report(
         FileExistsError: ``out_dir`` holds other files and ``overwrite`` is false.
         NotADirectoryError: ``out_dir`` is a file.
     """
-    import jinja2
+    import jinja2  # the report's optional extra: checked before anything is written
 
     out = Path(out_dir)
     _prepare_dir(out, overwrite, keep)
-    figdir = out / "figures"
+    figs, skipped = _draw_figures(
+        out / "figures",
+        collectives=collectives,
+        curves=curves,
+        recommended=recommended,
+        bucket_sweep=bucket_sweep,
+        timelines=timelines,
+        sensitivity=sensitivity,
+    )
+    try:
+        ver = version("ddltune")
+    except PackageNotFoundError:  # pragma: no cover - not installed
+        ver = "unknown"
+    doc = {"warnings": [], "rationale": "", "unreliable": None, **context}
+    doc.update(
+        sections=_sections(context, figs, skipped),
+        version=ver,
+        generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+    html_path, md_path = _render(jinja2, out, doc)
+    return ReportFiles(out, html_path, md_path, figs, skipped)
+
+
+def _draw_figures(
+    figdir: Path, *, collectives, curves, recommended, bucket_sweep, timelines, sensitivity
+) -> tuple[dict[str, Path], dict[str, str]]:
+    """Draw every figure there is data for: ``({name: path}, {name: why not drawn})``."""
     figs: dict[str, Path] = {}
     skipped: dict[str, str] = {}
 
@@ -454,9 +464,7 @@ def write_report(
         skipped["scaling.png"] = "no scaling curves"
     if bucket_sweep is not None:
         bs = dict(bucket_sweep)
-        figs["buckets.png"] = plot_bucket_sweep(
-            bs.pop("bucket_bytes"), bs.pop("iteration_s"), figdir / "buckets.png", **bs
-        )
+        draw("buckets.png", plot_bucket_sweep, bs.pop("bucket_bytes"), bs.pop("iteration_s"), **bs)
     else:
         skipped["buckets.png"] = "no bucket sweep"
     if timelines:
@@ -467,92 +475,91 @@ def write_report(
         draw("sensitivity.png", plot_sensitivity, sensitivity)
     else:
         skipped["sensitivity.png"] = "no sensitivity analysis"
+    return figs, skipped
 
-    def fig(name):
-        return [{"src": f"figures/{name}", "caption": FIGURES[name]}] if name in figs else []
 
+#: The report's sections in order: (id, title, text, figure files); the
+#: calibration section's text comes from the context.
+_SECTIONS = (
+    (
+        "scaling",
+        "Scaling: architectures and worker counts",
+        "Each line is the best configuration of one architecture at each worker "
+        "count (bucket size and servers chosen per point); bands are 90% prediction "
+        "intervals.",
+        ("scaling.png",),
+    ),
+    (
+        "buckets",
+        "Gradient bucket size",
+        "Small buckets pay the per-collective latency many times; large ones start "
+        "communicating late and hide less of it behind the backward pass.",
+        ("buckets.png",),
+    ),
+    (
+        "timeline",
+        "One iteration, step by step",
+        "Forward, backward (one shade per bucket), each bucket's communication as "
+        "soon as it is ready and the network is free, the update; the hatched part is "
+        "communication not hidden behind the backward pass.",
+        ("timeline.png",),
+    ),
+    (
+        "sensitivity",
+        "What limits it: sensitivity to the hardware",
+        "Elasticity of the recommended configuration's iteration time: +1% of a "
+        "parameter changes the time by this many %. β is an inverse bandwidth: a positive "
+        "elasticity on β means a faster link helps.",
+        ("sensitivity.png",),
+    ),
+    (
+        "calibration",
+        "Calibration: the fitted model against the measurements",
+        None,
+        ("collectives.png", "busbw.png"),
+    ),
+)
+
+_VALIDATION_SECTION = (
+    "validation",
+    "Validation: real training against the predictions",
+    "Each configuration was trained for real (synchronous SGD on local "
+    "processes joined by jax.distributed) and its measured step compared with the "
+    "profile's prediction.",
+    (),
+)
+
+
+def _sections(context: Mapping, figs: Mapping, skipped: Mapping) -> list[dict]:
+    """The sections with their figures, tables and notes (a note for each figure not drawn)."""
     tables = context.get("tables", {})
     notes = context.get("notes", {})
-    sections = [
-        {
-            "id": "scaling",
-            "title": "Scaling: architectures and worker counts",
-            "text": "Each line is the best configuration of one architecture at each worker "
-            "count (bucket size and servers chosen per point); bands are 90% prediction "
-            "intervals.",
-            "figures": fig("scaling.png"),
-        },
-        {
-            "id": "buckets",
-            "title": "Gradient bucket size",
-            "text": "Small buckets pay the per-collective latency many times; large ones start "
-            "communicating late and hide less of it behind the backward pass.",
-            "figures": fig("buckets.png"),
-        },
-        {
-            "id": "timeline",
-            "title": "One iteration, step by step",
-            "text": "Forward, backward (one shade per bucket), each bucket's communication as "
-            "soon as it is ready and the network is free, the update; the hatched part is "
-            "communication not hidden behind the backward pass.",
-            "figures": fig("timeline.png"),
-        },
-        {
-            "id": "sensitivity",
-            "title": "What limits it: sensitivity to the hardware",
-            "text": "Elasticity of the recommended configuration's iteration time: +1% of a "
-            "parameter changes the time by this many %. β is an inverse bandwidth: a positive "
-            "elasticity on β means a faster link helps.",
-            "figures": fig("sensitivity.png"),
-        },
-        {
-            "id": "calibration",
-            "title": "Calibration: the fitted model against the measurements",
-            "text": context.get("calibration_text", ""),
-            "figures": fig("collectives.png") + fig("busbw.png"),
-        },
-    ]
-    if tables.get("validation"):
+    specs = list(_SECTIONS) + ([_VALIDATION_SECTION] if tables.get("validation") else [])
+    sections = []
+    for sid, title, text, names in specs:
+        sec_notes = list(notes.get(sid, []))
+        # busbw.png shares the collectives' reason: one note for both
+        sec_notes += [
+            f"Figure not drawn: {skipped[n]}." for n in names if n in skipped and n != "busbw.png"
+        ]
         sections.append(
             {
-                "id": "validation",
-                "title": "Validation: real training against the predictions",
-                "text": "Each configuration was trained for real (synchronous SGD on local "
-                "processes joined by jax.distributed) and its measured step compared with the "
-                "profile's prediction.",
-                "figures": [],
+                "id": sid,
+                "title": title,
+                "text": context.get("calibration_text", "") if text is None else text,
+                "figures": [
+                    {"src": f"figures/{n}", "caption": FIGURES[n]} for n in names if n in figs
+                ],
+                "tables": tables.get(sid, []),
+                "notes": sec_notes,
             }
         )
-    for sec in sections:
-        sec["tables"] = tables.get(sec["id"], [])
-        sec["notes"] = list(notes.get(sec["id"], []))
-    for name, why in skipped.items():
-        target = {
-            "collectives.png": "calibration",
-            "busbw.png": "calibration",
-            "scaling.png": "scaling",
-            "buckets.png": "buckets",
-            "timeline.png": "timeline",
-            "sensitivity.png": "sensitivity",
-        }[name]
-        for sec in sections:
-            if sec["id"] == target and name != "busbw.png":
-                sec["notes"].append(f"Figure not drawn: {why}.")
-    try:
-        ver = version("ddltune")
-    except PackageNotFoundError:  # pragma: no cover - not installed
-        ver = "unknown"
-    doc = dict(context)
-    doc.setdefault("warnings", [])
-    doc.setdefault("rationale", "")
-    doc.setdefault("unreliable", None)
-    doc.update(
-        sections=sections,
-        version=ver,
-        generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    )
-    here = Path(__file__).parent / "templates"
-    loader = jinja2.FileSystemLoader(str(here))
+    return sections
+
+
+def _render(jinja2, out: Path, doc: Mapping) -> tuple[Path, Path]:
+    """Write ``index.html`` and ``report.md`` from the templates."""
+    loader = jinja2.FileSystemLoader(str(Path(__file__).parent / "templates"))
     html_env = jinja2.Environment(
         loader=loader, autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True
     )
@@ -562,14 +569,13 @@ def write_report(
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
-    md_doc = _md_escape(doc)
     html_path = atomic_write_text(
         out / "index.html", html_env.get_template("report.html.j2").render(doc)
     )
     md_path = atomic_write_text(
-        out / "report.md", md_env.get_template("report.md.j2").render(md_doc)
+        out / "report.md", md_env.get_template("report.md.j2").render(_md_escape(doc))
     )
-    return ReportFiles(out, html_path, md_path, figs, skipped)
+    return html_path, md_path
 
 
 def _md_escape(obj):
@@ -680,6 +686,16 @@ def _heldout_keys(profile, series: Sequence[CollectiveSeries]) -> list[tuple]:
             pts.append((s.collective, s.num_ranks, s.ranks_per_node, int(b)))
     mask = np.asarray(holdout_mask(keys, np.asarray(sizes), float(frac)), dtype=bool)
     return [p for p, m in zip(pts, mask, strict=True) if m]
+
+
+def _fit_series(profile, params, records: list) -> list[CollectiveSeries]:
+    """:func:`collective_series` of the profile's fitted statistic, held-out points marked."""
+    statistic = (getattr(profile, "fit", None) or {}).get("statistic")
+    series = collective_series(params, records, statistic=statistic)
+    held = _heldout_keys(profile, series) if series else []
+    if held:
+        series = collective_series(params, records, statistic=statistic, heldout=held)
+    return series
 
 
 def _scaling_curves(rec, level: float = 0.9) -> list[ScalingCurve]:
@@ -816,9 +832,33 @@ def _config_row(i: int, c) -> list[str]:
 
 
 def _context(profile, params, workload, rec, *, records, inputs, timings, refusal, command):
+    """The report's text (see :func:`write_report`'s ``context``), section by section."""
+    summary = profile_summary(profile) if hasattr(profile, "parameter_table") else None
+    tables, notes = _calibration_tables(summary, params)
+    return {
+        "title": f"ddltune report: {workload.name}",
+        "subtitle": _subtitle(summary, workload, rec),
+        "rec": {
+            "headline": rec.config.describe(),
+            "facts": _facts(rec),
+            "reliable": bool(rec.reliable),
+        },
+        "unreliable": None if rec.reliable else _unreliable(summary, refusal),
+        "rationale": rec.rationale,
+        "warnings": list(rec.warnings),
+        "alternatives": _alternatives_table(rec),
+        "tables": {"calibration": tables},
+        "notes": {"calibration": notes},
+        "calibration_text": "Each point is a measured time (the fitted statistic); lines are "
+        "the fitted model. The residual panels show model/measured − 1.",
+        "provenance": _provenance(summary, workload, records, inputs, timings, command),
+    }
+
+
+def _facts(rec) -> list[tuple[str, str]]:
+    """The recommendation's (label, value) lines."""
     cfg = rec.config
     lo, hi = cfg.interval_s
-    summary = profile_summary(profile) if hasattr(profile, "parameter_table") else None
     bd = cfg.breakdown
     facts = [
         ("architecture", cfg.label + (f", {cfg.servers} servers" if cfg.servers else "")),
@@ -863,37 +903,42 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
         ),
         ("objective", rec.objective),
     ]
-    unreliable = None
-    if not rec.reliable:
-        limit = summary["limit"] if summary else RELIABLE_P90_LIMIT
-        rows = [
-            [
-                s["series"],
-                format_percent(s["heldout_median"] or math.nan),
-                format_percent(s["heldout_p90"]),
-            ]
-            for s in (summary["series"] if summary else [])
-            if s["heldout_points"] and (s["heldout_p90"] or 0) > limit
+    return facts
+
+
+def _unreliable(summary, refusal) -> dict:
+    """Why the profile is unreliable, its worst held-out series, and what to do."""
+    limit = summary["limit"] if summary else RELIABLE_P90_LIMIT
+    rows = [
+        [
+            s["series"],
+            format_percent(s["heldout_median"] or math.nan),
+            format_percent(s["heldout_p90"]),
         ]
-        p90 = summary["heldout_p90"] if summary else None
-        if p90 is not None:
-            reason = (
-                f"The profile's error on held-out measurements is {format_percent(p90)} (p90), over the "
-                f"tuner's {100 * limit:.0f}% limit, so the tuner refuses to recommend from it; the "
-                "recommendation above was forced to show what the model would pick."
-            )
-        else:
-            reason = (
-                (refusal[:1].upper() + refusal[1:]) if refusal else "The profile is unreliable."
-            )
-        unreliable = {
-            "reason": reason,
-            "rows": rows,
-            "advice": "The model does not predict held-out measurements of this cluster well "
-            "enough to trust its ranking. Measure again with more repetitions (a larger "
-            "--budget), on a quieter machine, or over the sizes you care about, and recalibrate; "
-            "'ddltune recommend' refuses such a profile unless --force is given.",
-        }
+        for s in (summary["series"] if summary else [])
+        if s["heldout_points"] and (s["heldout_p90"] or 0) > limit
+    ]
+    p90 = summary["heldout_p90"] if summary else None
+    if p90 is not None:
+        reason = (
+            f"The profile's error on held-out measurements is {format_percent(p90)} (p90), over the "
+            f"tuner's {100 * limit:.0f}% limit, so the tuner refuses to recommend from it; the "
+            "recommendation above was forced to show what the model would pick."
+        )
+    else:
+        reason = (refusal[:1].upper() + refusal[1:]) if refusal else "The profile is unreliable."
+    return {
+        "reason": reason,
+        "rows": rows,
+        "advice": "The model does not predict held-out measurements of this cluster well "
+        "enough to trust its ranking. Measure again with more repetitions (a larger "
+        "--budget), on a quieter machine, or over the sizes you care about, and recalibrate; "
+        "'ddltune recommend' refuses such a profile unless --force is given.",
+    }
+
+
+def _alternatives_table(rec) -> dict:
+    """The chosen configuration and the runner-ups, one row each."""
     head = [
         "#",
         "architecture",
@@ -905,114 +950,127 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
         "samples/s",
         "efficiency",
     ]
-    alt_rows = [_config_row(0, cfg)] + [
+    alt_rows = [_config_row(0, rec.config)] + [
         _config_row(i + 1, a) for i, a in enumerate(rec.alternatives)
     ]
     alt_rows[0][0] = "chosen"
-    tables: dict[str, list] = {"calibration": []}
-    notes: dict[str, list] = {"calibration": []}
-    if summary:
-        main = [r for r in summary["parameters"] if not str(r["name"]).startswith("regime_")]
-        regimes = [
-            r
-            for r in summary["parameters"]
-            if str(r["name"]).startswith("regime_") and r.get("identified")
-        ]
-        phead = ["parameter", "value", "unit", "90% interval", "identified"]
-        tables["calibration"].append(
+    return {"head": head, "rows": alt_rows}
+
+
+_PARAMETER_HEAD = ["parameter", "value", "unit", "90% interval", "identified"]
+
+
+def _calibration_tables(summary, params) -> tuple[list, list]:
+    """The calibration section's tables and notes (a preset's parameters when nothing was fitted)."""
+    if not summary:
+        preset_table = {
+            "title": "Cluster parameters (a preset: nothing was fitted)",
+            "head": _PARAMETER_HEAD,
+            "rows": format_parameter_rows(_params_table_from_params(params)),
+            "note": "",
+        }
+        return [preset_table], []
+    tables = _parameter_tables(summary)
+    if summary["series"]:
+        tables.append(_series_error_table(summary))
+    if summary["worst"]:
+        tables.append(_worst_points_table(summary))
+    return tables, summary["warnings"] + summary["notes"]
+
+
+def _parameter_tables(summary) -> list[dict]:
+    """The fitted parameters, and the protocol regimes the data identified."""
+    main = [r for r in summary["parameters"] if not str(r["name"]).startswith("regime_")]
+    regimes = [
+        r
+        for r in summary["parameters"]
+        if str(r["name"]).startswith("regime_") and r.get("identified")
+    ]
+    tables = [
+        {
+            "title": "Fitted parameters",
+            "head": _PARAMETER_HEAD,
+            "rows": format_parameter_rows(main),
+            "note": "β (s/byte) is shown as a bandwidth, 1/β. 'no (prior)': the measurements "
+            "cannot pin it down, so it stays at the prior preset "
+            f"({summary['prior'] or 'none'}); predictions that depend on it extrapolate.",
+        }
+    ]
+    if regimes:
+        tables.append(
             {
-                "title": "Fitted parameters",
-                "head": phead,
-                "rows": format_parameter_rows(main),
-                "note": "β (s/byte) is shown as a bandwidth, 1/β. 'no (prior)': the measurements "
-                "cannot pin it down, so it stays at the prior preset "
-                f"({summary['prior'] or 'none'}); predictions that depend on it extrapolate.",
-            }
-        )
-        if regimes:
-            tables["calibration"].append(
-                {
-                    "title": "Protocol regimes the data identified (α, 1/β per collective, level, regime)",
-                    "head": phead,
-                    "rows": format_parameter_rows(regimes),
-                    "note": "",
-                }
-            )
-        if summary["series"]:
-            tables["calibration"].append(
-                {
-                    "title": "Fit error per series (absolute error of the fitted "
-                    f"{summary['statistic'] or 'time'})",
-                    "head": [
-                        "series",
-                        "train points",
-                        "train median",
-                        "train p90",
-                        "held-out points",
-                        "held-out median",
-                        "held-out p90",
-                    ],
-                    "rows": [
-                        [
-                            s["series"],
-                            str(s["train_points"]),
-                            format_percent(s["train_median"] or math.nan),
-                            format_percent(s["train_p90"] or math.nan),
-                            str(s["heldout_points"]),
-                            format_percent(
-                                s["heldout_median"] if s["heldout_median"] is not None else math.nan
-                            ),
-                            format_percent(
-                                s["heldout_p90"] if s["heldout_p90"] is not None else math.nan
-                            ),
-                        ]
-                        for s in summary["series"]
-                    ],
-                    "note": f"Held-out points were not used by the fit. Overall held-out p90: "
-                    f"{format_percent(summary['heldout_p90'] if summary['heldout_p90'] is not None else math.nan)}"
-                    f" (limit {format_percent(summary['limit'])}).",
-                }
-            )
-        if summary["worst"]:
-            tables["calibration"].append(
-                {
-                    "title": "Worst points",
-                    "head": [
-                        "series",
-                        "size",
-                        "measured",
-                        "predicted",
-                        "error",
-                        "held out",
-                        "where",
-                    ],
-                    "rows": [
-                        [
-                            series_label(w),
-                            _size_or_flops(w),
-                            format_seconds(w["measured_s"]),
-                            format_seconds(w["predicted_s"]),
-                            f"{100 * w['error']:+.1f}%",
-                            "yes" if w.get("heldout") else "no",
-                            f"{Path(str(w.get('file'))).name}:{w.get('line')}"
-                            if w.get("file")
-                            else "—",
-                        ]
-                        for w in summary["worst"]
-                    ],
-                    "note": "",
-                }
-            )
-        notes["calibration"] += summary["warnings"] + summary["notes"]
-    else:
-        tables["calibration"].append(
-            {
-                "title": "Cluster parameters (a preset: nothing was fitted)",
-                "head": ["parameter", "value", "unit", "90% interval", "identified"],
-                "rows": format_parameter_rows(_params_table_from_params(params)),
+                "title": "Protocol regimes the data identified (α, 1/β per collective, level, regime)",
+                "head": _PARAMETER_HEAD,
+                "rows": format_parameter_rows(regimes),
                 "note": "",
             }
         )
+    return tables
+
+
+def _series_error_table(summary) -> dict:
+    """Train and held-out errors per fit series."""
+    return {
+        "title": "Fit error per series (absolute error of the fitted "
+        f"{summary['statistic'] or 'time'})",
+        "head": [
+            "series",
+            "train points",
+            "train median",
+            "train p90",
+            "held-out points",
+            "held-out median",
+            "held-out p90",
+        ],
+        "rows": [
+            [
+                s["series"],
+                str(s["train_points"]),
+                format_percent(s["train_median"] or math.nan),
+                format_percent(s["train_p90"] or math.nan),
+                str(s["heldout_points"]),
+                format_percent(s["heldout_median"]),
+                format_percent(s["heldout_p90"]),
+            ]
+            for s in summary["series"]
+        ],
+        "note": f"Held-out points were not used by the fit. Overall held-out p90: "
+        f"{format_percent(summary['heldout_p90'])}"
+        f" (limit {format_percent(summary['limit'])}).",
+    }
+
+
+def _worst_points_table(summary) -> dict:
+    """The points the fit predicts worst, with their file and line."""
+    return {
+        "title": "Worst points",
+        "head": [
+            "series",
+            "size",
+            "measured",
+            "predicted",
+            "error",
+            "held out",
+            "where",
+        ],
+        "rows": [
+            [
+                series_label(w),
+                _size_or_flops(w),
+                format_seconds(w["measured_s"]),
+                format_seconds(w["predicted_s"]),
+                f"{100 * w['error']:+.1f}%",
+                "yes" if w.get("heldout") else "no",
+                f"{Path(str(w.get('file'))).name}:{w.get('line')}" if w.get("file") else "—",
+            ]
+            for w in summary["worst"]
+        ],
+        "note": "",
+    }
+
+
+def _provenance(summary, workload, records, inputs, timings, command) -> list[tuple[str, str]]:
+    """Inputs (with sha256), measured ranges, prior, workload, command, timings, versions, date."""
     prov = []
     for f in inputs:
         p = Path(f)
@@ -1049,7 +1107,11 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
         prov.append((f"time: {phase}", f"{float(secs):.1f} s"))
     prov.append(("versions", _versions()))
     prov.append(("date", _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")))
-    max_n = max((int(np.max(sw.workers)) for sw in rec.sweeps.values()), default=cfg.workers)
+    return prov
+
+
+def _subtitle(summary, workload, rec) -> str:
+    max_n = max((int(np.max(sw.workers)) for sw in rec.sweeps.values()), default=rec.config.workers)
     where = "preset parameters (no measurements)"
     if summary:
         dev = ", ".join(summary["provenance"].get("device_kinds") or []) or "?"
@@ -1057,21 +1119,10 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
             f"a profile fitted on {summary['provenance'].get('records', '?')} measurements "
             f"(backend {summary['provenance'].get('backend', '?')}, device {dev})"
         )
-    return {
-        "title": f"ddltune report: {workload.name}",
-        "subtitle": f"{workload.name}, batch {workload.batch_size} per worker, up to {max_n} "
-        f"workers, objective {rec.objective}; from {where}.",
-        "rec": {"headline": cfg.describe(), "facts": facts, "reliable": bool(rec.reliable)},
-        "unreliable": unreliable,
-        "rationale": rec.rationale,
-        "warnings": list(rec.warnings),
-        "alternatives": {"head": head, "rows": alt_rows},
-        "tables": tables,
-        "notes": notes,
-        "calibration_text": "Each point is a measured time (the fitted statistic); lines are "
-        "the fitted model. The residual panels show model/measured − 1.",
-        "provenance": prov,
-    }
+    return (
+        f"{workload.name}, batch {workload.batch_size} per worker, up to {max_n} "
+        f"workers, objective {rec.objective}; from {where}."
+    )
 
 
 def _validation_tables(v) -> list[dict]:
@@ -1127,6 +1178,9 @@ def build_report(
 ) -> ReportFiles:
     """Compute every figure's data and write the report (the whole of ``ddltune report``).
 
+    (Long for its documentation only: the body computes each figure's data
+    by a named step, then calls :func:`write_report`.)
+
     Args:
         out_dir: the report folder (created; see :func:`write_report` for
             ``overwrite`` and ``keep``).
@@ -1164,20 +1218,7 @@ def build_report(
     params = profile.params if hasattr(profile, "params") else profile
     records = list(records)
     say("collective fit")
-    series = collective_series(
-        params,
-        records,
-        statistic=((getattr(profile, "fit", None) or {}).get("statistic")),
-    )
-    if series:
-        held = _heldout_keys(profile, series)
-        if held:
-            series = collective_series(
-                params,
-                records,
-                statistic=((getattr(profile, "fit", None) or {}).get("statistic")),
-                heldout=held,
-            )
+    series = _fit_series(profile, params, records)
     say("scaling curves with intervals")
     curves = _scaling_curves(recommendation)
     say("bucket sweep")

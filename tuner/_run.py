@@ -168,6 +168,9 @@ def run_main_job(
 ) -> RunResult:
     """Measure this machine (or read measurements), calibrate, recommend and write the report.
 
+    (Long for its documentation only: the body runs the steps ``_measure``,
+    ``_calibrate``, ``_recommend``, ``_validate``, ``_report`` in turn, timing each.)
+
     Args:
         out_dir: the output folder; created; a non-empty folder is refused
             unless ``overwrite``.
