@@ -677,6 +677,9 @@ def bucket_schedule(
 ) -> BucketSchedule:
     """One configuration's iteration bucket by bucket: when each bucket is ready, starts, ends.
 
+    (Long for its documentation only: the body checks the configuration, then
+    calls ``_schedule`` and ``_assemble_schedule``.)
+
     The same model as :func:`iteration_time` (its ``_core``, on the exact
     bucketing of :func:`bucket_table`), with the bucket recursion
     start_b = max(r_b, end_{b−1}), end_b = start_b + c1_b kept per bucket
