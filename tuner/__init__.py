@@ -9,7 +9,12 @@ Public API:
 * :func:`min_bandwidth_for_efficiency` → :class:`BandwidthResult` — the
   smallest link bandwidth reaching a target scaling efficiency;
 * errors :class:`UnreliableProfileError` and :class:`InfeasibleError`
-  (both ``ValueError``).
+  (both ``ValueError``);
+* the report (:func:`build_report`, :func:`write_report`,
+  :func:`iteration_timeline`, :func:`profile_summary`) and the main job
+  (:func:`run_main_job`);
+* text helpers shared with the CLI: :func:`format_percent`,
+  :func:`format_table`, :func:`series_label`, :func:`jsonable`.
 """
 
 from calibration import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
@@ -27,8 +32,11 @@ from ._recommend import UnreliableProfileError as UnreliableProfileError
 from ._recommend import recommend as recommend
 from ._report import ReportFiles as ReportFiles
 from ._report import build_report as build_report
+from ._report import format_parameter_rows as format_parameter_rows
 from ._report import iteration_timeline as iteration_timeline
+from ._report import profile_summary as profile_summary
 from ._report import write_report as write_report
+from ._run import RUN_DEFAULTS as RUN_DEFAULTS
 from ._run import RunResult as RunResult
 from ._run import run_main_job as run_main_job
 from ._search import DEFAULT_BUCKET_GRID as DEFAULT_BUCKET_GRID
