@@ -22,8 +22,10 @@ from ._presets import describe_preset as describe_preset
 from ._presets import preset as preset
 from ._timeline import DEFAULT_BUCKET_BYTES as DEFAULT_BUCKET_BYTES
 from ._timeline import Breakdown as Breakdown
+from ._timeline import BucketSchedule as BucketSchedule
 from ._timeline import BucketTable as BucketTable
 from ._timeline import WorkloadTerms as WorkloadTerms
+from ._timeline import bucket_schedule as bucket_schedule
 from ._timeline import bucket_table as bucket_table
 from ._timeline import bucketize as bucketize
 from ._timeline import fluid_iteration_time as fluid_iteration_time

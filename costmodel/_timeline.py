@@ -490,7 +490,7 @@ def iteration_time(
         else np.broadcast_to(_check_positive("base_batch_size", base_batch_size), batch.shape)
     )
     shape = n.shape
-    table = bucket_table(workload, bb)
+    table = bucket_table(workload, bb, first_bucket_bytes)
     idx = table.index(bb.ravel())
     N = idx.size
     M = 1 << max(0, int(math.ceil(math.log2(max(N, 1)))))  # pad: fewer recompilations
@@ -581,3 +581,217 @@ def fluid_iteration_time(
         base,
         True,
     )
+
+
+# ---------------------------------------------------------------------------
+# The bucket schedule (the same model, bucket by bucket, for drawing)
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BucketSchedule:
+    """One iteration of one configuration, bucket by bucket (float64 numpy; seconds).
+
+    Times are from the iteration's start (the forward pass starts at 0). K is
+    the number of buckets, in the order they are communicated.
+
+    Attributes:
+        breakdown: the configuration's scalar :class:`Breakdown` (the same
+            evaluation as :func:`iteration_time`'s).
+        overlaps: whether phase 1 overlaps the backward pass.
+        forward_s: forward compute, s.
+        backward_s: backward compute as slowed by overlapping communication,
+            T_bwd·(1 + ι·min(C₁/T_bwd, 1)) (T_bwd when nothing overlaps), s.
+        bucket_bytes: (K,) bytes per bucket.
+        ready_s: (K,) when each bucket's last gradient exists (the end of
+            backward for architectures that do not overlap), s.
+        start_s, end_s: (K,) phase-1 communication of each bucket, s:
+            start_b = max(ready_b, end_{b−1}), end_b = start_b + c1_b.
+        phase1_s, phase2_s: (K,) each bucket's phase-1 / phase-2 time, s.
+        update_start_s: when the optimizer update starts, s.
+        update_s: the update on the critical path, s.
+        phase2_start_s: (K,) start of each bucket's phase 2 (after the update), s.
+        overhead_start_s: start of the fixed per-iteration overhead, s.
+        overhead_s: the overhead, s.
+        iteration_s: the iteration time (``breakdown.iteration_s``; equal to
+            ``overhead_start_s + overhead_s`` to rounding), s.
+        exposed_s: exposed communication (as :class:`Breakdown`), s.
+    """
+
+    breakdown: Breakdown
+    overlaps: bool
+    forward_s: float
+    backward_s: float
+    bucket_bytes: np.ndarray
+    ready_s: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    phase1_s: np.ndarray
+    phase2_s: np.ndarray
+    update_start_s: float
+    update_s: float
+    phase2_start_s: np.ndarray
+    overhead_start_s: float
+    overhead_s: float
+    iteration_s: float
+    exposed_s: float
+
+
+@eqx.filter_jit
+def _schedule(params, arch, wt, sizes, ready_frac, suffix, n, g, k, batch, base_batch):
+    """The Breakdown and per-bucket (ready, end, c1, c2) of one padded bucketing.
+
+    The Breakdown is :func:`_core`'s, as in :func:`iteration_time`; its end of
+    communication is max_b (r_b·T_bwd' + Σ_{j≥b} c1_j), and the same suffix
+    sums give every bucket's end, end_b = max_{b'≤b}(r_b'·T_bwd' +
+    Σ_{j≥b'} c1_j) − Σ_{j>b} c1_j (the unrolled recursion, prefix by prefix).
+    """
+    w = (sizes > 0).astype(sizes.dtype)
+    bd = _core(params, arch, wt, sizes, w, ready_frac, n, g, k, batch, base_batch, False, suffix)
+    c1 = arch.phase1_s(params, sizes, n, g, k) * w
+    c2 = arch.phase2_s(params, sizes, n, g, k) * w
+    if arch.overlaps:
+        frac = jnp.minimum(jnp.sum(c1) / jnp.maximum(bd.backward_s, 1e-30), 1.0)
+        bwd_eff = bd.backward_s * (1.0 + params.overlap_interference * frac)
+        ready = ready_frac * bwd_eff
+    else:
+        bwd_eff = bd.backward_s
+        ready = jnp.full_like(sizes, bwd_eff)
+    tail = jnp.cumsum(c1[::-1])[::-1]
+    after = jnp.concatenate([tail[1:], jnp.zeros_like(tail[:1])])
+    ends = jax.lax.cummax(jnp.where(w > 0, ready + tail, -jnp.inf)) - after
+    return bd, bwd_eff, ready, ends, c1, c2
+
+
+def bucket_schedule(
+    params: ClusterParams,
+    workload,
+    architecture,
+    workers,
+    *,
+    ranks_per_node=1,
+    servers=1,
+    bucket_bytes=DEFAULT_BUCKET_BYTES,
+    first_bucket_bytes: int | None = None,
+    batch_size=None,
+    base_batch_size=None,
+    colocated: bool = False,
+) -> BucketSchedule:
+    """One configuration's iteration bucket by bucket: when each bucket is ready, starts, ends.
+
+    (Long for its documentation only: the body checks the configuration, then
+    calls ``_schedule`` and ``_assemble_schedule``.)
+
+    The same model as :func:`iteration_time` (its ``_core``, on the exact
+    bucketing of :func:`bucket_table`), with the bucket recursion
+    start_b = max(r_b, end_{b−1}), end_b = start_b + c1_b kept per bucket
+    instead of only its last end; then the update, each bucket's phase 2 and
+    the overhead follow in sequence:
+
+        T = T_fwd + max(T_bwd', end_K) + T_update + Σ_b c2_b + T_overhead
+
+    (T_bwd' + Σ_b c1_b in place of the max for architectures that do not
+    overlap). ``iteration_s`` equals :func:`iteration_time`'s to rounding
+    (tests/test_timeline.py checks it for every architecture).
+
+    Args:
+        params: cluster parameters.
+        workload: a :class:`costmodel.Workload`.
+        architecture: a name in :data:`costmodel.ARCHITECTURE_NAMES` or an
+            :class:`~costmodel.architectures.AbstractArchitecture`.
+        workers: n ≥ 1 (a scalar).
+        ranks_per_node: g ≥ 1 (a scalar).
+        servers: k ≥ 1 (a scalar; ``ps``, ``hybrid``).
+        bucket_bytes: the bucket cap, bytes ≥ 0 (0 = one collective per tensor).
+        first_bucket_bytes: cap of the first bucket; ``None`` = ``bucket_bytes``.
+        batch_size: samples per worker per step ≥ 1; default the workload's.
+        base_batch_size: baseline batch for the scaling efficiency; default
+            ``batch_size``.
+        colocated: ``ps`` servers run on workers (with a name ``architecture``).
+
+    Returns:
+        A :class:`BucketSchedule`.
+
+    Raises:
+        ValueError: as :func:`iteration_time`, or a configuration that is not
+            a scalar.
+
+    References:
+        Li et al., VLDB 2020 (buckets in reverse order); Zhang et al.,
+        "Poseidon", USENIX ATC 2017 (wait-free backpropagation).
+
+    Example:
+        >>> from costmodel import preset, get_workload
+        >>> p, w = preset("ethernet-10g", "v100"), get_workload("resnet50", 64)
+        >>> s = bucket_schedule(p, w, "ring", 8)
+        >>> t = float(iteration_time(p, w, "ring", 8).iteration_s)
+        >>> bool(abs(s.iteration_s - t) <= 1e-5 * t), bool(s.end_s[-1] <= s.update_start_s)
+        (True, True)
+    """
+    arch = _resolve_arch(architecture, colocated)
+    b0 = workload.batch_size if batch_size is None else batch_size
+    config = {
+        "workers": _check_positive("workers", workers),
+        "ranks_per_node": _check_positive("ranks_per_node", ranks_per_node),
+        "servers": _check_positive("servers", servers),
+        "bucket_bytes": _check_positive("bucket_bytes", bucket_bytes, 0.0),
+        "batch_size": _check_positive("batch_size", b0),
+        "base_batch_size": _check_positive(
+            "base_batch_size", b0 if base_batch_size is None else base_batch_size
+        ),
+    }
+    for name, v in config.items():
+        if v.ndim:
+            raise ValueError(f"{name} must be a scalar for a bucket schedule, got shape {v.shape}")
+    table = bucket_table(workload, [float(config["bucket_bytes"])], first_bucket_bytes)
+    K = int(table.counts[0])
+    dtype = jnp.asarray(params.alpha_s).dtype
+    f = functools.partial(jnp.asarray, dtype=dtype)
+    sizes = table.sizes[0]
+    suffix = (np.cumsum((sizes > 0)[::-1])[::-1], np.cumsum(sizes[::-1])[::-1])
+    bd, bwd_eff, ready, ends, c1, c2 = _schedule(
+        params,
+        arch,
+        WorkloadTerms.from_workload(workload),
+        f(sizes),
+        f(table.ready_frac[0]),
+        tuple(f(x.astype(np.float64)) for x in suffix),
+        *(f(float(config[key])) for key in ("workers", "ranks_per_node", "servers")),
+        f(float(config["batch_size"])),
+        f(float(config["base_batch_size"])),
+    )
+    return _assemble_schedule(arch, _to_np(bd), float(bwd_eff), sizes[:K], ready, ends, c1, c2)
+
+
+def _to_np(bd: Breakdown) -> Breakdown:
+    return jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=np.float64), bd)
+
+
+def _assemble_schedule(arch, bd, bwd_eff, sizes, ready, ends, c1, c2) -> BucketSchedule:
+    """Lay the per-bucket arrays out on one clock (the forward pass starts at 0)."""
+    K = sizes.size
+    fwd, update, overhead = float(bd.forward_s), float(bd.update_s), float(bd.overhead_s)
+    ready, ends = (fwd + np.asarray(x, dtype=np.float64)[:K] for x in (ready, ends))
+    c1, c2 = (np.asarray(x, dtype=np.float64)[:K] for x in (c1, c2))
+    update_start = max(fwd + bwd_eff, float(ends[-1])) if arch.overlaps else float(ends[-1])
+    after_update = update_start + update
+    return BucketSchedule(
+        breakdown=bd,
+        overlaps=bool(arch.overlaps),
+        forward_s=fwd,
+        backward_s=bwd_eff,
+        bucket_bytes=np.asarray(sizes, dtype=np.float64),
+        ready_s=ready,
+        start_s=ends - c1,
+        end_s=ends,
+        phase1_s=c1,
+        phase2_s=c2,
+        update_start_s=update_start,
+        update_s=update,
+        phase2_start_s=after_update + np.concatenate([[0.0], np.cumsum(c2)[:-1]]),
+        overhead_start_s=after_update + float(c2.sum()),
+        overhead_s=overhead,
+        iteration_s=float(bd.iteration_s),
+        exposed_s=float(bd.exposed_communication_s),
+    )
+
+
+__all__ += ["BucketSchedule", "bucket_schedule"]

@@ -29,6 +29,7 @@ from costmodel import (
     Breakdown,
     ClusterParams,
     Workload,
+    bucket_schedule,
     bucket_table,
     bucketize,
     fluid_iteration_time,
@@ -622,3 +623,78 @@ def test_workload_without_flops_or_step_time_is_refused():
     # with a measured step time it is fine
     b = iteration_time(preset(), w.with_step_time(0.1), "ring", 1)
     assert float(b.iteration_s) == pytest.approx(0.1, rel=1e-13)
+
+
+# --------------------------------------------------------------------------- bucket schedule
+def test_bucket_schedule_by_hand_on_the_queueing_toy():
+    """The schedule's per-bucket starts and ends are the hand recursion's (slow network)."""
+    w, n, batch = toy(), 4, 8
+    p = hand_params()
+    s = bucket_schedule(p, w, "ring", n, bucket_bytes=0, batch_size=batch)
+    sizes = [4 * MB, 2 * MB, 1 * MB]
+    ready = [6 / 12, 10 / 12, 12 / 12]
+    fwd, bwd = batch * 6e9 / FLOPS, batch * 12e9 / FLOPS
+    c = [ring_c(x, n) for x in sizes]
+    bwd_eff = bwd * (1 + INTERFERENCE * min(sum(c) / bwd, 1.0))
+    end, starts, ends = fwd, [], []
+    for r, cb in zip(ready, c, strict=True):
+        starts.append(max(fwd + r * bwd_eff, end))
+        end = starts[-1] + cb
+        ends.append(end)
+    np.testing.assert_allclose(s.bucket_bytes, sizes)
+    np.testing.assert_allclose(s.ready_s, [fwd + r * bwd_eff for r in ready], rtol=1e-13)
+    np.testing.assert_allclose(s.start_s, starts, rtol=1e-12)
+    np.testing.assert_allclose(s.end_s, ends, rtol=1e-12)
+    assert s.backward_s == pytest.approx(bwd_eff, rel=1e-13)
+    assert s.update_start_s == pytest.approx(max(fwd + bwd_eff, end), rel=1e-13)
+    assert s.iteration_s == pytest.approx(end + 7 * MB * UPDATE + STEP_OVERHEAD, rel=1e-13)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURE_NAMES)
+def test_bucket_schedule_ends_where_iteration_time_does(arch):
+    """For every architecture, the schedule's end and exposed time are iteration_time's.
+
+    The per-bucket start/end are also replayed here by the sequential recursion
+    start_b = max(ready_b, end_{b−1}) from the schedule's own ready times and costs.
+    """
+    p, w = preset("ethernet-10g", "v100"), get_workload("resnet50", 64)
+    slow = p.scaled(beta=8.0)  # communication queues behind itself
+    queued = False
+    for params in (p, slow):
+        for n, g, k, bb, first in [
+            (8, 1, 1, 25 * 2**20, None),
+            (8, 1, 1, 25 * 2**20, 2**20),  # DDP's small first bucket
+            (16, 4, 2, 2**20, None),
+            (4, 2, 1, 0, None),
+            (1, 1, 1, 0, None),
+        ]:
+            kw = dict(ranks_per_node=g, servers=k, bucket_bytes=bb, first_bucket_bytes=first)
+            s = bucket_schedule(params, w, arch, n, **kw)
+            bd = iteration_time(params, w, arch, n, **kw)
+            assert s.iteration_s == pytest.approx(float(bd.iteration_s), rel=1e-12)
+            assert s.overhead_start_s + s.overhead_s == pytest.approx(s.iteration_s, rel=1e-14)
+            assert s.exposed_s == pytest.approx(
+                float(bd.exposed_communication_s), rel=1e-9, abs=1e-15
+            )
+            assert float(np.sum(s.phase1_s) + np.sum(s.phase2_s)) == pytest.approx(
+                float(bd.communication_s), rel=1e-12, abs=1e-15
+            )
+            assert s.bucket_bytes.size == int(bd.num_buckets)
+            np.testing.assert_array_equal(
+                s.bucket_bytes, bucketize(w, bb, first_bucket_bytes=first)[0]
+            )
+            prev = -math.inf
+            for b in range(s.bucket_bytes.size):
+                start = max(s.ready_s[b], prev)
+                assert s.start_s[b] == pytest.approx(start, rel=1e-12)
+                prev = start + s.phase1_s[b]
+                assert s.end_s[b] == pytest.approx(prev, rel=1e-12)
+            queued |= bool(np.any(s.start_s[1:] > s.ready_s[1:] * (1 + 1e-9)))
+            if not s.overlaps:
+                assert s.update_start_s == pytest.approx(s.end_s[-1], rel=1e-14)
+    assert queued  # the recursion's max was exercised, not only ready times
+
+
+def test_bucket_schedule_refuses_arrays():
+    with pytest.raises(ValueError, match="workers must be a scalar"):
+        bucket_schedule(preset(), toy(), "ring", [2, 4])

@@ -11,14 +11,24 @@ Public API:
 * :func:`min_bandwidth_for_efficiency` → :class:`BandwidthResult` — the
   smallest link bandwidth reaching a target scaling efficiency;
 * errors :class:`UnreliableProfileError` and :class:`InfeasibleError`
-  (both ``ValueError``).
+  (both ``ValueError``);
+* the report (:func:`build_report`, :func:`write_report`,
+  :func:`iteration_timeline`, :func:`profile_summary`) and the main job
+  (:func:`run_main_job`);
+* text helpers shared with the CLI: :func:`format_percent`,
+  :func:`format_table`, :func:`series_label`, :func:`jsonable`.
 """
 
+from calibration import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
+
+from ._format import format_percent as format_percent
+from ._format import format_table as format_table
+from ._format import jsonable as jsonable
+from ._format import series_label as series_label
 from ._predict import PREDICTION_LEVEL as PREDICTION_LEVEL
 from ._predict import predict_collective as predict_collective
 from ._predict import predict_iterations as predict_iterations
 from ._recommend import OBJECTIVES as OBJECTIVES
-from ._recommend import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
 from ._recommend import Configuration as Configuration
 from ._recommend import Curve as Curve
 from ._recommend import InfeasibleError as InfeasibleError

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel import BUSBW_FACTOR, format_seconds
+
 __all__ = [
     "CollectiveSeries",
     "ScalingCurve",
@@ -303,8 +305,6 @@ def plot_busbw(series: Sequence[CollectiveSeries], path: str | os.PathLike) -> P
     Raises:
         ValueError: if ``series`` is empty.
     """
-    from costmodel import BUSBW_FACTOR
-
     _check_nonempty("series", series)
     groups = _by_collective(series)
     ncol = min(3, len(groups))
@@ -366,54 +366,58 @@ def plot_scaling(
     nsmall = math.ceil(len(curves) / ncol)
     fig = _figure(13.0, 4.2 + 2.6 * nsmall)
     gs = fig.add_gridspec(1 + nsmall, 12, height_ratios=[1.6] + [1.0] * nsmall)
-    ax_t, ax_x, ax_e = (fig.add_subplot(gs[0, 4 * i : 4 * i + 4]) for i in range(3))
-    scale, unit = _time_unit(np.concatenate([np.asarray(c.iteration_s, float) for c in curves]))
+    top = [fig.add_subplot(gs[0, 4 * i : 4 * i + 4]) for i in range(3)]
     colours = [arch_colour(c.architecture, i, c.label) for i, c in enumerate(curves)]
     rec_curve = next((c for c in curves if recommended and c.label == recommended[0]), None)
+    _scaling_overview(top, curves, colours, rec_curve, recommended)
+    panels = []
+    width = 12 // ncol
+    for i, (c, col) in enumerate(zip(curves, colours, strict=True)):
+        r, q = divmod(i, ncol)
+        share = panels[0] if panels else None
+        panels.append(fig.add_subplot(gs[1 + r, q * width : (q + 1) * width], sharey=share))
+        _scaling_panel(panels[-1], c, col, rec_curve)
+    for ax in top + panels:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(_int_formatter())
+        ax.set_xlabel("workers", fontsize=8 if ax in panels else None)
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(
+        "Scaling per architecture: each point is that architecture's best "
+        "configuration at that worker count"
+    )
+    return _save(fig, path)
+
+
+def _scaling_overview(axes, curves, colours, rec_curve, recommended) -> None:
+    """The top row: iteration time, throughput and efficiency of every curve together."""
+    ax_t, ax_x, ax_e = axes
+    scale, unit = _time_unit(np.concatenate([np.asarray(c.iteration_s, float) for c in curves]))
     for c, col in zip(curves, colours, strict=True):
         n = np.asarray(c.workers, float)
-        t = np.asarray(c.iteration_s, float)
-        is_rec = c is rec_curve
-        lw = 2.4 if is_rec else 1.4
-        ax_t.plot(n, t / scale, "-", color=col, lw=lw, label=c.label, zorder=3)
-        ax_x.plot(
-            n, np.asarray(c.throughput, float), "-", color=col, lw=lw, label=c.label, zorder=3
-        )
-        ax_e.plot(
-            n,
+        lw = 2.4 if c is rec_curve else 1.4
+        ys = (
+            np.asarray(c.iteration_s, float) / scale,
+            np.asarray(c.throughput, float),
             100.0 * np.asarray(c.efficiency, float),
-            "-",
-            color=col,
-            lw=lw,
-            label=c.label,
-            zorder=3,
         )
-        if is_rec:
-            ax_t.fill_between(
-                n,
-                np.asarray(c.low_s, float) / scale,
-                np.asarray(c.high_s, float) / scale,
-                color=col,
-                alpha=0.15,
-                lw=0,
-                label=f"90% interval ({c.label})",
+        for ax, y in zip(axes, ys, strict=True):
+            ax.plot(n, y, "-", color=col, lw=lw, label=c.label, zorder=3)
+        if c is rec_curve:
+            bands = (
+                (ax_t, np.asarray(c.low_s, float) / scale, np.asarray(c.high_s, float) / scale),
+                (ax_x, np.asarray(c.throughput_low, float), np.asarray(c.throughput_high, float)),
             )
-            ax_x.fill_between(
-                n,
-                np.asarray(c.throughput_low, float),
-                np.asarray(c.throughput_high, float),
-                color=col,
-                alpha=0.15,
-                lw=0,
-                label=f"90% interval ({c.label})",
-            )
+            for ax, lo, hi in bands:
+                ax.fill_between(
+                    n, lo, hi, color=col, alpha=0.15, lw=0, label=f"90% interval ({c.label})"
+                )
             k = int(np.argmin(np.abs(n - recommended[1])))
             kw = dict(
                 marker="*", ms=15, color=col, mec="k", zorder=5, ls="none", label="recommended"
             )
-            ax_t.plot(n[k], t[k] / scale, **kw)
-            ax_x.plot(n[k], float(np.asarray(c.throughput)[k]), **kw)
-            ax_e.plot(n[k], 100.0 * float(np.asarray(c.efficiency)[k]), **kw)
+            for ax, y in zip(axes, ys, strict=True):
+                ax.plot(n[k], float(y[k]), **kw)
     n_all = np.unique(np.concatenate([np.asarray(c.workers, float) for c in curves]))
     base = max(
         (float(np.asarray(c.throughput)[0]) for c in curves if c.workers[0] == 1),
@@ -432,49 +436,35 @@ def plot_scaling(
     ax_e.set_title("Scaling efficiency")
     ax_e.legend(fontsize=7, loc="lower left")
     ax_x.legend(fontsize=7, loc="upper left")
-    axes = [ax_t, ax_x, ax_e]
-    width = 12 // ncol
-    share = None
-    for i, (c, col) in enumerate(zip(curves, colours, strict=True)):
-        r, q = divmod(i, ncol)
-        ax = fig.add_subplot(gs[1 + r, q * width : (q + 1) * width], sharey=share)
-        share = share or ax
-        n = np.asarray(c.workers, float)
-        ax.fill_between(
-            n,
-            np.asarray(c.throughput_low, float),
-            np.asarray(c.throughput_high, float),
-            color=col,
-            alpha=0.25,
-            lw=0,
-            label="90% interval",
-        )
-        ax.plot(n, np.asarray(c.throughput, float), "-", color=col, lw=1.8, label=c.label)
-        if rec_curve is not None and c is not rec_curve:
-            ax.plot(
-                np.asarray(rec_curve.workers, float),
-                np.asarray(rec_curve.throughput, float),
-                "--",
-                color="k",
-                lw=0.9,
-                label=f"{rec_curve.label} (recommended)",
-            )
-        ax.set_yscale("log")
-        ax.set_title(f"{c.label}: throughput", fontsize=9)
-        ax.set_ylabel("samples/s", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6, loc="upper left")
-        axes.append(ax)
-    for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(_int_formatter())
-        ax.set_xlabel("workers", fontsize=8 if ax not in (ax_t, ax_x, ax_e) else None)
-        ax.grid(True, alpha=0.3)
-    fig.suptitle(
-        "Scaling per architecture: each point is that architecture's best "
-        "configuration at that worker count"
+
+
+def _scaling_panel(ax, c: ScalingCurve, col: str, rec_curve) -> None:
+    """One architecture's throughput with its own band, and the recommended line for reference."""
+    n = np.asarray(c.workers, float)
+    ax.fill_between(
+        n,
+        np.asarray(c.throughput_low, float),
+        np.asarray(c.throughput_high, float),
+        color=col,
+        alpha=0.25,
+        lw=0,
+        label="90% interval",
     )
-    return _save(fig, path)
+    ax.plot(n, np.asarray(c.throughput, float), "-", color=col, lw=1.8, label=c.label)
+    if rec_curve is not None and c is not rec_curve:
+        ax.plot(
+            np.asarray(rec_curve.workers, float),
+            np.asarray(rec_curve.throughput, float),
+            "--",
+            color="k",
+            lw=0.9,
+            label=f"{rec_curve.label} (recommended)",
+        )
+    ax.set_yscale("log")
+    ax.set_title(f"{c.label}: throughput", fontsize=9)
+    ax.set_ylabel("samples/s", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, loc="upper left")
 
 
 def plot_bucket_sweep(
@@ -580,68 +570,21 @@ def plot_timeline(timelines: Sequence[Timeline], path: str | os.PathLike) -> Pat
     """
     from matplotlib.patches import Patch
 
-    from costmodel import format_seconds
-
     _check_nonempty("timelines", timelines)
     scale, unit = _time_unit(np.array([t.iteration_s for t in timelines]))
     fig = _figure(11.0, 1.1 + 1.15 * len(timelines))
     ax = fig.add_subplot()
-    colours = {
-        "forward": "#4c72b0",
-        "backward": ("#55a868", "#8cc99a"),
-        "comm": ("#c44e52", "#e38d8f"),
-        "phase2": "#dd8452",
-        "update": "#8172b3",
-        "overhead": "#937860",
-    }
     yticks, ylabels = [], []
-    h = 0.38
     for i, tl in enumerate(timelines):
         y0 = (len(timelines) - 1 - i) * 1.2
         yc, yn = y0 + 0.45, y0
-        yticks += [yc + h / 2, yn + h / 2]
+        yticks += [yc + _LANE / 2, yn + _LANE / 2]
         ylabels += [f"{tl.label}\ncompute", "network"]
-        s = 1.0 / scale
-        f = tl.forward_s
-        ax.broken_barh([(0, f * s)], (yc, h), color=colours["forward"])
-        edges = np.concatenate([[0.0], np.asarray(tl.ready_s, float) - f])
-        edges = np.clip(edges, 0.0, tl.backward_s)
-        edges[-1] = tl.backward_s
-        for b in range(len(edges) - 1):
-            w = edges[b + 1] - edges[b]
-            if w > 0:
-                ax.broken_barh(
-                    [((f + edges[b]) * s, w * s)], (yc, h), color=colours["backward"][b % 2]
-                )
-        for b in range(len(tl.start_s)):
-            ax.broken_barh(
-                [(tl.start_s[b] * s, (tl.end_s[b] - tl.start_s[b]) * s)],
-                (yn, h),
-                color=colours["comm"][b % 2],
-                lw=0,
-            )
-            if tl.phase2_s[b] > 0:
-                ax.broken_barh(
-                    [(tl.phase2_start_s[b] * s, tl.phase2_s[b] * s)],
-                    (yn, h),
-                    color=colours["phase2"],
-                    lw=0,
-                )
-        ax.broken_barh([(tl.update_start_s * s, tl.update_s * s)], (yc, h), color=colours["update"])
-        ax.broken_barh(
-            [(tl.overhead_start_s * s, tl.overhead_s * s)], (yc, h), color=colours["overhead"]
-        )
-        bwd_end = f + tl.backward_s
-        last = float(np.max(tl.end_s)) if len(tl.end_s) else bwd_end
-        hatch = dict(facecolor="none", edgecolor="k", hatch="///", lw=0.6)
-        if last > bwd_end:  # phase 1 past the end of backward: on the critical path
-            ax.broken_barh([(bwd_end * s, (last - bwd_end) * s)], (yn, h), **hatch)
-        p2 = float(np.sum(tl.phase2_s))
-        if p2 > 0:  # phase 2 never overlaps compute
-            ax.broken_barh([(float(tl.phase2_start_s[0]) * s, p2 * s)], (yn, h), **hatch)
+        _compute_lane(ax, tl, yc, 1.0 / scale)
+        _network_lane(ax, tl, yn, 1.0 / scale)
         ax.text(
-            tl.iteration_s * s,
-            yc + h / 2,
+            tl.iteration_s / scale,
+            yc + _LANE / 2,
             f"  {format_seconds(tl.iteration_s)}\n  exposed {format_seconds(tl.exposed_s)}",
             fontsize=7,
             va="center",
@@ -653,17 +596,69 @@ def plot_timeline(timelines: Sequence[Timeline], path: str | os.PathLike) -> Pat
     ax.set_title("One iteration: compute and communication per bucket")
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_xlim(0, max(t.iteration_s for t in timelines) * 1.15 / scale)
+    c = _TIMELINE_COLOURS
     handles = [
-        Patch(color=colours["forward"], label="forward"),
-        Patch(color=colours["backward"][0], label="backward (per bucket)"),
-        Patch(color=colours["comm"][0], label="bucket communication"),
-        Patch(color=colours["phase2"], label="second phase (pull / all-gather)"),
-        Patch(color=colours["update"], label="update"),
-        Patch(color=colours["overhead"], label="fixed overhead"),
+        Patch(color=c["forward"], label="forward"),
+        Patch(color=c["backward"][0], label="backward (per bucket)"),
+        Patch(color=c["comm"][0], label="bucket communication"),
+        Patch(color=c["phase2"], label="second phase (pull / all-gather)"),
+        Patch(color=c["update"], label="update"),
+        Patch(color=c["overhead"], label="fixed overhead"),
         Patch(facecolor="none", edgecolor="k", hatch="///", label="exposed communication"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7)
     return _save(fig, path)
+
+
+#: The timeline's colours (pairs alternate from bucket to bucket).
+_TIMELINE_COLOURS = {
+    "forward": "#4c72b0",
+    "backward": ("#55a868", "#8cc99a"),
+    "comm": ("#c44e52", "#e38d8f"),
+    "phase2": "#dd8452",
+    "update": "#8172b3",
+    "overhead": "#937860",
+}
+_LANE = 0.38  # height of a lane
+
+
+def _compute_lane(ax, tl: Timeline, y: float, s: float) -> None:
+    """Forward, backward split at each bucket's ready time, update, overhead (``s``: 1/unit)."""
+    c, h, f = _TIMELINE_COLOURS, _LANE, tl.forward_s
+    ax.broken_barh([(0, f * s)], (y, h), color=c["forward"])
+    edges = np.concatenate([[0.0], np.asarray(tl.ready_s, float) - f])
+    edges = np.clip(edges, 0.0, tl.backward_s)
+    edges[-1] = tl.backward_s
+    for b in range(len(edges) - 1):
+        w = edges[b + 1] - edges[b]
+        if w > 0:
+            ax.broken_barh([((f + edges[b]) * s, w * s)], (y, h), color=c["backward"][b % 2])
+    ax.broken_barh([(tl.update_start_s * s, tl.update_s * s)], (y, h), color=c["update"])
+    ax.broken_barh([(tl.overhead_start_s * s, tl.overhead_s * s)], (y, h), color=c["overhead"])
+
+
+def _network_lane(ax, tl: Timeline, y: float, s: float) -> None:
+    """Each bucket's phases 1 and 2, the exposed part hatched (``s``: 1/unit)."""
+    c, h = _TIMELINE_COLOURS, _LANE
+    for b in range(len(tl.start_s)):
+        ax.broken_barh(
+            [(tl.start_s[b] * s, (tl.end_s[b] - tl.start_s[b]) * s)],
+            (y, h),
+            color=c["comm"][b % 2],
+            lw=0,
+        )
+        if tl.phase2_s[b] > 0:
+            ax.broken_barh(
+                [(tl.phase2_start_s[b] * s, tl.phase2_s[b] * s)], (y, h), color=c["phase2"], lw=0
+            )
+    bwd_end = tl.forward_s + tl.backward_s
+    last = float(np.max(tl.end_s)) if len(tl.end_s) else bwd_end
+    hatch = dict(facecolor="none", edgecolor="k", hatch="///", lw=0.6)
+    if last > bwd_end:  # phase 1 past the end of backward: on the critical path
+        ax.broken_barh([(bwd_end * s, (last - bwd_end) * s)], (y, h), **hatch)
+    p2 = float(np.sum(tl.phase2_s))
+    if p2 > 0:  # phase 2 never overlaps compute
+        ax.broken_barh([(float(tl.phase2_start_s[0]) * s, p2 * s)], (y, h), **hatch)
 
 
 # --------------------------------------------------------------------------- sensitivity

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from calibration import RELIABLE_P90_LIMIT
 from costmodel import (
     Breakdown,
     Workload,
@@ -28,6 +29,7 @@ from costmodel import (
     format_choices,
 )
 
+from ._format import format_percent
 from ._search import (
     Sweep,
     TimeSpec,
@@ -47,7 +49,6 @@ from ._uncertainty import as_profile, flat_covariance, heldout_p90, parameter_dr
 
 __all__ = [
     "OBJECTIVES",
-    "RELIABLE_P90_LIMIT",
     "Configuration",
     "Curve",
     "Recommendation",
@@ -58,9 +59,6 @@ __all__ = [
 
 #: Objectives :func:`recommend` accepts.
 OBJECTIVES = ("throughput", "cost", "efficiency", "min-workers")
-
-#: The calibration's limit on the held-out p90 error above which the tuner refuses.
-RELIABLE_P90_LIMIT = 0.15
 
 #: Random parameter draws for :attr:`Recommendation.p_best`.
 P_BEST_DRAWS = 200
@@ -754,10 +752,6 @@ def _p_best(ctx, profile, chosen: _Row, others: list[_Row], scorer: _Scorer) -> 
 # ---------------------------------------------------------------------------
 # Rationale and warnings
 # ---------------------------------------------------------------------------
-def _pct(x: float) -> str:
-    return f"{100.0 * x:.0f}%"
-
-
 def _arc_elasticity(params, ctx, row: _Row, **factors) -> float:
     """log(T(θ·2) / T(θ)) / log 2 for the given parameters doubled (exact model)."""
     p2 = params.scaled(**{k: 2.0 for k in factors})
@@ -784,9 +778,9 @@ def _rationale(params, ctx, chosen: _Row, others: list[_Row], scorer, memory_not
     if exposed < 0.10:
         hidden = "overlapped with backward" if v.overlaps else "short"
         parts.append(
-            f"Compute-bound: {_pct(comp)} of the {bd['iteration_s'] * 1e3:.4g} ms step is "
+            f"Compute-bound: {format_percent(comp, 0)} of the {bd['iteration_s'] * 1e3:.4g} ms step is "
             f"forward and backward compute; communication is {hidden} "
-            f"(exposed: {_pct(exposed)})."
+            f"(exposed: {format_percent(exposed, 0)})."
         )
     else:
         lat = _arc_elasticity(params, ctx, chosen, alpha=1, call_overhead=1)
@@ -795,21 +789,21 @@ def _rationale(params, ctx, chosen: _Row, others: list[_Row], scorer, memory_not
         if server_bound and bw >= lat:
             ratio = chosen.n / max(chosen.k, 1)
             parts.append(
-                f"Server congestion: {_pct(exposed)} of the step is exposed communication, "
+                f"Server congestion: {format_percent(exposed, 0)} of the step is exposed communication, "
                 f"and each of the {chosen.k} server links carries {ratio:.3g}× a worker's "
-                f"traffic (doubling link times would lengthen the step by {_pct(2**bw - 1)})."
+                f"traffic (doubling link times would lengthen the step by {format_percent(2**bw - 1, 0)})."
             )
         elif bw >= lat:
             parts.append(
-                f"Bandwidth-bound: {_pct(exposed)} of the step is exposed communication; "
-                f"halving the bandwidth would lengthen the step by {_pct(2**bw - 1)}, "
-                f"doubling latency by {_pct(2**lat - 1)}."
+                f"Bandwidth-bound: {format_percent(exposed, 0)} of the step is exposed communication; "
+                f"halving the bandwidth would lengthen the step by {format_percent(2**bw - 1, 0)}, "
+                f"doubling latency by {format_percent(2**lat - 1, 0)}."
             )
         else:
             parts.append(
-                f"Latency-bound: {_pct(exposed)} of the step is exposed communication, "
+                f"Latency-bound: {format_percent(exposed, 0)} of the step is exposed communication, "
                 f"dominated by per-message latency (doubling it would lengthen the step by "
-                f"{_pct(2**lat - 1)}; halving the bandwidth by {_pct(2**bw - 1)})."
+                f"{format_percent(2**lat - 1, 0)}; halving the bandwidth by {format_percent(2**bw - 1, 0)})."
             )
     if others:
         o = others[0]
@@ -823,7 +817,7 @@ def _rationale(params, ctx, chosen: _Row, others: list[_Row], scorer, memory_not
                 f"The best other architecture, {where}, costs practically the same per sample "
                 "(within 0.5%)."
                 if gain < 0.005
-                else f"It costs {_pct(gain)} less per sample than the best other "
+                else f"It costs {format_percent(gain, 0)} less per sample than the best other "
                 f"architecture, {where}."
             )
         elif scorer.objective == "min-workers" and o.n > chosen.n:
@@ -833,13 +827,13 @@ def _rationale(params, ctx, chosen: _Row, others: list[_Row], scorer, memory_not
             parts.append(
                 f"The best other architecture, {where}, is practically as fast (within 0.5%)."
                 if abs(gain) < 0.005
-                else f"It is {_pct(gain)} faster than the best other architecture, {where}, "
+                else f"It is {format_percent(gain, 0)} faster than the best other architecture, {where}, "
                 f"{o.thr:,.0f} samples/s."
             )
     if scorer.objective == "efficiency":
         parts.append(
-            f"Scaling efficiency {_pct(chosen.eff)} meets the floor of "
-            f"{_pct(scorer.min_efficiency)}."
+            f"Scaling efficiency {format_percent(chosen.eff, 0)} meets the floor of "
+            f"{format_percent(scorer.min_efficiency, 0)}."
         )
     if scorer.objective == "min-workers":
         parts.append(
@@ -893,8 +887,8 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
     out = []
     if forced_unreliable:
         out.append(
-            f"unreliable profile: held-out p90 error {_pct(heldout_p90(profile))} is over the "
-            f"{_pct(RELIABLE_P90_LIMIT)} limit; this recommendation was forced and may be wrong"
+            f"unreliable profile: held-out p90 error {format_percent(heldout_p90(profile), 0)} is over the "
+            f"{format_percent(RELIABLE_P90_LIMIT, 0)} limit; this recommendation was forced and may be wrong"
         )
     if bare:
         out.append(
@@ -993,6 +987,10 @@ def recommend(
 ) -> Recommendation:
     """Recommend the architecture, servers, worker count and bucket size for a workload.
 
+    (Long for its documentation only: the body checks the arguments, then
+    runs the named steps — sweep, best per variant, refinement, memory note,
+    alternatives, assembly.)
+
     Search: every architecture variant — ``ps`` with dedicated and with
     colocated servers (k ∈ ``servers``, default the powers of two ≤ n),
     ``p2p``, ``ring``, ``tree``, and with ``ranks_per_node`` > 1 also
@@ -1085,16 +1083,68 @@ def recommend(
             f"got {type(workload).__name__}"
         )
     prof = as_profile(profile)
-    bare = bool(getattr(prof, "bare", False))
-    params = prof.params
     workers = worker_grid(max_workers, ranks_per_node)
     variants = resolve_variants(architectures, ranks_per_node)
-    min_efficiency = _positive("min_efficiency", min_efficiency, "--min-efficiency", upper=1.0)
-    target = _positive("target_throughput", target_throughput, "--target-throughput")
-    price = _positive("price_per_hour", price_per_hour, "--price-per-hour")
-    server_price = _positive(
-        "server_price_per_hour", server_price_per_hour, "--server-price-per-hour"
+    scorer = _check_scorer(
+        objective,
+        variants,
+        min_efficiency,
+        target_throughput,
+        price_per_hour,
+        server_price_per_hour,
     )
+    _check_global_batch(global_batch, workers)
+    osf = _check_optimizer_state(optimizer_state_factor)
+    memory = (
+        float(np.asarray(prof.params.memory_bytes))
+        if device_memory_bytes is None
+        else _positive("device_memory_bytes", device_memory_bytes, "--device-memory")
+    )
+    servers = _check_servers(servers)
+    reliable = _check_reliable(prof, force)
+
+    ctx = _Context(prof, workload, int(ranks_per_node), global_batch)
+    caps = bucket_grid(bucket_bytes, float(workload.total_param_bytes))
+    sweeps, excluded = _sweep_variants(ctx, variants, workers, caps, servers, memory, osf)
+    best, keys, masks = _best_per_variant(sweeps, scorer)
+    status, message = "ok", ""
+    if not best:
+        status = "infeasible"
+        message, fallback = _infeasible(sweeps, scorer, memory)
+        best = {fallback.variant.label: fallback}
+    elif refine:
+        _refine_leaders(ctx, sweeps, best, caps, scorer)
+    ranked = sorted(best.values(), key=lambda r: _row_key(scorer, r))
+    chosen, others = ranked[0], ranked[1:]
+    memory_note = (
+        _memory_note(ctx, sweeps, keys, scorer, chosen, excluded, osf) if status == "ok" else ""
+    )
+    alt_rows = _alternatives(sweeps, masks, keys, scorer, chosen, others, status == "ok")
+    rec = _assemble(
+        ctx,
+        scorer,
+        variants,
+        chosen,
+        others,
+        alt_rows,
+        memory_note=memory_note,
+        excluded=excluded,
+        sweeps=sweeps,
+        status=status,
+        message=message,
+        reliable=reliable,
+    )
+    if status == "infeasible" and on_infeasible == "raise":
+        raise InfeasibleError(message, rec)
+    return rec
+
+
+def _check_scorer(objective, variants, min_efficiency, target, price, server_price) -> _Scorer:
+    """The objective's scorer, once the numbers it needs are present and in range."""
+    min_efficiency = _positive("min_efficiency", min_efficiency, "--min-efficiency", upper=1.0)
+    target = _positive("target_throughput", target, "--target-throughput")
+    price = _positive("price_per_hour", price, "--price-per-hour")
+    server_price = _positive("server_price_per_hour", server_price, "--server-price-per-hour")
     if objective == "efficiency" and min_efficiency is None:
         raise ValueError(
             "objective 'efficiency' needs min_efficiency, the scaling-efficiency floor in (0, 1] "
@@ -1116,16 +1166,24 @@ def recommend(
                 "(--server-price-per-hour), or leave dedicated ps out of the search "
                 "(--arch without 'ps', or 'ps_colocated')"
             )
-    if global_batch is not None:
-        if isinstance(global_batch, bool) or not isinstance(global_batch, int | np.integer):
-            raise ValueError(f"global_batch must be an integer ≥ 1, got {global_batch!r}")
-        if global_batch < 1:
-            raise ValueError(f"global_batch must be ≥ 1, got {global_batch} (--global-batch)")
-        if global_batch < workers[0]:
-            raise ValueError(
-                f"global_batch={global_batch} is smaller than the fewest workers searched "
-                f"({workers[0]}): every worker needs at least one sample"
-            )
+    return _Scorer(objective, price, server_price, min_efficiency, target)
+
+
+def _check_global_batch(global_batch, workers: np.ndarray) -> None:
+    if global_batch is None:
+        return
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int | np.integer):
+        raise ValueError(f"global_batch must be an integer ≥ 1, got {global_batch!r}")
+    if global_batch < 1:
+        raise ValueError(f"global_batch must be ≥ 1, got {global_batch} (--global-batch)")
+    if global_batch < workers[0]:
+        raise ValueError(
+            f"global_batch={global_batch} is smaller than the fewest workers searched "
+            f"({workers[0]}): every worker needs at least one sample"
+        )
+
+
+def _check_optimizer_state(optimizer_state_factor) -> float:
     try:
         osf = float(optimizer_state_factor)
     except (TypeError, ValueError):
@@ -1135,58 +1193,63 @@ def recommend(
             f"optimizer_state_factor must be ≥ 0 (SGD 0, momentum 1, Adam 2), "
             f"got {optimizer_state_factor!r}"
         )
-    if device_memory_bytes is not None:
-        memory = _positive("device_memory_bytes", device_memory_bytes, "--device-memory")
-    else:
-        memory = float(np.asarray(params.memory_bytes))
-    if servers is not None:
-        servers = [int(s) for s in servers]
-        if not servers or min(servers) < 1:
-            raise ValueError(f"servers must be integers ≥ 1, got {servers!r}")
+    return osf
 
-    p90 = heldout_p90(prof)
+
+def _check_servers(servers) -> list[int] | None:
+    if servers is None:
+        return None
+    servers = [int(s) for s in servers]
+    if not servers or min(servers) < 1:
+        raise ValueError(f"servers must be integers ≥ 1, got {servers!r}")
+    return servers
+
+
+def _check_reliable(prof, force: bool) -> bool:
+    """The profile's reliability; refuses an unreliable one unless ``force``."""
     reliable = bool(getattr(prof, "reliable", True))
     if not reliable and not force:
-        shown = "unknown" if not math.isfinite(p90) else _pct(p90)
+        p90 = heldout_p90(prof)
+        shown = "unknown" if not math.isfinite(p90) else format_percent(p90, 0)
         raise UnreliableProfileError(
-            f"the profile's held-out p90 error is {shown}, over the {_pct(RELIABLE_P90_LIMIT)} "
+            f"the profile's held-out p90 error is {shown}, over the {format_percent(RELIABLE_P90_LIMIT, 0)} "
             "limit: its predictions are not trustworthy enough to recommend from. Recalibrate "
             "with more measurements, or pass --force (force=True) to get a recommendation "
             "marked unreliable."
         )
+    return reliable
 
-    ctx = _Context(prof, workload, int(ranks_per_node), global_batch)
-    caps = bucket_grid(bucket_bytes, float(workload.total_param_bytes))
-    scorer = _Scorer(objective, price, server_price, min_efficiency, target)
 
-    # --- exhaustive sweep ----------------------------------------------------------
+def _sweep_variants(ctx: _Context, variants, workers, caps, servers, memory: float, osf: float):
+    """Every variant's exhaustive :class:`Sweep`, and what memory excluded."""
     sweeps: dict[str, Sweep] = {}
     for v in variants:
         sweeps[v.label] = sweep(
-            params,
-            workload,
+            ctx.profile.params,
+            ctx.workload,
             v,
             workers,
             caps,
-            ranks_per_node=ranks_per_node,
+            ranks_per_node=ctx.ranks_per_node,
             servers=servers,
-            global_batch=global_batch,
+            global_batch=ctx.global_batch,
             memory_bytes=memory,
             optimizer_state_factor=osf,
         )
-    total = sum(len(s) for s in sweeps.values())
-    n_worker_mem = sum(int(np.sum(s.worker_bytes > memory)) for s in sweeps.values())
-    n_server_mem = sum(
-        int(np.sum((s.server_bytes > memory) & (s.worker_bytes <= memory))) for s in sweeps.values()
-    )
     excluded = {
-        "total": total,
-        "worker_memory": n_worker_mem,
-        "server_memory": n_server_mem,
+        "total": sum(len(s) for s in sweeps.values()),
+        "worker_memory": sum(int(np.sum(s.worker_bytes > memory)) for s in sweeps.values()),
+        "server_memory": sum(
+            int(np.sum((s.server_bytes > memory) & (s.worker_bytes <= memory)))
+            for s in sweeps.values()
+        ),
         "memory_bytes": memory,
     }
+    return sweeps, excluded
 
-    # --- best per variant under memory + constraints -------------------------------
+
+def _best_per_variant(sweeps: dict[str, Sweep], scorer: _Scorer):
+    """Per variant: its best row under memory and the constraints, its keys, its mask."""
     best: dict[str, _Row] = {}
     keys: dict[str, np.ndarray] = {}
     masks: dict[str, np.ndarray] = {}
@@ -1197,118 +1260,129 @@ def recommend(
         if ok.any():
             idx = np.flatnonzero(ok)
             best[label] = _row(sw, int(idx[_argbest(keys[label][idx])]))
+    return best, keys, masks
 
-    status, message, memory_note = "ok", "", ""
-    if not best:
-        status = "infeasible"
-        message, fallback = _infeasible(sweeps, scorer, memory)
-        best = {fallback.variant.label: fallback}
 
-    # --- continuous refinement of the leading overlapping configurations -----------
-    if refine and status == "ok":
-        lead = min(best.values(), key=lambda r: _row_key(scorer, r))
-        lead_key = _row_key(scorer, lead)
-        for label, r in list(best.items()):
-            if not r.variant.overlaps:
-                continue
-            k0 = _row_key(scorer, r)
-            close = r is lead or _close(k0, lead_key, scorer)
-            if close:
-                best[label] = _refine(ctx, params, sweeps[label], r, caps, scorer)
+def _refine_leaders(ctx: _Context, sweeps, best: dict, caps, scorer: _Scorer) -> None:
+    """Refine the bucket size of overlapping variants close to the lead (in place)."""
+    lead = min(best.values(), key=lambda r: _row_key(scorer, r))
+    lead_key = _row_key(scorer, lead)
+    for label, r in list(best.items()):
+        if r.variant.overlaps and (r is lead or _close(_row_key(scorer, r), lead_key, scorer)):
+            best[label] = _refine(ctx, ctx.profile.params, sweeps[label], r, caps, scorer)
 
-    ranked = sorted(best.values(), key=lambda r: _row_key(scorer, r))
-    chosen, others = ranked[0], ranked[1:]
 
-    # memory: did the exclusion change the answer?
-    if status == "ok" and (n_worker_mem or n_server_mem):
-        free = []
-        for _label, sw in sweeps.items():
-            ok = scorer.constraints(sw.throughput, sw.efficiency)
-            if ok.any():
-                idx = np.flatnonzero(ok)
-                free.append(_row(sw, int(idx[_argbest(keys[_label][idx])])))
-        if free:
-            unconstrained = min(free, key=lambda r: _row_key(scorer, r))
-            if _row_key(scorer, unconstrained) < _row_key(scorer, chosen):
-                wb, sb = memory_need(
-                    workload, unconstrained.variant, unconstrained.n, max(unconstrained.k, 1), osf
-                )
-                need = max(float(wb), float(sb))
-                memory_note = (
-                    f"Memory bounds the choice: {unconstrained.variant.label} with "
-                    f"{unconstrained.n} workers would be better but needs "
-                    f"{format_bytes(need)} per device, over the {format_bytes(memory)} available."
-                )
+def _memory_note(ctx: _Context, sweeps, keys, scorer: _Scorer, chosen: _Row, excluded, osf) -> str:
+    """A sentence when excluding what does not fit in memory changed the answer, else ``""``."""
+    if not (excluded["worker_memory"] or excluded["server_memory"]):
+        return ""
+    free = []
+    for label, sw in sweeps.items():
+        ok = scorer.constraints(sw.throughput, sw.efficiency)
+        if ok.any():
+            idx = np.flatnonzero(ok)
+            free.append(_row(sw, int(idx[_argbest(keys[label][idx])])))
+    if not free:
+        return ""
+    unconstrained = min(free, key=lambda r: _row_key(scorer, r))
+    if not _row_key(scorer, unconstrained) < _row_key(scorer, chosen):
+        return ""
+    u = unconstrained
+    wb, sb = memory_need(ctx.workload, u.variant, u.n, max(u.k, 1), osf)
+    need = max(float(wb), float(sb))
+    return (
+        f"Memory bounds the choice: {u.variant.label} with {u.n} workers would be better but "
+        f"needs {format_bytes(need)} per device, over the "
+        f"{format_bytes(excluded['memory_bytes'])} available."
+    )
 
-    # --- alternatives: distinct architectures first, then the next-best ------------
+
+def _alternatives(sweeps, masks, keys, scorer, chosen: _Row, others: list, fill: bool) -> list:
+    """Up to five runner-ups: the other variants' bests, then (``fill``) the next-best rows."""
     alt_rows = list(others[:5])
-    if len(alt_rows) < 5 and status == "ok":
-        taken = {(r.variant, r.n, r.k, r.b) for r in [chosen, *alt_rows]}
-        pool = []
-        for label, sw in sweeps.items():
-            idx = np.flatnonzero(masks[label])
-            if idx.size == 0:
-                continue
-            kk = keys[label][idx]
-            order = idx[np.lexsort((kk[:, 1], kk[:, 0]))][: 5 + len(taken)]
-            pool += [_row(sw, int(i)) for i in order]
-        pool.sort(key=lambda r: _row_key(scorer, r))
-        for r in pool:
-            if len(alt_rows) >= 5:
-                break
-            key = (r.variant, r.n, r.k, r.b)
-            if key not in taken:
-                taken.add(key)
-                alt_rows.append(r)
+    if len(alt_rows) >= 5 or not fill:
+        return alt_rows
+    taken = {(r.variant, r.n, r.k, r.b) for r in [chosen, *alt_rows]}
+    pool = []
+    for label, sw in sweeps.items():
+        idx = np.flatnonzero(masks[label])
+        if idx.size == 0:
+            continue
+        kk = keys[label][idx]
+        order = idx[np.lexsort((kk[:, 1], kk[:, 0]))][: 5 + len(taken)]
+        pool += [_row(sw, int(i)) for i in order]
+    pool.sort(key=lambda r: _row_key(scorer, r))
+    for r in pool:
+        if len(alt_rows) >= 5:
+            break
+        key = (r.variant, r.n, r.k, r.b)
+        if key not in taken:
+            taken.add(key)
+            alt_rows.append(r)
+    return alt_rows
 
-    # --- intervals, p_best, rationale, warnings ------------------------------------
+
+def _configuration(ctx: _Context, scorer: _Scorer, r: _Row, interval) -> Configuration:
+    cost = scorer.cost(r.variant, r.n, r.k, r.thr)
+    return Configuration(
+        r.variant.name,
+        r.variant.colocated,
+        int(r.k),
+        int(r.n),
+        int(ctx.ranks_per_node),
+        int(r.b),
+        float(r.batch),
+        float(r.t),
+        (float(interval[0]), float(interval[1])),
+        float(r.thr),
+        float(r.eff),
+        None if cost is None else float(cost),
+        dict(r.bd),
+        r.refined,
+    )
+
+
+def _assemble(
+    ctx,
+    scorer,
+    variants,
+    chosen,
+    others,
+    alt_rows,
+    *,
+    memory_note,
+    excluded,
+    sweeps,
+    status,
+    message,
+    reliable,
+) -> Recommendation:
+    """Intervals, p_best, rationale and warnings of the chosen rows, as a Recommendation."""
+    prof, bare = ctx.profile, bool(getattr(ctx.profile, "bare", False))
     rows = [chosen, *alt_rows]
     lo_by, hi_by = _intervals(ctx, _spec_rows(ctx, rows), 0.9, [r.t for r in rows])
-
     p_best = _p_best(ctx, prof, chosen, others[:1], scorer) if not bare else float("nan")
-    rationale = _rationale(params, ctx, chosen, others, scorer, memory_note)
+    rationale = _rationale(prof.params, ctx, chosen, others, scorer, memory_note)
     warns = _warnings(prof, ctx, chosen, not reliable, excluded, bare)
     if len(variants) == 1:
         warns.append("only one architecture was searched: p_best does not apply")
-
-    def config(r: _Row, i: int) -> Configuration:
-        cost = scorer.cost(r.variant, r.n, r.k, r.thr)
-        return Configuration(
-            r.variant.name,
-            r.variant.colocated,
-            int(r.k),
-            int(r.n),
-            int(ranks_per_node),
-            int(r.b),
-            float(r.batch),
-            float(r.t),
-            (float(lo_by[i]), float(hi_by[i])),
-            float(r.thr),
-            float(r.eff),
-            None if cost is None else float(cost),
-            dict(r.bd),
-            r.refined,
-        )
-
+    configs = [_configuration(ctx, scorer, r, (lo_by[i], hi_by[i])) for i, r in enumerate(rows)]
     if status == "ok":
-        message = f"recommended: {config(chosen, 0).describe()}"
-    rec = Recommendation(
-        config(chosen, 0),
-        tuple(config(r, i + 1) for i, r in enumerate(alt_rows)),
+        message = f"recommended: {configs[0].describe()}"
+    return Recommendation(
+        configs[0],
+        tuple(configs[1:]),
         p_best,
         rationale,
         tuple(warns),
         reliable,
-        objective,
+        scorer.objective,
         status,
         message,
         excluded,
         sweeps,
         ctx,
     )
-    if status == "infeasible" and on_infeasible == "raise":
-        raise InfeasibleError(message, rec)
-    return rec
 
 
 def _close(k0: tuple, lead: tuple, scorer: _Scorer) -> bool:
@@ -1349,8 +1423,8 @@ def _infeasible(sweeps: dict[str, Sweep], scorer: _Scorer, memory: float):
         if sw.efficiency[i] < scorer.min_efficiency:
             reasons.append(
                 f"no configuration reaches the scaling efficiency floor of "
-                f"{_pct(scorer.min_efficiency)}: the best possible is "
-                f"{_pct(sw.efficiency[i])} ({sw.label}, {sw.workers[i]} workers)"
+                f"{format_percent(scorer.min_efficiency, 0)}: the best possible is "
+                f"{format_percent(sw.efficiency[i], 0)} ({sw.label}, {sw.workers[i]} workers)"
             )
             best = _row(sw, i)
     if scorer.target is not None:
@@ -1366,8 +1440,8 @@ def _infeasible(sweeps: dict[str, Sweep], scorer: _Scorer, memory: float):
         sw, i = max(cands, key=lambda c: c[0].throughput[c[1]])
         best = _row(sw, i)
         reasons.append(
-            f"no configuration meets the efficiency floor of {_pct(scorer.min_efficiency)} and "
+            f"no configuration meets the efficiency floor of {format_percent(scorer.min_efficiency, 0)} and "
             f"{scorer.target:,.0f} samples/s at once: the fastest reaches "
-            f"{sw.throughput[i]:,.0f} samples/s at {_pct(sw.efficiency[i])} efficiency"
+            f"{sw.throughput[i]:,.0f} samples/s at {format_percent(sw.efficiency[i], 0)} efficiency"
         )
     return "; ".join(reasons), best

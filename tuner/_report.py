@@ -7,15 +7,15 @@ paths), ``DIR/report.md`` (the same content for a repository or a chat) and
 from the public APIs (:mod:`costmodel`, the profile, the recommendation) and
 drawn by :mod:`tuner._figures`.
 
-The iteration timeline (:func:`iteration_timeline`) replays the cost model's
-bucket recursion (costmodel/_timeline.py; DESIGN.md "Iteration timeline")
+The iteration timeline (:func:`iteration_timeline`) is
+:func:`costmodel.bucket_schedule`: the cost model's own evaluation of one
+configuration with each bucket's ready, start and end time kept
 
     start_b = max(r_b, end_{b−1}),   end_b = start_b + c_b,
     T = T_fwd + max(T_bwd', end_K) + T_update + Σ_b c2_b + T_overhead
 
-sequentially in numpy, bucket by bucket, so that each bucket's start and end
-can be drawn; its total equals :func:`costmodel.iteration_time` (a test checks
-it).
+(costmodel/_timeline.py; DESIGN.md "Iteration timeline"), so the figure and
+:func:`costmodel.iteration_time` cannot disagree.
 
 References:
     Li et al., "PyTorch Distributed", VLDB 2020 (buckets in reverse order);
@@ -26,20 +26,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import hashlib
 import math
 import os
 import platform
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 
+from calibration import RELIABLE_P90_LIMIT, atomic_write_text, holdout_mask
 from costmodel import (
     DEFAULT_BUCKET_BYTES,
     PARAMETER_UNITS,
-    bucketize,
+    bucket_schedule,
     collective_time,
     format_bytes,
     format_seconds,
@@ -58,6 +61,9 @@ from ._figures import (
     plot_sensitivity,
     plot_timeline,
 )
+from ._format import format_percent, series_label
+from ._search import central_differences
+from ._sensitivity import sensitivity
 
 __all__ = [
     "iteration_timeline",
@@ -95,16 +101,13 @@ def iteration_timeline(
     batch_size: int | None = None,
     colocated: bool = False,
     label: str | None = None,
-    breakdown: Mapping[str, float] | None = None,
 ) -> Timeline:
     """One iteration of one configuration, bucket by bucket, for the timeline figure.
 
-    The compute and update times come from :func:`costmodel.iteration_time`
-    (its :class:`~costmodel.Breakdown`); each bucket's communication from the
-    architecture's ``phase1_s``/``phase2_s`` on the exact bucketing
-    (:func:`costmodel.bucketize`); the recursion start_b = max(r_b, end_{b−1})
-    runs sequentially here. Backward slows by the overlap interference
-    (1 + ι·min(C₁/T_bwd, 1)) when the architecture overlaps, as in the model.
+    The times are :func:`costmodel.bucket_schedule`'s: the cost model's own
+    evaluation of the configuration, with each bucket's ready, start and end
+    time (start_b = max(r_b, end_{b−1})) kept, so the drawing and
+    :func:`costmodel.iteration_time` cannot disagree.
 
     Args:
         params: :class:`costmodel.ClusterParams`.
@@ -118,16 +121,12 @@ def iteration_timeline(
         batch_size: per worker (default: the workload's).
         colocated: ``ps`` servers run on workers.
         label: the configuration's name in the figure (default: built from the above).
-        breakdown: this configuration's :meth:`costmodel.Breakdown.to_dict`
-            when the caller has it already (a tuner sweep): saves evaluating
-            the model again. Only ``forward_s``, ``backward_s``, ``update_s``
-            and ``overhead_s`` are read.
 
     Returns:
         A :class:`tuner._figures.Timeline`, times in seconds from the iteration's start.
 
     Raises:
-        ValueError: as :func:`costmodel.iteration_time` (unknown architecture,
+        ValueError: as :func:`costmodel.bucket_schedule` (unknown architecture,
             workers < 1, negative bucket size, ...).
 
     Example:
@@ -137,56 +136,18 @@ def iteration_timeline(
         >>> len(tl.start_s) == len(tl.bucket_bytes), bool(tl.end_s[-1] <= tl.iteration_s)
         (True, True)
     """
-    import jax.numpy as jnp
-
     arch = get_architecture(str(architecture), colocated=colocated)
-    if breakdown is None:
-        bd = iteration_time(
-            params,
-            workload,
-            arch,
-            workers,
-            ranks_per_node=ranks_per_node,
-            servers=servers,
-            bucket_bytes=bucket_bytes,
-            first_bucket_bytes=first_bucket_bytes,
-            batch_size=batch_size,
-            colocated=False,
-        ).to_dict()
-    else:
-        bd = breakdown
-    fwd, bwd = float(bd["forward_s"]), float(bd["backward_s"])
-    update, overhead = float(bd["update_s"]), float(bd["overhead_s"])
-    sizes, ready_frac = bucketize(workload, bucket_bytes, first_bucket_bytes)
-    K = len(sizes)
-    dtype = jnp.asarray(params.alpha_s).dtype
-
-    def full(v):
-        return jnp.full((K,), float(v), dtype=dtype)
-
-    s = jnp.asarray(sizes, dtype=dtype)
-    n, g, k = full(workers), full(ranks_per_node), full(servers)
-    c1, c2 = (np.asarray(c, dtype=np.float64) for c in _phase_times(arch, params, s, n, g, k))
-    C1 = float(c1.sum())
-    if arch.overlaps:
-        frac = min(C1 / max(bwd, 1e-30), 1.0)
-        bwd_eff = bwd * (1.0 + float(params.overlap_interference) * frac)
-        ready = fwd + np.asarray(ready_frac) * bwd_eff
-    else:
-        bwd_eff = bwd
-        ready = np.full(K, fwd + bwd)
-    start, end = np.zeros(K), np.zeros(K)
-    prev = -math.inf
-    for b in range(K):
-        start[b] = max(ready[b], prev)
-        end[b] = start[b] + c1[b]
-        prev = end[b]
-    core_end = max(fwd + bwd_eff, float(end[-1]) if K else fwd + bwd_eff)
-    update_start = core_end
-    p2_start = update_start + update + np.concatenate([[0.0], np.cumsum(c2)[:-1]])
-    overhead_start = update_start + update + float(c2.sum())
-    total = overhead_start + overhead
-    exposed = max(total - fwd - bwd - update - overhead, 0.0)
+    s = bucket_schedule(
+        params,
+        workload,
+        arch,
+        workers,
+        ranks_per_node=ranks_per_node,
+        servers=servers,
+        bucket_bytes=bucket_bytes,
+        first_bucket_bytes=first_bucket_bytes,
+        batch_size=batch_size,
+    )
     if label is None:
         label = _config_label(
             arch.label if architecture == "ps" else str(architecture),
@@ -194,30 +155,8 @@ def iteration_timeline(
             servers if arch.uses_servers else None,
             bucket_bytes,
         )
-    return Timeline(
-        label=label,
-        overlaps=bool(arch.overlaps),
-        forward_s=fwd,
-        backward_s=bwd_eff,
-        bucket_bytes=np.asarray(sizes, dtype=np.float64),
-        ready_s=ready,
-        start_s=start,
-        end_s=end,
-        update_start_s=update_start,
-        update_s=update,
-        phase2_start_s=p2_start,
-        phase2_s=c2,
-        overhead_start_s=overhead_start,
-        overhead_s=overhead,
-        iteration_s=total,
-        exposed_s=exposed,
-    )
-
-
-@eqx.filter_jit
-def _phase_times(arch, params, s, n, g, k):
-    """Each bucket's (phase 1, phase 2) seconds, jitted (eager dispatch is slow on CPU)."""
-    return arch.phase1_s(params, s, n, g, k), arch.phase2_s(params, s, n, g, k)
+    fields = (f.name for f in dataclasses.fields(Timeline) if f.name != "label")
+    return Timeline(label=label, **{f: getattr(s, f) for f in fields})
 
 
 def _config_label(arch_label: str, workers, servers, bucket_bytes) -> str:
@@ -326,11 +265,6 @@ class ReportFiles:
     skipped: dict
 
 
-def _pct(x) -> str:
-    x = float(x)
-    return "—" if not math.isfinite(x) else f"{100.0 * x:.1f}%"
-
-
 def _human_rows(table: Sequence[Mapping]) -> list[list[str]]:
     """Rows of a profile's parameter table in human units (µs, GB/s, GFLOP/s, GiB)."""
     rows = []
@@ -400,8 +334,6 @@ def _params_table_from_params(params) -> list[dict]:
 
 
 def _sha256(path) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -410,8 +342,6 @@ def _sha256(path) -> str:
 
 
 def _versions() -> str:
-    from importlib.metadata import version
-
     out = [f"python {platform.python_version()}"]
     for mod in ("ddltune", "jax", "jaxlib", "equinox", "optax", "numpy", "matplotlib"):
         try:
@@ -485,11 +415,37 @@ def write_report(
         FileExistsError: ``out_dir`` holds other files and ``overwrite`` is false.
         NotADirectoryError: ``out_dir`` is a file.
     """
-    import jinja2
+    import jinja2  # the report's optional extra: checked before anything is written
 
     out = Path(out_dir)
     _prepare_dir(out, overwrite, keep)
-    figdir = out / "figures"
+    figs, skipped = _draw_figures(
+        out / "figures",
+        collectives=collectives,
+        curves=curves,
+        recommended=recommended,
+        bucket_sweep=bucket_sweep,
+        timelines=timelines,
+        sensitivity=sensitivity,
+    )
+    try:
+        ver = version("ddltune")
+    except PackageNotFoundError:  # pragma: no cover - not installed
+        ver = "unknown"
+    doc = {"warnings": [], "rationale": "", "unreliable": None, **context}
+    doc.update(
+        sections=_sections(context, figs, skipped),
+        version=ver,
+        generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+    html_path, md_path = _render(jinja2, out, doc)
+    return ReportFiles(out, html_path, md_path, figs, skipped)
+
+
+def _draw_figures(
+    figdir: Path, *, collectives, curves, recommended, bucket_sweep, timelines, sensitivity
+) -> tuple[dict[str, Path], dict[str, str]]:
+    """Draw every figure there is data for: ``({name: path}, {name: why not drawn})``."""
     figs: dict[str, Path] = {}
     skipped: dict[str, str] = {}
 
@@ -508,9 +464,7 @@ def write_report(
         skipped["scaling.png"] = "no scaling curves"
     if bucket_sweep is not None:
         bs = dict(bucket_sweep)
-        figs["buckets.png"] = plot_bucket_sweep(
-            bs.pop("bucket_bytes"), bs.pop("iteration_s"), figdir / "buckets.png", **bs
-        )
+        draw("buckets.png", plot_bucket_sweep, bs.pop("bucket_bytes"), bs.pop("iteration_s"), **bs)
     else:
         skipped["buckets.png"] = "no bucket sweep"
     if timelines:
@@ -521,94 +475,91 @@ def write_report(
         draw("sensitivity.png", plot_sensitivity, sensitivity)
     else:
         skipped["sensitivity.png"] = "no sensitivity analysis"
+    return figs, skipped
 
-    def fig(name):
-        return [{"src": f"figures/{name}", "caption": FIGURES[name]}] if name in figs else []
 
+#: The report's sections in order: (id, title, text, figure files); the
+#: calibration section's text comes from the context.
+_SECTIONS = (
+    (
+        "scaling",
+        "Scaling: architectures and worker counts",
+        "Each line is the best configuration of one architecture at each worker "
+        "count (bucket size and servers chosen per point); bands are 90% prediction "
+        "intervals.",
+        ("scaling.png",),
+    ),
+    (
+        "buckets",
+        "Gradient bucket size",
+        "Small buckets pay the per-collective latency many times; large ones start "
+        "communicating late and hide less of it behind the backward pass.",
+        ("buckets.png",),
+    ),
+    (
+        "timeline",
+        "One iteration, step by step",
+        "Forward, backward (one shade per bucket), each bucket's communication as "
+        "soon as it is ready and the network is free, the update; the hatched part is "
+        "communication not hidden behind the backward pass.",
+        ("timeline.png",),
+    ),
+    (
+        "sensitivity",
+        "What limits it: sensitivity to the hardware",
+        "Elasticity of the recommended configuration's iteration time: +1% of a "
+        "parameter changes the time by this many %. β is an inverse bandwidth: a positive "
+        "elasticity on β means a faster link helps.",
+        ("sensitivity.png",),
+    ),
+    (
+        "calibration",
+        "Calibration: the fitted model against the measurements",
+        None,
+        ("collectives.png", "busbw.png"),
+    ),
+)
+
+_VALIDATION_SECTION = (
+    "validation",
+    "Validation: real training against the predictions",
+    "Each configuration was trained for real (synchronous SGD on local "
+    "processes joined by jax.distributed) and its measured step compared with the "
+    "profile's prediction.",
+    (),
+)
+
+
+def _sections(context: Mapping, figs: Mapping, skipped: Mapping) -> list[dict]:
+    """The sections with their figures, tables and notes (a note for each figure not drawn)."""
     tables = context.get("tables", {})
     notes = context.get("notes", {})
-    sections = [
-        {
-            "id": "scaling",
-            "title": "Scaling: architectures and worker counts",
-            "text": "Each line is the best configuration of one architecture at each worker "
-            "count (bucket size and servers chosen per point); bands are 90% prediction "
-            "intervals.",
-            "figures": fig("scaling.png"),
-        },
-        {
-            "id": "buckets",
-            "title": "Gradient bucket size",
-            "text": "Small buckets pay the per-collective latency many times; large ones start "
-            "communicating late and hide less of it behind the backward pass.",
-            "figures": fig("buckets.png"),
-        },
-        {
-            "id": "timeline",
-            "title": "One iteration, step by step",
-            "text": "Forward, backward (one shade per bucket), each bucket's communication as "
-            "soon as it is ready and the network is free, the update; the hatched part is "
-            "communication not hidden behind the backward pass.",
-            "figures": fig("timeline.png"),
-        },
-        {
-            "id": "sensitivity",
-            "title": "What limits it: sensitivity to the hardware",
-            "text": "Elasticity of the recommended configuration's iteration time: +1% of a "
-            "parameter changes the time by this many %. β is an inverse bandwidth: a positive "
-            "elasticity on β means a faster link helps.",
-            "figures": fig("sensitivity.png"),
-        },
-        {
-            "id": "calibration",
-            "title": "Calibration: the fitted model against the measurements",
-            "text": context.get("calibration_text", ""),
-            "figures": fig("collectives.png") + fig("busbw.png"),
-        },
-    ]
-    if tables.get("validation"):
+    specs = list(_SECTIONS) + ([_VALIDATION_SECTION] if tables.get("validation") else [])
+    sections = []
+    for sid, title, text, names in specs:
+        sec_notes = list(notes.get(sid, []))
+        # busbw.png shares the collectives' reason: one note for both
+        sec_notes += [
+            f"Figure not drawn: {skipped[n]}." for n in names if n in skipped and n != "busbw.png"
+        ]
         sections.append(
             {
-                "id": "validation",
-                "title": "Validation: real training against the predictions",
-                "text": "Each configuration was trained for real (synchronous SGD on local "
-                "processes joined by jax.distributed) and its measured step compared with the "
-                "profile's prediction.",
-                "figures": [],
+                "id": sid,
+                "title": title,
+                "text": context.get("calibration_text", "") if text is None else text,
+                "figures": [
+                    {"src": f"figures/{n}", "caption": FIGURES[n]} for n in names if n in figs
+                ],
+                "tables": tables.get(sid, []),
+                "notes": sec_notes,
             }
         )
-    for sec in sections:
-        sec["tables"] = tables.get(sec["id"], [])
-        sec["notes"] = list(notes.get(sec["id"], []))
-    for name, why in skipped.items():
-        target = {
-            "collectives.png": "calibration",
-            "busbw.png": "calibration",
-            "scaling.png": "scaling",
-            "buckets.png": "buckets",
-            "timeline.png": "timeline",
-            "sensitivity.png": "sensitivity",
-        }[name]
-        for sec in sections:
-            if sec["id"] == target and name != "busbw.png":
-                sec["notes"].append(f"Figure not drawn: {why}.")
-    from importlib.metadata import PackageNotFoundError, version
+    return sections
 
-    try:
-        ver = version("ddltune")
-    except PackageNotFoundError:  # pragma: no cover - not installed
-        ver = "unknown"
-    doc = dict(context)
-    doc.setdefault("warnings", [])
-    doc.setdefault("rationale", "")
-    doc.setdefault("unreliable", None)
-    doc.update(
-        sections=sections,
-        version=ver,
-        generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    )
-    here = Path(__file__).parent / "templates"
-    loader = jinja2.FileSystemLoader(str(here))
+
+def _render(jinja2, out: Path, doc: Mapping) -> tuple[Path, Path]:
+    """Write ``index.html`` and ``report.md`` from the templates."""
+    loader = jinja2.FileSystemLoader(str(Path(__file__).parent / "templates"))
     html_env = jinja2.Environment(
         loader=loader, autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True
     )
@@ -618,16 +569,13 @@ def write_report(
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
-    md_doc = _md_escape(doc)
-    from calibration import atomic_write_text
-
     html_path = atomic_write_text(
         out / "index.html", html_env.get_template("report.html.j2").render(doc)
     )
     md_path = atomic_write_text(
-        out / "report.md", md_env.get_template("report.md.j2").render(md_doc)
+        out / "report.md", md_env.get_template("report.md.j2").render(_md_escape(doc))
     )
-    return ReportFiles(out, html_path, md_path, figs, skipped)
+    return html_path, md_path
 
 
 def _md_escape(obj):
@@ -658,12 +606,6 @@ def _md_sections(sections):
 # --------------------------------------------------------------------------- profile text
 
 
-def _series_label(s: Mapping) -> str:
-    what = s.get("collective") or s.get("op") or "?"
-    n, g = s.get("num_ranks"), s.get("ranks_per_node")
-    return f"{what} n={n}" + ("" if g in (None, 1, n) else f" g={g}")
-
-
 def profile_summary(profile) -> dict:
     """A JSON-ready summary of a :class:`calibration.Profile` (for ``show`` and the report).
 
@@ -680,7 +622,7 @@ def profile_summary(profile) -> dict:
         tr, ho = s.get("train", {}), s.get("heldout", {})
         series.append(
             {
-                "series": _series_label(s),
+                "series": series_label(s),
                 "kind": s.get("kind"),
                 "train_points": tr.get("points"),
                 "train_median": tr.get("median"),
@@ -693,14 +635,10 @@ def profile_summary(profile) -> dict:
     prior = getattr(profile, "prior", None) or {}
     fit = getattr(profile, "fit", None) or {}
     p90 = float(getattr(profile, "heldout_p90", math.nan))
-    try:
-        from tuner import RELIABLE_P90_LIMIT as limit
-    except ImportError:  # pragma: no cover
-        limit = 0.15
     return {
         "reliable": bool(profile.reliable),
         "heldout_p90": p90 if math.isfinite(p90) else None,
-        "limit": float(limit),
+        "limit": float(RELIABLE_P90_LIMIT),
         "prior": prior.get("preset") if isinstance(prior, Mapping) else str(prior),
         "statistic": fit.get("statistic"),
         "n_regimes": fit.get("n_regimes"),
@@ -737,11 +675,8 @@ def _heldout_keys(profile, series: Sequence[CollectiveSeries]) -> list[tuple]:
     Recomputed with ``calibration.holdout_mask`` (deterministic, per series)
     and the profile's holdout fraction; empty when either is unavailable.
     """
-    import calibration
-
-    mask_fn = getattr(calibration, "holdout_mask", None)
     frac = (getattr(profile, "validation", None) or {}).get("holdout")
-    if mask_fn is None or not frac:
+    if not frac:
         return []
     keys, sizes, pts = [], [], []
     for s in series:
@@ -749,42 +684,18 @@ def _heldout_keys(profile, series: Sequence[CollectiveSeries]) -> list[tuple]:
             keys.append(("collective", s.collective, s.num_ranks, s.ranks_per_node))
             sizes.append(float(b))
             pts.append((s.collective, s.num_ranks, s.ranks_per_node, int(b)))
-    mask = np.asarray(mask_fn(keys, np.asarray(sizes), float(frac)), dtype=bool)
+    mask = np.asarray(holdout_mask(keys, np.asarray(sizes), float(frac)), dtype=bool)
     return [p for p, m in zip(pts, mask, strict=True) if m]
 
 
-def _central_differences(primal):
-    """``primal`` (ClusterParams → array) whose directional derivatives are central differences.
-
-    A profile's delta method (``Profile.interval``) pushes tangents of the
-    unconstrained parameter leaves through the function with ``jax.jvp``
-    (vmapped over them). Differentiating :func:`costmodel.iteration_time` in
-    forward mode compiles a large program; with this ``custom_jvp`` the
-    derivative along a tangent v is (T(θ + h·v) − T(θ − h·v)) / 2h, h = ε / max|v|
-    (ε = 10⁻⁴ in float64, 10⁻² in float32: parameters move by a factor e^{±ε}),
-    so only the primal program is compiled, vmapped over the tangents — the
-    approach of the tuner's own intervals (tuner/_search.py ``spec_times_fd``).
-    """
-    import jax
-    import jax.numpy as jnp
-
-    @jax.custom_jvp
-    def f(params):
-        return primal(params)
-
-    @f.defjvp
-    def _jvp(primals, tangents):
-        (p,), (t,) = primals, tangents
-        y = primal(p)
-        leaves = [jnp.max(jnp.abs(x)) for x in jax.tree_util.tree_leaves(t)]
-        big = jnp.max(jnp.stack(leaves)) if leaves else jnp.asarray(0.0)
-        eps = 1e-4 if y.dtype == jnp.float64 else 1e-2
-        h = eps / jnp.maximum(big, 1e-30)
-        up = jax.tree_util.tree_map(lambda a, b: a + h * b, p, t)
-        down = jax.tree_util.tree_map(lambda a, b: a - h * b, p, t)
-        return y, (primal(up) - primal(down)) / (2.0 * h)
-
-    return f
+def _fit_series(profile, params, records: list) -> list[CollectiveSeries]:
+    """:func:`collective_series` of the profile's fitted statistic, held-out points marked."""
+    statistic = (getattr(profile, "fit", None) or {}).get("statistic")
+    series = collective_series(params, records, statistic=statistic)
+    held = _heldout_keys(profile, series) if series else []
+    if held:
+        series = collective_series(params, records, statistic=statistic, heldout=held)
+    return series
 
 
 def _scaling_curves(rec, level: float = 0.9) -> list[ScalingCurve]:
@@ -815,8 +726,6 @@ def _scaling_curves(rec, level: float = 0.9) -> list[ScalingCurve]:
 
 
 def _bucket_sweep(profile, params, workload, rec) -> dict:
-    import jax.numpy as jnp
-
     bc = rec.bucket_curve()
     caps = np.asarray(bc["bucket_bytes"], dtype=np.float64)
     times = np.asarray(bc["iteration_s"], dtype=np.float64)
@@ -846,7 +755,7 @@ def _bucket_sweep(profile, params, workload, rec) -> dict:
                 ).iteration_s
             )
 
-        lo, hi = profile.interval(_central_differences(fn))
+        lo, hi = profile.interval(central_differences(fn))
         out["low_s"], out["high_s"] = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     return out
 
@@ -854,7 +763,7 @@ def _bucket_sweep(profile, params, workload, rec) -> dict:
 def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
     cfg = rec.config
 
-    def one(arch, colocated, n, k, b, batch, label, bd):
+    def one(arch, colocated, n, k, b, batch, label):
         return iteration_timeline(
             params,
             workload,
@@ -866,7 +775,6 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
             batch_size=batch,
             colocated=colocated,
             label=label,
-            breakdown=bd,
         )
 
     out = [
@@ -878,7 +786,6 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
             cfg.bucket_bytes,
             cfg.batch_size,
             "recommended: " + cfg.describe(),
-            cfg.breakdown,
         )
     ]
     for label, sw in rec.sweeps.items():
@@ -900,13 +807,9 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
                 b,
                 float(sw.batch_size[i]),
                 f"best {label}: {n} workers{srv}, bucket {bb}",
-                {f: float(np.asarray(getattr(sw.breakdown, f))[i]) for f in _BD_FIELDS},
             )
         )
     return out
-
-
-_BD_FIELDS = ("forward_s", "backward_s", "update_s", "overhead_s")
 
 
 def _interval_text(lo, hi) -> str:
@@ -924,14 +827,38 @@ def _config_row(i: int, c) -> list[str]:
         format_seconds(c.iteration_time_s),
         _interval_text(lo, hi),
         f"{c.throughput_samples_per_s:.4g}",
-        _pct(c.scaling_efficiency),
+        format_percent(c.scaling_efficiency),
     ]
 
 
 def _context(profile, params, workload, rec, *, records, inputs, timings, refusal, command):
+    """The report's text (see :func:`write_report`'s ``context``), section by section."""
+    summary = profile_summary(profile) if hasattr(profile, "parameter_table") else None
+    tables, notes = _calibration_tables(summary, params)
+    return {
+        "title": f"ddltune report: {workload.name}",
+        "subtitle": _subtitle(summary, workload, rec),
+        "rec": {
+            "headline": rec.config.describe(),
+            "facts": _facts(rec),
+            "reliable": bool(rec.reliable),
+        },
+        "unreliable": None if rec.reliable else _unreliable(summary, refusal),
+        "rationale": rec.rationale,
+        "warnings": list(rec.warnings),
+        "alternatives": _alternatives_table(rec),
+        "tables": {"calibration": tables},
+        "notes": {"calibration": notes},
+        "calibration_text": "Each point is a measured time (the fitted statistic); lines are "
+        "the fitted model. The residual panels show model/measured − 1.",
+        "provenance": _provenance(summary, workload, records, inputs, timings, command),
+    }
+
+
+def _facts(rec) -> list[tuple[str, str]]:
+    """The recommendation's (label, value) lines."""
     cfg = rec.config
     lo, hi = cfg.interval_s
-    summary = profile_summary(profile) if hasattr(profile, "parameter_table") else None
     bd = cfg.breakdown
     facts = [
         ("architecture", cfg.label + (f", {cfg.servers} servers" if cfg.servers else "")),
@@ -955,10 +882,10 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
             f"{cfg.throughput_samples_per_s:.4g} samples/s "
             f"({cfg.batch_size:g} per worker per step)",
         ),
-        ("scaling efficiency", _pct(cfg.scaling_efficiency)),
+        ("scaling efficiency", format_percent(cfg.scaling_efficiency)),
         (
             "P(beats the best other architecture)",
-            "—" if not math.isfinite(rec.p_best) else _pct(rec.p_best),
+            "—" if not math.isfinite(rec.p_best) else format_percent(rec.p_best),
         ),
         (
             "where the time goes",
@@ -976,33 +903,42 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
         ),
         ("objective", rec.objective),
     ]
-    unreliable = None
-    if not rec.reliable:
-        limit = summary["limit"] if summary else 0.15
-        rows = [
-            [s["series"], _pct(s["heldout_median"] or math.nan), _pct(s["heldout_p90"])]
-            for s in (summary["series"] if summary else [])
-            if s["heldout_points"] and (s["heldout_p90"] or 0) > limit
+    return facts
+
+
+def _unreliable(summary, refusal) -> dict:
+    """Why the profile is unreliable, its worst held-out series, and what to do."""
+    limit = summary["limit"] if summary else RELIABLE_P90_LIMIT
+    rows = [
+        [
+            s["series"],
+            format_percent(s["heldout_median"] or math.nan),
+            format_percent(s["heldout_p90"]),
         ]
-        p90 = summary["heldout_p90"] if summary else None
-        if p90 is not None:
-            reason = (
-                f"The profile's error on held-out measurements is {_pct(p90)} (p90), over the "
-                f"tuner's {100 * limit:.0f}% limit, so the tuner refuses to recommend from it; the "
-                "recommendation above was forced to show what the model would pick."
-            )
-        else:
-            reason = (
-                (refusal[:1].upper() + refusal[1:]) if refusal else "The profile is unreliable."
-            )
-        unreliable = {
-            "reason": reason,
-            "rows": rows,
-            "advice": "The model does not predict held-out measurements of this cluster well "
-            "enough to trust its ranking. Measure again with more repetitions (a larger "
-            "--budget), on a quieter machine, or over the sizes you care about, and recalibrate; "
-            "'ddltune recommend' refuses such a profile unless --force is given.",
-        }
+        for s in (summary["series"] if summary else [])
+        if s["heldout_points"] and (s["heldout_p90"] or 0) > limit
+    ]
+    p90 = summary["heldout_p90"] if summary else None
+    if p90 is not None:
+        reason = (
+            f"The profile's error on held-out measurements is {format_percent(p90)} (p90), over the "
+            f"tuner's {100 * limit:.0f}% limit, so the tuner refuses to recommend from it; the "
+            "recommendation above was forced to show what the model would pick."
+        )
+    else:
+        reason = (refusal[:1].upper() + refusal[1:]) if refusal else "The profile is unreliable."
+    return {
+        "reason": reason,
+        "rows": rows,
+        "advice": "The model does not predict held-out measurements of this cluster well "
+        "enough to trust its ranking. Measure again with more repetitions (a larger "
+        "--budget), on a quieter machine, or over the sizes you care about, and recalibrate; "
+        "'ddltune recommend' refuses such a profile unless --force is given.",
+    }
+
+
+def _alternatives_table(rec) -> dict:
+    """The chosen configuration and the runner-ups, one row each."""
     head = [
         "#",
         "architecture",
@@ -1014,112 +950,127 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
         "samples/s",
         "efficiency",
     ]
-    alt_rows = [_config_row(0, cfg)] + [
+    alt_rows = [_config_row(0, rec.config)] + [
         _config_row(i + 1, a) for i, a in enumerate(rec.alternatives)
     ]
     alt_rows[0][0] = "chosen"
-    tables: dict[str, list] = {"calibration": []}
-    notes: dict[str, list] = {"calibration": []}
-    if summary:
-        main = [r for r in summary["parameters"] if not str(r["name"]).startswith("regime_")]
-        regimes = [
-            r
-            for r in summary["parameters"]
-            if str(r["name"]).startswith("regime_") and r.get("identified")
-        ]
-        phead = ["parameter", "value", "unit", "90% interval", "identified"]
-        tables["calibration"].append(
+    return {"head": head, "rows": alt_rows}
+
+
+_PARAMETER_HEAD = ["parameter", "value", "unit", "90% interval", "identified"]
+
+
+def _calibration_tables(summary, params) -> tuple[list, list]:
+    """The calibration section's tables and notes (a preset's parameters when nothing was fitted)."""
+    if not summary:
+        preset_table = {
+            "title": "Cluster parameters (a preset: nothing was fitted)",
+            "head": _PARAMETER_HEAD,
+            "rows": format_parameter_rows(_params_table_from_params(params)),
+            "note": "",
+        }
+        return [preset_table], []
+    tables = _parameter_tables(summary)
+    if summary["series"]:
+        tables.append(_series_error_table(summary))
+    if summary["worst"]:
+        tables.append(_worst_points_table(summary))
+    return tables, summary["warnings"] + summary["notes"]
+
+
+def _parameter_tables(summary) -> list[dict]:
+    """The fitted parameters, and the protocol regimes the data identified."""
+    main = [r for r in summary["parameters"] if not str(r["name"]).startswith("regime_")]
+    regimes = [
+        r
+        for r in summary["parameters"]
+        if str(r["name"]).startswith("regime_") and r.get("identified")
+    ]
+    tables = [
+        {
+            "title": "Fitted parameters",
+            "head": _PARAMETER_HEAD,
+            "rows": format_parameter_rows(main),
+            "note": "β (s/byte) is shown as a bandwidth, 1/β. 'no (prior)': the measurements "
+            "cannot pin it down, so it stays at the prior preset "
+            f"({summary['prior'] or 'none'}); predictions that depend on it extrapolate.",
+        }
+    ]
+    if regimes:
+        tables.append(
             {
-                "title": "Fitted parameters",
-                "head": phead,
-                "rows": format_parameter_rows(main),
-                "note": "β (s/byte) is shown as a bandwidth, 1/β. 'no (prior)': the measurements "
-                "cannot pin it down, so it stays at the prior preset "
-                f"({summary['prior'] or 'none'}); predictions that depend on it extrapolate.",
-            }
-        )
-        if regimes:
-            tables["calibration"].append(
-                {
-                    "title": "Protocol regimes the data identified (α, 1/β per collective, level, regime)",
-                    "head": phead,
-                    "rows": format_parameter_rows(regimes),
-                    "note": "",
-                }
-            )
-        if summary["series"]:
-            tables["calibration"].append(
-                {
-                    "title": "Fit error per series (absolute error of the fitted "
-                    f"{summary['statistic'] or 'time'})",
-                    "head": [
-                        "series",
-                        "train points",
-                        "train median",
-                        "train p90",
-                        "held-out points",
-                        "held-out median",
-                        "held-out p90",
-                    ],
-                    "rows": [
-                        [
-                            s["series"],
-                            str(s["train_points"]),
-                            _pct(s["train_median"] or math.nan),
-                            _pct(s["train_p90"] or math.nan),
-                            str(s["heldout_points"]),
-                            _pct(
-                                s["heldout_median"] if s["heldout_median"] is not None else math.nan
-                            ),
-                            _pct(s["heldout_p90"] if s["heldout_p90"] is not None else math.nan),
-                        ]
-                        for s in summary["series"]
-                    ],
-                    "note": f"Held-out points were not used by the fit. Overall held-out p90: "
-                    f"{_pct(summary['heldout_p90'] if summary['heldout_p90'] is not None else math.nan)}"
-                    f" (limit {_pct(summary['limit'])}).",
-                }
-            )
-        if summary["worst"]:
-            tables["calibration"].append(
-                {
-                    "title": "Worst points",
-                    "head": [
-                        "series",
-                        "size",
-                        "measured",
-                        "predicted",
-                        "error",
-                        "held out",
-                        "where",
-                    ],
-                    "rows": [
-                        [
-                            _series_label(w),
-                            _size_or_flops(w),
-                            format_seconds(w["measured_s"]),
-                            format_seconds(w["predicted_s"]),
-                            f"{100 * w['error']:+.1f}%",
-                            "yes" if w.get("heldout") else "no",
-                            f"{Path(str(w.get('file'))).name}:{w.get('line')}"
-                            if w.get("file")
-                            else "—",
-                        ]
-                        for w in summary["worst"]
-                    ],
-                    "note": "",
-                }
-            )
-        notes["calibration"] += summary["warnings"] + summary["notes"]
-    else:
-        tables["calibration"].append(
-            {
-                "title": "Cluster parameters (a preset: nothing was fitted)",
-                "head": ["parameter", "value", "unit", "90% interval", "identified"],
-                "rows": format_parameter_rows(_params_table_from_params(params)),
+                "title": "Protocol regimes the data identified (α, 1/β per collective, level, regime)",
+                "head": _PARAMETER_HEAD,
+                "rows": format_parameter_rows(regimes),
                 "note": "",
             }
         )
+    return tables
+
+
+def _series_error_table(summary) -> dict:
+    """Train and held-out errors per fit series."""
+    return {
+        "title": "Fit error per series (absolute error of the fitted "
+        f"{summary['statistic'] or 'time'})",
+        "head": [
+            "series",
+            "train points",
+            "train median",
+            "train p90",
+            "held-out points",
+            "held-out median",
+            "held-out p90",
+        ],
+        "rows": [
+            [
+                s["series"],
+                str(s["train_points"]),
+                format_percent(s["train_median"] or math.nan),
+                format_percent(s["train_p90"] or math.nan),
+                str(s["heldout_points"]),
+                format_percent(s["heldout_median"]),
+                format_percent(s["heldout_p90"]),
+            ]
+            for s in summary["series"]
+        ],
+        "note": f"Held-out points were not used by the fit. Overall held-out p90: "
+        f"{format_percent(summary['heldout_p90'])}"
+        f" (limit {format_percent(summary['limit'])}).",
+    }
+
+
+def _worst_points_table(summary) -> dict:
+    """The points the fit predicts worst, with their file and line."""
+    return {
+        "title": "Worst points",
+        "head": [
+            "series",
+            "size",
+            "measured",
+            "predicted",
+            "error",
+            "held out",
+            "where",
+        ],
+        "rows": [
+            [
+                series_label(w),
+                _size_or_flops(w),
+                format_seconds(w["measured_s"]),
+                format_seconds(w["predicted_s"]),
+                f"{100 * w['error']:+.1f}%",
+                "yes" if w.get("heldout") else "no",
+                f"{Path(str(w.get('file'))).name}:{w.get('line')}" if w.get("file") else "—",
+            ]
+            for w in summary["worst"]
+        ],
+        "note": "",
+    }
+
+
+def _provenance(summary, workload, records, inputs, timings, command) -> list[tuple[str, str]]:
+    """Inputs (with sha256), measured ranges, prior, workload, command, timings, versions, date."""
     prov = []
     for f in inputs:
         p = Path(f)
@@ -1167,7 +1118,11 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
         prov.append((f"time: {phase}", f"{float(secs):.1f} s"))
     prov.append(("versions", _versions()))
     prov.append(("date", _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")))
-    max_n = max((int(np.max(sw.workers)) for sw in rec.sweeps.values()), default=cfg.workers)
+    return prov
+
+
+def _subtitle(summary, workload, rec) -> str:
+    max_n = max((int(np.max(sw.workers)) for sw in rec.sweeps.values()), default=rec.config.workers)
     where = "preset parameters (no measurements)"
     if summary:
         dev = ", ".join(summary["provenance"].get("device_kinds") or []) or "?"
@@ -1176,21 +1131,10 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
             f"(backend {summary['provenance'].get('backend', '?')}, device {dev})"
             + (" on an emulated cluster" if summary["provenance"].get("emulated") else "")
         )
-    return {
-        "title": f"ddltune report: {workload.name}",
-        "subtitle": f"{workload.name}, batch {workload.batch_size} per worker, up to {max_n} "
-        f"workers, objective {rec.objective}; from {where}.",
-        "rec": {"headline": cfg.describe(), "facts": facts, "reliable": bool(rec.reliable)},
-        "unreliable": unreliable,
-        "rationale": rec.rationale,
-        "warnings": list(rec.warnings),
-        "alternatives": {"head": head, "rows": alt_rows},
-        "tables": tables,
-        "notes": notes,
-        "calibration_text": "Each point is a measured time (the fitted statistic); lines are "
-        "the fitted model. The residual panels show model/measured − 1.",
-        "provenance": prov,
-    }
+    return (
+        f"{workload.name}, batch {workload.batch_size} per worker, up to {max_n} "
+        f"workers, objective {rec.objective}; from {where}."
+    )
 
 
 def _validation_tables(v) -> list[dict]:
@@ -1212,9 +1156,9 @@ def _validation_tables(v) -> list[dict]:
             "processes: measured vs predicted step",
             "head": ["architecture", "workers", "bucket", "measured", "predicted", "error"],
             "rows": rows,
-            "note": f"MAPE {_pct(v.mape)}; Kendall τ of the ranking {tau} (over "
+            "note": f"MAPE {format_percent(v.mape)}; Kendall τ of the ranking {tau} (over "
             f"{v.tau_pairs[0]} of {v.tau_pairs[1]} pairs whose measured times differ by more "
-            f"than their spread); regret of the predicted-best configuration {_pct(v.regret)}. "
+            f"than their spread); regret of the predicted-best configuration {format_percent(v.regret)}. "
             f"Compute comes from the measured single-worker step "
             f"({format_seconds(v.baseline_step_s)}); statistic {v.statistic}.",
         }
@@ -1246,6 +1190,9 @@ def build_report(
 ) -> ReportFiles:
     """Compute every figure's data and write the report (the whole of ``ddltune report``).
 
+    (Long for its documentation only: the body computes each figure's data
+    by a named step, then calls :func:`write_report`.)
+
     Args:
         out_dir: the report folder (created; see :func:`write_report` for
             ``overwrite`` and ``keep``).
@@ -1274,8 +1221,6 @@ def build_report(
     Raises:
         FileExistsError: a non-empty ``out_dir`` without ``overwrite``.
     """
-    from tuner import sensitivity as _sensitivity
-
     say = progress or (lambda _msg: None)
     out = Path(out_dir)
     if out.exists() and not overwrite:  # fail before the slow part
@@ -1285,20 +1230,7 @@ def build_report(
     params = profile.params if hasattr(profile, "params") else profile
     records = list(records)
     say("collective fit")
-    series = collective_series(
-        params,
-        records,
-        statistic=((getattr(profile, "fit", None) or {}).get("statistic")),
-    )
-    if series:
-        held = _heldout_keys(profile, series)
-        if held:
-            series = collective_series(
-                params,
-                records,
-                statistic=((getattr(profile, "fit", None) or {}).get("statistic")),
-                heldout=held,
-            )
+    series = _fit_series(profile, params, records)
     say("scaling curves with intervals")
     curves = _scaling_curves(recommendation)
     say("bucket sweep")
@@ -1306,7 +1238,7 @@ def build_report(
     say("timelines")
     timelines = _timelines(params, workload, recommendation)
     say("sensitivity")
-    elasticity = _sensitivity(profile, workload, recommendation)
+    elasticity = sensitivity(profile, workload, recommendation)
     say("context")
     context = _context(
         profile,

@@ -29,6 +29,7 @@ Equivalent commands (what the folder lets you rerun)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -38,6 +39,15 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import calibration
+from calibration import atomic_write_text, read_records
+from costmodel import get_workload, load_layers
+
+from ._format import jsonable
+from ._recommend import RELIABLE_P90_LIMIT, UnreliableProfileError, recommend
+from ._report import build_report, profile_summary
+from .validation import validate as validate_training
 
 __all__ = ["RUN_DEFAULTS", "RunResult", "run_main_job", "DATA_FILES"]
 
@@ -92,19 +102,6 @@ class RunResult:
     records: int
 
 
-def _jsonable(obj):
-    """Plain JSON: NaN/inf → None, numpy scalars and arrays → Python."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _jsonable(obj.tolist())
-    return obj
-
-
 def _say(log: Callable[[str], None] | None, msg: str) -> None:
     if log is not None:
         log(msg)
@@ -124,8 +121,6 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
 
 def _copy_measurements(paths: Sequence[str | os.PathLike], dest: Path) -> int:
     """Validate ``paths`` and write their records into ``dest`` (atomically); return the count."""
-    from calibration import atomic_write_text, read_records
-
     recs = read_records(list(paths))  # raises InputFileError naming file and line
     text = "".join(
         json.dumps({k: v for k, v in r.items() if not k.startswith("_")}, allow_nan=False) + "\n"
@@ -136,8 +131,6 @@ def _copy_measurements(paths: Sequence[str | os.PathLike], dest: Path) -> int:
 
 
 def _print_errors(profile, log) -> None:
-    from ._report import profile_summary
-
     s = profile_summary(profile)
     p90 = s["heldout_p90"]
     state = "reliable" if s["reliable"] else "UNRELIABLE"
@@ -176,6 +169,9 @@ def run_main_job(
 ) -> RunResult:
     """Measure this machine (or read measurements), calibrate, recommend and write the report.
 
+    (Long for its documentation only: the body runs the steps ``_measure``,
+    ``_calibrate``, ``_recommend``, ``_validate``, ``_report`` in turn, timing each.)
+
     Args:
         out_dir: the output folder; created; a non-empty folder is refused
             unless ``overwrite``.
@@ -197,13 +193,13 @@ def run_main_job(
         progress: progress bars on stderr.
         log: where to print progress lines (``None``: silent).
         command: the command line, recorded in the report.
-        emulate: a started :class:`launch.EmulatedCluster`: collect (and
-            validate) in it, with all its ranks as the workers; records carry
-            ``"emulated"``.
         validate: also train a small MLP for real with ps, p2p and ring
             all-reduce on ``workers`` local processes (``tuner.validation.validate``)
             and put measured against predicted steps in the report
             (``DIR/validation.jsonl`` keeps the step records).
+        emulate: a started :class:`launch.EmulatedCluster`: collect (and
+            validate) in it; ``workers`` becomes its rank count and every
+            record carries ``"emulated"``.
 
     Returns:
         A :class:`RunResult`.
@@ -215,14 +211,80 @@ def run_main_job(
         calibration.InputFileError: a malformed measurement or layer file.
         calibration.CollectError: a worker crashed or hung.
     """
-    import calibration
-    import tuner
-    from costmodel import get_workload, load_layers
-
-    from ._report import build_report
-
     t_start = time.monotonic()
-    out = Path(out_dir)
+    if emulate is not None:
+        workers = emulate.spec.num_ranks
+    _check_run_args(workers, batch_size, max_workers, ranks_per_node, budget_s)
+    # Everything that can be checked cheaply is checked before the slow part.
+    workload = (
+        load_layers(layers, batch_size=batch_size)
+        if layers is not None
+        else get_workload(model or RUN_DEFAULTS["model"], batch_size)
+    )
+    for p in measurements or ():
+        if not Path(p).is_file():
+            raise FileNotFoundError(2, "No such file", str(p))
+    out = _prepare_out_dir(Path(out_dir), overwrite, validate)
+    m_path, prof_path, rec_path = (out / name for name in DATA_FILES)
+    timings: dict[str, float] = {}
+    with _timed(timings, "collect" if not measurements else "read"):
+        n_records = _measure(
+            m_path, measurements, workers, min_bytes, max_bytes, budget_s, progress, log, emulate
+        )
+    with _timed(timings, "calibrate"):
+        profile = _calibrate(m_path, prof_path, prior_preset, progress, log)
+    _print_errors(profile, log)
+    with _timed(timings, "recommend"):
+        rec, refusal = _recommend(profile, workload, max_workers, ranks_per_node, log)
+    validation = None
+    if validate:
+        with _timed(timings, "validate"):
+            validation = _validate(profile, workers, out / "validation.jsonl", log, emulate)
+    with _timed(timings, "report"):
+        _say(log, "[4/4] writing the report")
+        files = _report(
+            out,
+            profile,
+            workload,
+            rec,
+            m_path,
+            measurements,
+            timings,
+            refusal,
+            command,
+            validation,
+            progress,
+        )
+    timings["total"] = time.monotonic() - t_start
+    _write_recommendation(
+        rec_path, rec, refusal, workload, m_path, prof_path, measurements, validation, timings
+    )
+    return RunResult(
+        directory=out,
+        report=files.html,
+        markdown=files.markdown,
+        measurements=m_path,
+        profile_path=prof_path,
+        recommendation_path=rec_path,
+        profile=profile,
+        recommendation=rec,
+        refusal=refusal,
+        timings=timings,
+        records=n_records,
+    )
+
+
+@contextlib.contextmanager
+def _timed(timings: dict, key: str):
+    """Add the seconds the block takes to ``timings[key]``."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[key] = time.monotonic() - t0
+
+
+def _check_run_args(workers, batch_size, max_workers, ranks_per_node, budget_s) -> None:
     for name, v, lo in (
         ("workers", workers, 2),
         ("batch_size", batch_size, 1),
@@ -233,127 +295,126 @@ def run_main_job(
             raise ValueError(f"{name} must be an integer ≥ {lo}, got {v!r}")
     if not (isinstance(budget_s, int | float) and math.isfinite(budget_s) and budget_s > 0):
         raise ValueError(f"budget_s must be a number of seconds > 0, got {budget_s!r}")
-    # Everything that can be checked cheaply is checked before the slow part.
-    workload = (
-        load_layers(layers, batch_size=batch_size)
-        if layers is not None
-        else get_workload(model or RUN_DEFAULTS["model"], batch_size)
-    )
-    if measurements:
-        for p in measurements:
-            if not Path(p).is_file():
-                raise FileNotFoundError(2, "No such file", str(p))
+
+
+def _prepare_out_dir(out: Path, overwrite: bool, validate: bool) -> Path:
+    """Create ``out`` (refusing a non-empty one without ``overwrite``); drop a stale validation."""
     _check_out_dir(out, overwrite)
     out.mkdir(parents=True, exist_ok=True)
     stale = out / "validation.jsonl"  # a previous run's, which this one would not replace
     if not validate and stale.exists():
         stale.unlink()
-    m_path = out / "measurements.jsonl"
-    prof_path = out / "profile.json"
-    rec_path = out / "recommendation.json"
-    timings: dict[str, float] = {}
+    return out
 
-    # 1. measurements
-    t0 = time.monotonic()
+
+def _measure(
+    m_path, measurements, workers, min_bytes, max_bytes, budget_s, progress, log, emulate=None
+) -> int:
+    """Step 1: copy the given measurement files, or collect on local processes; the record count."""
     if measurements:
         _say(log, f"[1/4] reading {len(measurements)} measurement file(s)")
         n_records = _copy_measurements(measurements, m_path)
         _say(log, f"  {n_records} records copied to {m_path}")
-    else:
-        _say(
-            log,
-            f"[1/4] measuring collectives and compute with {workers} local worker processes "
-            f"({min_bytes} B – {max_bytes // 1024**2} MiB)",
-        )
-        if emulate is not None:
-            workers = emulate.spec.num_ranks
-            _say(log, f"  in the emulated cluster {emulate.spec.text}")
-        res = calibration.collect(
-            m_path,
-            emulate=emulate,
-            workers=[workers],
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-            step_factor=RUN_DEFAULTS["step_factor"],
-            iters=RUN_DEFAULTS["iters"],
-            budget_s=budget_s,
-            rounds=RUN_DEFAULTS["rounds"],
-            launcher="local",
-            overwrite=True,
-            progress=progress,
-            log_dir=out / "logs",
-        )
-        n_records = res.written
-        _say(log, f"  {res.written} records in {res.elapsed_s:.0f} s ({res.wrong} wrong results)")
-    timings["collect" if not measurements else "read"] = time.monotonic() - t0
+        return n_records
+    _say(
+        log,
+        f"[1/4] measuring collectives and compute with {workers} local worker processes "
+        f"({min_bytes} B – {max_bytes // 1024**2} MiB)",
+    )
+    if emulate is not None:
+        _say(log, f"  in the emulated cluster {emulate.spec.text}")
+    res = calibration.collect(
+        m_path,
+        emulate=emulate,
+        workers=[workers],
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        step_factor=RUN_DEFAULTS["step_factor"],
+        iters=RUN_DEFAULTS["iters"],
+        budget_s=budget_s,
+        rounds=RUN_DEFAULTS["rounds"],
+        launcher="local",
+        overwrite=True,
+        progress=progress,
+        log_dir=m_path.parent / "logs",
+    )
+    _say(log, f"  {res.written} records in {res.elapsed_s:.0f} s ({res.wrong} wrong results)")
+    return res.written
 
-    # 2. calibrate
-    t0 = time.monotonic()
+
+def _calibrate(m_path: Path, prof_path: Path, prior_preset, progress, log):
+    """Step 2: fit the profile and save it."""
     _say(log, "[2/4] calibrating the cost model (held-out errors below)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", calibration.CalibrationWarning)  # shown below instead
         profile = calibration.calibrate(m_path, prior_preset=prior_preset, progress=progress)
     profile.save(prof_path, overwrite=True)
-    timings["calibrate"] = time.monotonic() - t0
-    _print_errors(profile, log)
+    return profile
 
-    # 3. recommend
-    t0 = time.monotonic()
+
+def _recommend(profile, workload, max_workers, ranks_per_node, log):
+    """Step 3: the recommendation, forced (with the refusal kept) on an unreliable profile."""
     _say(
         log,
-        f"[3/4] recommending for {workload.name}, batch {batch_size} per worker, up to "
+        f"[3/4] recommending for {workload.name}, batch {workload.batch_size} per worker, up to "
         f"{max_workers} workers",
     )
     kwargs = dict(max_workers=max_workers, ranks_per_node=ranks_per_node)
-    refusal = None
     try:
-        rec = tuner.recommend(profile, workload, **kwargs)
-    except tuner.UnreliableProfileError as e:
-        refusal = str(e)
+        return recommend(profile, workload, **kwargs), None
+    except UnreliableProfileError as e:
         p90 = float(getattr(profile, "heldout_p90", math.nan))
         _say(
             log,
             f"  the tuner refuses this profile (held-out p90 error {100 * p90:.0f}%, limit "
-            f"{100 * tuner.RELIABLE_P90_LIMIT:.0f}%): recommending anyway, marked UNRELIABLE",
+            f"{100 * RELIABLE_P90_LIMIT:.0f}%): recommending anyway, marked UNRELIABLE",
         )
-        rec = tuner.recommend(profile, workload, force=True, **kwargs)
-    timings["recommend"] = time.monotonic() - t0
+        return recommend(profile, workload, force=True, **kwargs), str(e)
 
-    validation = None
-    if validate:
-        from .validation import validate as _validate
 
-        t0 = time.monotonic()
-        _say(log, f"[3b/4] validating: real MLP training on {workers} local processes")
-        validation = _validate(
-            profile,
-            model="mlp",
-            workers=(workers,),
-            # colocated servers: the run uses the process count it measured
-            # (dedicated ones would add a process the profile never saw)
-            colocated=True,
-            measurements=out / "validation.jsonl",
-            overwrite=True,
-            steps=5,
-            repeats=2,
-            emulate=emulate,
-        )
-        timings["validate"] = time.monotonic() - t0
-        _say(
-            log,
-            f"  {len(validation.rows)} configurations: MAPE {100 * validation.mape:.1f}%, "
-            f"Kendall tau {validation.kendall_tau:.2f}, regret {100 * validation.regret:.1f}%",
-        )
+def _validate(profile, workers: int, records_path: Path, log, emulate=None):
+    """Step 3b: real MLP training with ps, p2p and ring against the profile's predictions."""
+    _say(log, f"[3b/4] validating: real MLP training on {workers} local processes")
+    validation = validate_training(
+        profile,
+        model="mlp",
+        workers=(workers,),
+        # colocated servers: the run uses the process count it measured
+        # (dedicated ones would add a process the profile never saw)
+        colocated=True,
+        measurements=records_path,
+        overwrite=True,
+        steps=5,
+        repeats=2,
+        emulate=emulate,
+    )
+    _say(
+        log,
+        f"  {len(validation.rows)} configurations: MAPE {100 * validation.mape:.1f}%, "
+        f"Kendall tau {validation.kendall_tau:.2f}, regret {100 * validation.regret:.1f}%",
+    )
+    return validation
 
-    # 4. report
-    t0 = time.monotonic()
-    _say(log, "[4/4] writing the report")
+
+def _report(
+    out,
+    profile,
+    workload,
+    rec,
+    m_path,
+    measurements,
+    timings,
+    refusal,
+    command,
+    validation,
+    progress,
+):
+    """Step 4: the report (with a progress bar over its parts when ``progress``)."""
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=7, desc="report", unit="part", file=sys.stderr, leave=False)
-
     started = []
 
     def step(msg: str) -> None:  # called as each part starts: count the previous one done
@@ -364,12 +425,12 @@ def run_main_job(
             bar.set_postfix_str(msg)
 
     try:
-        files = build_report(
+        return build_report(
             out,
             profile=profile,
             workload=workload,
             recommendation=rec,
-            records=calibration.read_records(m_path),
+            records=read_records(m_path),
             inputs=[m_path] + [Path(p) for p in (measurements or [])],
             timings=dict(timings),
             refusal=refusal,
@@ -381,8 +442,12 @@ def run_main_job(
     finally:
         if bar is not None:
             bar.close()
-    timings["report"] = time.monotonic() - t0
-    timings["total"] = time.monotonic() - t_start
+
+
+def _write_recommendation(
+    rec_path, rec, refusal, workload, m_path, prof_path, measurements, validation, timings
+) -> None:
+    """``DIR/recommendation.json``: the recommendation with its inputs, refusal and timings."""
     doc = rec.to_dict()
     doc["refusal"] = refusal
     doc["workload"] = {
@@ -399,19 +464,4 @@ def run_main_job(
     if validation is not None:
         doc["validation"] = validation.to_dict()
     doc["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    calibration.atomic_write_text(
-        rec_path, json.dumps(_jsonable(doc), indent=2, allow_nan=False) + "\n"
-    )
-    return RunResult(
-        directory=out,
-        report=files.html,
-        markdown=files.markdown,
-        measurements=m_path,
-        profile_path=prof_path,
-        recommendation_path=rec_path,
-        profile=profile,
-        recommendation=rec,
-        refusal=refusal,
-        timings=timings,
-        records=n_records,
-    )
+    atomic_write_text(rec_path, json.dumps(jsonable(doc), indent=2, allow_nan=False) + "\n")

@@ -37,6 +37,7 @@ from costmodel import (
     DEFAULT_BUCKET_BYTES,
     Breakdown,
     ClusterParams,
+    collective_time,
     fluid_iteration_time,
     format_choices,
     get_architecture,
@@ -54,6 +55,7 @@ __all__ = [
     "sweep",
     "evaluate",
     "refine_bucket",
+    "central_differences",
 ]
 
 #: Horovod's default tensor-fusion threshold, 64 MiB (``HOROVOD_FUSION_THRESHOLD``).
@@ -482,8 +484,6 @@ def padding_grad_ok() -> bool:
     derivative at (0, 0), this is False and differentiable evaluations are
     split by cap (no padding).
     """
-    from costmodel import collective_time
-
     g = jax.grad(lambda p: collective_time(p, "all_reduce", 0.0, 4))(ClusterParams.create())
     leaves = jax.tree_util.tree_leaves(g)
     return bool(all(np.all(np.isfinite(np.asarray(x))) for x in leaves))
@@ -517,6 +517,9 @@ def evaluate(
     stable_shapes: bool = True,
 ) -> Breakdown:
     """:func:`costmodel.iteration_time` for a few configurations, with stable shapes.
+
+    (Long for its documentation only: the body groups the rows, calls the
+    model per group, and ``_join``s the parts.)
 
     By default every call is padded to the same array and bucket-table shapes
     (filler rows and caps, including cap 0, which fixes the table's width to
@@ -574,25 +577,31 @@ def evaluate(
             base_batch_size=cat(base, 1.0),
         )
 
-    parts, order = [], []
     if split_by_cap is None:
         split_by_cap = differentiable and not padding_grad_ok()
     if split_by_cap or not stable_shapes:
         groups = [np.flatnonzero(b == cap) for cap in np.unique(b)] if split_by_cap else None
-        for idx in groups or [np.arange(n.size)]:
-            parts.append(call(idx, b[idx]))
-            order.append(idx)
+        order = groups or [np.arange(n.size)]
+        parts = [call(idx, b[idx]) for idx in order]
     else:
-        for start in range(0, n.size, _SMALL_REAL):
-            idx = np.arange(start, min(start + _SMALL_REAL, n.size))
-            real = b[idx]
-            fill = _filler_caps(np.unique(real), max(0, _SMALL_CAPS - np.unique(real).size))
-            pad = _SMALL_ROWS - idx.size - fill.size
-            out = call(
-                idx, real, _SMALL_ROWS - idx.size, np.concatenate([fill, np.full(pad, real[-1])])
-            )
-            parts.append(jax.tree_util.tree_map(lambda x, m=idx.size: x[:m], out))
-            order.append(idx)
+        order = [
+            np.arange(start, min(start + _SMALL_REAL, n.size))
+            for start in range(0, n.size, _SMALL_REAL)
+        ]
+        parts = [_padded_call(call, idx, b[idx]) for idx in order]
+    return _join(parts, order)
+
+
+def _padded_call(call, idx: np.ndarray, real: np.ndarray) -> Breakdown:
+    """``call`` on ≤ ``_SMALL_REAL`` rows padded to the fixed shapes; the real rows' results."""
+    fill = _filler_caps(np.unique(real), max(0, _SMALL_CAPS - np.unique(real).size))
+    pad = _SMALL_ROWS - idx.size - fill.size
+    out = call(idx, real, _SMALL_ROWS - idx.size, np.concatenate([fill, np.full(pad, real[-1])]))
+    return jax.tree_util.tree_map(lambda x, m=idx.size: x[:m], out)
+
+
+def _join(parts: list, order: list) -> Breakdown:
+    """Concatenate per-group Breakdowns and put the rows back in their original order."""
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(parts))
     xp = jnp if traced else np  # numpy for concrete values: no op-by-op dispatch
     joined = jax.tree_util.tree_map(lambda *xs: xp.concatenate(xs), *parts)
@@ -701,53 +710,77 @@ def refine_bucket(
     )
     n = jnp.asarray(float(workers), dtype=dtype)
     k = jnp.asarray(float(max(servers, 1)), dtype=dtype)
-    best = [math.inf, None]
-    calls = [0]
 
-    def dfdu(u: float) -> float:
+    def value_and_slope(u: float) -> tuple[float, float]:
         v, d = _fluid_value_and_grad(params, n, k, jnp.asarray(u, dtype=dtype), **kw)
-        calls[0] += 1
-        v, d = float(v), float(d)
-        if v < best[0]:
-            best[:] = [v, u]
+        return float(v), float(d)
+
+    dfdu = _BestSeen(value_and_slope)
+    u0 = min(max(math.log(max(start_bytes, 1.0)), lo), hi)
+    a, da, b, db = _bracket_minimum(dfdu, u0, lo, hi, max_steps)
+    if da < 0 < db:
+        _illinois(dfdu, a, da, b, db, xtol, max_steps)
+    return math.exp(dfdu.best_u)
+
+
+class _BestSeen:
+    """A derivative d log T/du that counts its calls and keeps the u of the lowest T seen."""
+
+    def __init__(self, value_and_slope):
+        self._f = value_and_slope
+        self.calls = 0
+        self.best_value, self.best_u = math.inf, None
+
+    def __call__(self, u: float) -> float:
+        v, d = self._f(u)
+        self.calls += 1
+        if v < self.best_value:
+            self.best_value, self.best_u = v, u
         return d
 
-    # bracket the minimum nearest to the start: step away from it by factors of 2
-    # against the derivative's sign until the sign flips (or a bound is hit)
-    u0 = min(max(math.log(max(start_bytes, 1.0)), lo), hi)
+
+def _bracket_minimum(dfdu: _BestSeen, u0: float, lo: float, hi: float, max_steps: int):
+    """``(a, f'(a), b, f'(b))`` around the minimum nearest to u0.
+
+    Steps away from u0 by factors of 2 against the derivative's sign until
+    the sign flips (or a bound, or the step budget, is hit).
+    """
     d0 = dfdu(u0)
     step = math.log(2.0)
     a, da, b, db = u0, d0, u0, d0
     if d0 > 0:
-        while da > 0 and a > lo and calls[0] < max_steps:
+        while da > 0 and a > lo and dfdu.calls < max_steps:
             b, db = a, da
             a = max(lo, a - step)
             da = dfdu(a)
     elif d0 < 0:
-        while db < 0 and b < hi and calls[0] < max_steps:
+        while db < 0 and b < hi and dfdu.calls < max_steps:
             a, da = b, db
             b = min(hi, b + step)
             db = dfdu(b)
-    if da < 0 < db:
-        side = 0
-        while b - a > xtol and calls[0] < max_steps:
-            c = (a * db - b * da) / (db - da)
-            if not a < c < b:
-                c = 0.5 * (a + b)
-            dc = dfdu(c)
-            if dc == 0:
-                break
-            if dc < 0:
-                a, da = c, dc
-                if side == -1:
-                    db *= 0.5
-                side = -1
-            else:
-                b, db = c, dc
-                if side == 1:
-                    da *= 0.5
-                side = 1
-    return math.exp(best[1])
+    return a, da, b, db
+
+
+def _illinois(dfdu: _BestSeen, a, da, b, db, xtol: float, max_steps: int) -> None:
+    """Regula falsi with the Illinois modification on f' over a bracket f'(a) < 0 < f'(b)."""
+    side = 0
+    while b - a > xtol and dfdu.calls < max_steps:
+        c = (a * db - b * da) / (db - da)
+        if not a < c < b:
+            c = 0.5 * (a + b)
+        dc = dfdu(c)
+        if dc == 0:
+            break
+        if dc < 0:
+            a, da = c, dc
+            if side == -1:
+                db *= 0.5
+            side = -1
+        else:
+            b, db = c, dc
+            if side == 1:
+                da *= 0.5
+            side = 1
 
 
 # ---------------------------------------------------------------------------
@@ -842,34 +875,64 @@ def spec_efficiency(params, spec: TimeSpec):
 spec_times_jit = jax.jit(spec_times, static_argnames=("spec",))
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def spec_times_fd(params, spec: TimeSpec):
-    """:func:`spec_times` whose directional derivatives are central differences.
+def central_differences(primal):
+    """``primal`` (params → array) whose directional derivatives are central differences.
 
-    For a tangent v of the unconstrained leaves, the derivative is
-    (T(θ + h·v) − T(θ − h·v)) / 2h with h = ε / max|v| (ε = 10⁻⁴ in float64,
-    10⁻² in float32): the parameters move by a factor e^{±ε} at most. A
-    profile's delta method then needs only the primal program (vmapped over
-    its tangents), which compiles several times faster than the
+    For a tangent v of the parameter leaves, the derivative is
+    (f(θ + h·v) − f(θ − h·v)) / 2h with h = ε / max|v| (ε = 10⁻⁴ in float64,
+    10⁻² in float32): the unconstrained parameters move by a factor e^{±ε}
+    at most; a zero tangent has a zero derivative. A profile's delta method
+    (``Profile.interval``, ``jax.jvp`` vmapped over tangents) then needs only
+    the primal program, which compiles several times faster than the
     forward-mode-differentiated one, does not meet the NaN derivative that
     padding causes (see :func:`evaluate`), and averages over the model's
     kinks (hard max over buckets) instead of picking one side.
+
+    Args:
+        primal: a traceable function of one PyTree of parameters
+            (:class:`costmodel.ClusterParams`) returning an array.
+
+    Returns:
+        A ``jax.custom_jvp`` function with ``primal``'s signature and values.
+
+    Example:
+        >>> f = central_differences(lambda x: x**3)
+        >>> y, dy = jax.jvp(f, (jnp.asarray(2.0),), (jnp.asarray(1.0),))
+        >>> round(float(dy), 2)
+        12.0
     """
-    return spec_times_jit(params, spec)
+
+    @jax.custom_jvp
+    def f(params):
+        return primal(params)
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+        (p,), (v,) = primals, tangents
+        y = primal(p)
+        leaves = [jnp.max(jnp.abs(x)) for x in jax.tree_util.tree_leaves(v)]
+        scale = functools.reduce(jnp.maximum, leaves) if leaves else jnp.zeros((), y.dtype)
+        eps = 1e-4 if y.dtype == jnp.float64 else 1e-2
+        h = eps / jnp.maximum(scale, 1e-30)
+        plus = jax.tree_util.tree_map(lambda a, b: a + h * b, p, v)
+        minus = jax.tree_util.tree_map(lambda a, b: a - h * b, p, v)
+        dy = (primal(plus) - primal(minus)) / (2.0 * h)
+        return y, jnp.where(scale > 0, dy, jnp.zeros_like(dy))
+
+    return f
 
 
-@spec_times_fd.defjvp
-def _spec_times_fd_jvp(spec, primals, tangents):
-    (p,), (v,) = primals, tangents
-    y = spec_times_jit(p, spec)
-    leaves = [jnp.max(jnp.abs(x)) for x in jax.tree_util.tree_leaves(v)]
-    scale = functools.reduce(jnp.maximum, leaves)
-    eps = 1e-4 if y.dtype == jnp.float64 else 1e-2
-    h = eps / jnp.maximum(scale, 1e-30)
-    plus = jax.tree_util.tree_map(lambda a, b: a + h * b, p, v)
-    minus = jax.tree_util.tree_map(lambda a, b: a - h * b, p, v)
-    dy = (spec_times_jit(plus, spec) - spec_times_jit(minus, spec)) / (2.0 * h)
-    return y, jnp.where(scale > 0, dy, jnp.zeros_like(dy))
+@functools.lru_cache(maxsize=256)
+def _spec_times_fd(spec: TimeSpec):
+    return central_differences(functools.partial(spec_times_jit, spec=spec))
+
+
+def spec_times_fd(params, spec: TimeSpec):
+    """:func:`spec_times` (jitted) whose directional derivatives are central differences.
+
+    See :func:`central_differences`; one such function is kept per spec.
+    """
+    return _spec_times_fd(spec)(params)
 
 
 @functools.partial(jax.jit, static_argnames=("spec",))

@@ -19,6 +19,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -99,8 +100,6 @@ def what_if(profile, workload, changes: Mapping[str, float], **recommend_kwargs)
 
 
 def _with_warning(rec: Recommendation, note: str) -> Recommendation:
-    import dataclasses
-
     return dataclasses.replace(rec, warnings=(*rec.warnings, note))
 
 
@@ -152,6 +151,9 @@ def min_bandwidth_for_efficiency(
 ) -> BandwidthResult:
     """The smallest link bandwidth at which ``config`` reaches ``target_efficiency``.
 
+    (Long for its documentation only: the body checks, brackets the target,
+    then calls ``_newton_bisect``.)
+
     Scales the level's link inverse bandwidth β and its per-node cap (the NIC
     for ``inter``) by the same factor, keeping their ratio, and solves
     eff(u) = target for u = log(bandwidth) with Newton steps using
@@ -183,31 +185,11 @@ def min_bandwidth_for_efficiency(
         >>> r.status, r.efficiency >= 0.8 - 1e-3
         ('ok', True)
     """
-    try:
-        target = float(target_efficiency)
-    except (TypeError, ValueError):
-        target = float("nan")
-    if not 0.0 < target <= 1.0:
-        raise ValueError(f"target_efficiency must be in (0, 1], got {target_efficiency!r}")
-    if level not in ("inter", "intra"):
-        raise ValueError(f"level must be 'inter' or 'intra', got {level!r}")
-    if not (rtol > 0) or int(max_iter) < 1:
-        raise ValueError("rtol must be > 0 and max_iter ≥ 1")
-    prof = as_profile(profile)
-    params = prof.params
-    f = _config_fields(config)
-    variant = Variant(str(f["architecture"]), bool(f.get("colocated", False)))
-    _ = variant.arch
-    n = float(f["workers"])
-    k = float(max(int(f.get("servers", 0) or 0), 1))
-    b = float(f.get("bucket_bytes", 25 * 1024**2))
-    g = int(f.get("ranks_per_node", 1))
-    batch = float(f.get("batch_size") or workload.batch_size)
-    base = float(f.get("base_batch_size") or batch)
+    target = _check_bandwidth_args(target_efficiency, level, rtol, max_iter)
+    params = as_profile(profile).params
+    variant, spec, label = _bandwidth_spec(workload, config)
     li = 1 if level == "inter" else 0
     u0 = -float(np.asarray(params.log_beta)[li])
-
-    spec, _ = TimeSpec.build(workload, g, [(variant, n, k, b, batch, base)], differentiable=True)
     dtype = jnp.result_type(float)
 
     def call(u):
@@ -218,45 +200,77 @@ def min_bandwidth_for_efficiency(
     u_lo, u_hi = u0 - math.log(1e6), u0 + math.log(1e9)
     e_lo, _ = call(u_lo)
     e_hi, _ = call(u_hi)
-    bw = lambda u: math.exp(u)  # noqa: E731
     common = dict(
         max_efficiency=e_hi,
-        current_bandwidth_bytes_per_s=bw(u0),
+        current_bandwidth_bytes_per_s=math.exp(u0),
         current_efficiency=e_now,
         target_efficiency=target,
         level=level,
     )
     if e_hi < target:
-        return BandwidthResult(
-            "unreachable",
-            float("nan"),
-            e_hi,
-            iterations=0,
-            message=(
-                f"{variant.label} with {int(n)} workers cannot reach {target:.0%} scaling "
-                f"efficiency at any {level}-node bandwidth: at infinite bandwidth it reaches "
-                f"{e_hi:.1%} (latency, compute and update bound it)"
-            ),
-            **common,
+        msg = (
+            f"{label} cannot reach {target:.0%} scaling "
+            f"efficiency at any {level}-node bandwidth: at infinite bandwidth it reaches "
+            f"{e_hi:.1%} (latency, compute and update bound it)"
         )
+        return BandwidthResult("unreachable", math.nan, e_hi, iterations=0, message=msg, **common)
     if e_lo >= target:
-        return BandwidthResult(
-            "below_range",
-            bw(u_lo),
-            e_lo,
-            iterations=0,
-            message=(
-                f"{target:.0%} efficiency is reached even at {bw(u_lo):.3g} bytes/s "
-                f"(10⁻⁶ × the current {level}-node bandwidth): bandwidth does not bound it"
-            ),
-            **common,
+        msg = (
+            f"{target:.0%} efficiency is reached even at {math.exp(u_lo):.3g} bytes/s "
+            f"(10⁻⁶ × the current {level}-node bandwidth): bandwidth does not bound it"
         )
-    # bracket: e(lo) < target ≤ e(hi); Newton on u with bisection safeguard
-    lo, hi = u_lo, u_hi
+        return BandwidthResult(
+            "below_range", math.exp(u_lo), e_lo, iterations=0, message=msg, **common
+        )
+    hi, e_at_hi, it = _newton_bisect(call, target, u0, u_lo, u_hi, e_hi, rtol, int(max_iter))
+    bw, now = math.exp(hi), math.exp(u0)
+    msg = (
+        f"{label} reaches {target:.0%} scaling efficiency from "
+        f"{bw * 8 / 1e9:.3g} Gb/s of {level}-node link bandwidth "
+        f"({bw / now:.3g}× the current {now * 8 / 1e9:.3g} Gb/s)"
+    )
+    return BandwidthResult("ok", bw, e_at_hi, iterations=it, message=msg, **common)
+
+
+def _check_bandwidth_args(target_efficiency, level, rtol, max_iter) -> float:
+    try:
+        target = float(target_efficiency)
+    except (TypeError, ValueError):
+        target = float("nan")
+    if not 0.0 < target <= 1.0:
+        raise ValueError(f"target_efficiency must be in (0, 1], got {target_efficiency!r}")
+    if level not in ("inter", "intra"):
+        raise ValueError(f"level must be 'inter' or 'intra', got {level!r}")
+    if not (rtol > 0) or int(max_iter) < 1:
+        raise ValueError("rtol must be > 0 and max_iter ≥ 1")
+    return target
+
+
+def _bandwidth_spec(workload, config):
+    """The configuration as a differentiable one-row :class:`TimeSpec`, and its words."""
+    f = _config_fields(config)
+    variant = Variant(str(f["architecture"]), bool(f.get("colocated", False)))
+    _ = variant.arch  # an unknown architecture fails here
+    n = float(f["workers"])
+    k = float(max(int(f.get("servers", 0) or 0), 1))
+    b = float(f.get("bucket_bytes", 25 * 1024**2))
+    g = int(f.get("ranks_per_node", 1))
+    batch = float(f.get("batch_size") or workload.batch_size)
+    base = float(f.get("base_batch_size") or batch)
+    spec, _ = TimeSpec.build(workload, g, [(variant, n, k, b, batch, base)], differentiable=True)
+    return variant, spec, f"{variant.label} with {int(n)} workers"
+
+
+def _newton_bisect(call, target, u0, lo, hi, e_hi, rtol, max_iter):
+    """Solve e(u) = target on a bracket e(lo) < target ≤ e(hi): Newton with bisection safeguard.
+
+    Returns ``(hi, e(hi), iterations)``: the bracket's upper end (where the
+    target is met) when it is narrower than ``rtol`` or the steps run out.
+    """
     u = min(max(u0, lo), hi)
     it = 0
     e_at_hi = e_hi
-    while it < int(max_iter):
+    while it < max_iter:
         it += 1
         e, d = call(u)
         if e >= target:
@@ -274,15 +288,4 @@ def min_bandwidth_for_efficiency(
             u_new = u + (0.5 * rtol if e < target else -0.5 * rtol)
             u_new = min(max(u_new, lo + 1e-15), hi - 1e-15)
         u = u_new
-    return BandwidthResult(
-        "ok",
-        bw(hi),
-        e_at_hi,
-        iterations=it,
-        message=(
-            f"{variant.label} with {int(n)} workers reaches {target:.0%} scaling efficiency from "
-            f"{bw(hi) * 8 / 1e9:.3g} Gb/s of {level}-node link bandwidth "
-            f"({bw(hi) / bw(u0):.3g}× the current {bw(u0) * 8 / 1e9:.3g} Gb/s)"
-        ),
-        **common,
-    )
+    return hi, e_at_hi, it

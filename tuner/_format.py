@@ -1,0 +1,102 @@
+"""Small text helpers shared by the tuner, its report and its CLI: percentages, tables, labels, JSON.
+
+Each exists once here (the report, the pipeline and ``tuner.cli`` import
+them from :mod:`tuner`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = ["format_percent", "format_table", "series_label", "jsonable"]
+
+
+def format_percent(x, digits: int = 1) -> str:
+    """A fraction as a percentage, ``—`` for ``None``, NaN or ±inf.
+
+    Args:
+        x: a fraction (0.153 → 15.3%), or ``None``.
+        digits: digits after the decimal point, ≥ 0.
+
+    Example:
+        >>> format_percent(0.1534), format_percent(0.15, 0), format_percent(float("nan"))
+        ('15.3%', '15%', '—')
+    """
+    if x is None:
+        return "—"
+    x = float(x)
+    return "—" if not math.isfinite(x) else f"{100.0 * x:.{int(digits)}f}%"
+
+
+def format_table(
+    rows: Iterable[Sequence], head: Sequence | None = None, right: Iterable[int] = ()
+) -> list[str]:
+    """Rows as lines of aligned plain-text columns (two spaces apart, no trailing blanks).
+
+    Args:
+        rows: the cells, row by row (converted with ``str``); every row as
+            long as ``head`` (or the first row).
+        head: column titles, or ``None`` for none.
+        right: indices of right-aligned columns (the others are left-aligned).
+
+    Returns:
+        The lines, the head's first.
+
+    Example:
+        >>> format_table([["ring", 8], ["p2p", 16]], head=["arch", "n"], right={1})
+        ['arch   n', 'ring   8', 'p2p   16']
+    """
+    body = [[str(c) for c in r] for r in rows]
+    lines = ([[str(h) for h in head]] if head is not None else []) + body
+    if not lines:
+        return []
+    right = set(right)
+    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
+    return [
+        "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in lines
+    ]
+
+
+def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:
+    """A fit series' name: ``all_reduce n=8``, ``all_reduce n=16 g=4``.
+
+    Args:
+        s: a mapping with ``collective`` (or ``op`` for compute series),
+            ``num_ranks`` and ``ranks_per_node``.
+        always_ranks_per_node: also show ``g`` when it is 1 or n (one rank per
+            node, or all on one node).
+
+    Example:
+        >>> series_label({"collective": "all_reduce", "num_ranks": 8, "ranks_per_node": 8})
+        'all_reduce n=8'
+    """
+    what = s.get("collective") or s.get("op") or "?"
+    n, g = s.get("num_ranks"), s.get("ranks_per_node")
+    show = always_ranks_per_node or g not in (None, 1, n)
+    return f"{what} n={n}" + (f" g={g}" if show else "")
+
+
+def jsonable(obj):
+    """Plain JSON values, recursively: NaN/±inf → ``None``, numpy and JAX arrays or scalars → Python.
+
+    Mappings become dicts with ``str`` keys, tuples become lists.
+
+    Example:
+        >>> import numpy as np
+        >>> jsonable({"t": np.array([1.0, np.nan]), 2: (np.float32(0.5), float("inf"))})
+        {'t': [1.0, None], '2': [0.5, None]}
+    """
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, str):
+        return jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
