@@ -310,7 +310,7 @@ class FSDPArchitecture(AbstractArchitecture):
         return _block_table(workload, tuple(caps.tolist()))
 
     def sharded_timeline(self, params: ClusterParams, fwd, bwd, s, w, r, n, g, k):
-        """(communication, span) of one iteration: the per-unit recursion (module doc).
+        """(communication, exposed) of one iteration: the per-unit recursion (module doc).
 
         Args:
             fwd, bwd: forward and backward compute, s (scalars).
@@ -320,10 +320,13 @@ class FSDPArchitecture(AbstractArchitecture):
             n, g, k: workers, ranks per node, servers (unused).
 
         Returns:
-            ``(C, span)``: all communication, s, and the time from the start
-            of forward to the end of the last reduction (or of backward), s.
-            Forward and backward compute of a unit are in the ratio of the
-            totals (the zoo's ``bwd = 2 × fwd`` per tensor makes that exact).
+            ``(C, E)``: all communication and its exposed part, s: the time
+            compute waits for gathers, the last reductions after backward,
+            and the slowdown of compute by overlapping (interference), so that
+            forward + backward + E is the span from the start of forward to
+            the end of the last reduction. Forward and backward compute of a
+            unit are in the ratio of the totals (the zoo's ``bwd = 2 × fwd``
+            per tensor makes that exact).
         """
         ag = self.gather_s(params, s, n, g, k) * w
         gs = self.phase1_s(params, s, n, g, k) * w
@@ -331,60 +334,60 @@ class FSDPArchitecture(AbstractArchitecture):
         ag_total, gs_total = jnp.sum(ag), jnp.sum(gs)
         comm = 2.0 * ag_total + gs_total
         if not self.overlaps:
-            return comm, fwd + bwd + comm
+            return comm, comm
         iota = params.overlap_interference
-        fwd_eff = fwd * (1.0 + iota * jnp.minimum(ag_total / jnp.maximum(fwd, 1e-30), 1.0))
-        bwd_eff = bwd * (
-            1.0 + iota * jnp.minimum((ag_total + gs_total) / jnp.maximum(bwd, 1e-30), 1.0)
-        )
+        slow_f = iota * jnp.minimum(ag_total / jnp.maximum(fwd, 1e-30), 1.0)
+        slow_b = iota * jnp.minimum((ag_total + gs_total) / jnp.maximum(bwd, 1e-30), 1.0)
+        fwd_eff, bwd_eff = fwd * (1.0 + slow_f), bwd * (1.0 + slow_b)
         zero = jnp.zeros_like(fwd)
 
         def forward(carry, x):
-            ag_end, f_start, f_end = carry
+            ag_end, f_start, f_end, wait = carry
             a, f = x
             start = jnp.maximum(ag_end, f_start)  # issued when the previous unit starts
             ag_end = start + a
             f_start = jnp.maximum(f_end, ag_end)
-            return (ag_end, f_start, f_start + f), None
+            return (ag_end, f_start, f_start + f, wait + (f_start - f_end)), None
 
-        (_, _, t_fwd), _ = jax.lax.scan(
-            forward, (zero, zero, zero), (ag[::-1], (fwd_eff * frac)[::-1])
+        (_, _, t_fwd, wait_f), _ = jax.lax.scan(
+            forward, (zero, zero, zero, zero), (ag[::-1], (fwd_eff * frac)[::-1])
         )
         ag_next = jnp.concatenate([ag[1:], jnp.zeros_like(ag[:1])])
 
         def backward(carry, x):
-            comm_end, b_end, gathered = carry
+            comm_end, b_end, gathered, wait = carry
             b, a_next, red = x
             b_start = jnp.maximum(b_end, gathered)
             next_end = jnp.maximum(comm_end, b_start) + a_next  # BACKWARD_PRE prefetch
+            wait = wait + (b_start - b_end)
             b_end = b_start + b
             comm_end = jnp.maximum(next_end, b_end) + red  # reduce-scatter after backward
-            return (comm_end, b_end, next_end), None
+            return (comm_end, b_end, next_end, wait), None
 
         first = t_fwd + ag[0]  # the last forward unit is gathered again
-        (comm_end, b_end, _), _ = jax.lax.scan(
-            backward, (first, t_fwd, first), (bwd_eff * frac, ag_next, gs)
+        (comm_end, b_end, _, wait_b), _ = jax.lax.scan(
+            backward, (first, t_fwd, first, zero), (bwd_eff * frac, ag_next, gs)
         )
-        return comm, jnp.maximum(b_end, comm_end)
+        tail = jnp.maximum(comm_end - b_end, 0.0)
+        return comm, (fwd * slow_f + bwd * slow_b) + wait_f + wait_b + tail
 
     def iteration_breakdown(
-        self, params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base_batch
+        self, params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base
     ):
         """The :class:`costmodel.Breakdown` of one configuration (called by the timeline)."""
         from .._timeline import Breakdown, _compute_s
 
         fwd, bwd = _compute_s(params, wt, batch, g)
-        comm, span = self.sharded_timeline(
+        comm, exposed = self.sharded_timeline(
             params, fwd, bwd, eval_bytes, weights, ready_frac, n, g, k
         )
         update = self.update_s(params, wt.total_bytes, n, k, g)
         overhead = params.step_overhead_s
-        total = span + update + overhead
-        exposed = jnp.maximum(total - fwd - bwd - update - overhead, 0.0)
+        total = fwd + bwd + exposed + update + overhead
         thr = n * batch / total
-        f1, b1 = _compute_s(params, wt, base_batch, jnp.ones_like(g))
-        base = f1 + b1 + wt.total_bytes * params.update_s_per_byte + overhead
-        eff = thr / (n * base_batch / base)
+        f1, b1 = _compute_s(params, wt, base, jnp.ones_like(g))
+        t1 = f1 + b1 + wt.total_bytes * params.update_s_per_byte + overhead
+        eff = thr / (n * base / t1)
         return Breakdown(
             fwd, bwd, comm, exposed, update, overhead, total, thr, eff, jnp.sum(weights)
         )
