@@ -74,7 +74,14 @@ _COLLECTIVES_USED = {
     "ring": ("all_reduce",),
     "tree": ("all_reduce",),
     "hierarchical": ("all_reduce",),
+    "zero1": ("all_reduce", "all_gather"),
+    "zero2": ("reduce_scatter", "all_gather"),
+    "fsdp": ("all_gather", "reduce_scatter"),
+    "hsdp": ("all_gather", "reduce_scatter", "all_reduce"),
 }
+
+#: Sharded data parallelism (each rank holds a shard of the model states).
+_SHARDED = ("zero1", "zero2", "fsdp", "hsdp")
 
 
 class UnreliableProfileError(ValueError):
@@ -115,6 +122,8 @@ class Configuration:
             without prices.
         breakdown: :meth:`costmodel.Breakdown.to_dict` of this configuration.
         refined: the bucket size came from the continuous refinement.
+        memory_bytes_per_rank: device memory a worker rank needs (model states,
+            buffers: :func:`costmodel.memory_per_rank`), bytes; None if unknown.
     """
 
     architecture: str
@@ -131,6 +140,7 @@ class Configuration:
     cost_per_sample: float | None
     breakdown: dict = field(repr=False)
     refined: bool = False
+    memory_bytes_per_rank: float | None = None
 
     @property
     def variant(self) -> Variant:
@@ -184,6 +194,9 @@ class Configuration:
             else float(self.cost_per_sample),
             "breakdown": dict(self.breakdown),
             "refined": bool(self.refined),
+            "memory_bytes_per_rank": None
+            if self.memory_bytes_per_rank is None
+            else float(self.memory_bytes_per_rank),
         }
 
 
@@ -1209,7 +1222,7 @@ def recommend(
         lead = min(best.values(), key=lambda r: _row_key(scorer, r))
         lead_key = _row_key(scorer, lead)
         for label, r in list(best.items()):
-            if not r.variant.overlaps:
+            if not r.variant.overlaps or not getattr(r.variant.arch, "uses_bucket_bytes", True):
                 continue
             k0 = _row_key(scorer, r)
             close = r is lead or _close(k0, lead_key, scorer)
@@ -1231,7 +1244,13 @@ def recommend(
             unconstrained = min(free, key=lambda r: _row_key(scorer, r))
             if _row_key(scorer, unconstrained) < _row_key(scorer, chosen):
                 wb, sb = memory_need(
-                    workload, unconstrained.variant, unconstrained.n, max(unconstrained.k, 1), osf
+                    workload,
+                    unconstrained.variant,
+                    unconstrained.n,
+                    max(unconstrained.k, 1),
+                    osf,
+                    ranks_per_node=ranks_per_node,
+                    bucket_bytes=unconstrained.b,
                 )
                 need = max(float(wb), float(sb))
                 memory_note = (
@@ -1239,6 +1258,10 @@ def recommend(
                     f"{unconstrained.n} workers would be better but needs "
                     f"{format_bytes(need)} per device, over the {format_bytes(memory)} available."
                 )
+
+    if status == "ok" and chosen.variant.name in _SHARDED:
+        note = _sharding_note(workload, chosen, ranked, osf, memory, ranks_per_node)
+        memory_note = f"{memory_note} {note}".strip()
 
     # --- alternatives: distinct architectures first, then the next-best ------------
     alt_rows = list(others[:5])
@@ -1273,6 +1296,15 @@ def recommend(
 
     def config(r: _Row, i: int) -> Configuration:
         cost = scorer.cost(r.variant, r.n, r.k, r.thr)
+        wb, _ = memory_need(
+            workload,
+            r.variant,
+            r.n,
+            max(r.k, 1),
+            osf,
+            ranks_per_node=ranks_per_node,
+            bucket_bytes=r.b,
+        )
         return Configuration(
             r.variant.name,
             r.variant.colocated,
@@ -1288,6 +1320,7 @@ def recommend(
             None if cost is None else float(cost),
             dict(r.bd),
             r.refined,
+            float(wb),
         )
 
     if status == "ok":
@@ -1309,6 +1342,37 @@ def recommend(
     if status == "infeasible" and on_infeasible == "raise":
         raise InfeasibleError(message, rec)
     return rec
+
+
+def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g) -> str:
+    """Why a sharded architecture won: a replica does not fit (memory), or it is faster (time)."""
+    replica, _ = memory_need(
+        workload, Variant("ring"), chosen.n, 1, osf, ranks_per_node=g, bucket_bytes=chosen.b
+    )
+    own, _ = memory_need(
+        workload, chosen.variant, chosen.n, 1, osf, ranks_per_node=g, bucket_bytes=chosen.b
+    )
+    replica, own = float(replica), float(own)
+    if replica > memory:
+        return (
+            f"Sharding is chosen for memory: a full replica of the model states (DDP, "
+            f"ring all-reduce) needs {format_bytes(replica)} per device, over the "
+            f"{format_bytes(memory)} available; {chosen.variant.label} shards them to "
+            f"{format_bytes(own)} per rank."
+        )
+    rivals = [r for r in ranked if r.variant.name not in _SHARDED]
+    than = ""
+    if rivals:
+        gain = chosen.thr / rivals[0].thr - 1.0
+        than = (
+            f", {_pct(gain)} faster than the best replicated architecture, "
+            f"{rivals[0].variant.label} ({rivals[0].n} workers)"
+        )
+    return (
+        f"Sharding is chosen for time: a full replica fits ({format_bytes(replica)} per "
+        f"device), but {chosen.variant.label} is faster{than} (each rank updates only its "
+        f"shard; {format_bytes(own)} per rank)."
+    )
 
 
 def _close(k0: tuple, lead: tuple, scorer: _Scorer) -> bool:
