@@ -1260,7 +1260,7 @@ def recommend(
                 )
 
     if status == "ok" and chosen.variant.name in _SHARDED:
-        note = _sharding_note(workload, chosen, ranked, osf, memory, ranks_per_node)
+        note = _sharding_note(workload, chosen, ranked, osf, memory, ranks_per_node, memory_note)
         memory_note = f"{memory_note} {note}".strip()
 
     # --- alternatives: distinct architectures first, then the next-best ------------
@@ -1344,7 +1344,7 @@ def recommend(
     return rec
 
 
-def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g) -> str:
+def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g, memory_note="") -> str:
     """Why a sharded architecture won: a replica does not fit (memory), or it is faster (time)."""
     replica, _ = memory_need(
         workload, Variant("ring"), chosen.n, 1, osf, ranks_per_node=g, bucket_bytes=chosen.b
@@ -1353,6 +1353,11 @@ def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g) -> str:
         workload, chosen.variant, chosen.n, 1, osf, ranks_per_node=g, bucket_bytes=chosen.b
     )
     replica, own = float(replica), float(own)
+    if replica > memory and memory_note:  # the memory note already names what did not fit
+        return (
+            f"Sharding is chosen for memory: {chosen.variant.label} shards the model states "
+            f"to {format_bytes(own)} per rank."
+        )
     if replica > memory:
         return (
             f"Sharding is chosen for memory: a full replica of the model states (DDP, "
