@@ -328,28 +328,47 @@ class FSDPArchitecture(AbstractArchitecture):
             unit are in the ratio of the totals (the zoo's ``bwd = 2 × fwd``
             per tensor makes that exact).
         """
+        out = self.schedule(params, fwd, bwd, s, w, r, n, g, k)
+        return out["communication_s"], out["exposed_s"]
+
+    def schedule(self, params: ClusterParams, fwd, bwd, s, w, r, n, g, k) -> dict:
+        """Every unit's times in the recursion of :meth:`sharded_timeline` (same arguments).
+
+        Returns:
+            A dict of arrays (s from the start of forward): ``communication_s``,
+            ``exposed_s`` (as :meth:`sharded_timeline`); ``forward_end_s``;
+            per unit in FORWARD order ``gather_start_s``, ``gather_end_s``
+            (forward gathers), and in BACKWARD order ``backward_end_s`` (its
+            gradients are ready), ``regather_end_s``, ``reduce_start_s``,
+            ``reduce_end_s``; ``span_s`` (end of the last reduction or of
+            backward). Without overlap, the per-unit entries are those of the
+            serial order (every collective after the compute it follows).
+        """
         ag = self.gather_s(params, s, n, g, k) * w
         gs = self.phase1_s(params, s, n, g, k) * w
         frac = jnp.maximum(jnp.diff(r, prepend=jnp.zeros_like(r[:1])), 0.0)
         ag_total, gs_total = jnp.sum(ag), jnp.sum(gs)
         comm = 2.0 * ag_total + gs_total
-        if not self.overlaps:
-            return comm, comm
-        iota = params.overlap_interference
-        slow_f = iota * jnp.minimum(ag_total / jnp.maximum(fwd, 1e-30), 1.0)
-        slow_b = iota * jnp.minimum((ag_total + gs_total) / jnp.maximum(bwd, 1e-30), 1.0)
+        if self.overlaps:
+            iota = params.overlap_interference
+            slow_f = iota * jnp.minimum(ag_total / jnp.maximum(fwd, 1e-30), 1.0)
+            slow_b = iota * jnp.minimum((ag_total + gs_total) / jnp.maximum(bwd, 1e-30), 1.0)
+        else:
+            slow_f = slow_b = jnp.zeros_like(fwd)
         fwd_eff, bwd_eff = fwd * (1.0 + slow_f), bwd * (1.0 + slow_b)
         zero = jnp.zeros_like(fwd)
+        serial = not self.overlaps
 
         def forward(carry, x):
             ag_end, f_start, f_end, wait = carry
             a, f = x
-            start = jnp.maximum(ag_end, f_start)  # issued when the previous unit starts
+            # issued when the previous unit starts (serial: after it ends)
+            start = jnp.maximum(ag_end, f_end if serial else f_start)
             ag_end = start + a
             f_start = jnp.maximum(f_end, ag_end)
-            return (ag_end, f_start, f_start + f, wait + (f_start - f_end)), None
+            return (ag_end, f_start, f_start + f, wait + (f_start - f_end)), (start, ag_end)
 
-        (_, _, t_fwd, wait_f), _ = jax.lax.scan(
+        (_, _, t_fwd, wait_f), (ag_start_f, ag_end_f) = jax.lax.scan(
             forward, (zero, zero, zero, zero), (ag[::-1], (fwd_eff * frac)[::-1])
         )
         ag_next = jnp.concatenate([ag[1:], jnp.zeros_like(ag[:1])])
@@ -358,18 +377,37 @@ class FSDPArchitecture(AbstractArchitecture):
             comm_end, b_end, gathered, wait = carry
             b, a_next, red = x
             b_start = jnp.maximum(b_end, gathered)
-            next_end = jnp.maximum(comm_end, b_start) + a_next  # BACKWARD_PRE prefetch
             wait = wait + (b_start - b_end)
             b_end = b_start + b
-            comm_end = jnp.maximum(next_end, b_end) + red  # reduce-scatter after backward
-            return (comm_end, b_end, next_end, wait), None
+            if serial:  # reduce, then gather the next unit, after this unit's backward
+                red_start = jnp.maximum(comm_end, b_end)
+                comm_end = red_start + red
+                next_end = comm_end + a_next
+                comm_end = next_end
+            else:
+                next_end = jnp.maximum(comm_end, b_start) + a_next  # BACKWARD_PRE prefetch
+                red_start = jnp.maximum(next_end, b_end)  # reduce-scatter after backward
+                comm_end = red_start + red
+            return (comm_end, b_end, next_end, wait), (b_end, gathered, red_start, red_start + red)
 
         first = t_fwd + ag[0]  # the last forward unit is gathered again
-        (comm_end, b_end, _, wait_b), _ = jax.lax.scan(
+        (comm_end, b_end, _, wait_b), (b_ends, regathered, red_start, red_end) = jax.lax.scan(
             backward, (first, t_fwd, first, zero), (bwd_eff * frac, ag_next, gs)
         )
         tail = jnp.maximum(comm_end - b_end, 0.0)
-        return comm, (fwd * slow_f + bwd * slow_b) + wait_f + wait_b + tail
+        exposed = (fwd * slow_f + bwd * slow_b) + wait_f + wait_b + tail
+        return {
+            "communication_s": comm,
+            "exposed_s": comm if serial else exposed,
+            "forward_end_s": t_fwd,
+            "gather_start_s": ag_start_f,
+            "gather_end_s": ag_end_f,
+            "backward_end_s": b_ends,
+            "regather_end_s": regathered,
+            "reduce_start_s": red_start,
+            "reduce_end_s": red_end,
+            "span_s": jnp.maximum(b_end, comm_end),
+        }
 
     def iteration_breakdown(
         self, params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base
