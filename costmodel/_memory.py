@@ -17,26 +17,32 @@ What each architecture shards (s = shard ranks) and the buffers it adds:
 ==============  ============================  ===================================
 architecture    per worker rank               buffers
 ==============  ============================  ===================================
-ring, tree,     dΨ + dΨ + KΨ                  one gradient bucket (fusion buffer)
+ring, tree,     dΨ + dΨ + KΨ                  none
 hierarchical    (DDP, Horovod: replicated)
-p2p             dΨ + dΨ + KΨ/n                one bucket (the all_to_all receive)
-ps (dedicated)  dΨ + dΨ; each server          one bucket
+p2p             dΨ + dΨ + KΨ/n                none
+ps (dedicated)  dΨ + dΨ; each server          none
                 (2d + K)Ψ/k
-ps (colocated)  dΨ + dΨ + (2d + K)Ψ/k on the  one bucket
+ps (colocated)  dΨ + dΨ + (2d + K)Ψ/k on the  none
                 k ranks hosting a server
-ps_host         dΨ + dΨ (state in host RAM)   one bucket
-hybrid          dΨ + dΨ + (2d + K)Ψ/k on the  one bucket
+ps_host         dΨ + dΨ (state in host RAM)   none
+hybrid          dΨ + dΨ + (2d + K)Ψ/k on the  none
                 node ranks hosting a server
-zero1           dΨ + dΨ + KΨ/n                one bucket (ZeRO P_os)
-zero2           dΨ + dΨ/n + KΨ/n              one bucket (ZeRO P_os+g)
+zero1           dΨ + dΨ + KΨ/n                none (ZeRO P_os)
+zero2           dΨ + dΨ/n + KΨ/n              one bucket of unsharded gradients
+                                              (ZeRO P_os+g; DeepSpeed's
+                                              ``reduce_bucket_size``)
 fsdp            (2d + K)Ψ/n                   2 gathered units (current +
                                               prefetched, at most dΨ) + 1 unit
                                               of unsharded gradients (P_os+g+p)
 hsdp            (2d + K)Ψ/g                   as fsdp
 ==============  ============================  ===================================
 
-(a bucket is min(cap, dΨ) bytes; a cap of 0, one collective per tensor, adds
-none; a unit is the largest FSDP unit, :func:`costmodel.architectures.unit_bytes`).
+Buffers are the unsharded staging a rank needs beyond its sharded states (a
+rank that holds full gradients stages buckets inside them, as the ZeRO paper's
+accounting and DDP's ``gradient_as_bucket_view`` do; other temporary buffers are
+the paper's "residual memory", §6, not counted). A bucket is min(cap, dΨ)
+bytes (a cap of 0, one collective per tensor, stages one tensor: counted as
+none); a unit is the largest FSDP unit, :func:`costmodel.architectures.unit_bytes`.
 Activations are not part of a :class:`~costmodel.Workload`; pass
 ``activation_bytes`` when known (e.g. Korthikanti et al., arXiv:2205.05198,
 §4: s·b·h·(34 + 5·a·s/h) bytes per transformer layer in 16-bit).
@@ -193,8 +199,8 @@ def memory_per_rank(
             on the ⌈n/g⌉ nodes).
         servers: k ≥ 1 parameter servers (ps, hybrid).
         optimizer: see :func:`optimizer_bytes_per_param` (default mixed/fp32 Adam).
-        bucket_bytes: gradient bucket cap, bytes ≥ 0 (0: per tensor, no staging
-            buffer); ``None`` = DDP's 25 MiB. For fsdp/hsdp with
+        bucket_bytes: gradient bucket cap, bytes ≥ 0, for zero2's staging bucket
+            (0: per tensor, none); ``None`` = DDP's 25 MiB. For fsdp/hsdp with
             ``wrap="bucket"`` it is the unit cap.
         activation_bytes: activations per rank, bytes ≥ 0 (0 = not counted).
         colocated: ``ps`` servers on workers (with a name ``architecture``).
@@ -209,7 +215,7 @@ def memory_per_rank(
     Example:
         >>> from costmodel import get_workload
         >>> w = get_workload("llama2_7b", 1, dtype_bytes=2)   # 6.74 B parameters
-        >>> round(float(memory_per_rank(w, "ring", 8).total_bytes) / 1e9)   # 16 Ψ + a bucket
+        >>> round(float(memory_per_rank(w, "ring", 8).total_bytes) / 1e9)   # 16 Ψ
         108
         >>> round(float(memory_per_rank(w, "fsdp", 8).total_bytes) / 1e9, 1)  # 16 Ψ / 8 + units
         16.7
@@ -241,9 +247,9 @@ def memory_per_rank(
     name = arch.name
     g = np.minimum(g, n)
     if name in ("ring", "tree", "hierarchical"):
-        return MemoryBreakdown(model, model, K * psi, bucket, act, zero)
+        return MemoryBreakdown(model, model, K * psi, zero, act, zero)
     if name in ("p2p", "zero1"):
-        return MemoryBreakdown(model, model, K * psi / n, bucket, act, zero)
+        return MemoryBreakdown(model, model, K * psi / n, zero, act, zero)
     if name == "zero2":
         return MemoryBreakdown(model, model / n, K * psi / n, bucket, act, zero)
     if name in ("fsdp", "hsdp"):
@@ -259,7 +265,7 @@ def memory_per_rank(
         gathered = np.where(s > 1, np.minimum(2.0 * unit, model) + unit, 0.0)
         return MemoryBreakdown(model / s, model / s, K * psi / s, gathered, act, zero)
     if name == "ps_host":
-        return MemoryBreakdown(model, model, zero, bucket, act, zero)
+        return MemoryBreakdown(model, model, zero, zero, act, zero)
     if name == "ps":
         kk = np.minimum(k, n) if arch.colocated else k
         shard = state / kk
@@ -267,12 +273,12 @@ def memory_per_rank(
             # a rank hosting a server also holds its shard (its parameters,
             # summed gradients and optimizer state)
             own = d * psi / kk
-            return MemoryBreakdown(model + own, model + own, K * psi / kk, bucket, act, zero)
-        return MemoryBreakdown(model, model, zero, bucket, act, shard)
+            return MemoryBreakdown(model + own, model + own, K * psi / kk, zero, act, zero)
+        return MemoryBreakdown(model, model, zero, zero, act, shard)
     if name == "hybrid":
         m = np.ceil(n / g)
         kk = np.clip(k, 1.0, m)
         return MemoryBreakdown(
-            model + d * psi / kk, model + d * psi / kk, K * psi / kk, bucket, act, zero
+            model + d * psi / kk, model + d * psi / kk, K * psi / kk, zero, act, zero
         )
     raise ValueError(f"memory_per_rank: no accounting for architecture {name!r}")

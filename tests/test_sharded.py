@@ -415,3 +415,33 @@ def test_memory_covers_every_architecture_and_checks_input():
         memory_per_rank(w, "fsdp", 0)
     with pytest.raises(ValueError, match="unknown architecture"):
         memory_per_rank(w, "zero4", 8)
+
+
+# ---------------------------------------------------------------------------
+# The tuner: memory decides between replicated and sharded
+# ---------------------------------------------------------------------------
+def test_tuner_shards_llama2_7b_for_memory_and_keeps_all_reduce_for_resnet50():
+    import tuner
+    from calibration import Profile
+
+    prof = Profile.from_preset("ib-hdr-200g,nvlink-a100", "a100")
+    kw = dict(
+        max_workers=16,
+        ranks_per_node=8,
+        architectures="ring,zero2,fsdp,hsdp",
+        optimizer_state_factor=2.0,
+        device_memory_bytes=80 * 2**30,
+        refine=False,
+    )
+    rec = tuner.recommend(prof, get_workload("llama2_7b", 1), **kw)
+    d = rec.to_dict()
+    assert d["architecture"] in SHARDED
+    assert d["memory_bytes_per_rank"] < 80 * 2**30
+    assert "Sharding is chosen for memory" in d["rationale"]
+    ring = rec.sweeps["ring"]
+    assert not ring.feasible.any() and np.all(ring.worker_bytes > 80 * 2**30)  # 16Ψ > 80 GiB
+    # one rank per node (hsdp needs several): the replicated all-reduce still wins
+    kw.update(ranks_per_node=1, architectures="ring,zero1,zero2,fsdp")
+    rec = tuner.recommend(prof, get_workload("resnet50", 64), **kw)
+    assert rec.architecture == "ring"
+    assert "Sharding" not in rec.rationale

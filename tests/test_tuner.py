@@ -41,6 +41,8 @@ def _brute_force(params, workload, label_variant, workers, caps, g=1, global_bat
     """Every configuration of one variant, one iteration_time call per worker count."""
     v = label_variant
     arch = get_architecture(v.name, colocated=v.colocated)
+    if not getattr(arch, "uses_bucket_bytes", True):
+        caps = caps[-1:]  # fsdp/hsdp per layer block: the search tries one cap
     rows = []
     for n in workers:
         if v.uses_servers:
@@ -164,7 +166,16 @@ def test_refined_bucket_reaches_a_dense_scan_of_the_exact_model(network, model, 
 def test_grid_search_equals_brute_force(resnet18):
     caps = [0, 2**20, 2**24]
     rec = tuner.recommend(P10G, resnet18, max_workers=4, bucket_bytes=caps, refine=False)
-    assert set(rec.sweeps) == {"ps (dedicated)", "ps (colocated)", "p2p", "ring", "tree"}
+    assert set(rec.sweeps) == {
+        "ps (dedicated)",
+        "ps (colocated)",
+        "p2p",
+        "ring",
+        "tree",
+        "zero1",
+        "zero2",
+        "fsdp",
+    }
     best = (-math.inf, None)
     for sw in rec.sweeps.values():
         rows = _brute_force(P10G, resnet18, sw.variant, range(1, 5), caps)
@@ -607,9 +618,18 @@ def test_repeated_recommendation_does_not_recompile(resnet18, preset_profile):
 
 def test_variants_and_worker_grid():
     labels = [v.label for v in tuner.resolve_variants(None, 1)]
-    assert labels == ["ps (dedicated)", "ps (colocated)", "p2p", "ring", "tree"]
+    assert labels == [
+        "ps (dedicated)",
+        "ps (colocated)",
+        "p2p",
+        "ring",
+        "tree",
+        "zero1",
+        "zero2",
+        "fsdp",
+    ]
     labels8 = [v.label for v in tuner.resolve_variants(None, 8)]
-    assert {"ps_host", "hybrid", "hierarchical"} <= set(labels8)
+    assert {"ps_host", "hybrid", "hierarchical", "hsdp"} <= set(labels8)
     assert tuner.DEFAULT_BUCKET_GRID[0] == 0 and 25 * 2**20 in tuner.DEFAULT_BUCKET_GRID
     assert all(
         b == 2 * a
