@@ -217,8 +217,8 @@ def memory_per_rank(
         >>> w = get_workload("llama2_7b", 1, dtype_bytes=2)   # 6.74 B parameters
         >>> round(float(memory_per_rank(w, "ring", 8).total_bytes) / 1e9)   # 16 Ψ
         108
-        >>> round(float(memory_per_rank(w, "fsdp", 8).total_bytes) / 1e9, 1)  # 16 Ψ / 8 + units
-        16.7
+        >>> round(float(memory_per_rank(w, "fsdp", 8).total_bytes) / 1e9, 1)  # 16 Ψ / 8 + 3 layers
+        14.7
     """
     from .architectures import AbstractArchitecture, get_architecture, unit_bytes
 

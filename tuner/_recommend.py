@@ -796,6 +796,8 @@ def _rationale(params, ctx, chosen: _Row, others: list[_Row], scorer, memory_not
     parts = []
     if exposed < 0.10:
         hidden = "overlapped with backward" if v.overlaps else "short"
+        if v.overlaps and hasattr(v.arch, "schedule"):  # fsdp/hsdp gather during forward too
+            hidden = "overlapped with forward and backward"
         parts.append(
             f"Compute-bound: {_pct(comp)} of the {bd['iteration_s'] * 1e3:.4g} ms step is "
             f"forward and backward compute; communication is {hidden} "
@@ -1008,8 +1010,10 @@ def recommend(
 
     Search: every architecture variant — ``ps`` with dedicated and with
     colocated servers (k ∈ ``servers``, default the powers of two ≤ n),
-    ``p2p``, ``ring``, ``tree``, and with ``ranks_per_node`` > 1 also
-    ``ps_host``, ``hybrid`` and ``hierarchical`` — × worker counts 1 …
+    ``p2p``, ``ring``, ``tree``, the sharded ``zero1``, ``zero2``, ``fsdp``
+    (its per-block units make the bucket cap moot: one cap, no refinement),
+    and with ``ranks_per_node`` > 1 also ``ps_host``, ``hybrid``,
+    ``hierarchical`` and ``hsdp`` — × worker counts 1 …
     ``max_workers`` (multiples of ``ranks_per_node`` when it is > 1) × bucket
     caps, each evaluated exactly by :func:`costmodel.iteration_time`. The best
     configurations of architectures that overlap communication with backward
@@ -1030,7 +1034,9 @@ def recommend(
       (ties: the most samples/s).
 
     Memory: a configuration is excluded when a worker or a server cannot hold
-    parameters + gradients + optimizer state (``arch.state_bytes``) in
+    parameters + gradients + optimizer state (+ the sharded architectures'
+    staging buffers; :func:`costmodel.memory_per_rank`, the ZeRO paper's
+    accounting) in
     ``device_memory_bytes`` (default the profile's ``memory_bytes``);
     :attr:`Recommendation.excluded` counts them and a warning says so.
 

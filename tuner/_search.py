@@ -262,7 +262,8 @@ class Sweep:
             ``throughput_samples_per_s`` and ``scaling_efficiency`` are exact
             for a fixed global batch (see :func:`sweep`).
         worker_bytes, server_bytes: (N,) memory each worker / server needs for
-            parameters + gradients + optimizer state, bytes.
+            parameters + gradients + optimizer state (+ staging buffers of the
+            sharded architectures: :func:`costmodel.memory_per_rank`), bytes.
         feasible: (N,) bool, fits in memory.
     """
 
