@@ -437,7 +437,9 @@ def test_tuner_shards_llama2_7b_for_memory_and_keeps_all_reduce_for_resnet50():
     d = rec.to_dict()
     assert d["architecture"] in SHARDED
     assert d["memory_bytes_per_rank"] < 80 * 2**30
-    assert "Sharding is chosen for memory" in d["rationale"]
+    # a replica does not fit: the rationale says so (whether or not memory alone decided)
+    assert "Sharding is chosen for" in d["rationale"]
+    assert "over the 80 GiB available" in d["rationale"]
     ring = rec.sweeps["ring"]
     assert not ring.feasible.any() and np.all(ring.worker_bytes > 80 * 2**30)  # 16Ψ > 80 GiB
     # one rank per node (hsdp needs several): the replicated all-reduce still wins
@@ -445,3 +447,20 @@ def test_tuner_shards_llama2_7b_for_memory_and_keeps_all_reduce_for_resnet50():
     rec = tuner.recommend(prof, get_workload("resnet50", 64), **kw)
     assert rec.architecture == "ring"
     assert "Sharding" not in rec.rationale
+
+
+def test_tuner_says_when_sharding_wins_for_time():
+    # ResNet-18 on 10 Gb/s Ethernet, 8 workers: zero2's sharded update and its
+    # reduce-scatter beat every replicated variant even without a memory limit;
+    # with too little memory for a replica, the rationale says both.
+    import tuner
+
+    p, w = preset("ethernet-10g", "v100"), get_workload("resnet18", 32)
+    G = w.total_param_bytes
+    kw = dict(max_workers=8, architectures="ring,tree,zero2", refine=False)
+    free = tuner.recommend(p, w, **kw)
+    assert free.architecture == "zero2"
+    assert "Sharding is chosen for time: a full replica fits" in free.rationale
+    tight = tuner.recommend(p, w, device_memory_bytes=2.6 * G, **kw)
+    assert tight.architecture == "zero2"
+    assert "Sharding is chosen for time, and memory agrees" in tight.rationale

@@ -1359,17 +1359,17 @@ def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g, memory_note="
         workload, chosen.variant, chosen.n, 1, osf, ranks_per_node=g, bucket_bytes=chosen.b
     )
     replica, own = float(replica), float(own)
-    if replica > memory and memory_note:  # the memory note already names what did not fit
+    if replica > memory and memory_note:  # memory changed the answer; the note says what
         return (
             f"Sharding is chosen for memory: {chosen.variant.label} shards the model states "
             f"to {format_bytes(own)} per rank."
         )
-    if replica > memory:
+    if replica > memory:  # the best even with unlimited memory, and a replica does not fit
         return (
-            f"Sharding is chosen for memory: a full replica of the model states (DDP, "
+            f"Sharding is chosen for time, and memory agrees: {chosen.variant.label} would "
+            f"win with unlimited memory too, and a full replica of the model states (DDP, "
             f"ring all-reduce) needs {format_bytes(replica)} per device, over the "
-            f"{format_bytes(memory)} available; {chosen.variant.label} shards them to "
-            f"{format_bytes(own)} per rank."
+            f"{format_bytes(memory)} available ({format_bytes(own)} per rank sharded)."
         )
     rivals = [r for r in ranked if r.variant.name not in _SHARDED]
     than = ""
