@@ -7,6 +7,10 @@ Nothing here touches files, processes or the network.
 
 from ._errors import InputFileError as InputFileError
 from ._errors import format_choices as format_choices
+from ._memory import OPTIMIZER_WORDS as OPTIMIZER_WORDS
+from ._memory import MemoryBreakdown as MemoryBreakdown
+from ._memory import memory_per_rank as memory_per_rank
+from ._memory import optimizer_bytes_per_param as optimizer_bytes_per_param
 from ._names import ALL_REDUCE_ALGORITHMS as ALL_REDUCE_ALGORITHMS
 from ._names import ARCHITECTURE_NAMES as ARCHITECTURE_NAMES
 from ._names import BUSBW_FACTOR as BUSBW_FACTOR

@@ -23,8 +23,22 @@ COLLECTIVE_NAMES = (
 #: Algorithms ddltune models for all_reduce.
 ALL_REDUCE_ALGORITHMS = ("ring", "tree", "hierarchical")
 
-#: Gradient-exchange architectures, as written in JSON (``architecture`` key).
-ARCHITECTURE_NAMES = ("ps", "ps_host", "hybrid", "p2p", "ring", "tree", "hierarchical")
+#: Gradient-exchange architectures, as written in JSON (``architecture`` key):
+#: parameter servers, peer-to-peer, all-reduce (replicated data parallelism), and
+#: sharded data parallelism (ZeRO-1, ZeRO-2, FSDP = ZeRO-3, HSDP).
+ARCHITECTURE_NAMES = (
+    "ps",
+    "ps_host",
+    "hybrid",
+    "p2p",
+    "ring",
+    "tree",
+    "hierarchical",
+    "zero1",
+    "zero2",
+    "fsdp",
+    "hsdp",
+)
 
 
 def BUSBW_FACTOR(collective: str, num_ranks):  # noqa: N802 - a table, named like a constant

@@ -317,6 +317,10 @@ def _core(
     costs phase(eval_bytes_b) × weights_b. ``suffix``, for exact bucketings, is
     ``(count_suffix, bytes_suffix)`` (K,): buckets and bytes from b to the last.
     """
+    if hasattr(arch, "iteration_breakdown"):  # exchanges in forward too (fsdp, hsdp)
+        return arch.iteration_breakdown(
+            params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base_batch
+        )
     fwd, bwd = _compute_s(params, wt, batch, g)
     affine = params.n_regimes == 1 and suffix is not None
     if affine:
@@ -490,7 +494,11 @@ def iteration_time(
         else np.broadcast_to(_check_positive("base_batch_size", base_batch_size), batch.shape)
     )
     shape = n.shape
-    table = bucket_table(workload, bb, first_bucket_bytes)
+    table = (
+        arch.bucket_table(workload, bb)
+        if hasattr(arch, "bucket_table")
+        else bucket_table(workload, bb, first_bucket_bytes)
+    )
     idx = table.index(bb.ravel())
     N = idx.size
     M = 1 << max(0, int(math.ceil(math.log2(max(N, 1)))))  # pad: fewer recompilations

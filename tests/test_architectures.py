@@ -69,17 +69,19 @@ def test_names_and_labels():
         assert get_architecture(name).name == name
     assert get_architecture("ps").label == "ps (dedicated)"
     assert get_architecture("ps", colocated=True).label == "ps (colocated)"
-    with pytest.raises(ValueError, match=r"unknown architecture 'allreduce'; valid: hierarchical"):
+    with pytest.raises(
+        ValueError, match=r"unknown architecture 'allreduce'; valid: fsdp, hierarchical"
+    ):
         get_architecture("allreduce")
     with pytest.raises(ValueError, match=r"'colocated' applies to the ps architecture only"):
         get_architecture("ring", colocated=True)
 
 
 def test_which_architectures_overlap_backward():
-    # all-reduce libraries bucket and overlap (DDP, Horovod); the paper's TF PS and
-    # P2P exchange after backward
+    # all-reduce libraries bucket and overlap (DDP, Horovod), so do the sharded ones
+    # (DeepSpeed ZeRO, FSDP); the paper's TF PS and P2P exchange after backward
     overlapping = {n for n in ARCHITECTURE_NAMES if get_architecture(n).overlaps}
-    assert overlapping == {"ring", "tree", "hierarchical"}
+    assert overlapping == {"ring", "tree", "hierarchical", "zero1", "zero2", "fsdp", "hsdp"}
 
 
 # ---------------------------------------------------------------------------

@@ -41,6 +41,8 @@ def _brute_force(params, workload, label_variant, workers, caps, g=1, global_bat
     """Every configuration of one variant, one iteration_time call per worker count."""
     v = label_variant
     arch = get_architecture(v.name, colocated=v.colocated)
+    if not getattr(arch, "uses_bucket_bytes", True):
+        caps = caps[-1:]  # fsdp/hsdp per layer block: the search tries one cap
     rows = []
     for n in workers:
         if v.uses_servers:
@@ -172,7 +174,16 @@ def test_refined_bucket_reaches_a_dense_scan_of_the_exact_model(network, model, 
 def test_grid_search_equals_brute_force(resnet18):
     caps = [0, 2**20, 2**24]
     rec = tuner.recommend(P10G, resnet18, max_workers=4, bucket_bytes=caps, refine=False)
-    assert set(rec.sweeps) == {"ps (dedicated)", "ps (colocated)", "p2p", "ring", "tree"}
+    assert set(rec.sweeps) == {
+        "ps (dedicated)",
+        "ps (colocated)",
+        "p2p",
+        "ring",
+        "tree",
+        "zero1",
+        "zero2",
+        "fsdp",
+    }
     best = (-math.inf, None)
     for sw in rec.sweeps.values():
         rows = _brute_force(P10G, resnet18, sw.variant, range(1, 5), caps)
@@ -321,7 +332,15 @@ def test_memory_excludes_configurations_that_do_not_fit(resnet18):
     G = resnet18.total_param_bytes
     # ring workers hold parameters, gradients and momentum: 3 G; a p2p worker holds
     # parameters, gradients and a 1/n shard of the momentum: 2 G + G / n.
-    rec = tuner.recommend(P10G, resnet18, max_workers=8, device_memory_bytes=2.6 * G, refine=False)
+    # (replicated and PS families: a sharded one would be faster here even without the limit)
+    rec = tuner.recommend(
+        P10G,
+        resnet18,
+        max_workers=8,
+        architectures=["ps", "p2p", "ring", "tree"],
+        device_memory_bytes=2.6 * G,
+        refine=False,
+    )
     assert not rec.sweeps["ring"].feasible.any()
     p2p = rec.sweeps["p2p"]
     np.testing.assert_array_equal(p2p.feasible, 2 * G + G / p2p.workers <= 2.6 * G)
@@ -625,9 +644,18 @@ def test_repeated_recommendation_does_not_recompile(resnet18, preset_profile):
 
 def test_variants_and_worker_grid():
     labels = [v.label for v in tuner.resolve_variants(None, 1)]
-    assert labels == ["ps (dedicated)", "ps (colocated)", "p2p", "ring", "tree"]
+    assert labels == [
+        "ps (dedicated)",
+        "ps (colocated)",
+        "p2p",
+        "ring",
+        "tree",
+        "zero1",
+        "zero2",
+        "fsdp",
+    ]
     labels8 = [v.label for v in tuner.resolve_variants(None, 8)]
-    assert {"ps_host", "hybrid", "hierarchical"} <= set(labels8)
+    assert {"ps_host", "hybrid", "hierarchical", "hsdp"} <= set(labels8)
     assert tuner.DEFAULT_BUCKET_GRID[0] == 0 and 25 * 2**20 in tuner.DEFAULT_BUCKET_GRID
     assert all(
         b == 2 * a

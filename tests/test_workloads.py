@@ -12,6 +12,12 @@ Published figures used below (each also cited in the zoo's ``source`` strings):
 - GPT-2 small: 124,439,808 parameters (HF ``gpt2``, tied LM head). Forward FLOPs per
   token 2N + 4·L·d·T with N the parameters without position embeddings: PaLM
   (arXiv:2204.02311) Appendix B, as used by nanoGPT's ``estimate_mfu``.
+- Llama 3.2 1B ("1.24B", HF meta-llama/Llama-3.2-1B: hidden 2048, 16 layers, 32 heads,
+  8 KV heads, intermediate 8192, vocab 128256, tied embeddings): 1,235,814,400
+  parameters. Llama 2 7B ("6.74B", HF meta-llama/Llama-2-7b-hf: hidden 4096, 32 layers,
+  32 heads, intermediate 11008, vocab 32000, untied): 6,738,415,616. Forward FLOPs per
+  token as PaLM App. B, N the parameters that multiply (the untied input embedding is
+  a lookup).
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ PUBLISHED = {
     "bert_base": (110_000_000, None),  # HF model card "110M"
     "bert_large": (336_000_000, None),  # HF model card "336M" (paper: "340M", rounded)
     "gpt2": (124_439_808, None),
+    "llama3_1b": (1_240_000_000, None),  # model card "1.24B"
+    "llama2_7b": (6_740_000_000, None),  # "6.74B" (Touvron et al. 2023, HF)
 }
 
 
@@ -88,6 +96,8 @@ def test_parameter_totals_match_published(name):
         ("bert_large", "bert.", 335_141_888),
         ("inception_v3", "", 27_161_264),
         ("gpt2", "", 124_439_808),
+        ("llama3_1b", "", 1_235_814_400),
+        ("llama2_7b", "", 6_738_415_616),
     ],
 )
 def test_exact_counts_of_reference_implementations(name, prefix, exact):
@@ -150,6 +160,44 @@ def test_gpt2_forward_flops_match_palm_formula():
     assert abs(w.total_fwd_flops / expected - 1) < 0.05
 
 
+def _llama_layer_params(d, ff, kv):
+    return 2 * d * d + 2 * d * kv + 3 * d * ff + 2 * d  # q, o; k, v; gate, up, down; 2 norms
+
+
+@pytest.mark.parametrize(
+    ("name", "layers", "d", "kv", "ff", "vocab", "seq", "tied"),
+    [
+        ("llama3_1b", 16, 2048, 512, 8192, 128256, 8192, True),
+        ("llama2_7b", 32, 4096, 4096, 11008, 32000, 4096, False),
+    ],
+)
+def test_llama_shapes_and_forward_flops(name, layers, d, kv, ff, vocab, seq, tied):
+    w = get_workload(name)
+    counts = dict(zip(w.tensor_names, w.param_counts.tolist(), strict=True))
+    assert counts["model.embed_tokens.weight"] == vocab * d
+    assert counts["model.layers.0.self_attn.k_proj.weight"] == d * kv  # grouped-query K/V
+    assert ("lm_head.weight" in counts) is not tied
+    n = layers * _llama_layer_params(d, ff, kv) + d + vocab * d * (1 if tied else 2)
+    assert w.total_params == n
+    assert w.num_tensors == 1 + 9 * layers + 1 + (0 if tied else 1)
+    # forward order: the input norm runs before the attention, the MLP after its norm
+    names = w.tensor_names
+    p = "model.layers.3"
+    order = [
+        "input_layernorm",
+        "self_attn.q_proj",
+        "self_attn.o_proj",
+        "post_attention_layernorm",
+        "mlp.gate_proj",
+        "mlp.down_proj",
+    ]
+    idx = [names.index(f"{p}.{m}.weight") for m in order]
+    assert idx == sorted(idx)
+    matmul = n - (0 if tied else vocab * d)  # an untied input embedding is a lookup
+    expected = _palm_forward_flops(layers, d, seq, matmul)
+    assert abs(w.total_fwd_flops / expected - 1) < 0.03
+
+
 # -- the attribution rule ---------------------------------------------------------------
 
 
@@ -167,7 +215,8 @@ def test_flops_sum_and_only_last_tensor_of_each_module_carries_flops(name):
     # Every conv / linear / norm layer does work, so its last tensor carries FLOPs.
     for i, n in enumerate(w.tensor_names):
         last_of_module = i == len(modules) - 1 or modules[i] != modules[i + 1]
-        if last_of_module and "embeddings" not in n and not n.startswith("transformer.w"):
+        lookup = "embeddings" in n or n.startswith(("transformer.w", "model.embed_tokens"))
+        if last_of_module and not lookup:
             assert w.fwd_flops[i] > 0, n
 
 

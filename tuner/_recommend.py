@@ -72,7 +72,14 @@ _COLLECTIVES_USED = {
     "ring": ("all_reduce",),
     "tree": ("all_reduce",),
     "hierarchical": ("all_reduce",),
+    "zero1": ("all_reduce", "all_gather"),
+    "zero2": ("reduce_scatter", "all_gather"),
+    "fsdp": ("all_gather", "reduce_scatter"),
+    "hsdp": ("all_gather", "reduce_scatter", "all_reduce"),
 }
+
+#: Sharded data parallelism (each rank holds a shard of the model states).
+_SHARDED = ("zero1", "zero2", "fsdp", "hsdp")
 
 
 class UnreliableProfileError(ValueError):
@@ -113,6 +120,8 @@ class Configuration:
             without prices.
         breakdown: :meth:`costmodel.Breakdown.to_dict` of this configuration.
         refined: the bucket size came from the continuous refinement.
+        memory_bytes_per_rank: device memory a worker rank needs (model states,
+            buffers: :func:`costmodel.memory_per_rank`), bytes; None if unknown.
     """
 
     architecture: str
@@ -129,6 +138,7 @@ class Configuration:
     cost_per_sample: float | None
     breakdown: dict = field(repr=False)
     refined: bool = False
+    memory_bytes_per_rank: float | None = None
 
     @property
     def variant(self) -> Variant:
@@ -182,6 +192,9 @@ class Configuration:
             else float(self.cost_per_sample),
             "breakdown": dict(self.breakdown),
             "refined": bool(self.refined),
+            "memory_bytes_per_rank": None
+            if self.memory_bytes_per_rank is None
+            else float(self.memory_bytes_per_rank),
         }
 
 
@@ -777,6 +790,8 @@ def _rationale(params, ctx, chosen: _Row, others: list[_Row], scorer, memory_not
     parts = []
     if exposed < 0.10:
         hidden = "overlapped with backward" if v.overlaps else "short"
+        if v.overlaps and hasattr(v.arch, "schedule"):  # fsdp/hsdp gather during forward too
+            hidden = "overlapped with forward and backward"
         parts.append(
             f"Compute-bound: {format_percent(comp, 0)} of the {bd['iteration_s'] * 1e3:.4g} ms step is "
             f"forward and backward compute; communication is {hidden} "
@@ -993,8 +1008,10 @@ def recommend(
 
     Search: every architecture variant — ``ps`` with dedicated and with
     colocated servers (k ∈ ``servers``, default the powers of two ≤ n),
-    ``p2p``, ``ring``, ``tree``, and with ``ranks_per_node`` > 1 also
-    ``ps_host``, ``hybrid`` and ``hierarchical`` — × worker counts 1 …
+    ``p2p``, ``ring``, ``tree``, the sharded ``zero1``, ``zero2``, ``fsdp``
+    (its per-block units make the bucket cap moot: one cap, no refinement),
+    and with ``ranks_per_node`` > 1 also ``ps_host``, ``hybrid``,
+    ``hierarchical`` and ``hsdp`` — × worker counts 1 …
     ``max_workers`` (multiples of ``ranks_per_node`` when it is > 1) × bucket
     caps, each evaluated exactly by :func:`costmodel.iteration_time`. The best
     configurations of architectures that overlap communication with backward
@@ -1015,7 +1032,9 @@ def recommend(
       (ties: the most samples/s).
 
     Memory: a configuration is excluded when a worker or a server cannot hold
-    parameters + gradients + optimizer state (``arch.state_bytes``) in
+    parameters + gradients + optimizer state (+ the sharded architectures'
+    staging buffers; :func:`costmodel.memory_per_rank`, the ZeRO paper's
+    accounting) in
     ``device_memory_bytes`` (default the profile's ``memory_bytes``);
     :attr:`Recommendation.excluded` counts them and a warning says so.
 
@@ -1119,6 +1138,11 @@ def recommend(
     memory_note = (
         _memory_note(ctx, sweeps, keys, scorer, chosen, excluded, osf) if status == "ok" else ""
     )
+    if status == "ok" and chosen.variant.name in _SHARDED:
+        note = _sharding_note(
+            workload, chosen, ranked, osf, memory, ctx.ranks_per_node, memory_note
+        )
+        memory_note = f"{memory_note} {note}".strip()
     alt_rows = _alternatives(sweeps, masks, keys, scorer, chosen, others, status == "ok")
     rec = _assemble(
         ctx,
@@ -1133,6 +1157,7 @@ def recommend(
         status=status,
         message=message,
         reliable=reliable,
+        osf=osf,
     )
     if status == "infeasible" and on_infeasible == "raise":
         raise InfeasibleError(message, rec)
@@ -1268,6 +1293,8 @@ def _refine_leaders(ctx: _Context, sweeps, best: dict, caps, scorer: _Scorer) ->
     lead = min(best.values(), key=lambda r: _row_key(scorer, r))
     lead_key = _row_key(scorer, lead)
     for label, r in list(best.items()):
+        if not getattr(r.variant.arch, "uses_bucket_bytes", True):
+            continue  # block-wrapped fsdp/hsdp: the cap changes nothing
         if r.variant.overlaps and (r is lead or _close(_row_key(scorer, r), lead_key, scorer)):
             best[label] = _refine(ctx, ctx.profile.params, sweeps[label], r, caps, scorer)
 
@@ -1288,7 +1315,10 @@ def _memory_note(ctx: _Context, sweeps, keys, scorer: _Scorer, chosen: _Row, exc
     if not _row_key(scorer, unconstrained) < _row_key(scorer, chosen):
         return ""
     u = unconstrained
-    wb, sb = memory_need(ctx.workload, u.variant, u.n, max(u.k, 1), osf)
+    wb, sb = memory_need(
+        ctx.workload, u.variant, u.n, max(u.k, 1), osf,
+        ranks_per_node=ctx.ranks_per_node, bucket_bytes=u.b,
+    )  # fmt: skip
     need = max(float(wb), float(sb))
     return (
         f"Memory bounds the choice: {u.variant.label} with {u.n} workers would be better but "
@@ -1322,8 +1352,12 @@ def _alternatives(sweeps, masks, keys, scorer, chosen: _Row, others: list, fill:
     return alt_rows
 
 
-def _configuration(ctx: _Context, scorer: _Scorer, r: _Row, interval) -> Configuration:
+def _configuration(ctx: _Context, scorer: _Scorer, r: _Row, interval, osf: float) -> Configuration:
     cost = scorer.cost(r.variant, r.n, r.k, r.thr)
+    wb, _ = memory_need(
+        ctx.workload, r.variant, r.n, max(r.k, 1), osf,
+        ranks_per_node=ctx.ranks_per_node, bucket_bytes=r.b,
+    )  # fmt: skip
     return Configuration(
         r.variant.name,
         r.variant.colocated,
@@ -1339,6 +1373,7 @@ def _configuration(ctx: _Context, scorer: _Scorer, r: _Row, interval) -> Configu
         None if cost is None else float(cost),
         dict(r.bd),
         r.refined,
+        float(wb),
     )
 
 
@@ -1356,6 +1391,7 @@ def _assemble(
     status,
     message,
     reliable,
+    osf,
 ) -> Recommendation:
     """Intervals, p_best, rationale and warnings of the chosen rows, as a Recommendation."""
     prof, bare = ctx.profile, bool(getattr(ctx.profile, "bare", False))
@@ -1366,7 +1402,9 @@ def _assemble(
     warns = _warnings(prof, ctx, chosen, not reliable, excluded, bare)
     if len(variants) == 1:
         warns.append("only one architecture was searched: p_best does not apply")
-    configs = [_configuration(ctx, scorer, r, (lo_by[i], hi_by[i])) for i, r in enumerate(rows)]
+    configs = [
+        _configuration(ctx, scorer, r, (lo_by[i], hi_by[i]), osf) for i, r in enumerate(rows)
+    ]
     if status == "ok":
         message = f"recommended: {configs[0].describe()}"
     return Recommendation(
@@ -1382,6 +1420,42 @@ def _assemble(
         excluded,
         sweeps,
         ctx,
+    )
+
+
+def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g, memory_note="") -> str:
+    """Why a sharded architecture won: a replica does not fit (memory), or it is faster (time)."""
+    replica, _ = memory_need(
+        workload, Variant("ring"), chosen.n, 1, osf, ranks_per_node=g, bucket_bytes=chosen.b
+    )
+    own, _ = memory_need(
+        workload, chosen.variant, chosen.n, 1, osf, ranks_per_node=g, bucket_bytes=chosen.b
+    )
+    replica, own = float(replica), float(own)
+    if replica > memory and memory_note:  # memory changed the answer; the note says what
+        return (
+            f"Sharding is chosen for memory: {chosen.variant.label} shards the model states "
+            f"to {format_bytes(own)} per rank."
+        )
+    if replica > memory:  # the best even with unlimited memory, and a replica does not fit
+        return (
+            f"Sharding is chosen for time, and memory agrees: {chosen.variant.label} would "
+            f"win with unlimited memory too, and a full replica of the model states (DDP, "
+            f"ring all-reduce) needs {format_bytes(replica)} per device, over the "
+            f"{format_bytes(memory)} available ({format_bytes(own)} per rank sharded)."
+        )
+    rivals = [r for r in ranked if r.variant.name not in _SHARDED]
+    than = ""
+    if rivals:
+        gain = chosen.thr / rivals[0].thr - 1.0
+        than = (
+            f", {format_percent(gain, 0)} faster than the best replicated architecture, "
+            f"{rivals[0].variant.label} ({rivals[0].n} workers)"
+        )
+    return (
+        f"Sharding is chosen for time: a full replica fits ({format_bytes(replica)} per "
+        f"device), but {chosen.variant.label} is faster{than} (each rank updates only its "
+        f"shard; {format_bytes(own)} per rank)."
     )
 
 

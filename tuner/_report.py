@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
@@ -137,6 +138,22 @@ def iteration_timeline(
         (True, True)
     """
     arch = get_architecture(str(architecture), colocated=colocated)
+    if hasattr(arch, "schedule"):  # fsdp, hsdp: per-unit gathers and reductions
+        bd = iteration_time(
+            params,
+            workload,
+            arch,
+            workers,
+            ranks_per_node=ranks_per_node,
+            servers=servers,
+            bucket_bytes=bucket_bytes,
+            first_bucket_bytes=first_bucket_bytes,
+            batch_size=batch_size,
+            colocated=False,
+        ).to_dict()
+        return _unit_timeline(
+            params, workload, arch, workers, ranks_per_node, bucket_bytes, bd, label
+        )
     s = bucket_schedule(
         params,
         workload,
@@ -157,6 +174,72 @@ def iteration_timeline(
         )
     fields = (f.name for f in dataclasses.fields(Timeline) if f.name != "label")
     return Timeline(label=label, **{f: getattr(s, f) for f in fields})
+
+
+def _unit_timeline(params, workload, arch, workers, g, bucket_bytes, bd, label) -> Timeline:
+    """The timeline of fsdp/hsdp: its units' reduce-scatters in the place of the buckets.
+
+    From the architecture's own recursion (``schedule``): ``forward_s`` and
+    ``backward_s`` span the compute with its waits for parameter gathers; each
+    unit's reduction starts once its backward has ended; nothing follows the
+    update (the next forward gathers the updated shards).
+    """
+
+    table = arch.bucket_table(workload, [float(bucket_bytes)])
+    K = int(table.counts[0])
+    dtype = jnp.asarray(params.alpha_s).dtype
+    s = jnp.asarray(table.sizes[0, :K], dtype=dtype)
+    r = jnp.asarray(table.ready_frac[0, :K], dtype=dtype)
+
+    def full(v):
+        return jnp.asarray(float(v), dtype=dtype)
+
+    out = _unit_schedule(
+        arch,
+        params,
+        full(bd["forward_s"]),
+        full(bd["backward_s"]),
+        s,
+        jnp.ones_like(s),
+        r,
+        full(workers),
+        full(g),
+        full(1.0),
+    )
+    out = {key: np.asarray(v, dtype=np.float64) for key, v in out.items()}
+    update, overhead = float(bd["update_s"]), float(bd["overhead_s"])
+    t_fwd = float(out["forward_end_s"])
+    span = float(out["span_s"])
+    total = span + update + overhead
+    exposed = max(total - float(bd["forward_s"]) - float(bd["backward_s"]) - update - overhead, 0.0)
+    if label is None:
+        units = "per-block units" if arch.wrap == "block" else None
+        label = _config_label(arch.name, workers, None, bucket_bytes)
+        if units:
+            label = label.rsplit(", bucket", 1)[0] + f", {units}"
+    return Timeline(
+        label=label,
+        overlaps=bool(arch.overlaps),
+        forward_s=t_fwd,
+        backward_s=float(out["backward_end_s"][-1]) - t_fwd,
+        bucket_bytes=np.asarray(table.sizes[0, :K], dtype=np.float64),
+        ready_s=out["backward_end_s"],
+        start_s=out["reduce_start_s"],
+        end_s=out["reduce_end_s"],
+        update_start_s=span,
+        update_s=update,
+        phase2_start_s=np.full(K, span + update),
+        phase2_s=np.zeros(K),
+        overhead_start_s=span + update,
+        overhead_s=overhead,
+        iteration_s=total,
+        exposed_s=exposed,
+    )
+
+
+@eqx.filter_jit
+def _unit_schedule(arch, params, fwd, bwd, s, w, r, n, g, k):
+    return arch.schedule(params, fwd, bwd, s, w, r, n, g, k)
 
 
 def _config_label(arch_label: str, workers, servers, bucket_bytes) -> str:

@@ -42,6 +42,7 @@ from costmodel import (
     format_choices,
     get_architecture,
     iteration_time,
+    memory_per_rank,
 )
 
 __all__ = [
@@ -118,7 +119,7 @@ class Variant:
 
 
 #: Architectures that only exist with several ranks per node.
-_MULTI_RANK = ("ps_host", "hybrid", "hierarchical")
+_MULTI_RANK = ("ps_host", "hybrid", "hierarchical", "hsdp")
 
 #: Extra spellings accepted for the ps placements.
 _ALIASES = {
@@ -138,8 +139,8 @@ def resolve_variants(architectures: Sequence[str] | str | None, ranks_per_node: 
         architectures: names from :data:`costmodel.ARCHITECTURE_NAMES` (``ps``
             means both placements; ``ps_dedicated`` / ``ps_colocated`` one of
             them), a comma-separated string, or ``None`` for every applicable
-            one: ps (both), p2p, ring, tree, and ps_host, hybrid, hierarchical
-            when ``ranks_per_node`` > 1.
+            one: ps (both), p2p, ring, tree, zero1, zero2, fsdp, and ps_host,
+            hybrid, hierarchical, hsdp when ``ranks_per_node`` > 1.
         ranks_per_node: g ≥ 1.
 
     Returns:
@@ -147,7 +148,7 @@ def resolve_variants(architectures: Sequence[str] | str | None, ranks_per_node: 
 
     Raises:
         ValueError: an unknown name (listing the valid ones), an empty list, or
-            ps_host / hybrid / hierarchical asked for with ``ranks_per_node`` = 1.
+            ps_host / hybrid / hierarchical / hsdp asked for with ``ranks_per_node`` = 1.
 
     Example:
         >>> [v.label for v in resolve_variants(["ring", "ps"], 1)]
@@ -263,7 +264,8 @@ class Sweep:
             ``throughput_samples_per_s`` and ``scaling_efficiency`` are exact
             for a fixed global batch (see :func:`sweep`).
         worker_bytes, server_bytes: (N,) memory each worker / server needs for
-            parameters + gradients + optimizer state, bytes.
+            parameters + gradients + optimizer state (+ staging buffers of the
+            sharded architectures: :func:`costmodel.memory_per_rank`), bytes.
         feasible: (N,) bool, fits in memory.
     """
 
@@ -385,6 +387,8 @@ def sweep(
     if global_batch is not None:
         workers = workers[workers <= global_batch]
     caps = np.asarray(bucket_caps, dtype=np.int64)
+    if not getattr(variant.arch, "uses_bucket_bytes", True):
+        caps = caps[-1:]  # fsdp/hsdp wrapped per layer block: the cap changes nothing
     g = ranks_per_node
     if variant.uses_servers:
         cand = (
@@ -408,34 +412,57 @@ def sweep(
     batch, base = _batches(n, workload.batch_size, global_batch)
     out = _evaluate_chunked(params, workload, variant, n, k, b, g, batch, base)
     out = _fix_global(out, n, batch, global_batch)
-    wb, sb = memory_need(workload, variant, n, k, optimizer_state_factor)
+    wb, sb = memory_need(
+        workload, variant, n, k, optimizer_state_factor, ranks_per_node=g, bucket_bytes=b
+    )
     feasible = (wb <= memory_bytes) & (sb <= memory_bytes)
     return Sweep(variant, n, k, b, batch, out, wb, sb, feasible)
 
 
-def memory_need(workload, variant: Variant, workers, servers, optimizer_state_factor=1.0):
-    """(worker bytes, server bytes) of parameters + gradients + optimizer state, as numpy.
+def memory_need(
+    workload,
+    variant: Variant,
+    workers,
+    servers,
+    optimizer_state_factor=1.0,
+    *,
+    ranks_per_node: int = 1,
+    bucket_bytes=None,
+):
+    """(worker bytes, server bytes) each rank needs, as numpy: :func:`costmodel.memory_per_rank`.
 
-    Evaluates ``arch.state_bytes`` once per distinct (workers, servers) pair,
-    padded to a power of two (≥ 1024) so that its array operations are
-    compiled once per process, not once per search size.
+    Model states by the ZeRO paper's accounting for every architecture
+    (parameters and gradients in the workload's dtype, ``optimizer_state_factor``
+    fp32 words of optimizer state per parameter plus an fp32 master copy in
+    mixed precision; sharded as each architecture shards them) plus its
+    buffers (a gradient bucket; FSDP's gathered units). Evaluated once per
+    distinct (workers, servers, bucket cap).
+
+    Args:
+        workload, variant: the model and the architecture variant.
+        workers, servers: arrays of n ≥ 1 and k (0 means none).
+        optimizer_state_factor: fp32 state words per parameter (SGD 0, momentum 1, Adam 2).
+        ranks_per_node: g ≥ 1.
+        bucket_bytes: caps, bytes (broadcast with ``workers``); ``None`` = 25 MiB.
     """
     n = np.asarray(workers, dtype=np.float64)
     k = np.maximum(np.asarray(servers, dtype=np.float64), 1.0)
-    n, k = np.broadcast_arrays(n, k)
-    pairs, inverse = np.unique(
-        np.stack([n.ravel(), k.ravel()], axis=1), axis=0, return_inverse=True
+    b = np.asarray(DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes, np.float64)
+    n, k, b = np.broadcast_arrays(n, k, b)
+    triples, inverse = np.unique(
+        np.stack([n.ravel(), k.ravel(), b.ravel()], axis=1), axis=0, return_inverse=True
     )
-    size = max(1024, 1 << int(math.ceil(math.log2(max(len(pairs), 1)))))
-    pn = np.concatenate([pairs[:, 0], np.ones(size - len(pairs))])
-    pk = np.concatenate([pairs[:, 1], np.ones(size - len(pairs))])
-    wb, sb = variant.arch.state_bytes(
-        float(workload.total_param_bytes), pn, pk, float(optimizer_state_factor)
+    m = memory_per_rank(
+        workload,
+        variant.arch,
+        triples[:, 0],
+        ranks_per_node=float(ranks_per_node),
+        servers=triples[:, 1],
+        optimizer=float(optimizer_state_factor),
+        bucket_bytes=triples[:, 2],
     )
-    wb = np.broadcast_to(np.asarray(wb, dtype=np.float64), (size,))[: len(pairs)]
-    sb = np.broadcast_to(np.asarray(sb, dtype=np.float64), (size,))[: len(pairs)]
     inverse = np.asarray(inverse).ravel()
-    return wb[inverse].reshape(n.shape), sb[inverse].reshape(n.shape)
+    return m.total_bytes[inverse].reshape(n.shape), m.server_bytes[inverse].reshape(n.shape)
 
 
 def _evaluate_chunked(params, workload, variant, n, k, b, g, batch, base) -> Breakdown:

@@ -14,6 +14,13 @@ from ._p2p import P2PArchitecture as P2PArchitecture
 from ._ps import HybridArchitecture as HybridArchitecture
 from ._ps import PSArchitecture as PSArchitecture
 from ._ps import PSHostArchitecture as PSHostArchitecture
+from ._sharded import WRAP_POLICIES as WRAP_POLICIES
+from ._sharded import FSDPArchitecture as FSDPArchitecture
+from ._sharded import HSDPArchitecture as HSDPArchitecture
+from ._sharded import Zero1Architecture as Zero1Architecture
+from ._sharded import Zero2Architecture as Zero2Architecture
+from ._sharded import layer_blocks as layer_blocks
+from ._sharded import unit_bytes as unit_bytes
 
 _CLASSES = {
     "ps": PSArchitecture,
@@ -23,6 +30,10 @@ _CLASSES = {
     "ring": RingArchitecture,
     "tree": TreeArchitecture,
     "hierarchical": HierarchicalArchitecture,
+    "zero1": Zero1Architecture,
+    "zero2": Zero2Architecture,
+    "fsdp": FSDPArchitecture,
+    "hsdp": HSDPArchitecture,
 }
 assert tuple(_CLASSES) == ARCHITECTURE_NAMES
 
@@ -81,16 +92,21 @@ def with_overlap(arch: AbstractArchitecture, overlaps: bool) -> AbstractArchitec
     return _OVERLAP_VARIANTS[key](**fields)
 
 
-def get_architecture(name: str, *, colocated: bool = False) -> AbstractArchitecture:
+def get_architecture(
+    name: str, *, colocated: bool = False, wrap: str | None = None
+) -> AbstractArchitecture:
     """An architecture by its JSON name.
 
     Args:
         name: one of :data:`costmodel.ARCHITECTURE_NAMES`.
         colocated: for ``ps``: servers run on workers (else dedicated machines).
+        wrap: for ``fsdp``/``hsdp``: the unit granularity, one of
+            :data:`WRAP_POLICIES` (default ``"block"``, one unit per layer block).
 
     Raises:
-        ValueError: on an unknown name (listing the valid ones), or
-            ``colocated`` for an architecture other than ``ps``.
+        ValueError: on an unknown name (listing the valid ones), ``colocated``
+            for an architecture other than ``ps``, or ``wrap`` for one other
+            than ``fsdp``/``hsdp`` or not in :data:`WRAP_POLICIES`.
 
     Example:
         >>> get_architecture("ps", colocated=True).label
@@ -104,4 +120,8 @@ def get_architecture(name: str, *, colocated: bool = False) -> AbstractArchitect
         return PSArchitecture(colocated=bool(colocated))
     if colocated:
         raise ValueError(f"'colocated' applies to the ps architecture only, not {name!r}")
+    if wrap is not None:
+        if name not in ("fsdp", "hsdp"):
+            raise ValueError(f"'wrap' applies to fsdp and hsdp only, not {name!r}")
+        return _CLASSES[name](wrap=wrap)
     return _CLASSES[name]()

@@ -1,7 +1,9 @@
-"""Transformers of the zoo: BERT (pre-training) and GPT-2 small, from their published shapes.
+"""Transformers of the zoo: BERT (pre-training), GPT-2 small and Llama decoders, from
+their published shapes.
 
 Tensor names and forward order follow Hugging Face ``transformers``
-(``BertForPreTraining``, ``GPT2LMHeadModel``); one sequence = one sample.
+(``BertForPreTraining``, ``GPT2LMHeadModel``, ``LlamaForCausalLM``); one sequence
+= one sample.
 
 Conventions:
 
@@ -23,6 +25,10 @@ References:
     Kaplan et al., arXiv:2001.08361, Table 1 and Chowdhery et al. (PaLM),
     arXiv:2204.02311, Appendix B: forward FLOPs ≈ 2·N + 4·L·d·T per token
     (as in nanoGPT's ``estimate_mfu``, 6N + 12LHQT for forward + backward).
+    Llama: Hugging Face ``config.json`` of meta-llama/Llama-3.2-1B and
+    meta-llama/Llama-2-7b-hf (values quoted in each builder's source); Touvron
+    et al., "Llama 2", arXiv:2307.09288; Dubey et al., "The Llama 3 Herd of
+    Models", arXiv:2407.21783.
 """
 
 from __future__ import annotations
@@ -141,4 +147,102 @@ def gpt2(
         "GPT-2 small (HF GPT2LMHeadModel names, tied LM head), 1024-token sequences; "
         "Radford et al. 2019. Published: 124,439,808 params (HF gpt2); forward FLOPs per "
         "PaLM arXiv:2204.02311 App. B as in nanoGPT estimate_mfu (2N + 4LdT per token)."
+    )
+
+
+# ---------------------------------------------------------------------------
+# Llama decoders (Hugging Face LlamaForCausalLM)
+# ---------------------------------------------------------------------------
+#: RMSNorm FLOPs per element: square, mean (sum), multiply by the reciprocal
+#: root, multiply by the weight (Zhang & Sennrich, NeurIPS 2019; HF LlamaRMSNorm).
+RMSNORM_FLOPS = 4
+#: SwiGLU FLOPs per intermediate element: SiLU (exp, add, divide, multiply) and
+#: the product with the up projection (Shazeer, arXiv:2002.05202).
+SWIGLU_FLOPS = 5
+#: Rotary embedding FLOPs per rotated q/k element: two products and a sum
+#: (Su et al., arXiv:2104.09864; HF ``apply_rotary_pos_emb``).
+ROPE_FLOPS = 3
+
+
+def _llama(
+    b: LayerBuilder,
+    *,
+    layers: int,
+    d: int,
+    heads: int,
+    kv_heads: int,
+    ff: int,
+    vocab: int,
+    seq: int,
+    tied: bool,
+) -> None:
+    """A Llama decoder in forward order, one ``seq``-token sequence per sample.
+
+    Forward order of the tensors (the order their forward runs, which for the
+    norms differs from ``named_parameters()``, where HF registers them after
+    the MLP): embed_tokens; per layer input_layernorm, q/k/v/o_proj,
+    post_attention_layernorm, gate/up/down_proj; norm; lm_head (untied only).
+    No biases (``attention_bias = mlp_bias = false``). Grouped-query attention:
+    k/v project to ``kv_heads × d/heads``; the score and value products are
+    full T×T per head as for the other transformers.
+    """
+    t = seq
+    kv = kv_heads * (d // heads)
+    b.layer([("model.embed_tokens.weight", vocab * d)], 0.0)  # a lookup: no FLOPs
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        b.layer([(f"{p}.input_layernorm.weight", d)], RMSNORM_FLOPS * t * d)
+        linear(b, f"{p}.self_attn.q_proj", d, d, tokens=t, bias=False)
+        linear(b, f"{p}.self_attn.k_proj", d, kv, tokens=t, bias=False)
+        linear(b, f"{p}.self_attn.v_proj", d, kv, tokens=t, bias=False)
+        b.between(ROPE_FLOPS * t * (d + kv))  # rotary on q and k
+        _attention_ops(b, t, d, heads)
+        linear(b, f"{p}.self_attn.o_proj", d, d, tokens=t, bias=False)
+        b.between(t * d)  # residual add
+        b.layer([(f"{p}.post_attention_layernorm.weight", d)], RMSNORM_FLOPS * t * d)
+        linear(b, f"{p}.mlp.gate_proj", d, ff, tokens=t, bias=False)
+        linear(b, f"{p}.mlp.up_proj", d, ff, tokens=t, bias=False)
+        b.between(SWIGLU_FLOPS * t * ff)
+        linear(b, f"{p}.mlp.down_proj", ff, d, tokens=t, bias=False)
+        b.between(t * d)  # residual add
+    b.layer([("model.norm.weight", d)], RMSNORM_FLOPS * t * d)
+    if tied:
+        # LM head tied to embed_tokens: no tensor of its own, so its matmul goes
+        # to the last tensor, model.norm.weight (as for GPT-2).
+        b.post(2.0 * t * d * vocab)
+    else:
+        linear(b, "lm_head", d, vocab, tokens=t, bias=False)
+
+
+def llama3_1b(b: LayerBuilder) -> str:
+    """Llama 3.2 1B: L=16, d=2048, 32 heads, 8 KV heads, FFN 8192, vocab 128256, tied.
+
+    1,235,814,400 parameters; 8192-token sequences (Llama 3's pre-training
+    context length).
+    """
+    _llama(b, layers=16, d=2048, heads=32, kv_heads=8, ff=8192, vocab=128256, seq=8192, tied=True)
+    return (
+        "Llama 3.2 1B (HF LlamaForCausalLM names, forward order), config.json of "
+        "meta-llama/Llama-3.2-1B: hidden_size 2048, num_hidden_layers 16, "
+        "num_attention_heads 32, num_key_value_heads 8, intermediate_size 8192, "
+        "vocab_size 128256, tie_word_embeddings true; 8192-token sequences (Llama 3 "
+        "pre-training context, Dubey et al. arXiv:2407.21783 §3.4). Published: 1.24B params "
+        "(model card; 1,235,814,400 exact); forward FLOPs per PaLM arXiv:2204.02311 App. B "
+        "(2N + 4LdT per token)."
+    )
+
+
+def llama2_7b(b: LayerBuilder) -> str:
+    """Llama 2 7B: L=32, d=4096, 32 heads (no GQA), FFN 11008, vocab 32000, untied.
+
+    6,738,415,616 parameters; 4096-token sequences (Llama 2's context length).
+    """
+    _llama(b, layers=32, d=4096, heads=32, kv_heads=32, ff=11008, vocab=32000, seq=4096, tied=False)
+    return (
+        "Llama 2 7B (HF LlamaForCausalLM names, forward order), config.json of "
+        "meta-llama/Llama-2-7b-hf: hidden_size 4096, num_hidden_layers 32, "
+        "num_attention_heads 32, num_key_value_heads 32, intermediate_size 11008, "
+        "vocab_size 32000, tie_word_embeddings false; 4096-token sequences (Touvron et al. "
+        "arXiv:2307.09288 Table 1). Published: 6.74B params (6,738,415,616 exact); forward "
+        "FLOPs per PaLM arXiv:2204.02311 App. B (2N + 4LdT per token)."
     )

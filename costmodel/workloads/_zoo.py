@@ -23,6 +23,8 @@ _BUILDERS = {
     "bert_base": _transformer.bert_base,
     "bert_large": _transformer.bert_large,
     "gpt2": _transformer.gpt2,
+    "llama3_1b": _transformer.llama3_1b,
+    "llama2_7b": _transformer.llama2_7b,
 }
 
 #: Names accepted by :func:`get_workload`.
@@ -49,7 +51,8 @@ def get_workload(name: str, batch_size: int = 64, dtype_bytes: int = 4) -> Workl
     Image models: ImageNet-1k, 224×224 input (Inception v3: 299×299), one image
     per sample, tensor names as torchvision's ``named_parameters()``. BERT:
     pre-training at sequence length 128 (MLM on 20 masked positions); GPT-2:
-    1024-token sequences; one sequence per sample, names as Hugging Face's.
+    1024-token sequences; Llama 3.2 1B: 8192; Llama 2 7B: 4096; one sequence
+    per sample, names as Hugging Face's.
     Forward FLOPs are per sample, FLOPs = 2 × MACs, attributed to each layer's
     last tensor (see :class:`Workload`); ``bwd_flops`` = 2 × ``fwd_flops``.
     ``source`` cites the published parameter counts and FLOPs.
@@ -57,7 +60,8 @@ def get_workload(name: str, batch_size: int = 64, dtype_bytes: int = 4) -> Workl
     Args:
         name: one of :data:`WORKLOAD_NAMES`, ignoring case, ``-`` and ``_`` (``"ResNet-50"``):
             alexnet, vgg16, resnet18/34/50/101/152, inception_v3, bert_base,
-            bert_large, gpt2.
+            bert_large, gpt2, llama3_1b (Llama 3.2 1B, 8192-token sequences),
+            llama2_7b (Llama 2 7B, 4096-token sequences).
         batch_size: samples per worker per step, integer >= 1.
         dtype_bytes: bytes per gradient element, integer >= 1 (fp32 = 4, bf16 = 2).
 

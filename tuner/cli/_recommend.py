@@ -134,7 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=name_list_arg,
         metavar="LIST",
         help="architectures to search, comma-separated: ps (both placements), ps_dedicated, "
-        "ps_colocated, ps_host, hybrid, p2p, ring, tree, hierarchical (default: all that apply)",
+        "ps_colocated, ps_host, hybrid, p2p, ring, tree, hierarchical, zero1, zero2, fsdp, "
+        "hsdp (default: all that apply)",
     )
     s.add_argument(
         "--bucket-bytes",

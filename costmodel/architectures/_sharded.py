@@ -1,0 +1,461 @@
+"""Sharded data parallelism: ZeRO stages 1 and 2, FSDP (ZeRO-3) and HSDP.
+
+Every rank owns a 1/n shard of the optimizer state (ZeRO-1), also of the
+gradients (ZeRO-2), also of the parameters (ZeRO-3 = FSDP ``FULL_SHARD``). The
+exchange is the paper's P2P done with ring collectives: gradients
+reduce-scattered, parameters all-gathered (Rajbhandari et al. 2020, §5, §7).
+
+``zero1`` / ``zero2`` (DeepSpeed ZeRO stage 1 / 2), per gradient bucket, in
+backward order and overlapped with the rest of backward as DDP does:
+
+    phase 1:  zero1: ring all_reduce(s)         2(n−1)α + 2(n−1)/n·s(β) + (n−1)/n·sγ
+              zero2: ring reduce_scatter(s)     (n−1)α + (n−1)/n·s(β + γ)
+    update:   each rank its shard, G/n bytes
+    phase 2:  ring all_gather(s) of the updated parameters, (n−1)α + (n−1)/n·sβ
+
+so that per step a rank sends 3·(n−1)/n·G (zero1: the gradient is all-reduced,
+each rank keeps the full gradient its unsharded gradient memory holds) or
+2·(n−1)/n·G (zero2: exactly DDP's all-reduce volume, the ZeRO paper's §7.2.1).
+The parameter all-gather is modelled as EXPOSED, after the step: DeepSpeed's
+stage-1/2 optimizer ``step()`` ends with ``all_gather_dp_groups`` of the updated
+fp16 partitions and returns only when they are complete (the next forward needs
+every parameter), so nothing overlaps it. Its buckets are the gradient buckets
+(DeepSpeed's ``allgather_bucket_size`` plays the role of ``bucket_bytes``).
+
+``fsdp`` (PyTorch FSDP ``FULL_SHARD``), per *unit* (FSDP's wrapped module; by
+default one per layer block of the workload, see :func:`layer_blocks`; with
+``wrap="bucket"`` the gradient buckets, as ``size_based_auto_wrap_policy``):
+
+    forward:  all_gather(P_u) before unit u's forward; the next unit's gather is
+              issued when u's forward starts (one unit of prefetch, FSDP's
+              rate-limited ``limit_all_gathers``);
+    backward: all_gather(P_u) again (parameters are freed after forward,
+              ``reshard_after_forward=True``); with ``backward_prefetch=BACKWARD_PRE``
+              the gather of the next unit is issued when u's backward starts,
+              before u's reduce_scatter(P_u), which is issued when u's backward ends;
+    update:   each rank its shard, G/n bytes; nothing after it (the next
+              forward gathers the updated shards).
+
+All collectives of a rank run in issue order on one channel (FSDP's all-gather
+and reduce-scatter streams share the same links: a single channel is the
+conservative reading); compute waits for its unit's gather. Traffic per step
+3·(n−1)/n·G, 1.5× DDP's (ZeRO paper §7.2.2).
+
+``hsdp`` (FSDP ``HYBRID_SHARD``): FSDP inside each node (shard group = the g
+ranks of a node, intra-node collectives), and after each unit's
+reduce-scatter an all-reduce of the 1/g gradient shard across the m = n/g
+nodes (the replicate group: g concurrent inter-node rings sharing each NIC, the
+middle phase of the hierarchical all-reduce). Memory shards over g ranks only.
+
+References:
+    Rajbhandari, Rasley, Ruwase & He, "ZeRO: Memory Optimizations Toward
+    Training Trillion Parameter Models", SC 2020 (§5 stages P_os, P_os+g,
+    P_os+g+p; §7 communication volume 2Ψ and 3Ψ; Table 1 memory per device).
+    Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data
+    Parallel", VLDB 2023 (§3 units and resharding, §3.3.2 HYBRID_SHARD, §4.2
+    backward prefetch, §4.4 rate limiter). DeepSpeed ``stage_1_and_2.py``
+    (bucketed reduction, all-gather after ``step``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._params import ClusterParams
+from ..collectives import HierarchicalAllReduce, RingAllGather, RingAllReduce, RingReduceScatter
+from ..collectives._base import evaluate, finish
+from ._base import AbstractArchitecture
+
+__all__ = [
+    "Zero1Architecture",
+    "Zero2Architecture",
+    "FSDPArchitecture",
+    "HSDPArchitecture",
+    "layer_blocks",
+    "unit_bytes",
+    "WRAP_POLICIES",
+]
+
+#: FSDP wrap granularities: ``block`` = one unit per layer block of the workload
+#: (``transformer_auto_wrap_policy``); ``bucket`` = units packed to the bucket
+#: cap like the gradient buckets (``size_based_auto_wrap_policy``).
+WRAP_POLICIES = ("block", "bucket")
+
+
+# ---------------------------------------------------------------------------
+# Units (numpy: they depend only on the workload)
+# ---------------------------------------------------------------------------
+def _block_key(name: str) -> str:
+    parts = name.split(".")
+    for i, p in enumerate(parts):
+        if p.isdigit():
+            return ".".join(parts[: i + 1])
+    return parts[0]
+
+
+def layer_blocks(tensor_names) -> np.ndarray:
+    """Unit index of each tensor when FSDP wraps one unit per layer block.
+
+    A tensor's block is its name up to the first all-digit component
+    (``model.layers.3``, ``transformer.h.11``, ``layer2.1``, ``features.0``), or
+    its first component when it has none (``Mixed_5b``, ``conv1``, ``lm_head``);
+    consecutive tensors with the same block form one unit (so the embeddings
+    before the first layer and the final norm after the last are units of
+    their own, as FSDP's root unit holds them).
+
+    Args:
+        tensor_names: the T tensor names in forward order (T ≥ 1).
+
+    Returns:
+        int64 array (T,), unit indices 0, 1, … in forward order, non-decreasing.
+
+    Example:
+        >>> layer_blocks(["embed.weight", "layers.0.q.weight", "layers.0.k.weight",
+        ...               "layers.1.q.weight", "norm.weight"]).tolist()
+        [0, 1, 1, 2, 3]
+    """
+    keys = [_block_key(str(n)) for n in tensor_names]
+    ids = np.zeros(len(keys), dtype=np.int64)
+    for i in range(1, len(keys)):
+        ids[i] = ids[i - 1] + (keys[i] != keys[i - 1])
+    return ids
+
+
+def _block_units(workload):
+    """(sizes, ready_frac) of the layer-block units in backward order (as bucketize's)."""
+    ids = layer_blocks(workload.tensor_names)[::-1]
+    pb = np.asarray(workload.param_bytes, dtype=np.float64)[::-1]
+    bwd = np.asarray(workload.bwd_flops, dtype=np.float64)[::-1]
+    weights = bwd if bwd.sum() > 0 else pb
+    ready = np.cumsum(weights) / weights.sum()
+    ready[-1] = 1.0
+    last = np.flatnonzero(np.append(ids[1:] != ids[:-1], True))
+    sizes = np.add.reduceat(pb, np.concatenate([[0], last[:-1] + 1]))
+    return sizes, ready[last]
+
+
+def unit_bytes(workload, wrap: str = "block", bucket_bytes=None) -> np.ndarray:
+    """Parameter bytes of each FSDP unit, in FORWARD order.
+
+    Args:
+        workload: a :class:`costmodel.Workload`.
+        wrap: ``"block"`` (one unit per layer block, :func:`layer_blocks`) or
+            ``"bucket"`` (units packed to ``bucket_bytes`` in backward order, as
+            :func:`costmodel.bucketize`).
+        bucket_bytes: the cap, bytes ≥ 0, for ``wrap="bucket"``.
+
+    Returns:
+        float64 array (U,) of bytes, summing to the workload's parameter bytes.
+
+    Raises:
+        ValueError: an unknown ``wrap``, or ``wrap="bucket"`` without a cap.
+    """
+    if wrap == "block":
+        return _block_units(workload)[0][::-1].copy()
+    if wrap == "bucket":
+        if bucket_bytes is None:
+            raise ValueError("unit_bytes: wrap='bucket' needs bucket_bytes (the unit cap)")
+        from .._timeline import bucketize
+
+        return bucketize(workload, bucket_bytes)[0][::-1].copy()
+    raise ValueError(f"unknown wrap {wrap!r}; valid: {', '.join(WRAP_POLICIES)}")
+
+
+@functools.lru_cache(maxsize=64)
+def _block_table(workload, caps: tuple):
+    from .._timeline import BucketTable
+
+    sizes, ready = _block_units(workload)
+    U = 1 << max(0, int(math.ceil(math.log2(len(caps)))))
+    K = 16 * int(math.ceil(len(sizes) / 16))
+    row_s = np.zeros(K)
+    row_r = np.ones(K)
+    row_s[: len(sizes)] = sizes
+    row_r[: len(sizes)] = ready
+    padded = np.concatenate([caps, np.full(U - len(caps), caps[-1])])
+    return BucketTable(
+        padded, np.tile(row_s, (U, 1)), np.tile(row_r, (U, 1)), np.full(U, float(len(sizes)))
+    )
+
+
+# ---------------------------------------------------------------------------
+# ZeRO stages 1 and 2
+# ---------------------------------------------------------------------------
+class _ZeroArchitecture(AbstractArchitecture):
+    """Bucketed gradient exchange overlapped with backward, shard update, exposed all-gather."""
+
+    overlaps = True
+    #: Which model states are sharded over the data-parallel ranks.
+    shards: ClassVar[tuple[str, ...]] = ("optimizer",)
+
+    def phase2_s(self, params: ClusterParams, s, n, g, k):
+        """Ring all_gather of the bucket's updated parameters (exposed, after the step)."""
+        return RingAllGather().time(params, s, n, g)
+
+    def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
+        """Each rank updates its 1/n shard: G/n bytes."""
+        return total_bytes / n * params.update_s_per_byte
+
+    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
+        """Model states per rank in units of G (see :func:`costmodel.memory_per_rank`)."""
+        G = total_bytes + 0.0 * n
+        grads = G / n if "gradients" in self.shards else G
+        return G + grads + G * optimizer_state_factor / n, jnp.zeros_like(G)
+
+
+class Zero1Architecture(_ZeroArchitecture):
+    """ZeRO-1 (optimizer state sharded): all_reduce per bucket, shard update, all_gather.
+
+    Example:
+        >>> from costmodel import get_architecture
+        >>> get_architecture("zero1").overlaps
+        True
+    """
+
+    name = "zero1"
+    shards = ("optimizer",)
+
+    def phase1_s(self, params: ClusterParams, s, n, g, k):
+        """Ring all_reduce of the bucket (every rank keeps the full gradient)."""
+        return RingAllReduce().time(params, s, n, g)
+
+
+class Zero2Architecture(_ZeroArchitecture):
+    """ZeRO-2 (optimizer state and gradients sharded): reduce_scatter per bucket, all_gather."""
+
+    name = "zero2"
+    shards = ("optimizer", "gradients")
+
+    def phase1_s(self, params: ClusterParams, s, n, g, k):
+        """Ring reduce_scatter of the bucket (each rank keeps its 1/n of the sum)."""
+        return RingReduceScatter().time(params, s, n, g)
+
+
+# ---------------------------------------------------------------------------
+# FSDP and HSDP
+# ---------------------------------------------------------------------------
+class FSDPArchitecture(AbstractArchitecture):
+    """PyTorch FSDP ``FULL_SHARD`` (ZeRO-3): per-unit gathers in forward and backward.
+
+    Attributes:
+        wrap: unit granularity, one of :data:`WRAP_POLICIES` (static):
+            ``"block"`` (default) one unit per layer block — the bucket cap is
+            then not used; ``"bucket"`` units are the gradient buckets of the
+            cap (size-based wrapping), so the cap is the wrap size.
+
+    Example:
+        >>> from costmodel import get_workload
+        >>> FSDPArchitecture().num_units(get_workload("llama2_7b"))   # embed, 32 layers, norm, head
+        35
+    """
+
+    name = "fsdp"
+    overlaps = True
+    shards: ClassVar[tuple[str, ...]] = ("optimizer", "gradients", "parameters")
+    wrap: str = eqx.field(static=True, default="block")
+
+    def __check_init__(self):
+        if self.wrap not in WRAP_POLICIES:
+            raise ValueError(f"wrap must be one of {', '.join(WRAP_POLICIES)}, got {self.wrap!r}")
+
+    @property
+    def uses_bucket_bytes(self) -> bool:
+        """Whether the bucket cap changes anything (only with ``wrap="bucket"``)."""
+        return self.wrap == "bucket"
+
+    def shard_ranks(self, n, g):
+        """Ranks a parameter is sharded over: all n."""
+        return n
+
+    def gather_s(self, params: ClusterParams, s, n, g, k):
+        """Ring all_gather of a unit's s parameter bytes over the shard group."""
+        return RingAllGather().time(params, s, n, g)
+
+    def phase1_s(self, params: ClusterParams, s, n, g, k):
+        """Ring reduce_scatter of a unit's s gradient bytes, after its backward."""
+        return RingReduceScatter().time(params, s, n, g)
+
+    def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
+        """Each rank updates its shard: G / (shard ranks) bytes."""
+        gg = n if g is None else jnp.minimum(g, n)
+        return total_bytes / self.shard_ranks(n, gg) * params.update_s_per_byte
+
+    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
+        """Model states per rank in units of G, sharded over all n (hsdp: see the class)."""
+        G = total_bytes + 0.0 * n
+        return G * (2.0 + optimizer_state_factor) / n, jnp.zeros_like(G)
+
+    def num_units(self, workload, bucket_bytes=None) -> int:
+        """Number of units this wrap policy makes of ``workload``."""
+        return len(unit_bytes(workload, self.wrap, bucket_bytes))
+
+    def bucket_table(self, workload, bucket_bytes):
+        """The units as a :class:`costmodel.BucketTable` (what the timeline iterates over).
+
+        ``wrap="bucket"``: :func:`costmodel.bucket_table`; ``wrap="block"``: the
+        layer-block units, one identical row per cap.
+        """
+        from .._timeline import bucket_table
+
+        if self.wrap == "bucket":
+            return bucket_table(workload, bucket_bytes)
+        caps = np.unique(np.asarray(bucket_bytes, dtype=np.float64).ravel())
+        return _block_table(workload, tuple(caps.tolist()))
+
+    def sharded_timeline(self, params: ClusterParams, fwd, bwd, s, w, r, n, g, k):
+        """(communication, exposed) of one iteration: the per-unit recursion (module doc).
+
+        Args:
+            fwd, bwd: forward and backward compute, s (scalars).
+            s, w, r: (K,) units in BACKWARD order: bytes, weights (1 real,
+                0 padding, fractional in the fluid relaxation) and the
+                fraction of backward done when each unit's gradients are ready.
+            n, g, k: workers, ranks per node, servers (unused).
+
+        Returns:
+            ``(C, E)``: all communication and its exposed part, s: the time
+            compute waits for gathers, the last reductions after backward,
+            and the slowdown of compute by overlapping (interference), so that
+            forward + backward + E is the span from the start of forward to
+            the end of the last reduction. Forward and backward compute of a
+            unit are in the ratio of the totals (the zoo's ``bwd = 2 × fwd``
+            per tensor makes that exact).
+        """
+        out = self.schedule(params, fwd, bwd, s, w, r, n, g, k)
+        return out["communication_s"], out["exposed_s"]
+
+    def schedule(self, params: ClusterParams, fwd, bwd, s, w, r, n, g, k) -> dict:
+        """Every unit's times in the recursion of :meth:`sharded_timeline` (same arguments).
+
+        Returns:
+            A dict of arrays (s from the start of forward): ``communication_s``,
+            ``exposed_s`` (as :meth:`sharded_timeline`); ``forward_end_s``;
+            per unit in FORWARD order ``gather_start_s``, ``gather_end_s``
+            (forward gathers), and in BACKWARD order ``backward_end_s`` (its
+            gradients are ready), ``regather_end_s``, ``reduce_start_s``,
+            ``reduce_end_s``; ``span_s`` (end of the last reduction or of
+            backward). Without overlap, the per-unit entries are those of the
+            serial order (every collective after the compute it follows).
+        """
+        ag = self.gather_s(params, s, n, g, k) * w
+        gs = self.phase1_s(params, s, n, g, k) * w
+        frac = jnp.maximum(jnp.diff(r, prepend=jnp.zeros_like(r[:1])), 0.0)
+        ag_total, gs_total = jnp.sum(ag), jnp.sum(gs)
+        comm = 2.0 * ag_total + gs_total
+        if self.overlaps:
+            iota = params.overlap_interference
+            slow_f = iota * jnp.minimum(ag_total / jnp.maximum(fwd, 1e-30), 1.0)
+            slow_b = iota * jnp.minimum((ag_total + gs_total) / jnp.maximum(bwd, 1e-30), 1.0)
+        else:
+            slow_f = slow_b = jnp.zeros_like(fwd)
+        fwd_eff, bwd_eff = fwd * (1.0 + slow_f), bwd * (1.0 + slow_b)
+        zero = jnp.zeros_like(fwd)
+        serial = not self.overlaps
+
+        def forward(carry, x):
+            ag_end, f_start, f_end, wait = carry
+            a, f = x
+            # issued when the previous unit starts (serial: after it ends)
+            start = jnp.maximum(ag_end, f_end if serial else f_start)
+            ag_end = start + a
+            f_start = jnp.maximum(f_end, ag_end)
+            return (ag_end, f_start, f_start + f, wait + (f_start - f_end)), (start, ag_end)
+
+        (_, _, t_fwd, wait_f), (ag_start_f, ag_end_f) = jax.lax.scan(
+            forward, (zero, zero, zero, zero), (ag[::-1], (fwd_eff * frac)[::-1])
+        )
+        ag_next = jnp.concatenate([ag[1:], jnp.zeros_like(ag[:1])])
+
+        def backward(carry, x):
+            comm_end, b_end, gathered, wait = carry
+            b, a_next, red = x
+            b_start = jnp.maximum(b_end, gathered)
+            wait = wait + (b_start - b_end)
+            b_end = b_start + b
+            if serial:  # reduce, then gather the next unit, after this unit's backward
+                red_start = jnp.maximum(comm_end, b_end)
+                comm_end = red_start + red
+                next_end = comm_end + a_next
+                comm_end = next_end
+            else:
+                next_end = jnp.maximum(comm_end, b_start) + a_next  # BACKWARD_PRE prefetch
+                red_start = jnp.maximum(next_end, b_end)  # reduce-scatter after backward
+                comm_end = red_start + red
+            return (comm_end, b_end, next_end, wait), (b_end, gathered, red_start, red_start + red)
+
+        first = t_fwd + ag[0]  # the last forward unit is gathered again
+        (comm_end, b_end, _, wait_b), (b_ends, regathered, red_start, red_end) = jax.lax.scan(
+            backward, (first, t_fwd, first, zero), (bwd_eff * frac, ag_next, gs)
+        )
+        tail = jnp.maximum(comm_end - b_end, 0.0)
+        exposed = (fwd * slow_f + bwd * slow_b) + wait_f + wait_b + tail
+        return {
+            "communication_s": comm,
+            "exposed_s": comm if serial else exposed,
+            "forward_end_s": t_fwd,
+            "gather_start_s": ag_start_f,
+            "gather_end_s": ag_end_f,
+            "backward_end_s": b_ends,
+            "regather_end_s": regathered,
+            "reduce_start_s": red_start,
+            "reduce_end_s": red_end,
+            "span_s": jnp.maximum(b_end, comm_end),
+        }
+
+    def iteration_breakdown(
+        self, params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base
+    ):
+        """The :class:`costmodel.Breakdown` of one configuration (called by the timeline)."""
+        from .._timeline import Breakdown, _compute_s
+
+        fwd, bwd = _compute_s(params, wt, batch, g)
+        comm, exposed = self.sharded_timeline(
+            params, fwd, bwd, eval_bytes, weights, ready_frac, n, g, k
+        )
+        update = self.update_s(params, wt.total_bytes, n, k, g)
+        overhead = params.step_overhead_s
+        total = fwd + bwd + exposed + update + overhead
+        thr = n * batch / total
+        f1, b1 = _compute_s(params, wt, base, jnp.ones_like(g))
+        t1 = f1 + b1 + wt.total_bytes * params.update_s_per_byte + overhead
+        eff = thr / (n * base / t1)
+        return Breakdown(
+            fwd, bwd, comm, exposed, update, overhead, total, thr, eff, jnp.sum(weights)
+        )
+
+
+class HSDPArchitecture(FSDPArchitecture):
+    """PyTorch FSDP ``HYBRID_SHARD``: FSDP inside a node, all_reduce of shards across nodes."""
+
+    name = "hsdp"
+
+    def shard_ranks(self, n, g):
+        """Ranks a parameter is sharded over: the g ranks of a node."""
+        return jnp.minimum(g, n)
+
+    def gather_s(self, params: ClusterParams, s, n, g, k):
+        """Intra-node ring all_gather of a unit over the node's g ranks."""
+        g = jnp.minimum(g, n)
+        return RingAllGather().time(params, s, g, g)
+
+    def phase1_s(self, params: ClusterParams, s, n, g, k):
+        """Intra-node reduce_scatter, then the inter-node all_reduce of each 1/g shard."""
+        g = jnp.minimum(g, n)
+        rs = RingReduceScatter().time(params, s, g, g)
+        _, ar, _ = HierarchicalAllReduce().phases(s, n, g)
+        inter = finish(
+            params, jnp.where(ar.steps > 0, evaluate(params, "all_reduce", ar), 0.0), ar.steps, g
+        )
+        return rs + inter
+
+    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
+        """Not used: HSDP's states shard over a node's ranks (memory_per_rank knows g)."""
+        G = total_bytes + 0.0 * n
+        return G * (2.0 + optimizer_state_factor), jnp.zeros_like(G)
