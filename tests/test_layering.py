@@ -16,9 +16,8 @@ inside functions, so imports hidden in a function count too) and checked:
   ``report`` and ``bench``) are imported only inside functions, so the core
   API and ``ddltune predict`` run without them.
 
-Known cases in files other branches are fixing are listed, by name, in
-:data:`KNOWN`; each entry must still occur (a stale entry fails), and the
-list is emptied once those branches are merged.
+Known exceptions would be listed, by name, in :data:`KNOWN` (each entry must
+still occur: a stale entry fails); there are none.
 """
 
 from __future__ import annotations
@@ -45,10 +44,7 @@ OPTIONAL = {"matplotlib": "report", "jinja2": "report", "optuna": "bench"}
 
 #: Violations in other branches' files, being fixed there (issue 11). The lead
 #: empties this after merging; an entry that no longer occurs fails the test.
-KNOWN: set[str] = {
-    # branch 'tunercore': tuner/_report.py and tuner/_run.py import tuner from inside
-    "cycle: tuner, tuner._report, tuner._run",
-}
+KNOWN: set[str] = set()
 
 
 # --------------------------------------------------------------------------- reading

@@ -68,9 +68,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._buckets import Breakdown, BucketTable, _compute_s, bucket_table, bucketize
 from .._params import ClusterParams
-from ..collectives import HierarchicalAllReduce, RingAllGather, RingAllReduce, RingReduceScatter
-from ..collectives._base import evaluate, finish
+from ..collectives import (
+    HierarchicalAllReduce,
+    RingAllGather,
+    RingAllReduce,
+    RingReduceScatter,
+    evaluate,
+    finish,
+)
 from ._base import AbstractArchitecture
 
 __all__ = [
@@ -162,7 +169,6 @@ def unit_bytes(workload, wrap: str = "block", bucket_bytes=None) -> np.ndarray:
     if wrap == "bucket":
         if bucket_bytes is None:
             raise ValueError("unit_bytes: wrap='bucket' needs bucket_bytes (the unit cap)")
-        from .._timeline import bucketize
 
         return bucketize(workload, bucket_bytes)[0][::-1].copy()
     raise ValueError(f"unknown wrap {wrap!r}; valid: {', '.join(WRAP_POLICIES)}")
@@ -170,7 +176,6 @@ def unit_bytes(workload, wrap: str = "block", bucket_bytes=None) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _block_table(workload, caps: tuple):
-    from .._timeline import BucketTable
 
     sizes, ready = _block_units(workload)
     U = 1 << max(0, int(math.ceil(math.log2(len(caps)))))
@@ -302,7 +307,6 @@ class FSDPArchitecture(AbstractArchitecture):
         ``wrap="bucket"``: :func:`costmodel.bucket_table`; ``wrap="block"``: the
         layer-block units, one identical row per cap.
         """
-        from .._timeline import bucket_table
 
         if self.wrap == "bucket":
             return bucket_table(workload, bucket_bytes)
@@ -413,7 +417,6 @@ class FSDPArchitecture(AbstractArchitecture):
         self, params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base
     ):
         """The :class:`costmodel.Breakdown` of one configuration (called by the timeline)."""
-        from .._timeline import Breakdown, _compute_s
 
         fwd, bwd = _compute_s(params, wt, batch, g)
         comm, exposed = self.sharded_timeline(

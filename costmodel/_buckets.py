@@ -1,0 +1,270 @@
+"""What the timeline iterates over: gradient buckets, workload terms and the breakdown.
+
+The building blocks of :mod:`costmodel._timeline` that the architectures need
+too (the sharded ones build their own unit tables and breakdowns): DDP-style
+bucketing of a workload's gradients in backward order (Li et al., VLDB 2020),
+the per-workload terms of one iteration, and :class:`Breakdown`. They live
+below both, so that neither imports the other.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._params import ClusterParams
+from ._smooth import soft_max2
+
+#: PyTorch DDP's default ``bucket_cap_mb`` = 25 MiB.
+DEFAULT_BUCKET_BYTES = 25 * 1024**2
+
+
+class Breakdown(eqx.Module):
+    """One iteration's time and where it goes (all arrays of one shape; SI units).
+
+    Attributes:
+        forward_s: forward compute, s.
+        backward_s: backward compute (without overlap interference), s.
+        communication_s: all communication (every bucket, both phases), s.
+        exposed_communication_s: the part of the iteration that is neither
+            compute, update nor overhead: communication not hidden behind
+            backward, plus the slowdown of backward by overlapping it, s.
+        update_s: optimizer update on the critical path, s.
+        overhead_s: fixed per-iteration overhead, s.
+        iteration_s: the iteration time, s.
+        throughput_samples_per_s: workers × batch / iteration time.
+        scaling_efficiency: throughput / (workers × single-worker throughput),
+            single-worker = one worker with no communication at all.
+        num_buckets: buckets per iteration (fractional for the fluid model).
+    """
+
+    forward_s: Float[Array, "*b"]
+    backward_s: Float[Array, "*b"]
+    communication_s: Float[Array, "*b"]
+    exposed_communication_s: Float[Array, "*b"]
+    update_s: Float[Array, "*b"]
+    overhead_s: Float[Array, "*b"]
+    iteration_s: Float[Array, "*b"]
+    throughput_samples_per_s: Float[Array, "*b"]
+    scaling_efficiency: Float[Array, "*b"]
+    num_buckets: Float[Array, "*b"]
+
+    FIELDS = (
+        "forward_s",
+        "backward_s",
+        "communication_s",
+        "exposed_communication_s",
+        "update_s",
+        "overhead_s",
+        "iteration_s",
+        "throughput_samples_per_s",
+        "scaling_efficiency",
+        "num_buckets",
+    )
+
+    def to_dict(self) -> dict:
+        """Plain Python floats (scalar breakdown) or lists (batched)."""
+        out = {}
+        for f in self.FIELDS:
+            a = np.asarray(getattr(self, f), dtype=np.float64)
+            out[f] = a.item() if a.ndim == 0 else a.tolist()
+        return out
+
+    def __getitem__(self, i) -> Breakdown:
+        return jax.tree_util.tree_map(lambda x: x[i], self)
+
+
+# ---------------------------------------------------------------------------
+# Workload terms (what the timeline needs of a Workload, as arrays)
+# ---------------------------------------------------------------------------
+class WorkloadTerms(eqx.Module):
+    """The totals and per-tensor curves of a workload the timeline uses.
+
+    Attributes:
+        fwd_flops, bwd_flops: per sample totals, FLOPs.
+        total_bytes: gradient (= parameter) bytes, G.
+        step_time_per_sample_s: measured single-worker step time / its batch
+            size (s/sample); NaN when compute comes from FLOPs.
+        fwd_share: forward fraction of compute time.
+        cum_bytes_rev, ready_frac_rev: (T,) cumulative gradient bytes and the
+            fraction of backward done when each tensor's gradient is ready, in
+            reverse (backward) order.
+        measured: static, whether ``step_time_per_sample_s`` is used.
+    """
+
+    fwd_flops: Float[Array, ""]
+    bwd_flops: Float[Array, ""]
+    total_bytes: Float[Array, ""]
+    step_time_per_sample_s: Float[Array, ""]
+    fwd_share: Float[Array, ""]
+    cum_bytes_rev: Float[Array, " T"]
+    ready_frac_rev: Float[Array, " T"]
+    measured: bool = eqx.field(static=True, default=False)
+
+    @classmethod
+    def from_workload(cls, workload) -> WorkloadTerms:
+        """Build from a :class:`costmodel.Workload`.
+
+        Raises:
+            ValueError: if the workload has no FLOPs and no measured step time.
+        """
+        pb = np.asarray(workload.param_bytes, dtype=np.float64)[::-1]
+        fwd = float(np.sum(workload.fwd_flops))
+        bwd_t = np.asarray(workload.bwd_flops, dtype=np.float64)[::-1]
+        bwd = float(bwd_t.sum())
+        measured = workload.step_time_s is not None
+        if not measured and (fwd <= 0 or bwd <= 0):
+            raise ValueError(
+                f"workload {workload.name!r} has no FLOP counts; give a measured single-worker "
+                "step time (--step-time / Workload.with_step_time) or per-layer FLOPs"
+            )
+        weights = bwd_t if bwd > 0 else pb
+        ready = np.cumsum(weights) / np.sum(weights)
+        ready[-1] = 1.0
+        step = float(workload.step_time_s) / workload.batch_size if measured else float("nan")
+        share = fwd / (fwd + bwd) if fwd + bwd > 0 else 1.0 / 3.0
+        f = jnp.asarray
+        return cls(
+            f(fwd),
+            f(bwd),
+            f(float(pb.sum())),
+            f(step),
+            f(share),
+            f(np.cumsum(pb)),
+            f(ready),
+            measured,
+        )
+
+
+def _compute_s(params: ClusterParams, wt: WorkloadTerms, batch, g):
+    """(forward, backward) seconds at ``batch`` samples with g ranks sharing a node."""
+    share = soft_max2(jnp.ones_like(g), g / params.node_compute_slots)
+    if wt.measured:
+        total = wt.step_time_per_sample_s * batch
+        # the measured step includes update and overhead: keep the compute part
+        comp = total - wt.total_bytes * params.update_s_per_byte - params.step_overhead_s
+        comp = jnp.maximum(comp, 0.1 * total)
+        return comp * wt.fwd_share * share, comp * (1.0 - wt.fwd_share) * share
+    return (
+        batch * wt.fwd_flops / params.flops_per_s * share,
+        batch * wt.bwd_flops / params.flops_per_s * share,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Bucketing (exact, numpy: depends only on the workload and the bucket cap)
+# ---------------------------------------------------------------------------
+def bucketize(workload, bucket_bytes: int, first_bucket_bytes: int | None = None):
+    """Pack gradient tensors into buckets, in reverse (backward) order.
+
+    Args:
+        workload: a :class:`costmodel.Workload`.
+        bucket_bytes: cap per bucket, bytes ≥ 0; 0 = one bucket per tensor.
+        first_bucket_bytes: cap of the first bucket (DDP's 1 MiB default lets
+            communication start early); ``None`` = same as ``bucket_bytes``.
+
+    Returns:
+        ``(sizes, ready_frac)``: float64 arrays of shape (K,), bytes of each
+        bucket in the order they are communicated and the fraction of backward
+        compute done when each is ready.
+
+    Raises:
+        ValueError: if ``bucket_bytes`` or ``first_bucket_bytes`` is negative
+            or not finite.
+
+    Example:
+        >>> from costmodel import Workload
+        >>> import numpy as np
+        >>> w = Workload("toy", ("a", "b", "c"), np.array([1, 2, 3]), np.ones(3), np.ones(3), 1)
+        >>> bucketize(w, 12)[0]   # reverse order: 12 B, then 8 B + 4 B
+        array([12., 12.])
+    """
+    for name, v in (("bucket_bytes", bucket_bytes), ("first_bucket_bytes", first_bucket_bytes)):
+        if v is not None and (not math.isfinite(float(v)) or float(v) < 0):
+            raise ValueError(f"{name} must be a finite number of bytes ≥ 0, got {v!r}")
+    wt_bytes = np.asarray(workload.param_bytes, dtype=np.float64)[::-1]
+    bwd = np.asarray(workload.bwd_flops, dtype=np.float64)[::-1]
+    weights = bwd if bwd.sum() > 0 else wt_bytes
+    ready = np.cumsum(weights) / weights.sum()
+    ready[-1] = 1.0
+    sizes, readies = [], []
+    cap = float(first_bucket_bytes if first_bucket_bytes is not None else bucket_bytes)
+    fill, last_r = 0.0, 0.0
+    for nbytes, r in zip(wt_bytes, ready, strict=True):
+        if fill > 0 and (bucket_bytes == 0 or fill + nbytes > cap):
+            sizes.append(fill)
+            readies.append(last_r)
+            fill = 0.0
+            cap = float(bucket_bytes)
+        fill += nbytes
+        last_r = r
+    sizes.append(fill)
+    readies.append(last_r)
+    return np.asarray(sizes), np.asarray(readies)
+
+
+@dataclass(frozen=True)
+class BucketTable:
+    """Exact bucketings of one workload for several bucket caps, padded to one shape.
+
+    Attributes:
+        bucket_bytes: (U,) caps, bytes (sorted, unique; padded by repeating the last).
+        sizes: (U, K) bytes per bucket, zero-padded (K = the most buckets of any cap).
+        ready_frac: (U, K) fraction of backward done when each bucket is ready.
+        counts: (U,) number of buckets.
+    """
+
+    bucket_bytes: np.ndarray
+    sizes: np.ndarray
+    ready_frac: np.ndarray
+    counts: np.ndarray
+
+    def index(self, bucket_bytes) -> np.ndarray:
+        """Row of each cap in ``bucket_bytes`` (which must all be in the table)."""
+        return np.searchsorted(self.bucket_bytes, np.asarray(bucket_bytes, dtype=np.float64))
+
+
+def bucket_table(workload, bucket_bytes, first_bucket_bytes: int | None = None) -> BucketTable:
+    """:func:`bucketize` for every distinct cap in ``bucket_bytes``.
+
+    The row count and the bucket axis are padded to powers of two so that
+    sweeps over different caps reuse one compiled function. Tables are cached
+    per (workload, caps, first bucket): a sweep over architectures buckets once.
+    """
+    caps = np.unique(np.asarray(bucket_bytes, dtype=np.float64).ravel())
+    return _bucket_table_cached(workload, tuple(caps.tolist()), first_bucket_bytes)
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_table_cached(workload, caps: tuple, first_bucket_bytes) -> BucketTable:
+    caps = np.asarray(caps, dtype=np.float64)
+    T = len(workload.param_counts)
+    U = 1 << max(0, int(math.ceil(math.log2(len(caps)))))
+    sizes = np.zeros((U, T))
+    ready = np.ones((U, T))
+    counts = np.zeros(U)
+    for i, cap in enumerate(caps):
+        s, r = bucketize(workload, cap, first_bucket_bytes)
+        sizes[i, : len(s)] = s
+        ready[i, : len(r)] = r
+        counts[i] = len(s)
+    # trim padding no bucketing uses, to a multiple of 16 (bounded recompilations)
+    K = min(T, 16 * int(math.ceil(max(1, int(counts.max())) / 16)))
+    sizes, ready = sizes[:, :K], ready[:, :K]
+    padded = np.concatenate([caps, np.full(U - len(caps), caps[-1])])
+    sizes[len(caps) :] = sizes[len(caps) - 1]
+    ready[len(caps) :] = ready[len(caps) - 1]
+    counts[len(caps) :] = counts[len(caps) - 1]
+    return BucketTable(padded, sizes, ready, counts)
+
+
+# ---------------------------------------------------------------------------
+# The iteration model
+# ---------------------------------------------------------------------------
