@@ -60,7 +60,7 @@ from collections.abc import Mapping
 
 from .._errors import InputFileError
 from . import _transformer
-from ._builder import LayerBuilder, linear
+from ._builder import LayerBuilder
 from ._workload import Workload
 
 __all__ = ["HF_MODEL_TYPES", "looks_like_hf_config", "workload_from_hf_config"]
@@ -75,13 +75,6 @@ MAX_DEFAULT_SEQ_LEN = 8192
 
 #: BERT's default: pre-training phase 1 at 128 tokens (Devlin et al. 2019, App. A.2).
 BERT_DEFAULT_SEQ_LEN = 128
-
-# FLOPs per element, as the zoo's Llama builder counts them (kept equal to
-# costmodel/workloads/_transformer.py's RMSNORM_FLOPS / SWIGLU_FLOPS / ROPE_FLOPS
-# once that lands; see _decoder):
-_RMSNORM_FLOPS = 4  # square, mean, multiply by the reciprocal root, by the weight
-_SWIGLU_FLOPS = 5  # SiLU (exp, add, divide, multiply) and the product with up_proj
-_ROPE_FLOPS = 3  # two products and a sum per rotated q/k element
 
 
 class _Config:
@@ -177,33 +170,10 @@ def _decoder(b: LayerBuilder, c: _Config, t: int, model_type: str) -> tuple[int,
     qkv_bias = True if model_type == "qwen2" else c.bool("attention_bias", False)
     o_bias = False if model_type == "qwen2" else qkv_bias
     mlp_bias = c.bool("mlp_bias", False)
-    q, kv = heads * head_dim, kv_heads * head_dim
-    # The same structure and forward order as the zoo's Llama builder
-    # (_transformer._llama once it lands), with the biases of Qwen2 / attention_bias.
-    b.layer([("model.embed_tokens.weight", vocab * d)], 0.0)  # a lookup: no FLOPs
-    for i in range(layers):
-        p = f"model.layers.{i}"
-        b.layer([(f"{p}.input_layernorm.weight", d)], _RMSNORM_FLOPS * t * d)
-        linear(b, f"{p}.self_attn.q_proj", d, q, tokens=t, bias=qkv_bias)
-        linear(b, f"{p}.self_attn.k_proj", d, kv, tokens=t, bias=qkv_bias)
-        linear(b, f"{p}.self_attn.v_proj", d, kv, tokens=t, bias=qkv_bias)
-        b.between(_ROPE_FLOPS * t * (q + kv))  # rotary on q and k
-        _transformer._attention_ops(b, t, q, heads)
-        linear(b, f"{p}.self_attn.o_proj", q, d, tokens=t, bias=o_bias)
-        b.between(t * d)  # residual add
-        b.layer([(f"{p}.post_attention_layernorm.weight", d)], _RMSNORM_FLOPS * t * d)
-        linear(b, f"{p}.mlp.gate_proj", d, ff, tokens=t, bias=mlp_bias)
-        linear(b, f"{p}.mlp.up_proj", d, ff, tokens=t, bias=mlp_bias)
-        b.between(_SWIGLU_FLOPS * t * ff)
-        linear(b, f"{p}.mlp.down_proj", ff, d, tokens=t, bias=mlp_bias)
-        b.between(t * d)  # residual add
-    b.layer([("model.norm.weight", d)], _RMSNORM_FLOPS * t * d)
-    if tied:
-        # LM head tied to embed_tokens: no tensor of its own; its matmul goes to the
-        # last tensor, model.norm.weight (as GPT-2's does).
-        b.post(2.0 * t * d * vocab)
-    else:
-        linear(b, "lm_head", d, vocab, tokens=t, bias=False)
+    _transformer._llama(
+        b, layers=layers, d=d, heads=heads, kv_heads=kv_heads, ff=ff, vocab=vocab, seq=t,
+        tied=tied, head_dim=head_dim, qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias,
+    )  # fmt: skip
     return layers, tied
 
 

@@ -175,6 +175,10 @@ def _llama(
     vocab: int,
     seq: int,
     tied: bool,
+    head_dim: int | None = None,
+    qkv_bias: bool = False,
+    o_bias: bool = False,
+    mlp_bias: bool = False,
 ) -> None:
     """A Llama decoder in forward order, one ``seq``-token sequence per sample.
 
@@ -182,28 +186,33 @@ def _llama(
     norms differs from ``named_parameters()``, where HF registers them after
     the MLP): embed_tokens; per layer input_layernorm, q/k/v/o_proj,
     post_attention_layernorm, gate/up/down_proj; norm; lm_head (untied only).
-    No biases (``attention_bias = mlp_bias = false``). Grouped-query attention:
-    k/v project to ``kv_heads × d/heads``; the score and value products are
-    full T×T per head as for the other transformers.
+    No biases by default (Llama's ``attention_bias = mlp_bias = false``;
+    Qwen2 has ``qkv_bias``, Hugging Face's ``attention_bias`` sets q/k/v and
+    o). Grouped-query attention: q projects to ``heads × head_dim``, k/v to
+    ``kv_heads × head_dim`` (``head_dim`` default d/heads); the score and
+    value products are full T×T per head as for the other transformers.
+    Mistral and Qwen2 configurations (costmodel.workload_from_hf_config) use
+    the same builder.
     """
     t = seq
-    kv = kv_heads * (d // heads)
+    head_dim = d // heads if head_dim is None else head_dim
+    q, kv = heads * head_dim, kv_heads * head_dim
     b.layer([("model.embed_tokens.weight", vocab * d)], 0.0)  # a lookup: no FLOPs
     for i in range(layers):
         p = f"model.layers.{i}"
         b.layer([(f"{p}.input_layernorm.weight", d)], RMSNORM_FLOPS * t * d)
-        linear(b, f"{p}.self_attn.q_proj", d, d, tokens=t, bias=False)
-        linear(b, f"{p}.self_attn.k_proj", d, kv, tokens=t, bias=False)
-        linear(b, f"{p}.self_attn.v_proj", d, kv, tokens=t, bias=False)
-        b.between(ROPE_FLOPS * t * (d + kv))  # rotary on q and k
-        _attention_ops(b, t, d, heads)
-        linear(b, f"{p}.self_attn.o_proj", d, d, tokens=t, bias=False)
+        linear(b, f"{p}.self_attn.q_proj", d, q, tokens=t, bias=qkv_bias)
+        linear(b, f"{p}.self_attn.k_proj", d, kv, tokens=t, bias=qkv_bias)
+        linear(b, f"{p}.self_attn.v_proj", d, kv, tokens=t, bias=qkv_bias)
+        b.between(ROPE_FLOPS * t * (q + kv))  # rotary on q and k
+        _attention_ops(b, t, q, heads)
+        linear(b, f"{p}.self_attn.o_proj", q, d, tokens=t, bias=o_bias)
         b.between(t * d)  # residual add
         b.layer([(f"{p}.post_attention_layernorm.weight", d)], RMSNORM_FLOPS * t * d)
-        linear(b, f"{p}.mlp.gate_proj", d, ff, tokens=t, bias=False)
-        linear(b, f"{p}.mlp.up_proj", d, ff, tokens=t, bias=False)
+        linear(b, f"{p}.mlp.gate_proj", d, ff, tokens=t, bias=mlp_bias)
+        linear(b, f"{p}.mlp.up_proj", d, ff, tokens=t, bias=mlp_bias)
         b.between(SWIGLU_FLOPS * t * ff)
-        linear(b, f"{p}.mlp.down_proj", ff, d, tokens=t, bias=False)
+        linear(b, f"{p}.mlp.down_proj", ff, d, tokens=t, bias=mlp_bias)
         b.between(t * d)  # residual add
     b.layer([("model.norm.weight", d)], RMSNORM_FLOPS * t * d)
     if tied:
