@@ -15,8 +15,10 @@ Public API:
 """
 
 from ._predict import PREDICTION_LEVEL as PREDICTION_LEVEL
+from ._predict import measured_ranks_per_node as measured_ranks_per_node
 from ._predict import predict_collective as predict_collective
 from ._predict import predict_iterations as predict_iterations
+from ._predict import topology_warnings as topology_warnings
 from ._recommend import OBJECTIVES as OBJECTIVES
 from ._recommend import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
 from ._recommend import Configuration as Configuration
