@@ -217,6 +217,8 @@ class _Progress:
 
     def __init__(self, total: int, enabled: bool):
         self.bar = None
+        # In a log (stderr not a terminal): an update every 5 s, no forced redraws.
+        self.tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
         if enabled:
             from tqdm.auto import tqdm
 
@@ -225,18 +227,20 @@ class _Progress:
                 unit="point",
                 desc="collect",
                 file=sys.stderr,
-                dynamic_ncols=True,
+                dynamic_ncols=self.tty,
+                mininterval=0.1 if self.tty else 5.0,
                 leave=True,
             )
 
     def retotal(self, delta: int) -> None:
         if self.bar is not None and delta:
             self.bar.total = max(self.bar.n, self.bar.total + delta)
-            self.bar.refresh()
+            if self.tty:
+                self.bar.refresh()
 
     def describe(self, text: str) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(text, refresh=True)
+            self.bar.set_postfix_str(text, refresh=self.tty)
 
     def step(self) -> None:
         if self.bar is not None:

@@ -158,7 +158,9 @@ class Profile:
 
     # ---- construction ----------------------------------------------------------
     @classmethod
-    def from_preset(cls, network: str, device: str, *, n_regimes: int = 1) -> Profile:
+    def from_preset(
+        cls, network: str, device: str, *, n_regimes: int = 1, nics_per_node: int | None = None
+    ) -> Profile:
         """A profile from datasheet presets, with the prior as its only uncertainty.
 
         ``reliable`` is True (nothing was measured to contradict it),
@@ -166,12 +168,14 @@ class Profile:
         an extrapolation, and intervals are the prior's (wide).
 
         Args:
-            network, device, n_regimes: see :func:`costmodel.preset`.
+            network, device, n_regimes, nics_per_node: see :func:`costmodel.preset`
+                (``nics_per_node`` None: the preset's own rail count).
 
         Raises:
-            ValueError: on an unknown preset name (listing the valid ones).
+            ValueError: on an unknown preset name (listing the valid ones), or a
+                ``nics_per_node`` that is not an integer >= 1.
         """
-        params = preset(network, device, n_regimes=n_regimes)
+        params = preset(network, device, n_regimes=n_regimes, nics_per_node=nics_per_node)
         layout = ParamLayout(n_regimes)
         sd = layout.prior_sd()
         return cls(

@@ -18,6 +18,12 @@ from ._names import COLLECTIVE_NAMES as COLLECTIVE_NAMES
 from ._params import LEVELS as LEVELS
 from ._params import PARAMETER_UNITS as PARAMETER_UNITS
 from ._params import ClusterParams as ClusterParams
+from ._precision import GRAD_DTYPES as GRAD_DTYPES
+from ._precision import accumulate as accumulate
+from ._precision import accumulated_iteration_time as accumulated_iteration_time
+from ._precision import accumulated_workload as accumulated_workload
+from ._precision import grad_dtype_bytes as grad_dtype_bytes
+from ._precision import with_grad_dtype as with_grad_dtype
 from ._presets import DEFAULT_NICS_PER_NODE as DEFAULT_NICS_PER_NODE
 from ._presets import DEVICE_PRESETS as DEVICE_PRESETS
 from ._presets import INTRA_PRESETS as INTRA_PRESETS

@@ -26,8 +26,10 @@ from ._format import format_table as format_table
 from ._format import jsonable as jsonable
 from ._format import series_label as series_label
 from ._predict import PREDICTION_LEVEL as PREDICTION_LEVEL
+from ._predict import measured_ranks_per_node as measured_ranks_per_node
 from ._predict import predict_collective as predict_collective
 from ._predict import predict_iterations as predict_iterations
+from ._predict import topology_warnings as topology_warnings
 from ._recommend import OBJECTIVES as OBJECTIVES
 from ._recommend import Configuration as Configuration
 from ._recommend import Curve as Curve

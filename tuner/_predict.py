@@ -22,13 +22,21 @@ from costmodel import (
     Breakdown,
     ClusterParams,
     Workload,
+    accumulate,
     collective_time,
     get_architecture,
     get_collective,
     iteration_time,
+    with_grad_dtype,
 )
 
-__all__ = ["PREDICTION_LEVEL", "predict_collective", "predict_iterations"]
+__all__ = [
+    "PREDICTION_LEVEL",
+    "measured_ranks_per_node",
+    "predict_collective",
+    "predict_iterations",
+    "topology_warnings",
+]
 
 #: Coverage of the intervals added when the cluster is a fitted profile.
 PREDICTION_LEVEL = 0.9
@@ -52,6 +60,82 @@ def _interval(profile: Profile | None, fn, level: float):
     return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
 
 
+def _span(profile, key):
+    mr = getattr(profile, "measured_ranges", None) or {}
+    v = mr.get(key) if isinstance(mr, dict) else None
+    if not isinstance(v, list | tuple) or len(v) != 2:
+        return None
+    return float(v[0]), float(v[1])
+
+
+def measured_ranks_per_node(profile) -> int | None:
+    """The one ranks-per-node value a profile's collectives were measured at, or ``None``.
+
+    Args:
+        profile: a :class:`calibration.Profile` (or anything with ``measured_ranges``).
+
+    Returns:
+        g when ``measured_ranges["ranks_per_node"]`` is ``[g, g]``; ``None`` when
+        nothing was measured (a preset profile) or several values were.
+
+    Example:
+        >>> class P: measured_ranges = {"ranks_per_node": [8, 8]}
+        >>> measured_ranks_per_node(P())
+        8
+    """
+    span = _span(profile, "ranks_per_node")
+    if span is None or span[0] != span[1]:
+        return None
+    return int(span[0])
+
+
+def _fmt_span(span) -> str:
+    lo, hi = span
+    return f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
+
+
+def topology_warnings(profile, num_ranks, ranks_per_node) -> list[str]:
+    """Warnings for a prediction at a topology the profile never measured.
+
+    A profile fitted on one node says nothing about the inter-node network (its
+    parameters stay at the prior there), so a prediction outside the measured
+    rank counts or ranks per node is an extrapolation; this names what was measured.
+
+    Args:
+        profile: a :class:`calibration.Profile`, or ``None`` (no warnings).
+        num_ranks: n ≥ 1, the ranks (workers) of the prediction.
+        ranks_per_node: g ≥ 1 of the prediction (compared as min(g, n)).
+
+    Returns:
+        Zero, one or two messages (``[]`` for a profile with no measured ranges).
+
+    Example:
+        >>> class P: measured_ranges = {"num_ranks": [8, 8], "ranks_per_node": [8, 8]}
+        >>> topology_warnings(P(), 8, 1)  # doctest: +NORMALIZE_WHITESPACE
+        ['extrapolation: 1 rank per node was never measured (the profile measured 8 ranks
+        per node); predict at 8 ranks per node for the measured topology']
+    """
+    if profile is None:
+        return []
+    out = []
+    n, g = int(num_ranks), min(int(ranks_per_node), int(num_ranks))
+    rpn = _span(profile, "ranks_per_node")
+    if rpn is not None and not rpn[0] <= g <= rpn[1]:
+        hint = f"; predict at {rpn[0]:g} ranks per node for the measured topology"
+        hint = hint if rpn[0] == rpn[1] else ""
+        out.append(
+            f"extrapolation: {g} rank{'s' if g != 1 else ''} per node was never measured "
+            f"(the profile measured {_fmt_span(rpn)} ranks per node){hint}"
+        )
+    ranks = _span(profile, "num_ranks")
+    if ranks is not None and not ranks[0] <= n <= ranks[1]:
+        out.append(
+            f"extrapolation: {n} rank{'s were' if n != 1 else ' was'} never measured (the "
+            f"profile measured {_fmt_span(ranks)} ranks)"
+        )
+    return out
+
+
 def _unique(values, name: str) -> list:
     out = list(dict.fromkeys(values))
     if not out:
@@ -70,6 +154,8 @@ def predict_iterations(
     ranks_per_node: int = 1,
     colocated: bool = False,
     level: float = PREDICTION_LEVEL,
+    grad_dtype=None,
+    accumulation_steps: int = 1,
 ) -> list[dict]:
     """One iteration's breakdown for every configuration of a grid.
 
@@ -92,13 +178,22 @@ def predict_iterations(
         ranks_per_node: ranks sharing a node's link, g ≥ 1.
         colocated: ``ps`` servers run on k of the workers (only ``ps``).
         level: interval coverage in (0, 1).
+        grad_dtype: gradients on the wire: ``None`` (the workload's),
+            ``"fp32"``, ``"bf16"``, ``"fp16"`` (:func:`costmodel.with_grad_dtype`).
+        accumulation_steps: K ≥ 1 micro-batches per optimizer step, one
+            exchange per step overlapped with the last backward only
+            (:func:`costmodel.accumulate`: T_K = (K − 1)(T_fwd + T_bwd) + T_1);
+            every row is then per optimizer step.
 
     Returns:
         A list of JSON-ready dicts (SI units: s, bytes, samples/s): keys
         ``architecture``, ``servers``, ``colocated``, ``workers``,
-        ``ranks_per_node``, ``bucket_bytes``, ``time_s`` (= ``iteration_s``),
-        the fields of :class:`costmodel.Breakdown`, and ``interval_s``
-        ``[low, high]`` with a profile.
+        ``ranks_per_node``, ``bucket_bytes``, ``accumulation_steps``,
+        ``gradient_bytes`` (per worker per exchange), ``time_s``
+        (= ``iteration_s``), the fields of :class:`costmodel.Breakdown`,
+        ``warnings`` (:func:`topology_warnings`: rank counts or ranks per node
+        the profile never measured) and ``interval_s`` ``[low, high]`` with a
+        profile.
 
     Raises:
         ValueError: an unknown architecture (listing the valid ones), an empty
@@ -113,6 +208,11 @@ def predict_iterations(
         [('ring', 4), ('ring', 8), ('ps', 4), ('ps', 8)]
     """
     params, profile = _split(cluster)
+    if grad_dtype is not None:
+        workload = with_grad_dtype(workload, grad_dtype)
+    steps = accumulation_steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"accumulation_steps must be an integer >= 1, got {steps!r}")
     archs = _unique(architectures, "architectures")
     if colocated and "ps" not in archs:
         raise ValueError("colocated: applies to the ps architecture; add ps to architectures")
@@ -130,7 +230,7 @@ def predict_iterations(
         b_arr = np.array([b for _, _, b in grid], dtype=np.float64)
 
         def predict(p, arch=arch, n_arr=n_arr, k_arr=k_arr, b_arr=b_arr):
-            return iteration_time(
+            bd = iteration_time(
                 p,
                 workload,
                 arch,
@@ -139,6 +239,7 @@ def predict_iterations(
                 servers=k_arr,
                 bucket_bytes=b_arr,
             )
+            return accumulate(bd, p, workload, steps)
 
         out = predict(params).to_dict()
         interval = _interval(profile, lambda p, f=predict: f(p).iteration_s, level)
@@ -150,9 +251,12 @@ def predict_iterations(
                 "workers": n,
                 "ranks_per_node": ranks_per_node,
                 "bucket_bytes": b,
+                "accumulation_steps": steps,
+                "gradient_bytes": workload.total_param_bytes,
                 "time_s": out["iteration_s"][i],
             }
             row.update({f: out[f][i] for f in Breakdown.FIELDS})
+            row["warnings"] = topology_warnings(profile, n, ranks_per_node)
             if interval is not None:
                 row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
             rows.append(row)
@@ -190,7 +294,7 @@ def predict_collective(
         A list of JSON-ready dicts: ``collective``, ``algorithm``,
         ``num_ranks``, ``ranks_per_node``, ``message_bytes``, ``time_s`` (s),
         ``algbw`` and ``busbw`` (bytes/s; ``None`` where t = 0, e.g. one rank),
-        and ``interval_s`` with a profile.
+        ``warnings`` (:func:`topology_warnings`) and ``interval_s`` with a profile.
 
     Raises:
         ValueError: an unknown collective or algorithm (listing the valid ones).
@@ -226,6 +330,7 @@ def predict_collective(
             "algbw": algbw,
             "busbw": None if algbw is None else algbw * factor,
         }
+        row["warnings"] = topology_warnings(profile, n, g)
         if interval is not None:
             row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
         rows.append(row)

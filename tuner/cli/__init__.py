@@ -29,7 +29,13 @@ import importlib.util
 import os
 import sys
 
-from ._common import add_common_arguments, configure_jax, fail, require_extra
+from ._common import (
+    add_common_arguments,
+    configure_jax,
+    fail,
+    one_line_errors,
+    require_extra,
+)
 
 __all__ = ["main", "build_parser"]
 
@@ -69,6 +75,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
         ),
         epilog="Run 'ddltune COMMAND --help' for a command's options and an example.",
     )
+    one_line_errors(parser)
     parser.add_argument("--version", action="version", version=f"ddltune {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {}
@@ -84,6 +91,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
             epilog=getattr(mod, "EPILOG", None),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        one_line_errors(p, mod.NAME)
         mod.add_arguments(p)
         add_common_arguments(p)
         modules[mod.NAME] = mod

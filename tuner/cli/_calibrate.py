@@ -10,7 +10,7 @@ from pathlib import Path
 from calibration import STATISTICS, CalibrationWarning, calibrate, parse_prior_preset
 from costmodel import format_bytes, format_seconds
 
-from ._common import CLIError, percent, print_json, text_table
+from ._common import CLIError, percent, plural, print_json, text_table
 
 NAME = "calibrate"
 HELP = "fit cluster parameters (with uncertainty and held-out accuracy) to measurements"
@@ -231,7 +231,7 @@ def _print_text(profile, out: Path) -> None:
         f"{k}: {percent(s)}" for k, s in (sel.get("scores") or {}).items() if s is not None
     )
     print(
-        f"fitted {pts.get('train', 0)} points, held out {pts.get('heldout', 0)} "
+        f"fitted {plural(pts.get('train', 0), 'point')}, held out {pts.get('heldout', 0)} "
         f"({pts.get('collective', 0)} collective, {pts.get('compute', 0)} compute); "
         f"statistic {fit.get('statistic')}; prior {profile.prior.get('preset')}"
     )

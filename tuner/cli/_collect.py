@@ -136,6 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--budget-s",
+        "--budget",  # as 'ddltune run' spelled it
         type=positive_float_arg,
         default=0.5,
         metavar="SECONDS",

@@ -10,13 +10,18 @@ import os
 import sys
 import traceback
 
-from costmodel import InputFileError, parse_bytes, parse_bytes_list
+# costmodel (and with it jax) is imported inside the functions that need it, so
+# that `ddltune --help` and argument parsing stay fast.
 
 __all__ = [
     "CLIError",
     "UsageError",
     "add_common_arguments",
     "add_model_arguments",
+    "add_nics_argument",
+    "add_precision_arguments",
+    "progress_kwargs",
+    "one_line_errors",
     "configure_jax",
     "enable_compilation_cache",
     "require_extra",
@@ -27,6 +32,7 @@ __all__ = [
     "int_list_arg",
     "name_list_arg",
     "percent",
+    "plural",
     "positive_float_arg",
     "positive_int_arg",
     "text_table",
@@ -73,12 +79,171 @@ def add_model_arguments(group) -> None:
     )
 
 
+def add_precision_arguments(group) -> None:
+    """Add ``--grad-dtype`` and ``--accumulation-steps`` (gradient bytes and exchanges per step).
+
+    ``--grad-dtype`` goes to :func:`costmodel.with_grad_dtype`, ``--accumulation-steps``
+    to :func:`costmodel.accumulate` (``predict``) or :func:`costmodel.accumulated_workload`
+    (``recommend``, ``report``). Both default to ``None`` (fp32, K = 1).
+    """
+    group.add_argument(
+        "--grad-dtype",
+        choices=("fp32", "bf16", "fp16"),
+        default=None,
+        help="gradient dtype on the wire: fp32 (default, 4 bytes), bf16 or fp16 (2 bytes: "
+        "AMP with DDP's fp16/bf16 compress hook, Horovod's Compression.fp16)",
+    )
+    group.add_argument(
+        "--accumulation-steps",
+        type=positive_int_arg,
+        metavar="K",
+        default=None,
+        help="micro-batches per optimizer step, ≥ 1 (default 1): one gradient exchange per K "
+        "micro-batches, overlapped with the last one's backward only (DDP's no_sync); times "
+        "and throughput are per optimizer step",
+    )
+
+
+def add_nics_argument(group) -> None:
+    """Add ``--nics-per-node N`` (rails; :func:`costmodel.preset`'s ``nics_per_node``)."""
+    group.add_argument(
+        "--nics-per-node",
+        type=positive_int_arg,
+        metavar="N",
+        default=None,
+        help="with --preset: NICs (rails) per node, ≥ 1, each at the preset's bandwidth "
+        "(default: the preset's, e.g. 8 on DGX-class nodes, else 4)",
+    )
+
+
+#: Python argument names in library messages → the CLI options that set them.
+_OPTION_NAMES = {
+    "max_bytes": "--max-bytes",
+    "min_bytes": "--min-bytes",
+    "budget_s": "--budget-s",
+    "max_workers": "--max-workers",
+    "ranks_per_node": "--ranks-per-node",
+    "num_ranks": "--num-ranks",
+    "message_bytes": "--message-bytes",
+    "bucket_bytes": "--bucket-bytes",
+    "batch_size": "--batch-size",
+    "global_batch": "--global-batch",
+    "step_time_s": "--step-time",
+    "accumulation_steps": "--accumulation-steps",
+    "grad_dtype": "--grad-dtype",
+    "nics_per_node": "--nics-per-node",
+    "min_efficiency": "--min-efficiency",
+    "target_throughput": "--target-throughput",
+    "price_per_hour": "--price-per-hour",
+    "server_price_per_hour": "--server-price-per-hour",
+    "device_memory_bytes": "--device-memory",
+    "num_processes": "--num-processes",
+    "timeout_s": "--timeout",
+}
+
+
+def option_names(message: str) -> str:
+    """A library message with Python argument names replaced by the CLI options.
+
+    Only whole words are replaced (``max_bytes`` → ``--max-bytes``), and not
+    ones already written as an option or inside a longer identifier.
+
+    Example:
+        >>> option_names("max_bytes must be >= min_bytes, got 0")
+        '--max-bytes must be >= --min-bytes, got 0'
+    """
+    import re
+
+    def sub(m):
+        return _OPTION_NAMES[m.group(0)]
+
+    pattern = r"(?<![\w.'\"-])(" + "|".join(map(re.escape, _OPTION_NAMES)) + r")(?![\w(])"
+    return re.sub(pattern, sub, message)
+
+
+def one_line_errors(parser: argparse.ArgumentParser, command: str | None = None) -> None:
+    """Make ``parser``'s usage errors one line: ``ddltune CMD: error: ... (see --help)``.
+
+    argparse prints the whole usage block before its message; ddltune errors are
+    one line on stderr, exit code 2, with a hint to ``--help``.
+    """
+    prog = f"ddltune {command}" if command else "ddltune"
+
+    def error(message: str):
+        parser.exit(2, f"{prog}: error: {message} (see '{prog} --help')\n")
+
+    parser.error = error
+
+
+def progress_kwargs(file=None, *, interval_s: float = 5.0) -> dict:
+    """tqdm arguments for a progress bar that is quiet in a log.
+
+    On a terminal: the usual bar (updates at most 10 times a second). When the
+    stream is not a terminal (a log file, CI): an update at most every
+    ``interval_s`` seconds, written as whole lines (no carriage-return redraw of
+    the bar for every point).
+
+    Args:
+        file: the stream of the bar (default ``sys.stderr``).
+        interval_s: seconds between updates in a log, > 0.
+
+    Returns:
+        Keyword arguments for ``tqdm(...)``: ``file``, ``mininterval``,
+        ``dynamic_ncols`` and, in a log, ``ascii`` and a ``maxinterval``.
+    """
+    file = sys.stderr if file is None else file
+    try:
+        tty = bool(file.isatty())
+    except (AttributeError, ValueError):
+        tty = False
+    if tty:
+        return {"file": file, "mininterval": 0.1, "dynamic_ncols": True}
+    return {
+        "file": _LineStream(file),
+        "mininterval": float(interval_s),
+        "maxinterval": max(float(interval_s), 10.0),
+        "ascii": True,
+        "ncols": 80,
+    }
+
+
+class _LineStream:
+    """A stream wrapper turning tqdm's carriage-return redraws into whole lines."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        text = text.replace("\r", "").replace("\x1b[A", "")
+        if text.strip():
+            self._stream.write(text.rstrip("\n") + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def plural(n, word: str, words: str | None = None) -> str:
+    """``n`` and the word, plural unless n is 1.
+
+    Example:
+        >>> plural(1, "point"), plural(3, "point"), plural(0, "bus", "buses")
+        ('1 point', '3 points', '0 buses')
+    """
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
 def fail(exc: BaseException, *, command: str, debug: bool) -> int:
     """Print ``exc`` as one line on stderr and return the exit code.
 
     Usage errors (:class:`UsageError`, and ``ValueError``/``TypeError`` that are
     not about a file) exit 2; file problems and other failures exit 1.
     """
+    from costmodel import InputFileError
+
     if debug:
         traceback.print_exception(exc)
     msg = str(exc).strip().replace("\n", " ") or type(exc).__name__
@@ -93,6 +258,8 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
     else:
         code = 1
         msg = f"{type(exc).__name__}: {msg}"
+    if code == 2:  # a library's argument names, as the options the user typed
+        msg = option_names(msg)
     hint = (
         ""
         if debug
@@ -126,6 +293,8 @@ def print_json(doc) -> None:
 
 def bytes_arg(text: str) -> int:
     """argparse type: a size in bytes with nccl-tests suffixes (1K, 64M, 1G)."""
+    from costmodel import parse_bytes
+
     try:
         return parse_bytes(text)
     except ValueError as e:
@@ -134,6 +303,8 @@ def bytes_arg(text: str) -> int:
 
 def bytes_list_arg(text: str) -> list[int]:
     """argparse type: comma-separated sizes (``1K,64M``)."""
+    from costmodel import parse_bytes_list
+
     try:
         return parse_bytes_list(text)
     except ValueError as e:

@@ -13,6 +13,8 @@ import argparse
 from ._common import (
     UsageError,
     add_model_arguments,
+    add_nics_argument,
+    add_precision_arguments,
     bytes_list_arg,
     int_list_arg,
     name_list_arg,
@@ -69,8 +71,10 @@ Exit codes: 0 success; 2 bad arguments (unknown names, values out of range);
 #: Interval level of ``--profile`` predictions.
 LEVEL = 0.9
 
-#: :func:`tuner.cli.main` switches float64 on for this subcommand.
+#: :func:`tuner.cli.main` switches float64 on for this subcommand and keeps
+#: compiled programs between runs (opt out: DDLTUNE_NO_COMPILATION_CACHE=1).
 X64 = True
+COMPILATION_CACHE = True
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str):
@@ -179,9 +183,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ranks-per-node",
         type=positive_int_arg,
         metavar="G",
-        default=1,
-        help="workers (ranks) per node sharing its network link, ≥ 1 (default 1)",
+        default=None,
+        help="workers (ranks) per node sharing its network link, ≥ 1 (default 1; with "
+        "--profile, the one value the profile measured)",
     )
+    add_precision_arguments(it)
+    add_nics_argument(src)
     parser.add_argument(
         "--json",
         action="store_true",
@@ -193,7 +200,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # Inputs
 # ---------------------------------------------------------------------------
 _ITERATION_FLAGS = ("model", "layers", "batch_size", "step_time", "arch", "servers", "workers")
-_ITERATION_FLAGS += ("bucket_bytes",)
+_ITERATION_FLAGS += ("bucket_bytes", "grad_dtype", "accumulation_steps")
 _COLLECTIVE_FLAGS = ("collective", "algorithm", "num_ranks", "message_bytes")
 
 
@@ -244,7 +251,13 @@ def _cluster(args):
             raise UsageError("--device applies to --preset; a profile already holds the device")
         from calibration import Profile
 
+        if args.nics_per_node is not None:
+            raise UsageError("--nics-per-node applies to --preset; a profile holds its network")
         profile = Profile.load(args.profile)  # InputFileError: names the file (exit 1)
+        if args.ranks_per_node is None:  # the measured topology, not a silent g = 1
+            from tuner import measured_ranks_per_node
+
+            args.ranks_per_node = measured_ranks_per_node(profile) or 1
         return profile.params, profile, {"profile": str(args.profile)}
     if args.preset is None:
         raise UsageError(
@@ -252,12 +265,17 @@ def _cluster(args):
             "e.g. --preset ethernet-10g --device v100) or --profile FILE (a fitted profile)"
         )
     device = args.device or "v100"
+    if args.ranks_per_node is None:
+        args.ranks_per_node = 1
     try:
-        params = preset(args.preset, device)
+        params = preset(args.preset, device, nics_per_node=args.nics_per_node)
     except ValueError as e:  # names the preset and lists the choices
         flag = "--device" if "device" in str(e) else "--preset"
         raise UsageError(f"{flag}: {e}") from None
-    return params, None, {"preset": args.preset, "device": device}
+    desc = {"preset": args.preset, "device": device}
+    if args.nics_per_node is not None:
+        desc["nics_per_node"] = args.nics_per_node
+    return params, None, desc
 
 
 def _workload(args):
@@ -308,6 +326,8 @@ def _iteration_rows(args, cluster):
         ranks_per_node=args.ranks_per_node,
         colocated=args.colocated,
         level=LEVEL,
+        grad_dtype=args.grad_dtype,
+        accumulation_steps=args.accumulation_steps or 1,
     )
     return rows, workload
 
@@ -417,11 +437,19 @@ def _describe(cluster: dict) -> str:
     return f"presets {cluster['preset']} + {cluster['device']} (datasheet, nothing measured)"
 
 
+def _warn(rows) -> None:
+    import sys
+
+    for w in dict.fromkeys(w for r in rows for w in r.get("warnings", ())):
+        print(f"ddltune {NAME}: warning: {w}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Predict and print (a table, or ``{"rows": [...]}`` with ``--json``).
 
     float64 (``X64``, set by :func:`tuner.cli.main`) so that printed times and
-    bandwidths are exact to the digits shown.
+    bandwidths are exact to the digits shown. Rows at a topology the profile
+    never measured carry ``warnings``, also printed once each on stderr.
     """
     mode = _mode(args)
     params, profile, cluster = _cluster(args)
@@ -429,27 +457,39 @@ def run(args: argparse.Namespace) -> int:
     if mode == "collective":
         rows = _collective_rows(args, source)
         doc = {"rows": rows, "cluster": cluster}
+        _warn(rows)
         if args.json:
             print_json(doc)
         else:
             _print_collectives(rows, cluster)
         return 0
     rows, w = _iteration_rows(args, source)
+    grad_bytes = rows[0]["gradient_bytes"] if rows else w.total_param_bytes
+    steps = args.accumulation_steps or 1
     workload = {
         "name": w.name,
         "batch_size": w.batch_size,
         "parameters": w.total_params,
-        "gradient_bytes": w.total_param_bytes,
+        "gradient_bytes": grad_bytes,
+        "grad_dtype": args.grad_dtype or "fp32",
+        "accumulation_steps": steps,
         "step_time_s": w.step_time_s,
     }
+    _warn(rows)
     if args.json:
         print_json({"rows": rows, "cluster": cluster, "workload": workload})
         return 0
     step = "" if w.step_time_s is None else f", measured step {w.step_time_s:g} s"
+    dtype = f" ({args.grad_dtype})" if args.grad_dtype else ""
+    accum = (
+        f"; {steps} micro-batches per step (one exchange, overlapped with the last backward)"
+        if steps > 1
+        else ""
+    )
     line = (
         f"{w.name}: {w.total_params / 1e6:.1f} M parameters, "
-        f"{w.total_param_bytes / 1024**2:.0f} MiB of gradients, batch {w.batch_size} per worker"
-        f"{step}"
+        f"{grad_bytes / 1024**2:.0f} MiB of gradients{dtype}, batch {w.batch_size} per worker"
+        f"{step}{accum}"
     )
     _print_iterations(rows, cluster, line)
     return 0

@@ -10,6 +10,8 @@ from ._common import (
     CLIError,
     UsageError,
     add_model_arguments,
+    add_nics_argument,
+    add_precision_arguments,
     bytes_arg,
     bytes_list_arg,
     int_list_arg,
@@ -91,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="device preset with --preset: k80, p100, v100 (default), a100, h100, cpu",
     )
+    add_nics_argument(src)
     wl = parser.add_argument_group("model (one of)")
     m = wl.add_mutually_exclusive_group(required=True)
     add_model_arguments(m)
@@ -114,6 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measured single-worker step time in seconds at the per-worker batch "
         "(replaces the FLOP-based compute time)",
     )
+    add_precision_arguments(wl)
     s = parser.add_argument_group("search")
     s.add_argument(
         "--max-workers",
@@ -125,9 +129,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--ranks-per-node",
         type=positive_int_arg,
-        default=1,
+        default=None,
         metavar="G",
-        help="workers per node (default 1); worker counts are then multiples of G",
+        help="workers per node (default 1; with --profile, the one value it measured); "
+        "worker counts are then multiples of G",
     )
     s.add_argument(
         "--arch",
@@ -219,14 +224,26 @@ def _load_profile(args):
     from calibration import Profile
 
     if args.profile:
-        return Profile.load(args.profile), f"profile {args.profile}"
+        if args.nics_per_node is not None:
+            raise UsageError("--nics-per-node applies to --preset; a profile holds its network")
+        prof = Profile.load(args.profile)
+        if args.ranks_per_node is None:  # the measured topology, not a silent g = 1
+            from tuner import measured_ranks_per_node
+
+            args.ranks_per_node = measured_ranks_per_node(prof) or 1
+        return prof, f"profile {args.profile}"
+    if args.ranks_per_node is None:
+        args.ranks_per_node = 1
     if args.device is None:
         args.device = "v100"
     try:
-        prof = Profile.from_preset(args.preset, args.device)
+        prof = Profile.from_preset(args.preset, args.device, nics_per_node=args.nics_per_node)
     except ValueError as e:
-        raise UsageError(f"--preset/--device: {e}") from None
-    return prof, f"presets {args.preset} + {args.device} (datasheet prior, nothing measured)"
+        raise UsageError(f"--preset/--device/--nics-per-node: {e}") from None
+    nics = "" if args.nics_per_node is None else f", {args.nics_per_node} NICs per node"
+    return prof, (
+        f"presets {args.preset} + {args.device}{nics} (datasheet prior, nothing measured)"
+    )
 
 
 def _load_workload(args):
@@ -246,6 +263,23 @@ def _load_workload(args):
     return w
 
 
+def transform_workload(w, args):
+    """The workload the tuner searches: gradient dtype, then K-step accumulation.
+
+    ``--grad-dtype`` is exact (:func:`costmodel.with_grad_dtype`);
+    ``--accumulation-steps`` uses :func:`costmodel.accumulated_workload` (the
+    tuner takes a workload; see its docstring for where it differs from the
+    closed form :func:`costmodel.accumulate` that ``predict`` uses).
+    """
+    from costmodel import accumulated_workload, with_grad_dtype
+
+    if getattr(args, "grad_dtype", None):
+        w = with_grad_dtype(w, args.grad_dtype)
+    if (getattr(args, "accumulation_steps", None) or 1) > 1:
+        w = accumulated_workload(w, args.accumulation_steps)
+    return w
+
+
 def run(args: argparse.Namespace) -> int:
     """Recommend; print the choice and the runner-ups (or one JSON document)."""
     import tuner
@@ -258,7 +292,8 @@ def run(args: argparse.Namespace) -> int:
             "give the --batch-size it was measured at"
         )
     profile, source = _load_profile(args)
-    workload = _load_workload(args)
+    base_workload = _load_workload(args)
+    workload = transform_workload(base_workload, args)
     try:
         rec = tuner.recommend(
             profile,
@@ -281,10 +316,15 @@ def run(args: argparse.Namespace) -> int:
         )
     except (tuner.InfeasibleError, tuner.UnreliableProfileError) as e:
         raise CLIError(str(e)) from None
+    doc = rec.to_dict()
+    settings = tuner.framework_settings(doc, workload)
     if args.json:
-        print_json(rec.to_dict())
+        doc["framework_settings"] = settings
+        print_json(doc)
         return 0
-    print(format_text(rec, workload, source, args))
+    print(format_text(rec, base_workload, source, args))
+    print("\nFramework settings (copy into your launch script):\n")
+    print(tuner.format_framework_settings(settings))
     return 0
 
 

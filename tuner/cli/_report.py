@@ -7,7 +7,13 @@ import shlex
 import sys
 import warnings
 
-from ._common import CLIError, add_model_arguments, positive_int_arg, print_json
+from ._common import (
+    CLIError,
+    add_model_arguments,
+    add_precision_arguments,
+    positive_int_arg,
+    print_json,
+)
 
 NAME = "report"
 HELP = "write the HTML/Markdown report (figures, tables) from a profile, for a model"
@@ -76,10 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ranks-per-node",
         type=positive_int_arg,
-        default=1,
+        default=None,
         metavar="G",
-        help="workers per node (default 1)",
+        help="workers per node (default: the one value the profile measured, else 1)",
     )
+    add_precision_arguments(parser)
     parser.add_argument(
         "-o", "--output", required=True, metavar="DIR", help="the report folder (created)"
     )
@@ -116,6 +123,11 @@ def run(args: argparse.Namespace) -> int:
         if args.layers
         else get_workload(args.model, args.batch_size)
     )
+    from ._recommend import transform_workload
+
+    workload = transform_workload(workload, args)
+    if args.ranks_per_node is None:  # the measured topology, not a silent g = 1
+        args.ranks_per_node = tuner.measured_ranks_per_node(profile) or 1
     kwargs = dict(max_workers=args.max_workers, ranks_per_node=args.ranks_per_node)
     refusal = None
     with warnings.catch_warnings():

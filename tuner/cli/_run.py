@@ -85,7 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest message to measure (default 16M; K/M/G are powers of 1024)",
     )
     src.add_argument(
-        "--budget",
+        "--budget-s",
+        "--budget",  # the old spelling, kept; --budget-s as in 'ddltune collect'
+        dest="budget",
         type=positive_float_arg,
         default=RUN_DEFAULTS["budget_s"],
         metavar="SECONDS",
@@ -262,7 +264,7 @@ def _run(args: argparse.Namespace) -> int:
         p90 = res.profile.heldout_p90
         print(
             f"  warning: the profile's held-out p90 error is {100 * p90:.0f}% (the tuner's limit "
-            f"is {100 * tuner.RELIABLE_P90_LIMIT:.0f}%): measure again with a larger --budget or on a quieter machine; the report "
+            f"is {100 * tuner.RELIABLE_P90_LIMIT:.0f}%): measure again with a larger --budget-s or on a quieter machine; the report "
             "lists the errors per collective"
         )
     t = res.timings
