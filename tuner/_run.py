@@ -414,7 +414,11 @@ def _report(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=7, desc="report", unit="part", file=sys.stderr, leave=False)
+        tty = sys.stderr.isatty()  # in a log: one update every few seconds, not one per part
+        bar = tqdm(
+            total=7, desc="report", unit="part", file=sys.stderr, leave=False,
+            mininterval=0.1 if tty else 5.0, dynamic_ncols=tty,
+        )  # fmt: skip
     started = []
 
     def step(msg: str) -> None:  # called as each part starts: count the previous one done
