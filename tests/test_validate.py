@@ -444,3 +444,18 @@ def test_warns_when_the_profile_is_unreliable():
     prof = SimpleNamespace(reliable=False, heldout_p90=0.6, measured_ranges={})
     (w,) = _coverage_warnings(prof, _grid())
     assert "UNRELIABLE" in w and "60%" in w
+
+
+def test_coverage_counts_processes_not_ranks_per_node_on_an_emulated_cluster():
+    from types import SimpleNamespace
+
+    from tuner.validation._validate import _coverage_warnings
+
+    # One rank per emulated node: ranks_per_node is 1, the run has workers + servers processes.
+    recs = [dict(r, processes=r["ranks_per_node"], ranks_per_node=1) for r in _grid()]
+    grad = model_workload(SPEC).total_param_bytes
+    covered = SimpleNamespace(measured_ranges={"num_ranks": [2, 5], "message_bytes": [1024, grad]})
+    assert _coverage_warnings(covered, recs) == ()
+    short = SimpleNamespace(measured_ranges={"num_ranks": [2, 4], "message_bytes": [1024, grad]})
+    (ranks,) = _coverage_warnings(short, recs)
+    assert "run 5 processes" in ranks and "run 1 " not in ranks

@@ -527,7 +527,10 @@ def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
         )
     ranks = ranges.get("num_ranks")
     if ranks:
-        procs = sorted({int(r.get("ranks_per_node", r["workers"])) for r in records})
+        # Processes of the run (workers + dedicated servers); older records lack it.
+        procs = sorted(
+            {int(r.get("processes", r.get("ranks_per_node", r["workers"]))) for r in records}
+        )
         outside = [p for p in procs if not ranks[0] <= p <= ranks[1]]
         if outside:
             out.append(
