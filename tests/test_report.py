@@ -20,6 +20,7 @@ import pytest
 from costmodel import (
     ARCHITECTURE_NAMES,
     collective_time,
+    format_bytes,
     get_workload,
     iteration_time,
     preset,
@@ -270,6 +271,28 @@ def test_write_report_folder_opens_from_disk(setup, tmp_path):
     assert not (out / "figures" / "collectives.png").exists()  # stale figures removed
     assert "collectives.png" in files.skipped
     _check_folder(out)
+
+
+def test_alternatives_table_shows_memory_per_rank_next_to_the_time():
+    # issue 14: the report shows each configuration's memory per rank beside its time
+    from tuner import recommend
+    from tuner._report import _alternatives_table
+
+    w = get_workload("resnet50", 32)
+    rec = recommend(
+        preset("ethernet-10g", "v100"), w, max_workers=4, architectures=["ring", "fsdp"]
+    )
+    table = _alternatives_table(rec)
+    col = table["head"].index("memory per rank")
+    assert col == table["head"].index("efficiency") + 1
+    configs = [rec.config, *rec.alternatives]
+    assert len(table["rows"]) == len(configs)
+    for row, c in zip(table["rows"], configs, strict=True):
+        assert c.memory_bytes_per_rank is not None and c.memory_bytes_per_rank > 0
+        assert row[col] == format_bytes(c.memory_bytes_per_rank)
+    by_arch = {c.architecture: c.memory_bytes_per_rank for c in configs}
+    if "fsdp" in by_arch and "ring" in by_arch:  # sharding needs less than a replica
+        assert by_arch["fsdp"] < by_arch["ring"]
 
 
 # --------------------------------------------------------------------------- ddltune report

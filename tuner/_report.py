@@ -911,6 +911,7 @@ def _config_row(i: int, c) -> list[str]:
         _interval_text(lo, hi),
         f"{c.throughput_samples_per_s:.4g}",
         format_percent(c.scaling_efficiency),
+        "—" if c.memory_bytes_per_rank is None else format_bytes(c.memory_bytes_per_rank),
     ]
 
 
@@ -1032,6 +1033,7 @@ def _alternatives_table(rec) -> dict:
         "90% interval",
         "samples/s",
         "efficiency",
+        "memory per rank",  # costmodel.memory_per_rank: model states + buffers
     ]
     alt_rows = [_config_row(0, rec.config)] + [
         _config_row(i + 1, a) for i, a in enumerate(rec.alternatives)
