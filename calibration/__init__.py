@@ -15,6 +15,7 @@ from ._fit import parse_prior_preset as parse_prior_preset
 from ._nccl_tests import import_nccl_tests as import_nccl_tests
 from ._nccl_tests import parse_nccl_tests as parse_nccl_tests
 from ._profile import Profile as Profile
+from ._profile import jsonable as jsonable
 from ._records import KINDS as KINDS
 from ._records import SCHEMA_VERSION as SCHEMA_VERSION
 from ._records import RecordRepairWarning as RecordRepairWarning
@@ -30,3 +31,4 @@ from ._records import validate_record as validate_record
 from ._summary import summarize_measurements as summarize_measurements
 from ._validation import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
 from ._validation import holdout_mask as holdout_mask
+from ._validation import series_label as series_label

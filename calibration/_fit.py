@@ -86,6 +86,7 @@ from ._validation import (
     error_summary,
     holdout_mask,
     inner_folds,
+    series_label,
     series_report,
     worst_points,
 )
@@ -1060,9 +1061,10 @@ def _unreliable_warning(report: list[dict], heldout_p90: float) -> str:
         (s for s in report if s["heldout"]["points"] and s["heldout"]["p90"] > RELIABLE_P90_LIMIT),
         key=lambda s: -s["heldout"]["p90"],
     )
-    names = ", ".join(f"{_series_name(s)} {100 * s['heldout']['p90']:.0f}%" for s in bad[:5]) + (
-        " …" if len(bad) > 5 else ""
-    )
+    names = ", ".join(
+        f"{series_label(s, always_ranks_per_node=True)} {100 * s['heldout']['p90']:.0f}%"
+        for s in bad[:5]
+    ) + (" …" if len(bad) > 5 else "")
     return (
         f"held-out p90 error {100 * heldout_p90:.1f}% exceeds {100 * RELIABLE_P90_LIMIT:.0f}%: "
         f"the profile is marked unreliable and the tuner will refuse it unless forced "
@@ -1298,11 +1300,6 @@ class _Batch(NamedTuple):
         th, loss, iters, grad, lp = (np.asarray(x) for x in out)
         loss = np.where(np.isfinite(loss), loss.astype(np.float64), np.inf)
         return th.astype(np.float64), loss, iters, grad.astype(np.float64), lp.astype(np.float64)
-
-
-def _series_name(s: dict) -> str:
-    what = s.get("collective") or s.get("op")
-    return f"{what} n={s['num_ranks']} g={s['ranks_per_node']}"
 
 
 def _score(abs_log_err) -> float:

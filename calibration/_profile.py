@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import jax
@@ -69,16 +70,23 @@ def _check_level(level) -> float:
     return v
 
 
-def _jsonable(obj):
-    """NaN/inf → None, numpy → Python, recursively."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+def jsonable(obj):
+    """Plain JSON values, recursively: NaN/±inf → ``None``, numpy and JAX arrays or scalars → Python.
+
+    Mappings become dicts with ``str`` keys, tuples become lists. The one
+    implementation: profiles, recommendations and the CLI's ``--json`` use it.
+
+    Example:
+        >>> import numpy as np
+        >>> jsonable({"t": np.array([1.0, np.nan]), 2: (np.float32(0.5), float("inf"))})
+        {'t': [1.0, None], '2': [0.5, None]}
+    """
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        obj = obj.item()
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, str):
+        return jsonable(obj.tolist())
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
@@ -330,7 +338,7 @@ class Profile:
     def to_dict(self) -> dict:
         """The profile as a JSON-ready dict (schema v1, see the module docstring)."""
         table = self.parameter_table()
-        return _jsonable(
+        return jsonable(
             {
                 "schema": PROFILE_SCHEMA_VERSION,
                 "kind": PROFILE_KIND,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -207,3 +207,22 @@ def worst_points(points: Sequence[dict], pred_s, heldout: np.ndarray, k: int = 5
             }
         )
     return out
+
+
+def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:
+    """A fit series' name: ``all_reduce n=8``, ``all_reduce n=16 g=4``.
+
+    Args:
+        s: a mapping with ``collective`` (or ``op`` for compute series),
+            ``num_ranks`` and ``ranks_per_node``.
+        always_ranks_per_node: also show ``g`` when it is 1 or n (one rank per
+            node, or all on one node).
+
+    Example:
+        >>> series_label({"collective": "all_reduce", "num_ranks": 8, "ranks_per_node": 8})
+        'all_reduce n=8'
+    """
+    what = s.get("collective") or s.get("op") or "?"
+    n, g = s.get("num_ranks"), s.get("ranks_per_node")
+    show = always_ranks_per_node or g not in (None, 1, n)
+    return f"{what} n={n}" + (f" g={g}" if show else "")

@@ -7,7 +7,9 @@ them from :mod:`tuner`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
+
+from calibration import jsonable, series_label  # their home: calibration writes profiles
 
 __all__ = ["format_percent", "format_table", "series_label", "jsonable"]
 
@@ -60,43 +62,3 @@ def format_table(
         ).rstrip()
         for r in lines
     ]
-
-
-def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:
-    """A fit series' name: ``all_reduce n=8``, ``all_reduce n=16 g=4``.
-
-    Args:
-        s: a mapping with ``collective`` (or ``op`` for compute series),
-            ``num_ranks`` and ``ranks_per_node``.
-        always_ranks_per_node: also show ``g`` when it is 1 or n (one rank per
-            node, or all on one node).
-
-    Example:
-        >>> series_label({"collective": "all_reduce", "num_ranks": 8, "ranks_per_node": 8})
-        'all_reduce n=8'
-    """
-    what = s.get("collective") or s.get("op") or "?"
-    n, g = s.get("num_ranks"), s.get("ranks_per_node")
-    show = always_ranks_per_node or g not in (None, 1, n)
-    return f"{what} n={n}" + (f" g={g}" if show else "")
-
-
-def jsonable(obj):
-    """Plain JSON values, recursively: NaN/±inf → ``None``, numpy and JAX arrays or scalars → Python.
-
-    Mappings become dicts with ``str`` keys, tuples become lists.
-
-    Example:
-        >>> import numpy as np
-        >>> jsonable({"t": np.array([1.0, np.nan]), 2: (np.float32(0.5), float("inf"))})
-        {'t': [1.0, None], '2': [0.5, None]}
-    """
-    if isinstance(obj, Mapping):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
-    if hasattr(obj, "tolist") and not isinstance(obj, str):
-        return jsonable(obj.tolist())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
