@@ -828,6 +828,8 @@ def calibrate(
         >>> prof = calibrate(recs, n_regimes=1, holdout=0.0)
         >>> prof.fit["n_regimes"], prof.fit["points"]["train"]
         (1, 14)
+
+    (Long for its documentation: the body is 20 lines.)
     """
     candidates = _check_arguments(statistic, in_place, holdout, n_regimes)
     holdout = float(holdout)

@@ -1190,6 +1190,8 @@ def parse_nccl_tests(
         (16, 1.169e-05)
         >>> t.sources["num_ranks"]
         'device lines (lines 3–4)'
+
+    (Long for its documentation: the body is 27 lines.)
     """
     path_s = str(path)
     collective = _check_args(collective, num_ranks, ranks_per_node)

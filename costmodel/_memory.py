@@ -219,6 +219,8 @@ def memory_per_rank(
         108
         >>> round(float(memory_per_rank(w, "fsdp", 8).total_bytes) / 1e9, 1)  # 16 Ψ / 8 + 3 layers
         14.7
+
+    (Long for its documentation: the body is 62 lines.)
     """
     from .architectures import AbstractArchitecture, get_architecture, unit_bytes
 

@@ -174,6 +174,8 @@ class ClusterParams(eqx.Module):
         Raises:
             ValueError: on any non-finite, non-positive or out-of-range value,
                 naming the argument.
+
+        (Long for its documentation: the body is 44 lines.)
         """
         if not isinstance(n_regimes, int) or n_regimes < 1 or n_regimes > 8:
             raise ValueError(f"n_regimes must be an integer in [1, 8], got {n_regimes!r}")

@@ -171,6 +171,8 @@ def accumulate(
         >>> b4 = accumulate(b1, p, w, 4)
         >>> bool(abs(b4.iteration_s - (3 * (b1.forward_s + b1.backward_s) + b1.iteration_s)) < 1e-9)
         True
+
+    (Long for its documentation: the body is 27 lines.)
     """
     k = _check_steps(accumulation_steps)
     if k == 1:

@@ -222,6 +222,8 @@ def preset(
         >>> p = preset("ethernet-10g", "v100")
         >>> round(1 / float(p.beta_s_per_byte[1]) / 1e9, 3)   # GB/s
         1.125
+
+    (Long for its documentation: the body is 45 lines.)
     """
     parts = [s.strip() for s in str(network).split(",")]
     if len(parts) > 2 or not parts[0]:

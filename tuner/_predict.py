@@ -206,6 +206,8 @@ def predict_iterations(
         ...     get_workload("resnet50", 64), ["ring", "ps"], [4, 8])
         >>> [(r["architecture"], r["workers"]) for r in rows]
         [('ring', 4), ('ring', 8), ('ps', 4), ('ps', 8)]
+
+    (Long for its documentation: the body is 54 lines.)
     """
     params, profile = _split(cluster)
     if grad_dtype is not None:

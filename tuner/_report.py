@@ -136,6 +136,8 @@ def iteration_timeline(
         >>> tl = iteration_timeline(p, w, "ring", 8, bucket_bytes=25 * 2**20)
         >>> len(tl.start_s) == len(tl.bucket_bytes), bool(tl.end_s[-1] <= tl.iteration_s)
         (True, True)
+
+    (Long for its documentation: the body is 37 lines.)
     """
     arch = get_architecture(str(architecture), colocated=colocated)
     if hasattr(arch, "schedule"):  # fsdp, hsdp: per-unit gathers and reductions

@@ -175,6 +175,8 @@ def inception_v3(b: LayerBuilder) -> str:
 
     torchvision: 27,161,264 parameters (23,834,568 without AuxLogits),
     5.713 GMACs at 299×299 (evaluation mode, no auxiliary head).
+
+    Long because it declares one layer per line, in the order of the network; nothing to split.
     """
     hw = _basic(b, "Conv2d_1a_3x3", 3, 32, 3, (299, 299), stride=2)
     hw = _basic(b, "Conv2d_2a_3x3", 32, 32, 3, hw)

@@ -75,7 +75,10 @@ _OPTIMIZER_STATE = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``ddltune recommend``."""
+    """Options of ``ddltune recommend``.
+
+    Long because it declares one option per line, each with its help; nothing to split.
+    """
     src = parser.add_argument_group("cluster (one of)")
     g = src.add_mutually_exclusive_group(required=True)
     g.add_argument("--profile", metavar="FILE", help="a fitted profile (from 'ddltune calibrate')")

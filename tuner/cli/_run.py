@@ -56,7 +56,10 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``ddltune run``."""
+    """Options of ``ddltune run``.
+
+    Long because it declares one option per line, each with its help; nothing to split.
+    """
     from tuner import RUN_DEFAULTS
 
     src = parser.add_argument_group("measurements")

@@ -84,7 +84,10 @@ def _size_arg(text: str) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``ddltune validate``."""
+    """Options of ``ddltune validate``.
+
+    Long because it declares one option per line, each with its help; nothing to split.
+    """
     add_emulate_argument(parser)
     parser.add_argument(
         "--profile", required=True, metavar="FILE", help="fitted profile (ddltune calibrate)"
