@@ -16,7 +16,7 @@ swaps it in by rename once it is complete, so that:
   folder are carried over as links.
 
 The swap itself (two renames and the clean-up) runs with SIGINT, SIGTERM and
-SIGHUP blocked in the calling thread, so a Ctrl-C arriving then is delivered
+SIGHUP held (from the main thread), so a Ctrl-C arriving then is delivered
 right after the new folder is in place. Between the two renames the target name
 is absent for a moment (Linux has no portable atomic exchange of two
 non-empty folders from Python); a hard crash (SIGKILL, power loss) in that
@@ -158,16 +158,27 @@ def _carry(src: Path, dst: Path) -> None:
 
 @contextlib.contextmanager
 def _signals_held():
-    """Block SIGINT/SIGTERM/SIGHUP in this thread inside the block; deliver them after."""
-    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    """Hold SIGINT/SIGTERM/SIGHUP inside the block; deliver them after it.
+
+    Python-level handlers that only note the signal (a thread's signal mask
+    would not do: a process-directed signal goes to any thread not blocking
+    it, and Python then runs its handler in the main thread at once). Outside
+    the main thread, where handlers cannot be set, the block runs as is.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    pending: list[int] = []
+    saved = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        saved[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)
 
 
 def _fsync_dir(path: Path) -> None:
