@@ -22,6 +22,7 @@ from ._output import read_manifest as read_manifest
 from ._output import refuse_symlink as refuse_symlink
 from ._profile import Profile as Profile
 from ._records import KINDS as KINDS
+from ._records import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from ._records import SCHEMA_VERSION as SCHEMA_VERSION
 from ._records import RecordRepairWarning as RecordRepairWarning
 from ._records import RecordWriter as RecordWriter
@@ -29,6 +30,7 @@ from ._records import atomic_write_text as atomic_write_text
 from ._records import describe_origin as describe_origin
 from ._records import host_fingerprint as host_fingerprint
 from ._records import iter_records as iter_records
+from ._records import json_depth_ok as json_depth_ok
 from ._records import provenance as provenance
 from ._records import read_records as read_records
 from ._records import record_key as record_key

@@ -102,7 +102,7 @@ def _check_params(path, line, where, value) -> int:
         )
     if value < 1 or value > MAX_PARAMS:
         raise InputFileError(
-            path, line, f"{where}: 'params' must be in [1, 1e13] elements, got {_short(value)}"
+            path, line, f"{where}: 'params' must be >= 1 and <= 1e13 elements, got {_short(value)}"
         )
     return int(value)
 
@@ -126,7 +126,7 @@ def _check_flops(path, line, where, key, value) -> float:
         raise InputFileError(
             path,
             line,
-            f"{where}: {key!r} must be finite and in [0, 1e20] (FLOPs per sample), got {value}",
+            f"{where}: {key!r} must be finite, >= 0 and <= 1e20 (FLOPs per sample), got {value}",
         )
     return value
 

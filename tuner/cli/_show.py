@@ -60,7 +60,7 @@ def _load_json(path: Path):
     Raises:
         InputFileError: nested deeper than the records' depth limit.
     """
-    from calibration._records import MAX_JSON_DEPTH, json_depth_ok
+    from calibration import MAX_JSON_DEPTH, json_depth_ok
 
     try:
         doc = json.loads(path.read_text(encoding="utf-8", errors="replace"))
