@@ -24,6 +24,7 @@ from ._profile import Profile as Profile
 from ._records import KINDS as KINDS
 from ._records import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from ._records import SCHEMA_VERSION as SCHEMA_VERSION
+from ._records import DuplicateRecordWarning as DuplicateRecordWarning
 from ._records import RecordRepairWarning as RecordRepairWarning
 from ._records import RecordWriter as RecordWriter
 from ._records import atomic_write_text as atomic_write_text

@@ -434,15 +434,16 @@ def check_local_bounds(worker_list, max_bytes: int, *, force: bool = False) -> N
     if n > cores * WORKERS_PER_CORE and not force:
         raise ValueError(
             f"--workers {n} on {cores} CPU cores: more than {WORKERS_PER_CORE} local processes "
-            "per core only time the scheduler; use fewer workers, a cluster (srun/mpirun), or "
+            "per core only time the scheduler; use fewer, a cluster (srun/mpirun), or "
             "--force to insist"
         )
     need = max_bytes * BUFFERS_PER_POINT * n
     avail = mem_available_bytes()
     if avail is not None and need > avail:
         raise ValueError(
-            f"--max-bytes {format_bytes(max_bytes)} × {BUFFERS_PER_POINT} buffers × {n} workers "
-            f"= {format_bytes(need)} of buffers, more than this machine's available memory "
+            f"--max-bytes {format_bytes(max_bytes)} × {BUFFERS_PER_POINT} buffers × {n} "
+            f"processes (--workers {n})"
+            f" = {format_bytes(need)} of buffers, more than this machine's available memory "
             f"({format_bytes(avail)}, MemAvailable); lower --max-bytes or --workers"
         )
 

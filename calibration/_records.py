@@ -389,7 +389,9 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
 
     Returns:
         The records in file order; each gains ``"_file"`` and ``"_line"`` keys
-        (where it came from), which writers drop.
+        (where it came from), which writers drop. Records that are exactly
+        equal (the same file given twice, or imported twice) are all kept and
+        one :class:`DuplicateRecordWarning` names the first repeat.
 
     Raises:
         FileNotFoundError, InputFileError: see :func:`iter_records`; also if a
@@ -398,14 +400,30 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     out = []
+    seen: dict[str, tuple[str, int]] = {}
+    repeats = []
     for p in paths:
         n0 = len(out)
         for lineno, rec in iter_records(p):
+            digest = hashlib.sha256(json.dumps(rec, sort_keys=True).encode()).hexdigest()
+            if digest in seen:
+                repeats.append((str(p), lineno, *seen[digest]))
+            else:
+                seen[digest] = (str(p), lineno)
             rec["_file"] = str(p)
             rec["_line"] = lineno
             out.append(rec)
         if len(out) == n0:
             raise InputFileError(str(p), None, "holds no measurement records")
+    if repeats:
+        f, line, f0, line0 = repeats[0]
+        more = f" (and {len(repeats) - 1} more)" if len(repeats) > 1 else ""
+        warnings.warn(
+            f"{f}:{line} repeats {f0}:{line0} exactly{more}: the same measurement read twice "
+            "(a file given or imported twice?) counts twice in the fit",
+            DuplicateRecordWarning,
+            stacklevel=2,
+        )
     return out
 
 
@@ -666,6 +684,10 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = T
             os.unlink(tmp)
         raise
     return path
+
+
+class DuplicateRecordWarning(UserWarning):
+    """:func:`read_records` read the same record (every field equal) more than once."""
 
 
 class RecordRepairWarning(UserWarning):

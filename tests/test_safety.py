@@ -488,6 +488,28 @@ def test_layer_file_depth_and_size_limits(tmp_path):
 # ------------------------------------------------------------------ 7. small items
 
 
+def test_the_same_file_read_twice_warns(tmp_path):
+    from calibration import DuplicateRecordWarning
+
+    path = _write_jsonl(tmp_path / "m.jsonl", [_record(), _record(message_bytes=2048)])
+    with pytest.warns(DuplicateRecordWarning, match=r"m\.jsonl:1 repeats .*m\.jsonl:1.*1 more"):
+        assert len(read_records([path, path])) == 4
+
+
+def test_nccl_tests_import_refuses_huge_and_binary_files(tmp_path):
+    from calibration import parse_nccl_tests
+
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as fh:
+        fh.truncate(17 * 1024**2)  # sparse
+    with pytest.raises(InputFileError, match="17 MiB, more than the 16 MiB"):
+        parse_nccl_tests(big)
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"# nccl-tests\x00\x01")
+    with pytest.raises(InputFileError, match="binary data"):
+        parse_nccl_tests(binary)
+
+
 def test_predict_refuses_more_ranks_per_node_than_workers(capsys):
     code = main(
         ["predict", "--preset", "ethernet-10g", "--model", "resnet50", "--arch", "ring",
