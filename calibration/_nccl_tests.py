@@ -1238,7 +1238,7 @@ def _read_table(path_s: str, path) -> tuple[_Scan, _Table]:
     data = Path(path).read_bytes()
     if b"\0" in data[:4096]:
         raise InputFileError(
-            path_s, 1, "is not nccl-tests output: binary data (a NUL byte in the first 4 KiB)"
+            path_s, None, "is not nccl-tests output: binary data (a NUL byte in the first 4 KiB)"
         )
     if not data.strip():
         raise InputFileError(path_s, None, "is empty; expected the output of an nccl-tests run")
