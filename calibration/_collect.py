@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from costmodel import BUSBW_FACTOR, format_choices
+from costmodel import BUSBW_FACTOR, InputFileError, format_bytes, format_choices
 from launch import (
     LaunchError,
     detect_cluster,
@@ -275,6 +275,7 @@ def collect(
     progress: bool = False,
     log_dir: str | os.PathLike | None = None,
     emulate=None,
+    force: bool = False,
 ) -> CollectResult:
     """Measure collectives and compute with ``jax.distributed`` and write schema-v1 records.
 
@@ -320,8 +321,11 @@ def collect(
         coordinator: ``HOST:PORT`` of rank 0 for Open MPI 5 / MPICH jobs (or
             set ``JAX_COORDINATOR_ADDRESS``).
         resume: append to an existing file, skipping points it already has
-            with the same settings (:func:`calibration.record_key`).
-        overwrite: replace an existing file.
+            with the same settings (:func:`calibration.record_key`); the
+            file must have been measured here (same host fingerprint, backend,
+            device kind and emulated cluster shape, :func:`record_origin`).
+        overwrite: replace an existing file (the old one stays until the
+            first new record exists, :class:`RecordWriter`).
         matmul_sizes: matmul sizes m = n = k (default by backend: 128…1024 on
             CPU, 1024…8192 on GPU).
         progress: show a progress bar on stderr.
@@ -330,6 +334,8 @@ def collect(
             workers in (default ``workers``: all its ranks); every record gets
             ``"emulated"`` beside its provenance fields
             (:meth:`launch.EmulatedCluster.provenance`).
+        force: start more local workers than ``cores × WORKERS_PER_CORE``
+            (:func:`check_local_bounds`; the memory bound still holds).
 
     Returns:
         A :class:`CollectResult`.
@@ -339,7 +345,9 @@ def collect(
             and ``overwrite`` together.
         FileExistsError: ``output`` exists and neither ``resume`` nor
             ``overwrite`` was given (the message suggests both).
-        calibration.InputFileError: ``resume`` on a malformed file.
+        calibration.InputFileError: ``resume`` on a malformed file, or one
+            measured on another machine (the message says whose).
+        OutputPathError: ``output`` is a symbolic link.
         CollectError: a worker crashed, hung or never started; the message
             names the rank and the point; records already written stay valid.
 
@@ -366,6 +374,12 @@ def collect(
     mode = "resume" if resume else "overwrite" if overwrite else "new"
     path = Path(output)
     cluster = detect_cluster() if launcher == "auto" else None
+    if cluster is None:
+        check_local_bounds(
+            worker_list or [2 if emulate is None else emulate.spec.num_ranks],
+            max_bytes if "collectives" in config["suite"] else 0,
+            force=force,
+        )
     if cluster is not None:
         return _collect_in_job(
             path, mode, config, worker_list, cluster, coordinator, timeout_s, progress, t_start
@@ -375,6 +389,67 @@ def collect(
         path, mode, config, worker_list or default_workers, timeout_s, progress, log_dir,
         t_start, emulate,
     )  # fmt: skip
+
+
+#: Local worker processes allowed per CPU core without ``force`` (issue 18).
+WORKERS_PER_CORE = 4
+#: Buffers of ``max_bytes`` one rank holds for a point: input, output, the
+#: expected result and one temporary of the correctness check.
+BUFFERS_PER_POINT = 4
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def mem_available_bytes() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (``None`` where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_local_bounds(worker_list, max_bytes: int, *, force: bool = False) -> None:
+    """Refuse a local run this machine cannot hold, before anything starts.
+
+    Two bounds: at most ``cores × WORKERS_PER_CORE`` worker processes
+    (``force`` lifts it), and ``max_bytes × BUFFERS_PER_POINT × workers`` bytes
+    of buffers within ``MemAvailable`` (``/proc/meminfo``; not lifted by
+    ``force``: an allocation beyond it ends in the kernel's OOM killer).
+
+    Args:
+        worker_list: worker counts, one launch each (the largest counts).
+        max_bytes: the largest message, bytes (0: no collectives measured).
+        force: allow more workers than the core bound.
+
+    Raises:
+        ValueError: naming ``--workers`` or ``--max-bytes``, the bound and why.
+    """
+    n = max(worker_list)
+    cores = _cores()
+    if n > cores * WORKERS_PER_CORE and not force:
+        raise ValueError(
+            f"--workers {n} on {cores} CPU cores: more than {WORKERS_PER_CORE} local processes "
+            "per core only time the scheduler; use fewer, a cluster (srun/mpirun), or "
+            "--force to insist"
+        )
+    need = max_bytes * BUFFERS_PER_POINT * n
+    avail = mem_available_bytes()
+    if avail is not None and need > avail:
+        raise ValueError(
+            f"--max-bytes {format_bytes(max_bytes)} × {BUFFERS_PER_POINT} buffers × {n} "
+            f"processes (--workers {n})"
+            f" = {format_bytes(need)} of buffers, more than this machine's available memory "
+            f"({format_bytes(avail)}, MemAvailable); lower --max-bytes or --workers"
+        )
 
 
 def _worker_list(workers) -> list[int] | None:
@@ -427,7 +502,7 @@ def _measure_config(
 def _collect_local(
     path, mode, config, worker_list, timeout_s, progress, log_dir, t_start, emulate=None
 ):
-    writer = RecordWriter(path, mode)
+    writer = RecordWriter(path, mode, emulated=None if emulate is None else emulate.provenance())
     written: list[dict] = []
     launches: list[dict] = []
     skipped = 0
@@ -455,6 +530,8 @@ def _collect_local(
                             rec["emulated"] = emulate.provenance()  # beside the provenance fields
                         try:
                             writer.write(rec)
+                        except InputFileError as e:  # --resume of another device's file
+                            raise CollectError(str(e)) from None
                         except ValueError as e:  # a bug in the worker, not a usage error
                             raise CollectError(
                                 f"rank 0 sent an invalid record ({e}); nothing was written for it"

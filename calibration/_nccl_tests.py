@@ -1222,9 +1222,26 @@ def parse_nccl_tests(
     )
 
 
+#: The largest nccl-tests output read (a run prints ~1 KiB per size, a few
+#: thousand lines with per-rank device lines): larger is not nccl-tests output.
+MAX_NCCL_TESTS_BYTES = 16 * 1024**2
+
+
 def _read_table(path_s: str, path) -> tuple[_Scan, _Table]:
     """The scanned file and its one result table (InputFileError: empty, none, several)."""
+    size = Path(path).stat().st_size
+    if size > MAX_NCCL_TESTS_BYTES:
+        raise InputFileError(
+            path_s,
+            None,
+            f"{size / 1024**2:.0f} MiB, more than the {MAX_NCCL_TESTS_BYTES // 1024**2} MiB an "
+            "nccl-tests output can be (one line per size); is this the right file?",
+        )
     data = Path(path).read_bytes()
+    if b"\0" in data[:4096]:
+        raise InputFileError(
+            path_s, None, "is not nccl-tests output: binary data (a NUL byte in the first 4 KiB)"
+        )
     if not data.strip():
         raise InputFileError(path_s, None, "is empty; expected the output of an nccl-tests run")
     sc = _scan(data.decode("utf-8", errors="replace"))

@@ -40,6 +40,7 @@ Common fields (every record):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -62,8 +63,17 @@ __all__ = [
     "validate_record",
     "read_records",
     "iter_records",
+    "parse_record_line",
+    "json_depth_ok",
+    "MAX_MESSAGE_BYTES",
+    "MIN_TIME_S",
+    "MAX_TIME_S",
+    "MAX_JSON_DEPTH",
+    "MAX_LINE_BYTES",
     "record_key",
     "RecordWriter",
+    "record_origin",
+    "describe_origin",
     "atomic_write_text",
     "provenance",
     "host_fingerprint",
@@ -76,12 +86,52 @@ TIME_STATISTICS = ("min", "p10", "median", "mean", "p90", "iqr", "max", "count")
 _CENTRAL = ("min", "p10", "median", "mean")
 
 
-def _is_pos_int(v, minimum: int = 1) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+#: Physical bounds checked at read time (issue 18): a message is at most 2^50 B
+#: (1 PiB), a measured time lies in [1 ns, 10^6 s], a rank or worker count is at
+#: most 2^24, a compute call at most 10^24 FLOP. Outside them a number is a typo
+#: or junk, and the fit would fail later with an error that names no line.
+MAX_MESSAGE_BYTES = 2**50
+MIN_TIME_S = 1e-9
+MAX_TIME_S = 1e6
+MAX_RANKS = 2**24
+MAX_FLOPS = 1e24
+MAX_BATCH = 2**31
+#: Input limits: one record line at most 4 MiB, JSON nesting at most 64 levels.
+MAX_LINE_BYTES = 4 * 1024**2
+MAX_JSON_DEPTH = 64
+
+
+def _is_pos_int(v, minimum: int = 1, maximum: int | None = None) -> bool:
+    return (
+        isinstance(v, int)
+        and not isinstance(v, bool)
+        and v >= minimum
+        and (maximum is None or v <= maximum)
+    )
 
 
 def _is_pos_finite(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _is_time(v) -> bool:
+    """A measured time in seconds within [MIN_TIME_S, MAX_TIME_S]."""
+    return _is_pos_finite(v) and MIN_TIME_S <= v <= MAX_TIME_S
+
+
+def json_depth_ok(obj, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a decoded JSON value nests at most ``limit`` levels of arrays/objects.
+
+    Iterative (no recursion), so any decoded value can be checked.
+    """
+    stack = [(obj, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            if d > limit:
+                return False
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return True
 
 
 def validate_record(rec: object) -> None:
@@ -133,17 +183,30 @@ def _check_times(rec: dict) -> None:
             if not _is_pos_int(v):
                 raise ValueError(f"'time_s.count' must be an integer ≥ 1, got {v!r}")
         elif k == "iqr":
-            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"'time_s.iqr' must be finite and ≥ 0, got {v!r}")
-        elif not _is_pos_finite(v):
-            raise ValueError(f"'time_s.{k}' must be a finite time > 0 s, got {v!r}")
+            if not (
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and 0 <= v <= MAX_TIME_S
+            ):
+                raise ValueError(
+                    f"'time_s.iqr' must be finite, ≥ 0 and ≤ {MAX_TIME_S:g} s, got {v!r}"
+                )
+        elif not _is_time(v):
+            raise ValueError(
+                f"'time_s.{k}' must be a finite time in [{MIN_TIME_S:g}, {MAX_TIME_S:g}] s, "
+                f"got {v!r}"
+            )
     samples = rec.get("samples_s")
     if samples is not None:
         if not isinstance(samples, list) or not samples:
             raise ValueError("'samples_s' must be a non-empty list of times in seconds")
         for v in samples:
-            if not _is_pos_finite(v):
-                raise ValueError(f"'samples_s' holds {v!r}; every sample must be finite and > 0 s")
+            if not _is_time(v):
+                raise ValueError(
+                    f"'samples_s' holds {v!r}; every sample must be a finite time in "
+                    f"[{MIN_TIME_S:g}, {MAX_TIME_S:g}] s"
+                )
 
 
 def _check_collective(rec: dict) -> None:
@@ -151,9 +214,10 @@ def _check_collective(rec: dict) -> None:
     name = rec.get("collective")
     if name not in COLLECTIVE_NAMES:
         raise ValueError(f"unknown collective {name!r}; valid: {', '.join(COLLECTIVE_NAMES)}")
-    if not _is_pos_int(rec.get("message_bytes")):
+    if not _is_pos_int(rec.get("message_bytes"), 1, MAX_MESSAGE_BYTES):
         raise ValueError(
-            f"'message_bytes' must be an integer > 0, got {rec.get('message_bytes')!r}"
+            f"'message_bytes' must be an integer in [1, 2^50 = {MAX_MESSAGE_BYTES}] B, "
+            f"got {_short(rec.get('message_bytes'))}"
         )
     _check_ranks(rec)
     if not isinstance(rec.get("dtype"), str):
@@ -166,8 +230,9 @@ def _check_compute(rec: dict) -> None:
     """The fields of a ``kind: "compute"`` record."""
     if not isinstance(rec.get("op"), str):
         raise ValueError("missing field 'op'")
-    if not _is_pos_finite(rec.get("flops")):
-        raise ValueError(f"'flops' must be finite and > 0, got {rec.get('flops')!r}")
+    flops = rec.get("flops")
+    if not (_is_pos_finite(flops) and flops <= MAX_FLOPS):
+        raise ValueError(f"'flops' must be finite, > 0 and ≤ {MAX_FLOPS:g}, got {_short(flops)}")
     _check_ranks(rec)
 
 
@@ -176,16 +241,31 @@ def _check_step(rec: dict) -> None:
     arch = rec.get("architecture")
     if arch not in ARCHITECTURE_NAMES:
         raise ValueError(f"unknown architecture {arch!r}; valid: {', '.join(ARCHITECTURE_NAMES)}")
-    if not _is_pos_int(rec.get("workers")):
-        raise ValueError(f"'workers' must be an integer ≥ 1, got {rec.get('workers')!r}")
-    if not _is_pos_int(rec.get("servers", 0), 0):
-        raise ValueError(f"'servers' must be an integer ≥ 0, got {rec.get('servers')!r}")
-    if not _is_pos_int(rec.get("bucket_bytes", 0), 0):
-        raise ValueError(f"'bucket_bytes' must be an integer ≥ 0, got {rec.get('bucket_bytes')!r}")
-    if not _is_pos_int(rec.get("batch_size")):
-        raise ValueError(f"'batch_size' must be an integer ≥ 1, got {rec.get('batch_size')!r}")
+    if not _is_pos_int(rec.get("workers"), 1, MAX_RANKS):
+        raise ValueError(
+            f"'workers' must be an integer in [1, {MAX_RANKS}], got {_short(rec.get('workers'))}"
+        )
+    if not _is_pos_int(rec.get("servers", 0), 0, MAX_RANKS):
+        raise ValueError(
+            f"'servers' must be an integer in [0, {MAX_RANKS}], got {_short(rec.get('servers'))}"
+        )
+    if not _is_pos_int(rec.get("bucket_bytes", 0), 0, MAX_MESSAGE_BYTES):
+        raise ValueError(
+            f"'bucket_bytes' must be an integer in [0, 2^50] B, "
+            f"got {_short(rec.get('bucket_bytes'))}"
+        )
+    if not _is_pos_int(rec.get("batch_size"), 1, MAX_BATCH):
+        raise ValueError(
+            f"'batch_size' must be an integer in [1, 2^31], got {_short(rec.get('batch_size'))}"
+        )
     if not isinstance(rec.get("model"), str):
         raise ValueError("missing field 'model'")
+
+
+def _short(v) -> str:
+    """``repr(v)`` cut to 40 characters (a 10^308 integer has 309 digits)."""
+    r = repr(v)
+    return r if len(r) <= 40 else f"{r[:20]}…({len(r)} characters)"
 
 
 _KIND_CHECKS = {"collective": _check_collective, "compute": _check_compute, "step": _check_step}
@@ -194,10 +274,10 @@ assert tuple(_KIND_CHECKS) == KINDS
 
 def _check_ranks(rec: dict) -> None:
     n, g = rec.get("num_ranks"), rec.get("ranks_per_node")
-    if not _is_pos_int(n):
-        raise ValueError(f"'num_ranks' must be an integer ≥ 1, got {n!r}")
-    if not _is_pos_int(g):
-        raise ValueError(f"'ranks_per_node' must be an integer ≥ 1, got {g!r}")
+    if not _is_pos_int(n, 1, MAX_RANKS):
+        raise ValueError(f"'num_ranks' must be an integer in [1, 2^24], got {_short(n)}")
+    if not _is_pos_int(g, 1, MAX_RANKS):
+        raise ValueError(f"'ranks_per_node' must be an integer in [1, 2^24], got {_short(g)}")
     if g > n:
         raise ValueError(f"'ranks_per_node' ({g}) cannot exceed 'num_ranks' ({n})")
 
@@ -208,32 +288,93 @@ def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
     Blank lines are skipped. A final line without a newline that does not parse
     (a write cut short by a crash) is reported like any other bad line.
 
+    Limits, checked while streaming (so a large junk file fails at once, not
+    after being read whole): the first non-blank character must be ``{``
+    (checked on the first 4 KiB), a line is at most :data:`MAX_LINE_BYTES`
+    bytes of UTF-8, a record nests at most :data:`MAX_JSON_DEPTH` levels, and
+    its numbers lie within the physical bounds of :func:`validate_record`.
+
     Raises:
         FileNotFoundError: if the file does not exist.
         InputFileError: naming the file and line of the first malformed,
-            truncated or invalid record.
+            truncated, oversized or invalid record.
     """
     path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:
+        _precheck(fh, path)
+        lineno = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise InputFileError(
+                    str(path),
+                    lineno,
+                    f"line longer than {MAX_LINE_BYTES // 1024**2} MiB; a measurement record "
+                    "is one short JSON object per line (is this a measurement file?)",
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputFileError(
+                    str(path), lineno, f"not UTF-8 text (byte {e.start + 1} of the line)"
+                ) from None
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line, parse_constant=_reject_constant)
-            except json.JSONDecodeError as e:
-                hint = (
-                    ""
-                    if line.endswith("\n")
-                    else " (the line is truncated: was the run cut short?)"
-                )
-                raise InputFileError(str(path), lineno, f"not valid JSON: {e.msg}{hint}") from None
-            except ValueError as e:
-                raise InputFileError(str(path), lineno, str(e)) from None
-            try:
-                validate_record(rec)
-            except ValueError as e:
-                raise InputFileError(str(path), lineno, str(e)) from None
-            yield lineno, rec
+            yield lineno, parse_record_line(line, str(path), lineno)
+
+
+def _precheck(fh, path: Path) -> None:
+    """Refuse a file that cannot be JSON Lines from its first 4 KiB (then rewind)."""
+    head = fh.read(4096)
+    fh.seek(0)
+    stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if b"\0" in head:
+        raise InputFileError(str(path), 1, "binary data (a NUL byte in the first 4 KiB)")
+    if stripped and not stripped.startswith(b"{"):
+        line = head[: head.find(stripped[:1])].count(b"\n") + 1
+        raise InputFileError(
+            str(path),
+            line,
+            f"not a JSON Lines measurement file: a record starts with '{{', this line with "
+            f"{stripped[:20].decode('utf-8', 'replace')!r}",
+        )
+
+
+def parse_record_line(line: str, path: str, lineno: int) -> dict:
+    """Decode and validate one JSON Lines record.
+
+    Args:
+        line: the text of the line (with or without its newline).
+        path, lineno: where it came from, for the error.
+
+    Returns:
+        The validated record.
+
+    Raises:
+        InputFileError: ``path:lineno`` and what is wrong (not JSON, nested
+            deeper than :data:`MAX_JSON_DEPTH`, out of the physical bounds).
+    """
+    try:
+        rec = json.loads(line, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        hint = "" if line.endswith("\n") else " (the line is truncated: was the run cut short?)"
+        raise InputFileError(path, lineno, f"not valid JSON: {e.msg}{hint}") from None
+    except RecursionError:
+        raise InputFileError(
+            path, lineno, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        ) from None
+    except ValueError as e:  # parse_constant, or an integer of over 4300 digits
+        raise InputFileError(path, lineno, str(e)) from None
+    if not json_depth_ok(rec):
+        raise InputFileError(path, lineno, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        validate_record(rec)
+    except ValueError as e:
+        raise InputFileError(path, lineno, str(e)) from None
+    return rec
 
 
 def _reject_constant(name: str):
@@ -248,7 +389,9 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
 
     Returns:
         The records in file order; each gains ``"_file"`` and ``"_line"`` keys
-        (where it came from), which writers drop.
+        (where it came from), which writers drop. Records that are exactly
+        equal (the same file given twice, or imported twice) are all kept and
+        one :class:`DuplicateRecordWarning` names the first repeat.
 
     Raises:
         FileNotFoundError, InputFileError: see :func:`iter_records`; also if a
@@ -257,14 +400,30 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     out = []
+    seen: dict[str, tuple[str, int]] = {}
+    repeats = []
     for p in paths:
         n0 = len(out)
         for lineno, rec in iter_records(p):
+            digest = hashlib.sha256(json.dumps(rec, sort_keys=True).encode()).hexdigest()
+            if digest in seen:
+                repeats.append((str(p), lineno, *seen[digest]))
+            else:
+                seen[digest] = (str(p), lineno)
             rec["_file"] = str(p)
             rec["_line"] = lineno
             out.append(rec)
         if len(out) == n0:
             raise InputFileError(str(p), None, "holds no measurement records")
+    if repeats:
+        f, line, f0, line0 = repeats[0]
+        more = f" (and {len(repeats) - 1} more)" if len(repeats) > 1 else ""
+        warnings.warn(
+            f"{f}:{line} repeats {f0}:{line0} exactly{more}: the same measurement read twice "
+            "(a file given or imported twice?) counts twice in the fit",
+            DuplicateRecordWarning,
+            stacklevel=2,
+        )
     return out
 
 
@@ -306,30 +465,88 @@ def record_key(rec: dict) -> tuple:
     )
 
 
+#: The provenance fields that say where a record was measured; ``--resume``
+#: continues only a file measured where it runs (see :func:`record_origin`).
+ORIGIN_FIELDS = ("backend", "device_kind", "host_fingerprint", "emulated")
+
+
+def record_origin(rec: dict) -> tuple:
+    """Where a record was measured: ``(backend, device_kind, host_fingerprint, emulated)``.
+
+    ``emulated`` is the emulated cluster's shape (nodes, ranks per node, NIC
+    rate in bit/s) as a tuple, or ``None`` for a real machine; the self-check
+    goodput, which varies run to run, is left out.
+
+    Together with :func:`record_key` this is the identity ``--resume`` uses: a
+    point counts as measured only if a record with the same key was measured
+    with the same origin.
+    """
+    emu = rec.get("emulated")
+    if isinstance(emu, dict):
+        emu = (emu.get("nodes"), emu.get("ranks_per_node"), emu.get("rate_bits_per_s"))
+    return (rec.get("backend"), rec.get("device_kind"), rec.get("host_fingerprint"), emu)
+
+
+def describe_origin(origin: tuple) -> str:
+    """``origin`` (from :func:`record_origin`) in words, for messages."""
+    backend, device, host, emu = origin
+    where = f"backend {backend}, device {device!r}, host {host}"
+    if emu is not None:
+        where += f", emulated cluster {emu[0]} nodes × {emu[1]} ranks at {emu[2]:g} bit/s"
+    return where
+
+
 class RecordWriter:
     """Append-only JSON Lines writer: one validated record per line, flushed.
 
     A crash loses at most the record being written. An existing file is never
-    rewritten in place unless the caller asked for it.
+    rewritten in place, and never emptied before a new record exists.
+
+    ``"overwrite"``: records go to a temporary sibling file
+    (``.<name>.<random>.tmp``); the first record, once fsynced, is renamed over
+    ``path`` and later records are appended to it (same file, so each is on
+    disk as soon as it is written and ``--resume`` can continue an interrupted
+    run). A run interrupted before its first record (or one that writes none)
+    leaves the previous file byte-identical and removes the temporary file.
+
+    ``"resume"``: appends to ``path`` with flush + fsync per record; the file's
+    records must come from this machine (host fingerprint, and the emulated
+    cluster shape ``emulated`` when given) — a file from elsewhere is refused,
+    the message naming its backend, device and host; the first record written
+    must also match the file's backend and device kind.
+
+    Symbolic links are refused (dangling or not): ddltune does not write
+    through a link to a place the user may not have meant.
 
     Args:
         path: output file.
         mode: ``"new"`` (refuse an existing non-empty file), ``"resume"``
             (append; :attr:`existing_keys` holds the points already there) or
-            ``"overwrite"`` (start the file afresh).
+            ``"overwrite"`` (replace the file, see above).
+        emulated: the provenance of the emulated cluster this run measures on
+            (``EmulatedCluster.provenance()``), or ``None`` for a real machine;
+            only used by ``"resume"``.
 
     Raises:
         FileExistsError: in ``"new"`` mode when the file exists and is not
             empty; the message suggests ``--resume`` or ``--overwrite``.
-        InputFileError: in ``"resume"`` mode when the existing file is malformed.
-        ValueError: on an unknown mode, or (from :meth:`write`) an invalid record.
+        OutputPathError: ``path`` is a symbolic link.
+        InputFileError: in ``"resume"`` mode when the existing file is
+            malformed or was measured on another machine (file:line named).
+        ValueError: on an unknown mode, or (from :meth:`write`) an invalid
+            record or, on resume, one from another backend/device than the file.
     """
 
-    def __init__(self, path: str | os.PathLike, mode: str = "new"):
+    def __init__(self, path: str | os.PathLike, mode: str = "new", *, emulated=None):
+        from ._output import refuse_symlink
+
         if mode not in ("new", "resume", "overwrite"):
             raise ValueError(f"mode must be 'new', 'resume' or 'overwrite', got {mode!r}")
-        self.path = Path(path)
+        self.path = refuse_symlink(Path(path), "the measurement file")
+        self.mode = mode
         self.existing_keys: set[tuple] = set()
+        self._origin: tuple | None = None  # the resumed file's origin
+        self._origin_line = None
         exists = self.path.exists() and self.path.stat().st_size > 0
         if exists and mode == "new":
             raise FileExistsError(
@@ -338,10 +555,35 @@ class RecordWriter:
             )
         if exists and mode == "resume":
             self._repair_tail()
-            for _, rec in iter_records(self.path):
+            here = {host_fingerprint(), _legacy_host_fingerprint()}
+            emu_here = record_origin({"emulated": emulated})[3]
+            for lineno, rec in iter_records(self.path):
+                origin = record_origin(rec)
+                if origin[2] not in here or origin[3] != emu_here:
+                    now = "this machine" + (
+                        "" if emu_here is None else f" (emulated {emu_here[0]}×{emu_here[1]})"
+                    )
+                    raise InputFileError(
+                        str(self.path),
+                        lineno,
+                        f"measured elsewhere ({describe_origin(origin)}), not on {now} "
+                        f"(host {host_fingerprint()}); --resume continues a file measured "
+                        "here: write a new file (-o) or --overwrite",
+                    )
+                if self._origin is None:
+                    self._origin, self._origin_line = origin, lineno
                 self.existing_keys.add(record_key(rec))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "w" if mode == "overwrite" else "a", encoding="utf-8")
+        self._tmp: Path | None = None
+        if mode == "overwrite":
+            fd, tmp = tempfile.mkstemp(
+                prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+            )
+            os.fchmod(fd, 0o666 & ~_umask())
+            self._tmp = Path(tmp)
+            self._fh = os.fdopen(fd, "w", encoding="utf-8")
+        else:
+            self._fh = open(self.path, "a", encoding="utf-8")
 
     def _repair_tail(self) -> None:
         # A run killed mid-write can leave a last line without newline; drop it
@@ -360,24 +602,59 @@ class RecordWriter:
             )
 
     def write(self, rec: dict) -> None:
-        """Validate ``rec`` and append it as one line; flush and fsync."""
+        """Validate ``rec`` and append it as one line; flush and fsync.
+
+        In ``"overwrite"`` mode the first record's file replaces ``path`` (rename).
+
+        Raises:
+            ValueError: ``rec`` is invalid, or (resume) measured on another
+                backend or device than the file being continued.
+        """
         rec = {k: v for k, v in rec.items() if not k.startswith("_")}
         validate_record(rec)
+        if self._origin is not None:
+            mine, theirs = record_origin(rec)[:2], self._origin[:2]
+            if mine != theirs:
+                raise ValueError(
+                    f"{self.path}:{self._origin_line} was measured with backend {theirs[0]}, "
+                    f"device {theirs[1]!r}; this run measures backend {mine[0]}, device "
+                    f"{mine[1]!r}: --resume continues a file from the same device; write a new "
+                    "file (-o) or --overwrite"
+                )
+            self._origin = None  # checked once: the rest of the run is on the same device
         self._fh.write(json.dumps(rec, allow_nan=False) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
+        if self._tmp is not None:  # the first new record exists: now replace the old file
+            os.replace(self._tmp, self.path)
+            self._tmp = None
+            _fsync_dir(self.path.parent)
         self.existing_keys.add(record_key(rec))
 
     def close(self) -> None:
-        """Close the file."""
+        """Close the file; in ``"overwrite"`` mode with no record written, keep the old one."""
         if not self._fh.closed:
             self._fh.close()
+        if self._tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._tmp.unlink()
+            self._tmp = None
 
     def __enter__(self) -> RecordWriter:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    """fsync a folder so that a rename in it survives a crash (best effort)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = True) -> Path:
@@ -409,6 +686,10 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = T
     return path
 
 
+class DuplicateRecordWarning(UserWarning):
+    """:func:`read_records` read the same record (every field equal) more than once."""
+
+
 class RecordRepairWarning(UserWarning):
     """A measurement file was repaired on ``--resume`` (a truncated last line dropped)."""
 
@@ -421,8 +702,49 @@ def _umask() -> int:
 
 
 def host_fingerprint() -> str:
-    """A short, salted hash of the host name: tells hosts apart without naming them."""
+    """A short hash of the host name with a per-machine random salt (16 hex digits).
+
+    The salt (32 random bytes, made once) is kept in
+    ``$XDG_CACHE_HOME/ddltune/host-salt`` (default ``~/.cache/ddltune``), so the
+    fingerprint tells this machine's records from others' but cannot be guessed
+    back from a list of host names. Where that folder cannot be written, the
+    fixed-salt hash of earlier versions is used (:func:`_legacy_host_fingerprint`).
+    """
+    salt = _host_salt()
+    if salt is None:
+        return _legacy_host_fingerprint()
+    return hashlib.sha256(salt + socket.gethostname().encode()).hexdigest()[:16]
+
+
+def _legacy_host_fingerprint() -> str:
+    """The fixed-salt fingerprint of ddltune before the per-machine salt (still this host's)."""
     return hashlib.sha256(("ddltune:" + socket.gethostname()).encode()).hexdigest()[:16]
+
+
+def _host_salt() -> bytes | None:
+    """This machine's random salt, created on first use; ``None`` if it cannot be stored."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = Path(base) / "ddltune" / "host-salt"
+    try:
+        data = path.read_bytes()
+        if len(data) >= 16:
+            return data
+    except OSError:
+        pass
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(os.urandom(32))
+    except FileExistsError:
+        pass  # another process made it first
+    except OSError:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if len(data) >= 16 else None
 
 
 def time_statistics(samples_s) -> dict:

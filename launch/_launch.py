@@ -485,7 +485,9 @@ def initialize_worker(
     cluster = detect_cluster()
     if cluster is not None and cluster.num_processes > 1:
         if cluster.jax_detects:
-            jax.distributed.initialize(initialization_timeout=init_timeout)
+            jax.distributed.initialize(
+                **_detected_params(init_timeout), initialization_timeout=init_timeout
+            )
         else:
             address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
             if not address and cluster.kind == "mpich":
@@ -505,6 +507,7 @@ def initialize_worker(
                 num_processes=cluster.num_processes,
                 process_id=cluster.process_id,
                 local_device_ids=local,
+                coordinator_bind_address=coordinator_bind_address(address),
                 initialization_timeout=init_timeout,
             )
         return WorkerInfo(jax.process_index(), jax.process_count(), cluster.kind)
@@ -513,6 +516,84 @@ def initialize_worker(
             "not started by a launcher: run under srun or mpirun, or through launch_local()"
         )
     return WorkerInfo(0, 1, "single")
+
+
+def coordinator_bind_address(address: str) -> str | None:
+    """Where rank 0's coordinator listens: ``address`` itself, the one the ranks dial.
+
+    ``jax.distributed.initialize`` (jax 0.10.2, ``jax/_src/distributed.py``)
+    binds its coordinator to ``[::]:PORT`` — every interface of rank 0's node,
+    unauthenticated, for the whole job — unless ``coordinator_bind_address``
+    (or ``JAX_COORDINATOR_BIND_ADDRESS``) says otherwise. Binding to
+    ``HOST:PORT`` of the address the ranks use exposes the port on that one
+    network only.
+
+    Exception: a host name that resolves on this node to loopback only (the
+    ``127.0.1.1 hostname`` line of Debian's ``/etc/hosts``) would make the
+    coordinator unreachable from other nodes; then ``None`` is returned (jax's
+    default, every interface) and a one-line warning says why. An explicit
+    ``JAX_COORDINATOR_BIND_ADDRESS`` always wins (``None`` lets jax read it).
+
+    Args:
+        address: ``HOST:PORT`` (``[v6]:PORT`` for IPv6) of rank 0.
+
+    Returns:
+        The bind address, or ``None`` for jax's default.
+    """
+    if os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        return None
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return address  # jax fails on it the same way, naming it
+    ips = {i[4][0] for i in infos}
+    if (
+        ips
+        and all(ip.startswith("127.") or ip == "::1" for ip in ips)
+        and host
+        not in (
+            "localhost",
+            "127.0.0.1",
+            "::1",
+        )
+    ):
+        print(
+            f"ddltune: warning: coordinator host {host!r} resolves to loopback only "
+            f"({', '.join(sorted(ips))}) on rank 0's node; listening on every interface so that "
+            "other nodes can join (give --coordinator with the node's network address to "
+            "restrict it)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return address
+
+
+def _detected_params(init_timeout: int) -> dict:
+    """The arguments jax would detect under srun / Open MPI ≤ 4, with the bind address.
+
+    Uses jax's own detection (``jax._src.clusters.ClusterEnv``, jax 0.10.2) so
+    the values are exactly those ``initialize()`` would pick; on a jax without
+    it, returns ``{}`` (jax then detects, and binds every interface).
+    """
+    try:
+        from jax._src.clusters import ClusterEnv as _JaxClusterEnv
+
+        address, n, rank, local = _JaxClusterEnv.auto_detect_unset_distributed_params(
+            None, None, None, None, None, init_timeout
+        )
+    except Exception:  # noqa: BLE001 - a private API: fall back to jax's detection
+        return {}
+    if address is None:
+        return {}
+    return {
+        "coordinator_address": address,
+        "num_processes": n,
+        "process_id": rank,
+        "local_device_ids": local,
+        "coordinator_bind_address": coordinator_bind_address(address),
+    }
 
 
 def _fault_nostart(rank: int) -> None:

@@ -363,7 +363,7 @@ def test_atomic_write_gives_the_file_the_umask_mode_and_keeps_the_old_on_refusal
 
 
 def test_resume_drops_a_truncated_last_line_and_says_so(tmp_path):
-    from calibration import RecordWriter
+    from calibration import RecordWriter, host_fingerprint
     from calibration._records import RecordRepairWarning
 
     rec = {
@@ -381,7 +381,7 @@ def test_resume_drops_a_truncated_last_line_and_says_so(tmp_path):
         "backend": "cpu",
         "device_kind": "cpu",
         "versions": {},
-        "host_fingerprint": "test",
+        "host_fingerprint": host_fingerprint(),  # --resume: this machine's file
         "timestamp": "2026-01-01T00:00:00Z",
         "source": "test",
     }

@@ -56,6 +56,7 @@ from ._sensitivity import SENSITIVITY_NAMES as SENSITIVITY_NAMES
 from ._sensitivity import sensitivity as sensitivity
 from ._settings import format_framework_settings as format_framework_settings
 from ._settings import framework_settings as framework_settings
+from ._text import markdown_escape as markdown_escape
 from ._whatif import BandwidthResult as BandwidthResult
 from ._whatif import min_bandwidth_for_efficiency as min_bandwidth_for_efficiency
 from ._whatif import what_if as what_if

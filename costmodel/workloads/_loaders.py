@@ -38,6 +38,7 @@ import json
 import math
 import numbers
 import os
+import re
 
 import equinox as eqx
 import jax
@@ -63,14 +64,53 @@ class _Layer:
 # -- value checks shared by JSON and CSV -------------------------------------------------
 
 
+#: Input bounds (issue 18): a tensor holds at most 10^13 elements (40 TB in
+#: fp32, beyond any model's single tensor), a layer's FLOPs per sample are at
+#: most 10^20; a layer file is at most 64 MiB and nests at most 64 levels.
+MAX_PARAMS = 10**13
+MAX_FLOPS = 1e20
+MAX_LAYER_FILE_BYTES = 64 * 1024**2
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays/objects in JSON ``text`` (0 for a scalar), without recursion.
+
+    Strings are removed first, then brackets are counted with a running sum
+    (numpy), so a 64 MiB text takes well under a second. On malformed text the
+    number is approximate, which is all the limit needs.
+
+    Example:
+        >>> json_depth('{"a": [1, {"b": "[[["}]}')
+        3
+    """
+    stripped = _JSON_STRING.sub("", text).encode("utf-8", "replace")
+    b = np.frombuffer(stripped, dtype=np.uint8)
+    step = np.zeros(b.shape, dtype=np.int64)
+    step[(b == ord("[")) | (b == ord("{"))] = 1
+    step[(b == ord("]")) | (b == ord("}"))] = -1
+    return int(np.cumsum(step).max(initial=0))
+
+
 def _check_params(path, line, where, value) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputFileError(
-            path, line, f"{where}: 'params' must be an integer element count >= 1, got {value!r}"
+            path,
+            line,
+            f"{where}: 'params' must be an integer element count >= 1, got {_short(value)}",
         )
-    if value < 1:
-        raise InputFileError(path, line, f"{where}: 'params' must be >= 1, got {value}")
+    if value < 1 or value > MAX_PARAMS:
+        raise InputFileError(
+            path, line, f"{where}: 'params' must be >= 1 and <= 1e13 elements, got {_short(value)}"
+        )
     return int(value)
+
+
+def _short(v) -> str:
+    """``repr(v)`` cut to 40 characters (a 10^30 integer has 31 digits)."""
+    r = repr(v)
+    return r if len(r) <= 40 else f"{r[:20]}…({len(r)} characters)"
 
 
 def _check_flops(path, line, where, key, value) -> float:
@@ -78,10 +118,15 @@ def _check_flops(path, line, where, key, value) -> float:
         raise InputFileError(
             path, line, f"{where}: {key!r} must be a number of FLOPs per sample, got {value!r}"
         )
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond float range
+        value = math.inf
+    if not math.isfinite(value) or value < 0 or value > MAX_FLOPS:
         raise InputFileError(
-            path, line, f"{where}: {key!r} must be finite and >= 0 (FLOPs per sample), got {value}"
+            path,
+            line,
+            f"{where}: {key!r} must be finite, >= 0 and <= 1e20 (FLOPs per sample), got {value}",
         )
     return value
 
@@ -362,6 +407,17 @@ def load_layers(
     """
     path_str = os.fspath(path)
     try:
+        size = os.path.getsize(path_str)
+    except OSError:
+        size = 0  # the open below names the problem
+    if size > MAX_LAYER_FILE_BYTES:
+        raise InputFileError(
+            path_str,
+            None,
+            f"{size / 1024**2:.0f} MiB, more than a layer file's 64 MiB limit (one line per "
+            "tensor: is this the right file?)",
+        )
+    try:
         with open(path_str, encoding="utf-8-sig") as f:
             text = f.read()
     except FileNotFoundError:
@@ -382,6 +438,8 @@ def load_layers(
     ext = os.path.splitext(path_str)[1].lower()
     is_json = ext == ".json" or (ext != ".csv" and text.lstrip().startswith("{"))
     file_name, source = None, None
+    if is_json and json_depth(text) > MAX_JSON_DEPTH:
+        raise InputFileError(path_str, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     if is_json and looks_like_hf_config(text):  # a Hugging Face config.json (--hf-config)
         return workload_from_hf_config(path_str, batch_size, dtype_bytes=dtype_bytes, name=name)
     if is_json:

@@ -7,12 +7,15 @@ import sys
 import warnings
 
 from calibration import COLLECT_PATTERNS, COLLECT_SUITES, CollectError, collect, summary_rows
+from costmodel import InputFileError
 
 from ._common import (
     CLIError,
+    UsageError,
     bytes_arg,
     int_list_arg,
     name_list_arg,
+    option_names,
     positive_float_arg,
     positive_int_arg,
     print_json,
@@ -196,6 +199,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="keep every worker's output there (workers<N>/rank<R>.log)",
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="start more local workers than 4 per CPU core (refused without it: they only "
+        "time the scheduler)",
+    )
     add_emulate_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -269,6 +278,14 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, progress)
 
 
+#: ``collect()`` parameters that are options of this command, for error messages.
+_OPTIONS = (
+    "workers", "collectives", "min_bytes", "max_bytes", "step_factor", "dtype", "suite",
+    "iters", "max_iters", "warmup_iters", "budget_s", "rounds", "timeout_s", "launcher",
+    "coordinator", "matmul_sizes",
+)  # fmt: skip
+
+
 def _run(args: argparse.Namespace, progress: bool) -> int:
     try:
         result = collect(
@@ -294,9 +311,14 @@ def _run(args: argparse.Namespace, progress: bool) -> int:
             progress=progress,
             log_dir=args.log_dir,
             emulate=getattr(args, "emulate_cluster", None),
+            force=args.force,
         )
     except (CollectError, FileExistsError) as e:
         raise CLIError(str(e)) from e
+    except InputFileError:
+        raise
+    except ValueError as e:  # the library names its parameters: say the options
+        raise UsageError(option_names(str(e), _OPTIONS)) from None
     if result.rank != 0:
         return 0  # under srun/mpirun, rank 0 reports
     if args.json:

@@ -7,6 +7,7 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 import traceback
 
@@ -36,6 +37,9 @@ __all__ = [
     "positive_float_arg",
     "positive_int_arg",
     "text_table",
+    "safe_text",
+    "safe_tree",
+    "option_names",
 ]
 
 
@@ -246,7 +250,7 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
 
     if debug:
         traceback.print_exception(exc)
-    msg = str(exc).strip().replace("\n", " ") or type(exc).__name__
+    msg = safe_text(str(exc).strip().replace("\n", " ")) or type(exc).__name__
     if isinstance(exc, InputFileError | CLIError) and not isinstance(exc, UsageError):
         code = 1
     elif isinstance(exc, UsageError | ValueError | TypeError | KeyError):
@@ -472,3 +476,81 @@ def percent(x) -> str:
         ('12.3%', '—', '—')
     """
     return "—" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.1f}%"
+
+
+# ESC-introduced sequences (CSI ``ESC [ … final``, OSC ``ESC ] … BEL|ST``, DCS/
+# SOS/PM/APC ``ESC P|X|^|_ … ST``, two-byte ``ESC x``), then any other C0 (but
+# tab and newline), DEL and C1 control character.
+_ESC_SEQ = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\|\x9c)?"
+    r"|\x1b[\x20-\x7e]?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?"
+    r"|\x9d[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(value) -> str:
+    """``str(value)`` with terminal control removed, for anything printed to a terminal.
+
+    Removes escape sequences (CSI such as colours or cursor moves, OSC such as
+    OSC 52 which writes the clipboard, DCS/APC/PM/SOS strings, two-character
+    ``ESC x``, and their 8-bit C1 forms), then every remaining C0 control
+    character except tab and newline, DEL (0x7f) and the C1 range 0x80–0x9f.
+    Printable text (any script) is kept. Source of the sequence grammar:
+    ECMA-48, sections 5.4–5.6 and 8.3.
+
+    Args:
+        value: anything; converted with ``str``.
+
+    Returns:
+        Text safe to write to a terminal (a user's string from a record or a
+        profile cannot change the terminal's state).
+
+    Example:
+        >>> safe_text("cpu\\x1b]52;c;aGk=\\x07 \\x1b[31mred\\x1b[0m\\r")
+        'cpu red'
+    """
+    return _CONTROL.sub("", _ESC_SEQ.sub("", str(value)))
+
+
+def safe_tree(obj):
+    """``obj`` with :func:`safe_text` applied to every string in it (keys too).
+
+    Dicts, lists and tuples are copied; other values are returned as they are.
+    For summaries whose strings come from user files, cleaned before layout so
+    that tables stay aligned.
+
+    Example:
+        >>> safe_tree({"device_kind": ["cpu\\x1b[2J"]})
+        {'device_kind': ['cpu']}
+    """
+    if isinstance(obj, str):
+        return safe_text(obj)
+    if isinstance(obj, dict):
+        return {safe_tree(k): safe_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(safe_tree(v) for v in obj)
+    return obj
+
+
+def option_names(message: str, params) -> str:
+    """Rewrite library parameter names in ``message`` as the command's options.
+
+    ``max_bytes`` becomes ``--max-bytes`` wherever it stands as a word (not
+    inside ``--max-bytes`` or a longer identifier), so an error raised by the
+    library names the option the user typed.
+
+    Args:
+        message: the library's error text.
+        params: parameter names that are options of the command (``dest`` names).
+
+    Example:
+        >>> option_names("max_bytes (1) must be ≥ min_bytes (4)", ["min_bytes", "max_bytes"])
+        '--max-bytes (1) must be ≥ --min-bytes (4)'
+    """
+    for p in sorted(params, key=len, reverse=True):
+        message = re.sub(rf"(?<![\w-]){re.escape(p)}(?!\w)", "--" + p.replace("_", "-"), message)
+    return message

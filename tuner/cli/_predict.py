@@ -21,6 +21,7 @@ from ._common import (
     positive_float_arg,
     positive_int_arg,
     print_json,
+    safe_text,
     text_table,
 )
 
@@ -315,6 +316,7 @@ def _iteration_rows(args, cluster):
         raise UsageError("--colocated applies to the ps architecture; add ps to --arch")
     if args.servers is not None and not any(get_architecture(a).uses_servers for a in archs):
         raise UsageError("--servers applies to ps and hybrid; add one of them to --arch")
+    _check_ranks_per_node(args.ranks_per_node, args.workers, "--workers")
     workload = _workload(args)
     rows = predict_iterations(
         cluster,
@@ -332,10 +334,22 @@ def _iteration_rows(args, cluster):
     return rows, workload
 
 
+def _check_ranks_per_node(g: int, counts, flag: str) -> None:
+    """Refuse ``--ranks-per-node`` above the smallest rank count: a node cannot hold more
+    ranks than the job has."""
+    small = min(counts)
+    if g > small:
+        raise UsageError(
+            f"--ranks-per-node {g} exceeds {flag} {small}: a node cannot hold more ranks than "
+            f"the job has; use --ranks-per-node ≤ {small} or drop {flag} values below {g}"
+        )
+
+
 def _collective_rows(args, cluster) -> list[dict]:
     from costmodel import get_collective
     from tuner import predict_collective
 
+    _check_ranks_per_node(args.ranks_per_node, [args.num_ranks], "--num-ranks")
     try:
         get_collective(args.collective, args.algorithm)
     except ValueError as e:  # lists the valid names
@@ -353,10 +367,14 @@ def _collective_rows(args, cluster) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------
-# Output
+# Output (every line through safe_text: names come from user files)
 # ---------------------------------------------------------------------------
+def _say(text: str = "") -> None:
+    print(safe_text(text))
+
+
 def _table(head: list[str], lines: list[list[str]], right: set[int]) -> None:
-    print("\n".join(text_table([head, *lines], right=right)))
+    _say("\n".join(text_table([head, *lines], right=right)))
 
 
 def _ms(x: float) -> str:
@@ -395,9 +413,9 @@ def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
             f"{100 * r['scaling_efficiency']:.1f}",
         ]
         lines.append(line)
-    print(f"{workload_line}; cluster: {_describe(cluster)}")
+    _say(f"{workload_line}; cluster: {_describe(cluster)}")
     _table(head, lines, right=set(range(1, len(head))))
-    print(
+    _say(
         "\ncomm = all gradient exchange; exposed = the part not hidden behind backward "
         "(plus backward's slowdown while overlapping); efficiency = throughput / "
         "(workers × one worker's throughput without communication)"
@@ -409,7 +427,7 @@ def _print_collectives(rows, cluster: dict) -> None:
 
     r0 = rows[0]
     with_interval = "interval_s" in r0
-    print(
+    _say(
         f"{r0['collective']} ({r0['algorithm']}), {r0['num_ranks']} ranks, "
         f"{r0['ranks_per_node']} per node; cluster: {_describe(cluster)}"
     )

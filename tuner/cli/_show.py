@@ -10,7 +10,7 @@ from pathlib import Path
 from calibration import summarize_measurements
 from costmodel import InputFileError, format_bytes, format_seconds
 
-from ._common import CLIError, percent, print_json, text_table
+from ._common import CLIError, percent, print_json, safe_tree, text_table
 
 NAME = "show"
 HELP = "summarise a measurement file (.jsonl) or a profile (.json)"
@@ -48,6 +48,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------- detection
 
 
+#: The head of a file ``show`` reads to tell its kind, and the largest file it
+#: parses whole as one JSON document (a profile is a few hundred KiB).
+_HEAD_BYTES = 64 * 1024
+_MAX_PROFILE_BYTES = 64 * 1024**2
+
+
+def _load_json(path: Path):
+    """The file as one JSON document, or ``None`` if it is not one (JSON Lines).
+
+    Raises:
+        InputFileError: nested deeper than the records' depth limit.
+    """
+    from calibration import MAX_JSON_DEPTH, json_depth_ok
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except RecursionError:
+        doc = False
+    except ValueError:  # not one JSON document
+        return None
+    if doc is False or not json_depth_ok(doc):
+        raise InputFileError(str(path), None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return doc
+
+
 def detect_kind(path: Path) -> str:
     """``"profile"`` or ``"measurements"`` from the file's content.
 
@@ -58,13 +83,16 @@ def detect_kind(path: Path) -> str:
         FileNotFoundError, IsADirectoryError: as ``open``.
         InputFileError: empty file, or neither kind.
     """
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if not text.strip():
+    with open(path, "rb") as fh:  # decide on the head: a junk file fails at once
+        head = fh.read(_HEAD_BYTES)
+    if not head.strip():
         raise InputFileError(str(path), None, "the file is empty")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        doc = None
+    if head.lstrip(b" \t\r\n\xef\xbb\xbf").startswith(b"{") and (
+        path.stat().st_size <= _MAX_PROFILE_BYTES
+    ):
+        doc = _load_json(path)
+    else:
+        doc = None  # JSON Lines, nccl-tests output or junk: the head tells
     if isinstance(doc, dict):
         if "params" in doc:
             return "profile"
@@ -75,6 +103,7 @@ def detect_kind(path: Path) -> str:
             None,
             "a JSON object that is neither a profile (no 'params' key) nor a measurement record",
         )
+    text = head.decode("utf-8", errors="replace")
     first = next(line for line in text.splitlines() if line.strip())
     if first.lstrip().startswith("{"):
         return "measurements"
@@ -246,9 +275,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         summary = summarize_measurements(path)  # InputFileError: file and line
     if args.json:
-        print_json(summary)
+        print_json(summary)  # JSON escapes control characters itself (\u001b)
     elif kind == "profile":
-        _print_profile(summary)
+        _print_profile(safe_tree(summary))
     else:
-        _print_measurements(summary)
+        _print_measurements(safe_tree(summary))
     return 0

@@ -1,0 +1,296 @@
+"""One output path for everything ddltune writes into a folder.
+
+:func:`atomic_replace_dir` builds new content in a temporary sibling folder and
+swaps it in by rename once it is complete, so that:
+
+* an interruption (Ctrl-C, an exception, a crash) while building leaves the
+  previous folder byte-identical: nothing in it is touched until the build has
+  finished;
+* ``overwrite=True`` replaces only the files ddltune wrote last time, as listed
+  in the folder's manifest (:data:`MANIFEST_NAME`); every other entry (a user's
+  ``figures/fig1.pdf``, a ``sub/`` folder, a link) is carried into the new
+  folder unchanged (hard-linked, or copied where a hard link is impossible) and
+  the old folder is only then retired;
+* symbolic links are never followed: an output path that is a link is refused
+  with a one-line :class:`OutputPathError` naming it, and links inside the old
+  folder are carried over as links.
+
+The swap itself (two renames and the clean-up) runs with SIGINT, SIGTERM and
+SIGHUP held (from the main thread), so a Ctrl-C arriving then is delivered
+right after the new folder is in place. Between the two renames the target name
+is absent for a moment (Linux has no portable atomic exchange of two
+non-empty folders from Python); a hard crash (SIGKILL, power loss) in that
+window leaves the previous content complete in the hidden sibling
+``.<name>.old-*``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from costmodel import InputFileError
+
+__all__ = [
+    "MANIFEST_NAME",
+    "OutputPathError",
+    "atomic_replace_dir",
+    "read_manifest",
+    "refuse_symlink",
+]
+
+#: Name of ddltune's manifest inside an output folder: the files it wrote there.
+MANIFEST_NAME = ".ddltune-manifest.json"
+_MANIFEST_FORMAT = "ddltune-output-manifest/1"
+
+
+class OutputPathError(InputFileError):
+    """An output path ddltune will not write to (a symbolic link, a file where a folder
+    belongs, a user's file where ddltune would write its own); one line naming the path."""
+
+    def __init__(self, path, reason: str):
+        super().__init__(str(path), None, reason)
+
+
+def refuse_symlink(path: str | os.PathLike, what: str = "output") -> Path:
+    """Refuse an output path that is a symbolic link (dangling or not).
+
+    Args:
+        path: the path ddltune is about to write.
+        what: how the message names it (``"output"``, ``"-o"``).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OutputPathError: if ``path`` is a symbolic link; ddltune never writes
+            through one (the link's target may lie outside the folder the user
+            meant).
+    """
+    path = Path(path)
+    if path.is_symlink():
+        raise OutputPathError(
+            path,
+            f"{what} is a symbolic link (to {os.readlink(path)!r}); ddltune does not write "
+            "through links: remove the link or give the real path",
+        )
+    return path
+
+
+def read_manifest(folder: str | os.PathLike, manifest_name: str = MANIFEST_NAME) -> set[str]:
+    """The relative paths (POSIX, no ``..``) ddltune recorded as its own in ``folder``.
+
+    Args:
+        folder: an output folder.
+        manifest_name: the manifest's file name inside it.
+
+    Returns:
+        The set of relative file paths; empty when there is no manifest (a folder
+        ddltune did not write, or wrote before manifests existed: then nothing in
+        it counts as ddltune's and nothing is deleted).
+
+    Raises:
+        OutputPathError: if the manifest exists but is not ddltune's format, is
+            a link, or lists a path outside the folder.
+    """
+    mpath = Path(folder) / manifest_name
+    if not mpath.exists() and not mpath.is_symlink():
+        return set()
+    refuse_symlink(mpath, "the manifest")
+    try:
+        doc = json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise OutputPathError(mpath, f"unreadable ddltune manifest ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != _MANIFEST_FORMAT:
+        raise OutputPathError(mpath, f"not a ddltune manifest (expected format {_MANIFEST_FORMAT})")
+    files = doc.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise OutputPathError(mpath, "'files' must be a list of relative paths")
+    out = set()
+    for f in files:
+        parts = Path(f).parts
+        if not parts or Path(f).is_absolute() or ".." in parts:
+            raise OutputPathError(mpath, f"lists {f!r}, a path outside the folder")
+        out.add(Path(f).as_posix())
+    return out | {manifest_name}
+
+
+def _walk(folder: Path) -> tuple[list[str], list[str]]:
+    """``(entries, empty_dirs)`` under ``folder``, relative POSIX paths, links not followed.
+
+    ``entries`` are files and symbolic links (a link to a folder is one entry).
+    """
+    entries, empty = [], []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        rel = Path(root).relative_to(folder)
+        for d in list(dirs):
+            if (Path(root) / d).is_symlink():
+                entries.append((rel / d).as_posix())
+                dirs.remove(d)
+        for f in files:
+            entries.append((rel / f).as_posix())
+        if not dirs and not files and rel != Path("."):
+            empty.append(rel.as_posix())
+    return entries, empty
+
+
+def _carry(src: Path, dst: Path) -> None:
+    """Put ``src`` (a file or link of the old folder) at ``dst`` without changing ``src``."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+        return
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError as e:  # another file system inside the folder, or no hard links
+        if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT/SIGTERM/SIGHUP inside the block; deliver them after it.
+
+    Python-level handlers that only note the signal (a thread's signal mask
+    would not do: a process-directed signal goes to any thread not blocking
+    it, and Python then runs its handler in the main thread at once). Outside
+    the main thread, where handlers cannot be set, the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    saved = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        saved[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_replace_dir(
+    target: str | os.PathLike,
+    build_fn: Callable[[Path], object],
+    *,
+    overwrite: bool = False,
+    manifest_name: str = MANIFEST_NAME,
+) -> Path:
+    """Build a folder beside ``target`` and swap it in by rename when complete.
+
+    ``build_fn(tmp)`` writes the new content into the empty folder ``tmp`` (a
+    sibling of ``target`` on the same file system). Every file it leaves there
+    is ddltune's and is listed in the manifest ``manifest_name`` written into
+    the new folder. When ``target`` already exists (and ``overwrite``): entries
+    of the old folder not listed in its manifest are the user's and are carried
+    into the new folder unchanged (hard links; links stay links); the files the
+    old manifest lists are dropped with the old folder.
+
+    Interruption: any exception (``KeyboardInterrupt`` included) from
+    ``build_fn`` or before the swap removes the temporary folder and leaves
+    ``target`` untouched; the swap runs with SIGINT/SIGTERM/SIGHUP held.
+
+    Args:
+        target: the output folder (created if missing; its parent too).
+        build_fn: called once with the temporary folder's path; its return value
+            is ignored.
+        overwrite: replace an existing non-empty ``target``; without it an
+            existing non-empty folder is refused.
+        manifest_name: the manifest's file name (default :data:`MANIFEST_NAME`).
+
+    Returns:
+        ``target`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OutputPathError: ``target`` (or its manifest) is a symbolic link, or
+            ``target`` is not a folder, or the new content would replace a user
+            file (one not in the old manifest); nothing is changed.
+        FileExistsError: ``target`` is a non-empty folder and ``overwrite`` is
+            false; the message suggests ``--overwrite``.
+        Exception: whatever ``build_fn`` raises, after the clean-up.
+    """
+    target = refuse_symlink(Path(target), "the output folder")
+    exists = target.exists()
+    if exists and not target.is_dir():
+        raise OutputPathError(target, "exists and is not a folder; ddltune writes a folder there")
+    if exists and any(target.iterdir()) and not overwrite:
+        raise FileExistsError(
+            f"{target} already exists and is not empty; pass --overwrite to replace what "
+            "ddltune wrote there (other files are kept)"
+        )
+    old_own = read_manifest(target, manifest_name) if exists else set()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    backup = None
+    try:
+        build_fn(tmp)
+        refuse_symlink(tmp / manifest_name, "the manifest")
+        built, _ = _walk(tmp)
+        built = sorted(set(built) - {manifest_name})
+        (tmp / manifest_name).write_text(
+            json.dumps({"format": _MANIFEST_FORMAT, "files": built}, indent=1) + "\n",
+            encoding="utf-8",
+        )
+        if exists:
+            entries, empty = _walk(target)
+            user = [e for e in entries if e not in old_own]
+            clash = sorted(set(user) & set(built))
+            if clash:
+                raise OutputPathError(
+                    target / clash[0],
+                    "is not ddltune's (not in its manifest) and the new output writes a file "
+                    "of that name; move it away or choose another output folder",
+                )
+            for e in user:  # the old folder is only read
+                _carry(target / e, tmp / e)
+            for d in empty:
+                (tmp / d).mkdir(parents=True, exist_ok=True)
+        for root, _dirs, files in os.walk(tmp):
+            for f in files:
+                if not (Path(root) / f).is_symlink():
+                    with open(Path(root) / f, "rb") as fh:
+                        os.fsync(fh.fileno())
+        with _signals_held():
+            if exists:
+                backup = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+                os.rmdir(backup)
+                os.rename(target, backup)
+            os.rename(tmp, target)
+            _fsync_dir(target.parent)
+            if backup is not None:
+                shutil.rmtree(backup, ignore_errors=True)
+                backup = None
+    except BaseException:
+        if backup is not None and not target.exists():
+            os.rename(backup, target)  # the swap failed half-way: put the old folder back
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,51 @@
+"""Escaping of user text for the files ddltune writes (``report.md``).
+
+User strings (model and layer names, device kinds, file paths, notes) reach the
+report from files the user or a third party wrote. :func:`markdown_escape`
+makes such a string render as the literal text it is in any CommonMark or
+GitHub-flavoured renderer: no HTML (``<script>``), no link, image, emphasis,
+heading, list, table cell or code span is formed from it.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["markdown_escape"]
+
+# CommonMark 0.31, section 2.4: any ASCII punctuation may be backslash-escaped.
+# These are the ones that can start or end Markdown structure (inline or, at the
+# start of a line, block) or a GFM table cell / autolink / strikethrough.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:&\"'=$])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def markdown_escape(value, *, inline: bool = True) -> str:
+    r"""``str(value)`` as literal Markdown text.
+
+    Every ASCII punctuation character that CommonMark or GFM could read as
+    structure is backslash-escaped (CommonMark 0.31 §2.4: a backslash before
+    ASCII punctuation yields that character literally), so ``<script>`` stays
+    text and is never passed through as raw HTML (§6.6) nor ``[x](javascript:…)``
+    turned into a link; ``&`` is escaped so that no entity (``&lt;``) is decoded.
+    Control characters (C0 except tab/newline, DEL, C1) are removed.
+
+    Args:
+        value: anything; converted with ``str``.
+        inline: True (default) for text inside a line or a table cell: newlines
+            become spaces, so a value cannot start a new block. False keeps
+            newlines (each line's leading structure is still escaped).
+
+    Returns:
+        The escaped text.
+
+    Example:
+        >>> markdown_escape("<script>alert(1)</script>")
+        '\\<script\\>alert\\(1\\)\\</script\\>'
+        >>> markdown_escape("a|b *c*")
+        'a\\|b \\*c\\*'
+    """
+    text = _CONTROL.sub("", str(value))
+    if inline:
+        text = text.replace("\r", " ").replace("\n", " ")
+    return _MD_SPECIAL.sub(r"\\\1", text)
