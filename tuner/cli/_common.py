@@ -146,22 +146,29 @@ _OPTION_NAMES = {
 }
 
 
-def option_names(message: str) -> str:
+def option_names(message: str, params=()) -> str:
     """A library message with Python argument names replaced by the CLI options.
 
     Only whole words are replaced (``max_bytes`` → ``--max-bytes``), and not
-    ones already written as an option or inside a longer identifier.
+    ones already written as an option or inside a longer identifier. The
+    names are the common ones (:data:`_OPTION_NAMES`) plus ``params``, a
+    command's own ``dest`` names (``foo_bar`` → ``--foo-bar``).
 
     Example:
         >>> option_names("max_bytes must be >= min_bytes, got 0")
         '--max-bytes must be >= --min-bytes, got 0'
+        >>> option_names("rounds (0) must be >= 1", ["rounds"])
+        '--rounds (0) must be >= 1'
     """
     import re
 
-    def sub(m):
-        return _OPTION_NAMES[m.group(0)]
+    names = {**_OPTION_NAMES, **{p: "--" + p.replace("_", "-") for p in params}}
 
-    pattern = r"(?<![\w.'\"-])(" + "|".join(map(re.escape, _OPTION_NAMES)) + r")(?![\w(])"
+    def sub(m):
+        return names[m.group(0)]
+
+    alternatives = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+    pattern = r"(?<![\w.'\"-])(" + alternatives + r")(?![\w(])"
     return re.sub(pattern, sub, message)
 
 
@@ -534,23 +541,3 @@ def safe_tree(obj):
     if isinstance(obj, list | tuple):
         return type(obj)(safe_tree(v) for v in obj)
     return obj
-
-
-def option_names(message: str, params) -> str:
-    """Rewrite library parameter names in ``message`` as the command's options.
-
-    ``max_bytes`` becomes ``--max-bytes`` wherever it stands as a word (not
-    inside ``--max-bytes`` or a longer identifier), so an error raised by the
-    library names the option the user typed.
-
-    Args:
-        message: the library's error text.
-        params: parameter names that are options of the command (``dest`` names).
-
-    Example:
-        >>> option_names("max_bytes (1) must be ≥ min_bytes (4)", ["min_bytes", "max_bytes"])
-        '--max-bytes (1) must be ≥ --min-bytes (4)'
-    """
-    for p in sorted(params, key=len, reverse=True):
-        message = re.sub(rf"(?<![\w-]){re.escape(p)}(?!\w)", "--" + p.replace("_", "-"), message)
-    return message
