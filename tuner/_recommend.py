@@ -781,70 +781,79 @@ def _arc_elasticity(params, ctx, row: _Row, **factors) -> float:
     return math.log(t2 / row.t) / math.log(2.0)
 
 
-def _rationale(params, ctx, chosen: _Row, others: list[_Row], scorer, memory_note) -> str:
+def _bottleneck(params, ctx, chosen: _Row) -> str:
+    """The rationale's first sentence: what bounds the chosen step (compute, server
+    congestion, bandwidth or latency), with the elasticities that tell them apart."""
     bd = chosen.bd
     T = bd["iteration_s"]
     comp = (bd["forward_s"] + bd["backward_s"]) / T
     exposed = bd["exposed_communication_s"] / T
     v = chosen.variant
-    parts = []
     if exposed < 0.10:
         hidden = "overlapped with backward" if v.overlaps else "short"
         if v.overlaps and hasattr(v.arch, "schedule"):  # fsdp/hsdp gather during forward too
             hidden = "overlapped with forward and backward"
-        parts.append(
+        return (
             f"Compute-bound: {format_percent(comp, 0)} of the {bd['iteration_s'] * 1e3:.4g} ms step is "
             f"forward and backward compute; communication is {hidden} "
             f"(exposed: {format_percent(exposed, 0)})."
         )
+    lat = _arc_elasticity(params, ctx, chosen, alpha=1, call_overhead=1)
+    bw = _arc_elasticity(params, ctx, chosen, beta=1, node_beta=1)
+    server_bound = v.name in ("ps", "hybrid") and chosen.k > 0 and chosen.n > chosen.k
+    if server_bound and bw >= lat:
+        ratio = chosen.n / max(chosen.k, 1)
+        return (
+            f"Server congestion: {format_percent(exposed, 0)} of the step is exposed communication, "
+            f"and each of the {chosen.k} server links carries {ratio:.3g}× a worker's "
+            f"traffic (doubling link times would lengthen the step by {format_percent(2**bw - 1, 0)})."
+        )
+    if bw >= lat:
+        return (
+            f"Bandwidth-bound: {format_percent(exposed, 0)} of the step is exposed communication; "
+            f"halving the bandwidth would lengthen the step by {format_percent(2**bw - 1, 0)}, "
+            f"doubling latency by {format_percent(2**lat - 1, 0)}."
+        )
+    return (
+        f"Latency-bound: {format_percent(exposed, 0)} of the step is exposed communication, "
+        f"dominated by per-message latency (doubling it would lengthen the step by "
+        f"{format_percent(2**lat - 1, 0)}; halving the bandwidth by {format_percent(2**bw - 1, 0)})."
+    )
+
+
+def _versus_runner_up(chosen: _Row, o: _Row, scorer) -> str:
+    """The rationale's sentence comparing the chosen row with ``o``, the best other
+    architecture, in the objective's terms (cost, workers or throughput)."""
+    v = chosen.variant
+    where = f"{o.variant.label} ({o.n} workers"
+    where += f", {o.k} servers)" if o.k else ")"
+    if scorer.objective == "cost" and scorer.price is not None:
+        c0 = float(scorer.cost(v, chosen.n, chosen.k, chosen.thr))
+        c1 = float(scorer.cost(o.variant, o.n, o.k, o.thr))
+        gain = 1.0 - c0 / c1
+        return (
+            f"The best other architecture, {where}, costs practically the same per sample "
+            "(within 0.5%)."
+            if gain < 0.005
+            else f"It costs {format_percent(gain, 0)} less per sample than the best other "
+            f"architecture, {where}."
+        )
+    elif scorer.objective == "min-workers" and o.n > chosen.n:
+        return f"The best other architecture, {where}, needs more workers."
     else:
-        lat = _arc_elasticity(params, ctx, chosen, alpha=1, call_overhead=1)
-        bw = _arc_elasticity(params, ctx, chosen, beta=1, node_beta=1)
-        server_bound = v.name in ("ps", "hybrid") and chosen.k > 0 and chosen.n > chosen.k
-        if server_bound and bw >= lat:
-            ratio = chosen.n / max(chosen.k, 1)
-            parts.append(
-                f"Server congestion: {format_percent(exposed, 0)} of the step is exposed communication, "
-                f"and each of the {chosen.k} server links carries {ratio:.3g}× a worker's "
-                f"traffic (doubling link times would lengthen the step by {format_percent(2**bw - 1, 0)})."
-            )
-        elif bw >= lat:
-            parts.append(
-                f"Bandwidth-bound: {format_percent(exposed, 0)} of the step is exposed communication; "
-                f"halving the bandwidth would lengthen the step by {format_percent(2**bw - 1, 0)}, "
-                f"doubling latency by {format_percent(2**lat - 1, 0)}."
-            )
-        else:
-            parts.append(
-                f"Latency-bound: {format_percent(exposed, 0)} of the step is exposed communication, "
-                f"dominated by per-message latency (doubling it would lengthen the step by "
-                f"{format_percent(2**lat - 1, 0)}; halving the bandwidth by {format_percent(2**bw - 1, 0)})."
-            )
+        gain = chosen.thr / o.thr - 1.0
+        return (
+            f"The best other architecture, {where}, is practically as fast (within 0.5%)."
+            if abs(gain) < 0.005
+            else f"It is {format_percent(gain, 0)} faster than the best other architecture, {where}, "
+            f"{o.thr:,.0f} samples/s."
+        )
+
+
+def _rationale(params, ctx, chosen: _Row, others: list[_Row], scorer, memory_note) -> str:
+    parts = [_bottleneck(params, ctx, chosen)]
     if others:
-        o = others[0]
-        where = f"{o.variant.label} ({o.n} workers"
-        where += f", {o.k} servers)" if o.k else ")"
-        if scorer.objective == "cost" and scorer.price is not None:
-            c0 = float(scorer.cost(v, chosen.n, chosen.k, chosen.thr))
-            c1 = float(scorer.cost(o.variant, o.n, o.k, o.thr))
-            gain = 1.0 - c0 / c1
-            parts.append(
-                f"The best other architecture, {where}, costs practically the same per sample "
-                "(within 0.5%)."
-                if gain < 0.005
-                else f"It costs {format_percent(gain, 0)} less per sample than the best other "
-                f"architecture, {where}."
-            )
-        elif scorer.objective == "min-workers" and o.n > chosen.n:
-            parts.append(f"The best other architecture, {where}, needs more workers.")
-        else:
-            gain = chosen.thr / o.thr - 1.0
-            parts.append(
-                f"The best other architecture, {where}, is practically as fast (within 0.5%)."
-                if abs(gain) < 0.005
-                else f"It is {format_percent(gain, 0)} faster than the best other architecture, {where}, "
-                f"{o.thr:,.0f} samples/s."
-            )
+        parts.append(_versus_runner_up(chosen, others[0], scorer))
     if scorer.objective == "efficiency":
         parts.append(
             f"Scaling efficiency {format_percent(chosen.eff, 0)} meets the floor of "

@@ -199,6 +199,87 @@ def _name(c: _Config, name: str | None, model_type: str) -> str:
     return model_type
 
 
+def _model_type(c) -> str:
+    """The config's ``model_type``, checked against :data:`HF_MODEL_TYPES`."""
+    model_type = c.doc.get("model_type")
+    if model_type is None:
+        c.fail(None, f"missing key 'model_type' (one of {', '.join(HF_MODEL_TYPES)})")
+    if model_type not in HF_MODEL_TYPES:
+        c.fail(
+            "model_type",
+            f"model_type {model_type!r} is not supported; supported: "
+            f"{', '.join(HF_MODEL_TYPES)} (or describe the model with a layer file)",
+        )
+    return model_type
+
+
+def _seq_len(c, model_type: str, seq_len) -> int:
+    """Tokens per sequence: ``seq_len`` checked, or the model type's default."""
+    if seq_len is None:
+        return _default_seq(c, model_type)
+    if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 1:
+        raise ValueError(f"seq_len must be an integer >= 1 (tokens), got {seq_len!r}")
+    return int(seq_len)
+
+
+def _gpt2(b: LayerBuilder, c, t: int) -> str:
+    """GPT-2's layers from its config into ``b``; returns the naming note for ``source``."""
+    ctx_key = "n_positions" if "n_positions" in c.doc else "n_ctx"
+    d, ctx = c.int("n_embd"), c.int(ctx_key)
+    heads = c.int("n_head")
+    if d % heads:
+        c.fail("n_head", f"n_embd ({d}) is not a multiple of n_head ({heads})")
+    if not c.bool("tie_word_embeddings", True):
+        c.fail(
+            "tie_word_embeddings",
+            "tie_word_embeddings false is not supported for gpt2 (GPT2LMHeadModel ties it)",
+        )
+    if t > ctx:
+        c.fail(ctx_key, f"seq_len {t} exceeds the position table ({ctx_key} = {ctx})")
+    layers = c.int("n_layer")
+    _transformer.gpt2(
+        b,
+        layers=layers,
+        d=d,
+        heads=heads,
+        vocab=c.int("vocab_size"),
+        ctx=ctx,
+        seq=t,
+        ff=c.int("n_inner", 4 * d),
+    )
+    return "GPT2LMHeadModel names, tied LM head"
+
+
+def _bert(b: LayerBuilder, c, t: int) -> str:
+    """BERT's layers (pre-training heads) into ``b``; returns the naming note for ``source``."""
+    d, positions = c.int("hidden_size"), c.int("max_position_embeddings")
+    heads = c.int("num_attention_heads")
+    if d % heads:
+        c.fail(
+            "num_attention_heads",
+            f"hidden_size ({d}) is not a multiple of num_attention_heads ({heads})",
+        )
+    if t > positions:
+        c.fail(
+            "max_position_embeddings",
+            f"seq_len {t} exceeds the position table (max_position_embeddings = {positions})",
+        )
+    layers = c.int("num_hidden_layers")
+    _transformer._bert(
+        b,
+        layers=layers,
+        d=d,
+        heads=heads,
+        ff=c.int("intermediate_size"),
+        vocab=c.int("vocab_size"),
+        max_positions=positions,
+        seq=t,
+        masked=max(1, round(t * 5 / 32)),
+        type_vocab=c.int("type_vocab_size", 2),
+    )
+    return "BertForPreTraining names, MLM on round(seq x 5/32) positions"
+
+
 def workload_from_hf_config(
     config,
     batch_size: int = 1,
@@ -247,77 +328,15 @@ def workload_from_hf_config(
         (124439808, 'transformer.wte.weight')
     """
     c = _read(config)
-    model_type = c.doc.get("model_type")
-    if model_type is None:
-        c.fail(None, f"missing key 'model_type' (one of {', '.join(HF_MODEL_TYPES)})")
-    if model_type not in HF_MODEL_TYPES:
-        c.fail(
-            "model_type",
-            f"model_type {model_type!r} is not supported; supported: "
-            f"{', '.join(HF_MODEL_TYPES)} (or describe the model with a layer file)",
-        )
-    if seq_len is None:
-        t = _default_seq(c, model_type)
-    elif isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 1:
-        raise ValueError(f"seq_len must be an integer >= 1 (tokens), got {seq_len!r}")
-    else:
-        t = int(seq_len)
-
+    model_type = _model_type(c)
+    t = _seq_len(c, model_type, seq_len)
     b = LayerBuilder()
     if model_type == "gpt2":
-        ctx_key = "n_positions" if "n_positions" in c.doc else "n_ctx"
-        d, ctx = c.int("n_embd"), c.int(ctx_key)
-        heads = c.int("n_head")
-        if d % heads:
-            c.fail("n_head", f"n_embd ({d}) is not a multiple of n_head ({heads})")
-        if not c.bool("tie_word_embeddings", True):
-            c.fail(
-                "tie_word_embeddings",
-                "tie_word_embeddings false is not supported for gpt2 (GPT2LMHeadModel ties it)",
-            )
-        if t > ctx:
-            c.fail(ctx_key, f"seq_len {t} exceeds the position table ({ctx_key} = {ctx})")
-        layers = c.int("n_layer")
-        _transformer.gpt2(
-            b,
-            layers=layers,
-            d=d,
-            heads=heads,
-            vocab=c.int("vocab_size"),
-            ctx=ctx,
-            seq=t,
-            ff=c.int("n_inner", 4 * d),
-        )
-        names = "GPT2LMHeadModel names, tied LM head"
+        names = _gpt2(b, c, t)
     elif model_type == "bert":
-        d, positions = c.int("hidden_size"), c.int("max_position_embeddings")
-        heads = c.int("num_attention_heads")
-        if d % heads:
-            c.fail(
-                "num_attention_heads",
-                f"hidden_size ({d}) is not a multiple of num_attention_heads ({heads})",
-            )
-        if t > positions:
-            c.fail(
-                "max_position_embeddings",
-                f"seq_len {t} exceeds the position table (max_position_embeddings = {positions})",
-            )
-        layers = c.int("num_hidden_layers")
-        _transformer._bert(
-            b,
-            layers=layers,
-            d=d,
-            heads=heads,
-            ff=c.int("intermediate_size"),
-            vocab=c.int("vocab_size"),
-            max_positions=positions,
-            seq=t,
-            masked=max(1, round(t * 5 / 32)),
-            type_vocab=c.int("type_vocab_size", 2),
-        )
-        names = "BertForPreTraining names, MLM on round(seq x 5/32) positions"
+        names = _bert(b, c, t)
     else:
-        layers, tied = _decoder(b, c, t, model_type)
+        _layers, tied = _decoder(b, c, t, model_type)
         names = (
             f"{model_type} *ForCausalLM names, forward order, {'tied' if tied else 'own'} LM head"
         )

@@ -57,6 +57,85 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return array
 
 
+def _check_tensor_names(tensor_names) -> tuple[str, ...]:
+    """``Workload.tensor_names`` as a tuple: >= 1 distinct non-empty strings."""
+    if isinstance(tensor_names, str):
+        raise ValueError(
+            "Workload.tensor_names must be a sequence of strings, got the single string "
+            f"{tensor_names!r}."
+        )
+    names = tuple(tensor_names)
+    if not names:
+        raise ValueError("Workload.tensor_names is empty: a workload needs >= 1 tensor.")
+    for i, n in enumerate(names):
+        if not isinstance(n, str) or not n:
+            raise ValueError(f"Workload.tensor_names[{i}] must be a non-empty string, got {n!r}.")
+    if len(set(names)) != len(names):
+        seen: set[str] = set()
+        dup = next(n for n in names if n in seen or seen.add(n))
+        raise ValueError(f"Workload.tensor_names has the duplicate name {dup!r}.")
+    return names
+
+
+def _check_param_counts(param_counts, names: tuple[str, ...]) -> np.ndarray:
+    """``Workload.param_counts`` as int64, one integer >= 1 per tensor of ``names``."""
+    t = len(names)
+    counts = np.asarray(param_counts)
+    if counts.shape != (t,):
+        raise ValueError(
+            f"Workload.param_counts must have shape ({t},) like tensor_names, "
+            f"got shape {counts.shape}."
+        )
+    if counts.dtype.kind == "f":
+        bad = ~np.isfinite(counts) | (counts != np.round(counts))
+        if bad.any():
+            raise ValueError(
+                "Workload.param_counts must hold integers, got " + _first_bad(bad, counts, names)
+            )
+    elif counts.dtype.kind not in "iu":
+        raise ValueError(
+            f"Workload.param_counts must be an integer array, got dtype {counts.dtype}."
+        )
+    counts = counts.astype(np.int64)
+    if (counts < 1).any():
+        raise ValueError(
+            "Workload.param_counts must be >= 1 for every tensor, got "
+            + _first_bad(counts < 1, counts, names)
+        )
+    return counts
+
+
+def _check_flops(field: str, value, names: tuple[str, ...]) -> np.ndarray:
+    """``Workload.<field>`` (FLOPs per sample) as float64, finite and >= 0 per tensor."""
+    t = len(names)
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iuf":
+        raise ValueError(f"Workload.{field} must be a numeric array, got dtype {arr.dtype}.")
+    arr = arr.astype(np.float64)
+    if arr.shape != (t,):
+        raise ValueError(
+            f"Workload.{field} must have shape ({t},) like tensor_names, got shape {arr.shape}."
+        )
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        raise ValueError(
+            f"Workload.{field} must be finite and >= 0 (FLOPs per sample), got "
+            + _first_bad(bad, arr, names)
+        )
+    return arr
+
+
+def _check_step_time(s) -> float:
+    """``Workload.step_time_s`` (when given) as a float: finite seconds > 0."""
+    if isinstance(s, bool) or not isinstance(s, numbers.Real) or not math.isfinite(s):
+        raise ValueError(
+            f"Workload.step_time_s must be a finite number of seconds > 0 or None, got {s!r}."
+        )
+    if s <= 0:
+        raise ValueError(f"Workload.step_time_s must be > 0 seconds, got {s!r}.")
+    return float(s)
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """One model's per-worker training step, as the cost model sees it.
@@ -109,88 +188,17 @@ class Workload:
         set_ = object.__setattr__
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Workload.name must be a non-empty string, got {self.name!r}.")
-        if isinstance(self.tensor_names, str):
-            raise ValueError(
-                "Workload.tensor_names must be a sequence of strings, got the single string "
-                f"{self.tensor_names!r}."
-            )
-        names = tuple(self.tensor_names)
-        if not names:
-            raise ValueError("Workload.tensor_names is empty: a workload needs >= 1 tensor.")
-        for i, n in enumerate(names):
-            if not isinstance(n, str) or not n:
-                raise ValueError(
-                    f"Workload.tensor_names[{i}] must be a non-empty string, got {n!r}."
-                )
-        if len(set(names)) != len(names):
-            seen: set[str] = set()
-            dup = next(n for n in names if n in seen or seen.add(n))
-            raise ValueError(f"Workload.tensor_names has the duplicate name {dup!r}.")
+        names = _check_tensor_names(self.tensor_names)
         set_(self, "tensor_names", names)
-        t = len(names)
-
-        counts = np.asarray(self.param_counts)
-        if counts.shape != (t,):
-            raise ValueError(
-                f"Workload.param_counts must have shape ({t},) like tensor_names, "
-                f"got shape {counts.shape}."
-            )
-        if counts.dtype.kind == "f":
-            bad = ~np.isfinite(counts) | (counts != np.round(counts))
-            if bad.any():
-                raise ValueError(
-                    "Workload.param_counts must hold integers, got "
-                    + _first_bad(bad, counts, names)
-                )
-        elif counts.dtype.kind not in "iu":
-            raise ValueError(
-                f"Workload.param_counts must be an integer array, got dtype {counts.dtype}."
-            )
-        counts = counts.astype(np.int64)
-        if (counts < 1).any():
-            raise ValueError(
-                "Workload.param_counts must be >= 1 for every tensor, got "
-                + _first_bad(counts < 1, counts, names)
-            )
-        set_(self, "param_counts", _read_only(counts))
-
-        flops = {}
-        for field in ("fwd_flops", "bwd_flops"):
-            value = getattr(self, field)
-            if value is None and field == "bwd_flops":
-                value = 2.0 * flops["fwd_flops"]
-            arr = np.asarray(value)
-            if arr.dtype.kind not in "iuf":
-                raise ValueError(
-                    f"Workload.{field} must be a numeric array, got dtype {arr.dtype}."
-                )
-            arr = arr.astype(np.float64)
-            if arr.shape != (t,):
-                raise ValueError(
-                    f"Workload.{field} must have shape ({t},) like tensor_names, "
-                    f"got shape {arr.shape}."
-                )
-            bad = ~np.isfinite(arr) | (arr < 0)
-            if bad.any():
-                raise ValueError(
-                    f"Workload.{field} must be finite and >= 0 (FLOPs per sample), got "
-                    + _first_bad(bad, arr, names)
-                )
-            flops[field] = arr
-            set_(self, field, _read_only(arr))
-
+        set_(self, "param_counts", _read_only(_check_param_counts(self.param_counts, names)))
+        fwd = _check_flops("fwd_flops", self.fwd_flops, names)
+        set_(self, "fwd_flops", _read_only(fwd))
+        bwd_value = 2.0 * fwd if self.bwd_flops is None else self.bwd_flops
+        set_(self, "bwd_flops", _read_only(_check_flops("bwd_flops", bwd_value, names)))
         set_(self, "batch_size", _as_int("batch_size", self.batch_size, minimum=1))
         set_(self, "dtype_bytes", _as_int("dtype_bytes", self.dtype_bytes, minimum=1))
         if self.step_time_s is not None:
-            s = self.step_time_s
-            if isinstance(s, bool) or not isinstance(s, numbers.Real) or not math.isfinite(s):
-                raise ValueError(
-                    f"Workload.step_time_s must be a finite number of seconds > 0 or None, "
-                    f"got {s!r}."
-                )
-            if s <= 0:
-                raise ValueError(f"Workload.step_time_s must be > 0 seconds, got {s!r}.")
-            set_(self, "step_time_s", float(s))
+            set_(self, "step_time_s", _check_step_time(self.step_time_s))
         if not isinstance(self.source, str):
             raise ValueError(f"Workload.source must be a string, got {self.source!r}.")
 
