@@ -223,7 +223,7 @@ def _context():
                 {"title": "Parameters", "head": ["a", "b"], "rows": [["x|y", "1"]], "note": ""}
             ]
         },
-        "provenance": [("model", "resnet50")],
+        "provenance": [("model", "resnet50"), ("layer file", "<script>alert(1)</script>")],
     }
 
 
@@ -262,6 +262,8 @@ def test_write_report_folder_opens_from_disk(setup, tmp_path):
     _check_folder(out)
     md = (out / "report.md").read_text()
     assert "x\\|y" in md  # a '|' inside a cell does not break the Markdown table
+    # user text (a model name from a layer file) never becomes HTML in report.md
+    assert "<script>" not in md and "\\<script\\>" in md
     assert "ring, 8 workers, bucket 4 MiB" in (out / "index.html").read_text()
     # a second report into the same folder is refused, then allowed with overwrite
     with pytest.raises(FileExistsError, match="overwrite"):

@@ -65,6 +65,7 @@ from ._figures import (
 from ._format import format_percent, series_label
 from ._search import central_differences
 from ._sensitivity import sensitivity
+from ._text import markdown_escape
 
 __all__ = [
     "iteration_timeline",
@@ -664,9 +665,13 @@ def _render(jinja2, out: Path, doc: Mapping) -> tuple[Path, Path]:
 
 
 def _md_escape(obj):
-    """Escape ``|`` in table cells of the Markdown rendering (recursively)."""
+    """User text as literal Markdown (no HTML, link, code span or table cell from it), recursively.
+
+    :func:`tuner.markdown_escape` with ``minimal=True``: model, layer and device
+    names, paths and notes come from files anyone may have written.
+    """
     if isinstance(obj, str):
-        return obj.replace("|", "\\|")
+        return markdown_escape(obj, inline=False, minimal=True)
     if isinstance(obj, Mapping):
         return {k: (_md_escape(v) if k != "sections" else _md_sections(v)) for k, v in obj.items()}
     if isinstance(obj, list | tuple):

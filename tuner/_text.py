@@ -18,9 +18,11 @@ __all__ = ["markdown_escape"]
 # start of a line, block) or a GFM table cell / autolink / strikethrough.
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:&\"'=$])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# The few that let a string become HTML, a link, a code span or a new table cell.
+_MD_MINIMAL = re.compile(r"([\\`<>&|\[\]])")
 
 
-def markdown_escape(value, *, inline: bool = True) -> str:
+def markdown_escape(value, *, inline: bool = True, minimal: bool = False) -> str:
     r"""``str(value)`` as literal Markdown text.
 
     Every ASCII punctuation character that CommonMark or GFM could read as
@@ -35,6 +37,10 @@ def markdown_escape(value, *, inline: bool = True) -> str:
         inline: True (default) for text inside a line or a table cell: newlines
             become spaces, so a value cannot start a new block. False keeps
             newlines (each line's leading structure is still escaped).
+        minimal: escape only what can make HTML, a link, a code span or a
+            table cell (``\\ ` < > & | [ ]``), so ordinary prose (``held-out``,
+            ``1.5 ms``) stays readable in the raw file; emphasis and line-start
+            structure are then not escaped.
 
     Returns:
         The escaped text.
@@ -44,8 +50,10 @@ def markdown_escape(value, *, inline: bool = True) -> str:
         '\\<script\\>alert\\(1\\)\\</script\\>'
         >>> markdown_escape("a|b *c*")
         'a\\|b \\*c\\*'
+        >>> markdown_escape("<b>held-out</b> 1.5 ms", minimal=True)
+        '\\<b\\>held-out\\</b\\> 1.5 ms'
     """
     text = _CONTROL.sub("", str(value))
     if inline:
         text = text.replace("\r", " ").replace("\n", " ")
-    return _MD_SPECIAL.sub(r"\\\1", text)
+    return (_MD_MINIMAL if minimal else _MD_SPECIAL).sub(r"\\\1", text)
