@@ -86,7 +86,8 @@ def fit_envelope2(S, T, starts: int = 40, seed: int = 0):
     return lambda s: model(best.x, np.asarray(s, dtype=float))
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line: data folder, output file, regime count."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of nccl-tests outputs")
     ap.add_argument(
@@ -98,110 +99,108 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--regimes", default="auto", help="n_regimes passed to calibrate (default auto)"
     )
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    import jax
 
-    from calibration import Profile, calibrate, import_nccl_tests, read_records
+def split_even_odd(recs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Lower of out-of-place / in-place per size, then the even-indexed sizes and the odd."""
+    best: dict[int, dict] = {}
+    for r in recs:
+        s = r["message_bytes"]
+        if s not in best or r["time_s"]["mean"] < best[s]["time_s"]["mean"]:
+            best[s] = r
+    sizes = sorted(best)
+    train = [best[s] for i, s in enumerate(sizes) if i % 2 == 0]
+    test = [best[s] for i, s in enumerate(sizes) if i % 2 == 1]
+    return train, test
+
+
+def evaluate_file(path: Path, recs: list[dict], n_regimes) -> tuple[dict, dict]:
+    """Calibrate on one file's even sizes, predict its odd: (table row, full record)."""
+    from calibration import Profile, calibrate
     from costmodel import collective_time
 
-    files = sorted(p for p in args.data.iterdir() if p.is_file())
-    if not files:
-        print(f"no files in {args.data}", file=sys.stderr)
-        return 1
-    n_regimes = args.regimes if args.regimes == "auto" else int(args.regimes)
+    train, test = split_even_odd(recs)
+    c, n, g = train[0]["collective"], train[0]["num_ranks"], train[0]["ranks_per_node"]
+    S_tr = np.asarray([r["message_bytes"] for r in train], dtype=float)
+    T_tr = np.asarray([r["time_s"]["mean"] for r in train])
+    S_te = np.asarray([r["message_bytes"] for r in test], dtype=float)
+    T_te = np.asarray([r["time_s"]["mean"] for r in test])
+
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prof: Profile = calibrate(train, holdout=0.0, n_regimes=n_regimes)
+    fit_s = time.perf_counter() - t0
+    pred = np.asarray(collective_time(prof.params, c, S_te, n, g), dtype=float)
+    lo, hi = prof.interval(lambda p, c=c, s=S_te, n=n, g=g: collective_time(p, c, s, n, g))
+    inside = float(np.mean((T_te >= np.asarray(lo)) & (T_te <= np.asarray(hi))))
+    line = fit_line(S_tr, T_tr)(S_te)
+    env2 = fit_envelope2(S_tr, T_tr)(S_te)
+    m, p90 = ape_stats(pred, T_te)
+    lm, lp90 = ape_stats(line, T_te)
+    em, ep90 = ape_stats(env2, T_te)
+    row = {
+        "file": path.name,
+        "collective": c,
+        "num_ranks": n,
+        "ranks_per_node": g,
+        "train_points": len(train),
+        "test_points": len(test),
+        "n_regimes": prof.params.n_regimes,
+        "median": m,
+        "p90": p90,
+        "line_median": lm,
+        "line_p90": lp90,
+        "env2_median": em,
+        "env2_p90": ep90,
+        "coverage90": inside,
+        "fit_s": fit_s,
+    }
+    columns = (S_te, T_te, pred, np.asarray(lo), np.asarray(hi), line, env2)
+    points = [
+        {
+            "message_bytes": int(s),
+            "measured_s": float(t),
+            "predicted_s": float(p),
+            "low_s": float(a),
+            "high_s": float(b),
+            "line_s": float(q),
+            "env2_s": float(e),
+        }
+        for s, t, p, a, b, q, e in zip(*columns, strict=True)
+    ]
+    return row, {**row, "flags": FLAGS.get(path.name, {}), "points": points, "fit": prof.fit}
+
+
+def evaluate_files(files: list[Path], n_regimes) -> tuple[list[dict], list[dict]]:
+    """Import and evaluate every file, logging each to stderr: (table rows, full records)."""
+    from calibration import import_nccl_tests, read_records
+
     rows, full = [], []
-    t_all = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for k, path in enumerate(files):
             out = Path(tmp) / f"{k}.jsonl"
             import_nccl_tests(path, out, **FLAGS.get(path.name, {}))
-            recs = read_records(out)
-            # Lower of out-of-place / in-place per size: the series the benchmark splits.
-            best: dict[int, dict] = {}
-            for r in recs:
-                s = r["message_bytes"]
-                if s not in best or r["time_s"]["mean"] < best[s]["time_s"]["mean"]:
-                    best[s] = r
-            sizes = sorted(best)
-            train = [best[s] for i, s in enumerate(sizes) if i % 2 == 0]
-            test = [best[s] for i, s in enumerate(sizes) if i % 2 == 1]
-            c, n, g = train[0]["collective"], train[0]["num_ranks"], train[0]["ranks_per_node"]
-            S_tr = np.asarray([r["message_bytes"] for r in train], dtype=float)
-            T_tr = np.asarray([r["time_s"]["mean"] for r in train])
-            S_te = np.asarray([r["message_bytes"] for r in test], dtype=float)
-            T_te = np.asarray([r["time_s"]["mean"] for r in test])
-
-            t0 = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                prof: Profile = calibrate(train, holdout=0.0, n_regimes=n_regimes)
-            fit_s = time.perf_counter() - t0
-            pred = np.asarray(collective_time(prof.params, c, S_te, n, g), dtype=float)
-            lo, hi = prof.interval(lambda p, c=c, s=S_te, n=n, g=g: collective_time(p, c, s, n, g))
-            inside = float(np.mean((T_te >= np.asarray(lo)) & (T_te <= np.asarray(hi))))
-            line = fit_line(S_tr, T_tr)(S_te)
-            env2 = fit_envelope2(S_tr, T_tr)(S_te)
-            m, p90 = ape_stats(pred, T_te)
-            lm, lp90 = ape_stats(line, T_te)
-            em, ep90 = ape_stats(env2, T_te)
-            rows.append(
-                {
-                    "file": path.name,
-                    "collective": c,
-                    "num_ranks": n,
-                    "ranks_per_node": g,
-                    "train_points": len(train),
-                    "test_points": len(test),
-                    "n_regimes": prof.params.n_regimes,
-                    "median": m,
-                    "p90": p90,
-                    "line_median": lm,
-                    "line_p90": lp90,
-                    "env2_median": em,
-                    "env2_p90": ep90,
-                    "coverage90": inside,
-                    "fit_s": fit_s,
-                }
-            )
-            full.append(
-                {
-                    **rows[-1],
-                    "flags": FLAGS.get(path.name, {}),
-                    "points": [
-                        {
-                            "message_bytes": int(s),
-                            "measured_s": float(t),
-                            "predicted_s": float(p),
-                            "low_s": float(a),
-                            "high_s": float(b),
-                            "line_s": float(q),
-                            "env2_s": float(e),
-                        }
-                        for s, t, p, a, b, q, e in zip(
-                            S_te,
-                            T_te,
-                            pred,
-                            np.asarray(lo),
-                            np.asarray(hi),
-                            line,
-                            env2,
-                            strict=True,
-                        )
-                    ],
-                    "fit": prof.fit,
-                }
-            )
+            row, record = evaluate_file(path, read_records(out), n_regimes)
+            rows.append(row)
+            full.append(record)
             print(
-                f"[{k + 1}/{len(files)}] {path.name}: {m:.2f}% / {p90:.2f}% "
-                f"(line {lm:.2f}% / {lp90:.2f}%), {fit_s:.1f} s",
+                f"[{k + 1}/{len(files)}] {path.name}: {row['median']:.2f}% / {row['p90']:.2f}% "
+                f"(line {row['line_median']:.2f}% / {row['line_p90']:.2f}%), "
+                f"{row['fit_s']:.1f} s",
                 file=sys.stderr,
             )
-    total = time.perf_counter() - t_all
+    return rows, full
+
+
+def summarise(rows: list[dict], total: float) -> dict:
+    """Medians over files for the fit and both references, coverage, and the targets."""
+    import jax
 
     med = lambda key: float(np.median([r[key] for r in rows]))  # noqa: E731
     worst_gap = max(r["median"] - r["line_median"] for r in rows)
-    summary = {
+    return {
         "median_of_medians": med("median"),
         "median_of_p90": med("p90"),
         "line_median_of_medians": med("line_median"),
@@ -214,9 +213,10 @@ def main(argv=None) -> int:
         "total_s": total,
         "jax_x64": bool(jax.config.jax_enable_x64),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"summary": summary, "files": full}, indent=1) + "\n")
 
+
+def print_table(rows: list[dict], summary: dict, out: Path) -> None:
+    """The per-file table, the median-over-files line and the targets verdict."""
     head = f"{'file':<55} {'R':>1} {'median':>7} {'p90':>7} {'line med':>8} {'line p90':>8} {'env2 med':>8} {'env2 p90':>8} {'in 90%':>6}"
     print(head)
     print("-" * len(head))
@@ -236,9 +236,28 @@ def main(argv=None) -> int:
     print(
         f"targets (median ≤ 3%, p90 ≤ 8%, no file > line + 0.5 pt): "
         f"{'met' if summary['targets_met'] else 'NOT met'} "
-        f"(worst median − line median: {worst_gap:+.2f} pt); {total:.1f} s in all; "
-        f"full results: {args.out}"
+        f"(worst median − line median: {summary['worst_median_minus_line']:+.2f} pt); "
+        f"{summary['total_s']:.1f} s in all; full results: {out}"
     )
+
+
+def main(argv=None) -> int:
+    """Fit the even sizes and predict the odd on every file; write and print the results."""
+    args = parse_args(argv)
+    import calibration  # noqa: F401  (loaded before the clock starts, so total_s is the fits)
+    import costmodel  # noqa: F401
+
+    files = sorted(p for p in args.data.iterdir() if p.is_file())
+    if not files:
+        print(f"no files in {args.data}", file=sys.stderr)
+        return 1
+    n_regimes = args.regimes if args.regimes == "auto" else int(args.regimes)
+    t_all = time.perf_counter()
+    rows, full = evaluate_files(files, n_regimes)
+    summary = summarise(rows, time.perf_counter() - t_all)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"summary": summary, "files": full}, indent=1) + "\n")
+    print_table(rows, summary, args.out)
     return 0 if summary["targets_met"] else 1
 
 

@@ -166,19 +166,18 @@ def _overlapped(arch_name: str, colocated: bool = False):
     return with_overlap(get_architecture(arch_name, colocated=colocated), True)
 
 
-def predict_file(path: Path, *, what_if: bool = True) -> dict:
-    """Predict every multi-GPU row of one table; returns rows and MAPEs (fractions)."""
-    from costmodel import get_workload, iteration_time
-
-    system = system_for(path)
-    rows = load_table(path)
-    base = {
+def _single_gpu_baselines(rows: list[dict]) -> dict:
+    """Published 1-GPU images/s per (data, batch, model): each prediction's compute step."""
+    return {
         (r["data"], r["batch_size_per_gpu"], r["model"]): r["images_per_sec"]
         for r in rows
         if r["gpus"].strip() == "1" and r["images_per_sec"] is not None
     }
-    # Group the rows that share a model, batch, data and architecture: one
-    # vectorised iteration_time call per group (over the GPU counts).
+
+
+def _group_rows(rows: list[dict], base: dict, system: dict) -> dict:
+    """Multi-GPU rows with a baseline, grouped by data, batch, model, architecture and reason."""
+    # One vectorised iteration_time call per group (over the GPU counts).
     groups: dict[tuple, list[tuple[dict, tuple]]] = {}
     for r in rows:
         n = int(r["gpus"])
@@ -187,50 +186,60 @@ def predict_file(path: Path, *, what_if: bool = True) -> dict:
             continue
         choice = system["choose"](r)
         groups.setdefault(key + (choice[0], choice[3]), []).append((r, choice))
+    return groups
+
+
+def _predict_group(group: tuple, members: list, ips1: float, system: dict, what_if: bool):
+    """Predict one group's rows (one iteration_time call over its GPU counts)."""
+    from costmodel import get_workload, iteration_time
+
+    data, batch, model, arch, reason = group
+    b = int(batch)
+    t1 = b / ips1
+    params = members[0][1][1]
+    n = np.array([int(r["gpus"]) for r, _ in members], dtype=np.float64)
+    g = np.minimum(n, system["gpus_per_node"])
+    k = np.array([c[2] for _, c in members], dtype=np.float64)
+    w = get_workload(MODELS[model], b).with_step_time(t1)
+    bd = iteration_time(params, w, arch, n, ranks_per_node=g, servers=k, bucket_bytes=0)
+    alt = None
+    if what_if and arch in ("ps", "ps_host", "hybrid"):
+        alt = iteration_time(
+            params, w, _overlapped(arch), n, ranks_per_node=g, servers=k, bucket_bytes=0
+        )
     out = []
-    for (data, batch, model, arch, reason), members in groups.items():
-        b = int(batch)
-        ips1 = base[(data, batch, model)]
-        t1 = b / ips1
-        params = members[0][1][1]
-        n = np.array([int(r["gpus"]) for r, _ in members], dtype=np.float64)
-        g = np.minimum(n, system["gpus_per_node"])
-        k = np.array([c[2] for _, c in members], dtype=np.float64)
-        w = get_workload(MODELS[model], b).with_step_time(t1)
-        bd = iteration_time(params, w, arch, n, ranks_per_node=g, servers=k, bucket_bytes=0)
-        alt = None
-        if what_if and arch in ("ps", "ps_host", "hybrid"):
-            alt = iteration_time(
-                params, w, _overlapped(arch), n, ranks_per_node=g, servers=k, bucket_bytes=0
-            )
-        for i, (r, _) in enumerate(members):
-            y = r["images_per_sec"]
-            pred = float(bd.throughput_samples_per_s[i])
-            lin = n[i] * ips1
-            row = {
-                "data": data,
-                "batch_size": b,
-                "model": model,
-                "gpus": int(n[i]),
-                "architecture": arch,
-                "servers": int(k[i]),
-                "ranks_per_node": int(g[i]),
-                "published": y,
-                "predicted": pred,
-                "linear": float(lin),
-                "error": pred / y - 1.0,
-                "linear_error": float(lin / y - 1.0),
-                "observed_overhead_s": float(n[i] * b / y - t1),
-                "model_overhead_s": float(bd.iteration_s[i]) - t1,
-                "model_communication_s": float(bd.communication_s[i]),
-                "reason": reason,
-                "_row": r["_row"],
-            }
-            if alt is not None:
-                row["what_if_overlap_predicted"] = float(alt.throughput_samples_per_s[i])
-                row["what_if_overlap_error"] = row["what_if_overlap_predicted"] / y - 1.0
-            out.append(row)
-    out.sort(key=lambda x: x.pop("_row"))
+    for i, (r, _) in enumerate(members):
+        y = r["images_per_sec"]
+        pred = float(bd.throughput_samples_per_s[i])
+        lin = n[i] * ips1
+        row = {
+            "data": data,
+            "batch_size": b,
+            "model": model,
+            "gpus": int(n[i]),
+            "architecture": arch,
+            "servers": int(k[i]),
+            "ranks_per_node": int(g[i]),
+            "published": y,
+            "predicted": pred,
+            "linear": float(lin),
+            "error": pred / y - 1.0,
+            "linear_error": float(lin / y - 1.0),
+            "observed_overhead_s": float(n[i] * b / y - t1),
+            "model_overhead_s": float(bd.iteration_s[i]) - t1,
+            "model_communication_s": float(bd.communication_s[i]),
+            "reason": reason,
+            "_row": r["_row"],
+        }
+        if alt is not None:
+            row["what_if_overlap_predicted"] = float(alt.throughput_samples_per_s[i])
+            row["what_if_overlap_error"] = row["what_if_overlap_predicted"] / y - 1.0
+        out.append(row)
+    return out
+
+
+def _summarise_file(path: Path, system: dict, out: list[dict]) -> dict:
+    """One table's result: its rows and MAPEs (overall, by data, by architecture, what-if)."""
 
     def mape(key, sel=lambda x: True):
         v = [abs(x[key]) for x in out if sel(x) and key in x]
@@ -239,6 +248,9 @@ def predict_file(path: Path, *, what_if: bool = True) -> dict:
     def what_if_mape(sel=lambda x: True):
         v = [abs(x.get("what_if_overlap_error", x["error"])) for x in out if sel(x)]
         return float(np.mean(v)) if v else float("nan")
+
+    def median_of(key, a):
+        return float(np.median([x[key] for x in out if x["architecture"] == a]))
 
     archs = sorted({x["architecture"] for x in out})
 
@@ -264,17 +276,26 @@ def predict_file(path: Path, *, what_if: bool = True) -> dict:
         },
         "median_overhead_s_by_architecture": {
             a: {
-                "observed": float(
-                    np.median([x["observed_overhead_s"] for x in out if x["architecture"] == a])
-                ),
-                "model": float(
-                    np.median([x["model_overhead_s"] for x in out if x["architecture"] == a])
-                ),
+                "observed": median_of("observed_overhead_s", a),
+                "model": median_of("model_overhead_s", a),
             }
             for a in archs
         },
         "beats_linear": mape("error") < mape("linear_error"),
     }
+
+
+def predict_file(path: Path, *, what_if: bool = True) -> dict:
+    """Predict every multi-GPU row of one table; returns rows and MAPEs (fractions)."""
+    system = system_for(path)
+    rows = load_table(path)
+    base = _single_gpu_baselines(rows)
+    out = []
+    for group, members in _group_rows(rows, base, system).items():
+        ips1 = base[group[:3]]
+        out.extend(_predict_group(group, members, ips1, system, what_if))
+    out.sort(key=lambda x: x.pop("_row"))
+    return _summarise_file(path, system, out)
 
 
 def _pct(x: float) -> str:

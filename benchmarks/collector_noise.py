@@ -64,7 +64,8 @@ def _quantile(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: the sweep to collect (workers, sizes, suite, budget) and the output."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--min-bytes", default="1K", help="smallest message (default 1K)")
@@ -84,42 +85,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--dtype", default="float32")
     p.add_argument("--out", type=Path, default=RESULTS, help=f"results file (default {RESULTS})")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="ddltune-noise-") as tmp:
-        for i in (1, 2):
-            path = Path(tmp) / f"run{i}.jsonl"
-            t0 = time.perf_counter()
-            res = collect(
-                path,
-                workers=[args.workers],
-                collectives=args.collectives,
-                min_bytes=parse_bytes(args.min_bytes),
-                max_bytes=parse_bytes(args.max_bytes),
-                step_factor=args.step_factor,
-                suite=args.suite,
-                budget_s=args.budget_s,
-                rounds=args.rounds,
-                iters=args.iters,
-                dtype=args.dtype,
-                launcher="local",
-                progress=sys.stderr.isatty(),
-            )
-            wall = time.perf_counter() - t0
-            recs = read_records(path)
-            runs.append(
-                {
-                    "wall_s": wall,
-                    "launch_s": sum(x.get("elapsed_s", 0.0) for x in res.launches),
-                    "compile_s": sum(r.get("compile_s", 0.0) for r in recs),
-                    "wrong": res.wrong,
-                    "records": {_key(r): r for r in recs},
-                }
-            )
 
-    first = next(iter(runs[0]["records"].values()))
-    stat = "p10" if first.get("backend") == "cpu" else "median"
+def collect_once(args: argparse.Namespace, path: Path) -> dict:
+    """One collection of the sweep into ``path``: its wall, launch and compile time and records."""
+    t0 = time.perf_counter()
+    res = collect(
+        path,
+        workers=[args.workers],
+        collectives=args.collectives,
+        min_bytes=parse_bytes(args.min_bytes),
+        max_bytes=parse_bytes(args.max_bytes),
+        step_factor=args.step_factor,
+        suite=args.suite,
+        budget_s=args.budget_s,
+        rounds=args.rounds,
+        iters=args.iters,
+        dtype=args.dtype,
+        launcher="local",
+        progress=sys.stderr.isatty(),
+    )
+    wall = time.perf_counter() - t0
+    recs = read_records(path)
+    return {
+        "wall_s": wall,
+        "launch_s": sum(x.get("elapsed_s", 0.0) for x in res.launches),
+        "compile_s": sum(r.get("compile_s", 0.0) for r in recs),
+        "wrong": res.wrong,
+        "records": {_key(r): r for r in recs},
+    }
+
+
+def compare_runs(runs: list[dict], stat: str) -> list[dict]:
+    """Per point present in both runs: the two values of ``stat``, their ratio and counts."""
     points = []
     for key, r1 in runs[0]["records"].items():
         r2 = runs[1]["records"].get(key)
@@ -140,8 +139,13 @@ def main(argv: list[str] | None = None) -> int:
                 "run2_iqr_s": r2["time_s"].get("iqr"),
             }
         )
+    return points
+
+
+def summarise(runs: list[dict], points: list[dict], stat: str) -> dict:
+    """The spread of |ratio − 1| over the points, and each run's collection and compile time."""
     dev = [abs(pt["ratio"] - 1.0) for pt in points]
-    summary = {
+    return {
         "statistic": stat,
         "points": len(points),
         "median_abs_ratio_minus_1": statistics.median(dev) if dev else math.nan,
@@ -151,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         "compile_s": [r["compile_s"] for r in runs],
         "wrong": [r["wrong"] for r in runs],
     }
+
+
+def write_results(args, first: dict, summary: dict, points: list[dict]) -> None:
+    """Write the settings, machine, summary and points to ``args.out`` as JSON."""
     doc = {
         "benchmark": "collector_noise",
         "settings": vars(args) | {"out": str(args.out)},
@@ -167,9 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, allow_nan=False, default=str) + "\n")
 
+
+def print_table(args, runs: list[dict], points: list[dict], summary: dict) -> None:
+    """The per-point ratio table, the spread of the ratios and each run's collection time."""
     print(
-        f"# run-to-run ratio of the {stat} (run 2 / run 1), {args.workers} workers, "
-        f"{args.rounds} interleaved rounds"
+        f"# run-to-run ratio of the {summary['statistic']} (run 2 / run 1), {args.workers} "
+        f"workers, {args.rounds} interleaved rounds"
     )
     print(f"# {'point':>34} {'run1(us)':>10} {'run2(us)':>10} {'ratio':>7}")
     for pt in points:
@@ -190,6 +201,19 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(f"# full results: {args.out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Collect the sweep twice, compare the runs point by point, write and print the results."""
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ddltune-noise-") as tmp:
+        runs = [collect_once(args, Path(tmp) / f"run{i}.jsonl") for i in (1, 2)]
+    first = next(iter(runs[0]["records"].values()))
+    stat = "p10" if first.get("backend") == "cpu" else "median"
+    points = compare_runs(runs, stat)
+    summary = summarise(runs, points, stat)
+    write_results(args, first, summary, points)
+    print_table(args, runs, points, summary)
     return 0
 
 

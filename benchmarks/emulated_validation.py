@@ -163,78 +163,94 @@ def _scaling(rows) -> dict[str, dict]:
     return out
 
 
-def run_rate(rate: str, args, nodes: list[int]) -> dict:
-    from calibration import RecordWriter, calibrate, collect
-    from launch import EmulatedCluster
-    from tuner.validation import compare_steps, measure_configurations
+def _self_check(cluster, spec: str, out: dict) -> float:
+    """Self-check the emulated links into ``out``, print the goodput and return it (bytes/s)."""
+    t0 = time.monotonic()
+    checks = cluster.self_check(1.0)
+    out["self_check_s"] = time.monotonic() - t0
+    out["links"] = [c.as_dict() for c in checks]
+    prov = cluster.provenance()
+    out["rate_bytes_per_s"] = cluster.spec.rate_bits_per_s / 8
+    out["goodput_bytes_per_s"] = good = prov["goodput_bytes_per_s"]
+    print(
+        f"# {spec}: self-check goodput {good / MB:.1f} Mbit/s "
+        f"({good / out['rate_bytes_per_s']:.1%} of the set rate)",
+        flush=True,
+    )
+    return good
 
-    top = max(nodes)
-    spec = f"{top + 1}x1@{rate}"
-    tag = rate.replace("/", "_")
-    recs_path = RESULTS / f"emulated_validation-{tag}-collect.jsonl"
-    steps_path = RESULTS / f"emulated_validation-{tag}-steps.jsonl"
-    prof_path = RESULTS / f"emulated_validation-{tag}-profile.json"
-    out: dict = {"spec": spec, "rate": rate}
-    with EmulatedCluster(spec) as cluster:
-        t0 = time.monotonic()
-        checks = cluster.self_check(1.0)
-        out["self_check_s"] = time.monotonic() - t0
-        out["links"] = [c.as_dict() for c in checks]
-        prov = cluster.provenance()
-        out["rate_bytes_per_s"] = cluster.spec.rate_bits_per_s / 8
-        out["goodput_bytes_per_s"] = good = prov["goodput_bytes_per_s"]
-        print(
-            f"# {spec}: self-check goodput {good / MB:.1f} Mbit/s "
-            f"({good / out['rate_bytes_per_s']:.1%} of the set rate)",
-            flush=True,
+
+def _collect_phase(cluster, args, nodes: list[int], recs_path: Path, out: dict) -> None:
+    """Collect the sweep at every node count and one more (unless reused), timed into ``out``."""
+    from calibration import collect
+
+    procs = sorted(set(nodes) | {n + 1 for n in nodes})
+    t0 = time.monotonic()
+    if not args.reuse_collect or not recs_path.exists():
+        collect(
+            recs_path,
+            workers=procs,
+            collectives=list(COLLECTIVES),
+            suite="collectives,compute",
+            min_bytes=args.min_bytes,
+            max_bytes=args.max_bytes,
+            step_factor=args.step_factor,
+            budget_s=args.budget_s,
+            iters=args.iters,
+            rounds=args.rounds,
+            overwrite=True,
+            emulate=cluster,
+            timeout_s=300,
         )
-        procs = sorted(set(nodes) | {n + 1 for n in nodes})
-        t0 = time.monotonic()
-        if not args.reuse_collect or not recs_path.exists():
-            collect(
-                recs_path,
-                workers=procs,
-                collectives=list(COLLECTIVES),
-                suite="collectives,compute",
-                min_bytes=args.min_bytes,
-                max_bytes=args.max_bytes,
-                step_factor=args.step_factor,
-                budget_s=args.budget_s,
-                iters=args.iters,
-                rounds=args.rounds,
-                overwrite=True,
-                emulate=cluster,
-                timeout_s=300,
-            )
-        out["collect_s"] = time.monotonic() - t0
-        print(f"# collect at {procs} processes: {out['collect_s']:.0f} s", flush=True)
-        t0 = time.monotonic()
-        prof = calibrate(str(recs_path))
-        prof.save(prof_path, overwrite=True)
-        out["calibrate_s"] = time.monotonic() - t0
-        recs = [json.loads(ln) for ln in recs_path.read_text().splitlines() if ln.strip()]
-        out["link"] = _link(prof, recs, good)
-        out["heldout_p90"] = prof.heldout_p90
-        out["reliable"] = bool(prof.reliable)
-        t0 = time.monotonic()
-        buckets = [_size(b) for b in args.buckets.split(",")]
-        writer = RecordWriter(steps_path, "overwrite")
-        try:
-            base, got = measure_configurations(
-                args.model,
-                nodes,
-                _configs(buckets, max(buckets)),
-                steps=args.steps,
-                warmup_steps=args.warmup_steps,
-                repeats=args.repeats,
-                timeout_s=300,
-                writer=writer,
-                emulate=cluster,
-            )
-        finally:
-            writer.close()
-        out["train_s"] = time.monotonic() - t0
-    steps = [base.record] + [m.record for m in got]
+    out["collect_s"] = time.monotonic() - t0
+    print(f"# collect at {procs} processes: {out['collect_s']:.0f} s", flush=True)
+
+
+def _calibrate_phase(recs_path: Path, prof_path: Path, good: float, out: dict):
+    """Calibrate on the collection, save the profile, and record its link fit into ``out``."""
+    from calibration import calibrate
+
+    t0 = time.monotonic()
+    prof = calibrate(str(recs_path))
+    prof.save(prof_path, overwrite=True)
+    out["calibrate_s"] = time.monotonic() - t0
+    recs = [json.loads(ln) for ln in recs_path.read_text().splitlines() if ln.strip()]
+    out["link"] = _link(prof, recs, good)
+    out["heldout_p90"] = prof.heldout_p90
+    out["reliable"] = bool(prof.reliable)
+    return prof
+
+
+def _train_phase(cluster, args, nodes: list[int], steps_path: Path, out: dict) -> list[dict]:
+    """Measure the model's steps for every configuration; return the step records."""
+    from calibration import RecordWriter
+    from tuner.validation import measure_configurations
+
+    t0 = time.monotonic()
+    buckets = [_size(b) for b in args.buckets.split(",")]
+    writer = RecordWriter(steps_path, "overwrite")
+    try:
+        base, got = measure_configurations(
+            args.model,
+            nodes,
+            _configs(buckets, max(buckets)),
+            steps=args.steps,
+            warmup_steps=args.warmup_steps,
+            repeats=args.repeats,
+            timeout_s=300,
+            writer=writer,
+            emulate=cluster,
+        )
+    finally:
+        writer.close()
+    out["train_s"] = time.monotonic() - t0
+    return [base.record] + [m.record for m in got]
+
+
+def _validate(prof, steps: list[dict], out: dict) -> None:
+    """Compare the measured steps with the profile's predictions, into ``out``."""
+    from tuner.validation import compare_steps
+
     res = compare_steps(prof, steps)
     out["validation"] = res.to_dict()
     out["scaling"] = _scaling(res.rows)
@@ -244,6 +260,27 @@ def run_rate(rate: str, args, nodes: list[int]) -> dict:
     out["mape_by_configuration"] = {k: float(np.mean(v)) for k, v in errs.items()}
     out["_rows"] = res.rows
     out["_result"] = res
+
+
+def run_rate(rate: str, args, nodes: list[int]) -> dict:
+    """At one link rate: self-check, collect, calibrate, train and validate on an emulated cluster."""
+    import calibration  # noqa: F401  (loaded before the cluster starts; the phases use it)
+    import tuner.validation  # noqa: F401
+    from launch import EmulatedCluster
+
+    top = max(nodes)
+    spec = f"{top + 1}x1@{rate}"
+    tag = rate.replace("/", "_")
+    recs_path = RESULTS / f"emulated_validation-{tag}-collect.jsonl"
+    steps_path = RESULTS / f"emulated_validation-{tag}-steps.jsonl"
+    prof_path = RESULTS / f"emulated_validation-{tag}-profile.json"
+    out: dict = {"spec": spec, "rate": rate}
+    with EmulatedCluster(spec) as cluster:
+        good = _self_check(cluster, spec, out)
+        _collect_phase(cluster, args, nodes, recs_path, out)
+        prof = _calibrate_phase(recs_path, prof_path, good, out)
+        steps = _train_phase(cluster, args, nodes, steps_path, out)
+    _validate(prof, steps, out)
     return out
 
 
