@@ -9,8 +9,9 @@ from pathlib import Path
 
 from calibration import STATISTICS, CalibrationWarning, calibrate, parse_prior_preset
 from costmodel import format_bytes, format_seconds
+from tuner import format_percent, format_table
 
-from ._common import CLIError, percent, plural, print_json, text_table
+from ._common import CLIError, plural, print_json
 
 NAME = "calibrate"
 HELP = "fit cluster parameters (with uncertainty and held-out accuracy) to measurements"
@@ -207,7 +208,7 @@ def _series_label(s: dict) -> str:
 
 
 def _table(rows: list[list[str]]) -> None:
-    print("\n".join(text_table(rows, right=range(1, len(rows[0])))))
+    print("\n".join(format_table(rows[1:], head=rows[0], right=range(1, len(rows[0])))))
 
 
 def _value(row: dict) -> str:
@@ -228,7 +229,7 @@ def _print_text(profile, out: Path) -> None:
     pts = fit.get("points", {})
     sel = fit.get("regime_selection", {})
     scores = ", ".join(
-        f"{k}: {percent(s)}" for k, s in (sel.get("scores") or {}).items() if s is not None
+        f"{k}: {format_percent(s)}" for k, s in (sel.get("scores") or {}).items() if s is not None
     )
     print(
         f"fitted {plural(pts.get('train', 0), 'point')}, held out {pts.get('heldout', 0)} "
@@ -247,11 +248,11 @@ def _print_text(profile, out: Path) -> None:
             [
                 _series_label(s),
                 str(tr["points"]),
-                percent(tr["median"]),
-                percent(tr["p90"]),
+                format_percent(tr["median"]),
+                format_percent(tr["p90"]),
                 str(ho["points"]),
-                percent(ho["median"]),
-                percent(ho["p90"]),
+                format_percent(ho["median"]),
+                format_percent(ho["p90"]),
             ]
         )
     tr, ho = v.get("train", {}), v.get("heldout", {})
@@ -259,11 +260,11 @@ def _print_text(profile, out: Path) -> None:
         [
             "all",
             str(tr.get("points", 0)),
-            percent(tr.get("median")),
-            percent(tr.get("p90")),
+            format_percent(tr.get("median")),
+            format_percent(tr.get("p90")),
             str(ho.get("points", 0)),
-            percent(ho.get("median")),
-            percent(ho.get("p90")),
+            format_percent(ho.get("median")),
+            format_percent(ho.get("p90")),
         ]
     )
     _table(rows)
@@ -302,4 +303,4 @@ def _print_text(profile, out: Path) -> None:
     for note in profile.notes:
         print(f"note: {note}")
     state = "reliable" if profile.reliable else "UNRELIABLE"
-    print(f"\nwrote {out} ({state}; held-out p90 {percent(profile.heldout_p90)})")
+    print(f"\nwrote {out} ({state}; held-out p90 {format_percent(profile.heldout_p90)})")

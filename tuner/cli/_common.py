@@ -11,6 +11,8 @@ import re
 import sys
 import traceback
 
+from tuner import jsonable  # one implementation, shared with profiles and reports
+
 # costmodel (and with it jax) is imported inside the functions that need it, so
 # that `ddltune --help` and argument parsing stay fast.
 
@@ -32,11 +34,9 @@ __all__ = [
     "bytes_list_arg",
     "int_list_arg",
     "name_list_arg",
-    "percent",
     "plural",
     "positive_float_arg",
     "positive_int_arg",
-    "text_table",
     "safe_text",
     "safe_tree",
     "option_names",
@@ -282,23 +282,9 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
     return code
 
 
-def _jsonable(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _jsonable(obj.tolist())
-    if hasattr(obj, "item"):
-        return obj.item()
-    return obj
-
-
 def print_json(doc) -> None:
     """Print one JSON document on stdout (NaN/inf become ``null``; arrays become lists)."""
-    json.dump(_jsonable(doc), sys.stdout, indent=2, allow_nan=False)
+    json.dump(jsonable(doc), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
 
 
@@ -449,45 +435,6 @@ def require_extra(command: str, extra: str, modules: tuple[str, ...]) -> None:
         )
 
 
-def text_table(rows, *, right=()) -> list[str]:
-    """Rows of cells as aligned text lines: two spaces between columns, no trailing blanks.
-
-    Args:
-        rows: the header first, then the data rows; cells are converted with ``str``.
-        right: indices of the columns to right-align (numbers); the others align left.
-
-    Returns:
-        One string per row.
-
-    Example:
-        >>> text_table([["arch", "ms"], ["ring", "1.5"], ["ps", "12.25"]], right={1})
-        ['arch     ms', 'ring    1.5', 'ps    12.25']
-    """
-    rows = [[str(c) for c in r] for r in rows]
-    right = set(right)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        ).rstrip()
-        for r in rows
-    ]
-
-
-def percent(x) -> str:
-    """A fraction as a percentage with one decimal (``0.123`` → ``12.3%``); ``—`` if unknown.
-
-    Example:
-        >>> percent(0.1234), percent(None), percent(float("nan"))
-        ('12.3%', '—', '—')
-    """
-    return "—" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.1f}%"
-
-
-# ESC-introduced sequences (CSI ``ESC [ … final``, OSC ``ESC ] … BEL|ST``, DCS/
-# SOS/PM/APC ``ESC P|X|^|_ … ST``, two-byte ``ESC x``), then any other C0 (but
-# tab and newline), DEL and C1 control character.
 _ESC_SEQ = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]?"
     r"|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"

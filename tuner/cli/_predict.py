@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from tuner import format_table
+
 from ._common import (
     UsageError,
     add_model_arguments,
@@ -22,7 +24,6 @@ from ._common import (
     positive_int_arg,
     print_json,
     safe_text,
-    text_table,
 )
 
 NAME = "predict"
@@ -374,7 +375,7 @@ def _say(text: str = "") -> None:
 
 
 def _table(head: list[str], lines: list[list[str]], right: set[int]) -> None:
-    _say("\n".join(text_table([head, *lines], right=right)))
+    _say("\n".join(format_table(lines, head=head, right=right)))
 
 
 def _ms(x: float) -> str:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from calibration import summarize_measurements
 from costmodel import InputFileError, format_bytes, format_seconds
+from tuner import format_percent, format_table
 
-from ._common import CLIError, percent, print_json, safe_tree, text_table
+from ._common import CLIError, print_json, safe_tree
 
 NAME = "show"
 HELP = "summarise a measurement file (.jsonl) or a profile (.json)"
@@ -126,7 +127,7 @@ def detect_kind(path: Path) -> str:
 
 
 def _table(head, rows) -> list[str]:
-    return text_table([head, *rows])
+    return format_table(rows, head=head)
 
 
 def _print_measurements(s: dict) -> None:
@@ -244,11 +245,11 @@ def _print_profile(s: dict) -> None:
             (
                 e["series"],
                 e.get("train_points", "—"),
-                percent(e.get("train_median")),
-                percent(e.get("train_p90")),
+                format_percent(e.get("train_median")),
+                format_percent(e.get("train_p90")),
                 e.get("heldout_points", "—"),
-                percent(e.get("heldout_median")),
-                percent(e.get("heldout_p90")),
+                format_percent(e.get("heldout_median")),
+                format_percent(e.get("heldout_p90")),
             )
             for e in s["series"]
         ]
