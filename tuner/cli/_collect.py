@@ -59,7 +59,11 @@ def _warmup_arg(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``ddltune collect``."""
+    """Options of ``ddltune collect``.
+
+    Long because it declares one option per call, each with its help text;
+    there is nothing to split.
+    """
     parser.add_argument(
         "-o",
         "--output",

@@ -85,7 +85,11 @@ def _usage_error(parser: argparse.ArgumentParser, message: str):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``ddltune predict``."""
+    """Options of ``ddltune predict``.
+
+    Long because it declares one option per call, each with its help text;
+    there is nothing to split.
+    """
     parser.error = lambda message: _usage_error(parser, message)  # one-line usage errors
 
     src = parser.add_argument_group("cluster (one of)")
