@@ -43,28 +43,6 @@ def summarize_measurements(path: str | os.PathLike) -> dict:
     for r in recs:
         for k, v in (r.get("versions") or {}).items():
             versions.setdefault(k, set()).add(str(v))
-    series: dict[tuple, dict] = {}
-    for r in recs:
-        if r["kind"] != "collective":
-            continue
-        key = (r["collective"], r["num_ranks"], r["ranks_per_node"])
-        s = series.setdefault(
-            key, {"points": 0, "sizes": set(), "min_s": math.inf, "max_s": 0.0, "wrong": 0}
-        )
-        t = _central(r)
-        s["points"] += 1
-        s["sizes"].add(r["message_bytes"])
-        s["min_s"] = min(s["min_s"], t)
-        s["max_s"] = max(s["max_s"], t)
-        s["wrong"] += int(r.get("wrong", 0))
-    compute: dict[tuple, dict] = {}
-    for r in recs:
-        if r["kind"] != "compute":
-            continue
-        key = (r["op"], r["num_ranks"])
-        c = compute.setdefault(key, {"points": 0, "gflop_s": []})
-        c["points"] += 1
-        c["gflop_s"].append(r["flops"] / _central(r) / 1e9)
     steps: dict[tuple, int] = Counter(
         (r["architecture"], r["workers"], r["model"]) for r in recs if r["kind"] == "step"
     )
@@ -80,36 +58,68 @@ def summarize_measurements(path: str | os.PathLike) -> dict:
         "first": stamps[0],
         "last": stamps[-1],
         "versions": {k: sorted(v) for k, v in sorted(versions.items())},
-        "collectives": [
-            {
-                "collective": k[0],
-                "num_ranks": k[1],
-                "ranks_per_node": k[2],
-                "points": v["points"],
-                "sizes": len(v["sizes"]),
-                "min_bytes": min(v["sizes"]),
-                "max_bytes": max(v["sizes"]),
-                "min_time_s": v["min_s"],
-                "max_time_s": v["max_s"],
-                "wrong": v["wrong"],
-            }
-            for k, v in sorted(series.items())
-        ],
-        "compute": [
-            {
-                "op": k[0],
-                "num_ranks": k[1],
-                "points": v["points"],
-                "min_gflop_s": min(v["gflop_s"]),
-                "max_gflop_s": max(v["gflop_s"]),
-            }
-            for k, v in sorted(compute.items())
-        ],
+        "collectives": _collective_series(recs),
+        "compute": _compute_ops(recs),
         "steps": [
             {"architecture": k[0], "workers": k[1], "model": k[2], "points": n}
             for k, n in sorted(steps.items())
         ],
     }
+
+
+def _collective_series(recs: list[dict]) -> list[dict]:
+    """The summary's ``collectives``: one entry per (collective, num_ranks, ranks_per_node)."""
+    series: dict[tuple, dict] = {}
+    for r in recs:
+        if r["kind"] != "collective":
+            continue
+        key = (r["collective"], r["num_ranks"], r["ranks_per_node"])
+        s = series.setdefault(
+            key, {"points": 0, "sizes": set(), "min_s": math.inf, "max_s": 0.0, "wrong": 0}
+        )
+        t = _central(r)
+        s["points"] += 1
+        s["sizes"].add(r["message_bytes"])
+        s["min_s"] = min(s["min_s"], t)
+        s["max_s"] = max(s["max_s"], t)
+        s["wrong"] += int(r.get("wrong", 0))
+    return [
+        {
+            "collective": k[0],
+            "num_ranks": k[1],
+            "ranks_per_node": k[2],
+            "points": v["points"],
+            "sizes": len(v["sizes"]),
+            "min_bytes": min(v["sizes"]),
+            "max_bytes": max(v["sizes"]),
+            "min_time_s": v["min_s"],
+            "max_time_s": v["max_s"],
+            "wrong": v["wrong"],
+        }
+        for k, v in sorted(series.items())
+    ]
+
+
+def _compute_ops(recs: list[dict]) -> list[dict]:
+    """The summary's ``compute``: one entry per (op, num_ranks), GFLOP/s range."""
+    compute: dict[tuple, dict] = {}
+    for r in recs:
+        if r["kind"] != "compute":
+            continue
+        key = (r["op"], r["num_ranks"])
+        c = compute.setdefault(key, {"points": 0, "gflop_s": []})
+        c["points"] += 1
+        c["gflop_s"].append(r["flops"] / _central(r) / 1e9)
+    return [
+        {
+            "op": k[0],
+            "num_ranks": k[1],
+            "points": v["points"],
+            "min_gflop_s": min(v["gflop_s"]),
+            "max_gflop_s": max(v["gflop_s"]),
+        }
+        for k, v in sorted(compute.items())
+    ]
 
 
 def _central(rec: dict) -> float:

@@ -201,8 +201,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Run the main job and print a short summary (or JSON)."""
-    import tuner
+    _check_run_args(args)
+    res = _run_main_job(args, _prior(args))
+    if args.json:
+        _print_json(res)
+    else:
+        _print_summary(args, res)
+    return 0
 
+
+def _check_run_args(args: argparse.Namespace) -> None:
+    """Refuse option combinations ``ddltune run`` cannot serve, before anything runs."""
     if args.validate and args.measurements:
         raise UsageError(
             "--validate trains on this machine's processes; it cannot check measurements of "
@@ -210,12 +219,16 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.workers < 2 and not args.measurements:
         raise UsageError(f"--workers must be ≥ 2 to measure collectives, got {args.workers}")
-    prior = _prior(args)
+
+
+def _run_main_job(args: argparse.Namespace, prior):
+    """:func:`tuner.run_main_job` with the command line's options; progress to stderr."""
+    import tuner
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    res = tuner.run_main_job(
+    return tuner.run_main_job(
         args.output,
         workers=args.workers,
         measurements=args.measurements,
@@ -234,22 +247,31 @@ def _run(args: argparse.Namespace) -> int:
         validate=args.validate,
         emulate=getattr(args, "emulate_cluster", None),
     )
+
+
+def _print_json(res) -> None:
+    """The run's files, record count, recommendation and timings as one JSON object."""
     rec = res.recommendation
-    if args.json:
-        doc = {
-            "report": str(res.report),
-            "markdown": str(res.markdown),
-            "measurements": str(res.measurements),
-            "profile": str(res.profile_path),
-            "recommendation_file": str(res.recommendation_path),
-            "records": res.records,
-            "reliable": bool(rec.reliable),
-            "refusal": res.refusal,
-            "recommendation": rec.to_dict(),
-            "timings_s": res.timings,
-        }
-        print_json(doc)
-        return 0
+    doc = {
+        "report": str(res.report),
+        "markdown": str(res.markdown),
+        "measurements": str(res.measurements),
+        "profile": str(res.profile_path),
+        "recommendation_file": str(res.recommendation_path),
+        "records": res.records,
+        "reliable": bool(rec.reliable),
+        "refusal": res.refusal,
+        "recommendation": rec.to_dict(),
+        "timings_s": res.timings,
+    }
+    print_json(doc)
+
+
+def _print_summary(args: argparse.Namespace, res) -> None:
+    """The recommendation, its interval, the runner-up, warnings, timings and report paths."""
+    import tuner
+
+    rec = res.recommendation
     c = rec.config
     lo, hi = c.interval_s
     print()
@@ -287,4 +309,3 @@ def _run(args: argparse.Namespace) -> int:
             "\nthis machine can emulate a cluster, where the network and not the shared cores "
             "decides step times: ddltune run --emulate 2x1@200mbit (see 'ddltune lab --help')"
         )
-    return 0
