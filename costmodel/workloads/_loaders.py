@@ -403,7 +403,7 @@ def load_layers(
         >>> w.name, w.total_params, w.total_bwd_flops
         ('mlp', 7850, 31380.0)
 
-    (Long for its documentation: the body is 52 lines.)
+    (Long for its documentation: the body is 65 lines.)
     """
     path_str = os.fspath(path)
     try:
