@@ -499,6 +499,39 @@ def _measure_config(
     }
 
 
+def _local_handler(writer, written: list, bar, info: dict, estimate: int, n: int, emulate):
+    """The parent's handler of one local launch's messages: records written, plan and progress."""
+
+    def on_message(rank: int, msg: dict) -> None:
+        kind = msg.get("type")
+        if kind == "record" and rank == 0:
+            rec = msg["record"]
+            if emulate is not None:
+                rec["emulated"] = emulate.provenance()  # beside the provenance fields
+            try:
+                writer.write(rec)
+            except InputFileError as e:  # --resume of another device's file
+                raise CollectError(str(e)) from None
+            except ValueError as e:  # a bug in the worker, not a usage error
+                raise CollectError(
+                    f"rank 0 sent an invalid record ({e}); nothing was written for it"
+                ) from e
+            written.append(rec)
+            bar.step()
+        elif kind == "plan" and rank == 0:
+            info.update(
+                num_ranks=msg["num_ranks"],
+                ranks_per_node=msg["ranks_per_node"],
+                points=msg["points"],
+                skipped=msg["skipped"],
+            )
+            bar.retotal(msg["points"] - estimate)
+        elif kind == "point" and rank == 0:
+            bar.describe(f"{n} workers: {msg.get('where', '')}")
+
+    return on_message
+
+
 def _collect_local(
     path, mode, config, worker_list, timeout_s, progress, log_dir, t_start, emulate=None
 ):
@@ -522,32 +555,7 @@ def _collect_local(
                 info = {"workers": n}
                 n_before = len(written)
 
-                def on_message(rank: int, msg: dict, info=info, n=n) -> None:
-                    kind = msg.get("type")
-                    if kind == "record" and rank == 0:
-                        rec = msg["record"]
-                        if emulate is not None:
-                            rec["emulated"] = emulate.provenance()  # beside the provenance fields
-                        try:
-                            writer.write(rec)
-                        except InputFileError as e:  # --resume of another device's file
-                            raise CollectError(str(e)) from None
-                        except ValueError as e:  # a bug in the worker, not a usage error
-                            raise CollectError(
-                                f"rank 0 sent an invalid record ({e}); nothing was written for it"
-                            ) from e
-                        written.append(rec)
-                        bar.step()
-                    elif kind == "plan" and rank == 0:
-                        info.update(
-                            num_ranks=msg["num_ranks"],
-                            ranks_per_node=msg["ranks_per_node"],
-                            points=msg["points"],
-                            skipped=msg["skipped"],
-                        )
-                        bar.retotal(msg["points"] - estimates[n])
-                    elif kind == "point" and rank == 0:
-                        bar.describe(f"{n} workers: {msg.get('where', '')}")
+                on_message = _local_handler(writer, written, bar, info, estimates[n], n, emulate)
 
                 t0 = time.monotonic()
                 try:

@@ -199,6 +199,9 @@ def atomic_replace_dir(
 ) -> Path:
     """Build a folder beside ``target`` and swap it in by rename when complete.
 
+    (Long for its documentation and the clean-up of every exit path: the body
+    is a sequence of checks, the build, the carry-over and the swap.)
+
     ``build_fn(tmp)`` writes the new content into the empty folder ``tmp`` (a
     sibling of ``target`` on the same file system). Every file it leaves there
     is ddltune's and is listed in the manifest ``manifest_name`` written into
