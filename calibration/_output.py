@@ -182,6 +182,7 @@ def _signals_held():
 
 
 def _fsync_dir(path: Path) -> None:
+    """fsync a folder so that a rename in it survives a crash (best effort)."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:

@@ -56,6 +56,8 @@ from pathlib import Path
 
 from costmodel import ARCHITECTURE_NAMES, COLLECTIVE_NAMES, InputFileError
 
+from ._output import _fsync_dir, refuse_symlink
+
 __all__ = [
     "SCHEMA_VERSION",
     "KINDS",
@@ -538,7 +540,6 @@ class RecordWriter:
     """
 
     def __init__(self, path: str | os.PathLike, mode: str = "new", *, emulated=None):
-        from ._output import refuse_symlink
 
         if mode not in ("new", "resume", "overwrite"):
             raise ValueError(f"mode must be 'new', 'resume' or 'overwrite', got {mode!r}")
@@ -645,16 +646,6 @@ class RecordWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _fsync_dir(path: Path) -> None:
-    """fsync a folder so that a rename in it survives a crash (best effort)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = True) -> Path:
