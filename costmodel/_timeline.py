@@ -500,6 +500,12 @@ def bucket_schedule(
         (True, True)
     """
     arch = _resolve_arch(architecture, colocated)
+    if hasattr(arch, "schedule"):  # fsdp, hsdp: gathers in forward too, per unit
+        raise ValueError(
+            f"bucket_schedule covers bucketed exchanges after backward; {arch.name} gathers "
+            "and reduces per unit in forward and backward: use its schedule() "
+            "(tuner.iteration_timeline does)"
+        )
     b0 = workload.batch_size if batch_size is None else batch_size
     config = {
         "workers": _check_positive("workers", workers),

@@ -658,6 +658,10 @@ def test_bucket_schedule_ends_where_iteration_time_does(arch):
     start_b = max(ready_b, end_{b−1}) from the schedule's own ready times and costs.
     """
     p, w = preset("ethernet-10g", "v100"), get_workload("resnet50", 64)
+    if hasattr(get_architecture(arch), "schedule"):  # fsdp/hsdp: per-unit, refused
+        with pytest.raises(ValueError, match="per unit"):
+            bucket_schedule(p, w, arch, 8)
+        return
     slow = p.scaled(beta=8.0)  # communication queues behind itself
     queued = False
     for params in (p, slow):
