@@ -21,6 +21,7 @@ from jaxtyping import Array, Float
 
 from ._params import ClusterParams
 from ._smooth import soft_max2
+from ._xp import xp_of
 
 #: PyTorch DDP's default ``bucket_cap_mb`` = 25 MiB.
 DEFAULT_BUCKET_BYTES = 25 * 1024**2
@@ -109,12 +110,23 @@ class WorkloadTerms(eqx.Module):
     measured: bool = eqx.field(static=True, default=False)
 
     @classmethod
-    def from_workload(cls, workload) -> WorkloadTerms:
+    def from_workload(cls, workload, *, numpy: bool = False) -> WorkloadTerms:
         """Build from a :class:`costmodel.Workload`.
+
+        Args:
+            workload: the workload.
+            numpy: float64 numpy leaves (for evaluation without XLA, see
+                :mod:`costmodel._xp`) instead of jax arrays.
 
         Raises:
             ValueError: if the workload has no FLOPs and no measured step time.
         """
+        if numpy:
+            return _numpy_terms(workload)
+        return jax.tree_util.tree_map(jnp.asarray, _numpy_terms(workload))
+
+    @classmethod
+    def _build(cls, workload) -> WorkloadTerms:
         pb = np.asarray(workload.param_bytes, dtype=np.float64)[::-1]
         fwd = float(np.sum(workload.fwd_flops))
         bwd_t = np.asarray(workload.bwd_flops, dtype=np.float64)[::-1]
@@ -130,7 +142,7 @@ class WorkloadTerms(eqx.Module):
         ready[-1] = 1.0
         step = float(workload.step_time_s) / workload.batch_size if measured else float("nan")
         share = fwd / (fwd + bwd) if fwd + bwd > 0 else 1.0 / 3.0
-        f = jnp.asarray
+        f = functools.partial(np.asarray, dtype=np.float64)
         return cls(
             f(fwd),
             f(bwd),
@@ -143,14 +155,20 @@ class WorkloadTerms(eqx.Module):
         )
 
 
+@functools.lru_cache(maxsize=64)
+def _numpy_terms(workload) -> WorkloadTerms:
+    return WorkloadTerms._build(workload)
+
+
 def _compute_s(params: ClusterParams, wt: WorkloadTerms, batch, g):
     """(forward, backward) seconds at ``batch`` samples with g ranks sharing a node."""
-    share = soft_max2(jnp.ones_like(g), g / params.node_compute_slots)
+    xp = xp_of(params, wt, batch, g)
+    share = soft_max2(xp.ones_like(g), g / params.node_compute_slots)
     if wt.measured:
         total = wt.step_time_per_sample_s * batch
         # the measured step includes update and overhead: keep the compute part
         comp = total - wt.total_bytes * params.update_s_per_byte - params.step_overhead_s
-        comp = jnp.maximum(comp, 0.1 * total)
+        comp = xp.maximum(comp, 0.1 * total)
         return comp * wt.fwd_share * share, comp * (1.0 - wt.fwd_share) * share
     return (
         batch * wt.fwd_flops / params.flops_per_s * share,

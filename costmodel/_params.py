@@ -22,12 +22,14 @@ import math
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
 from ._names import COLLECTIVE_NAMES
 from ._smooth import soft_max2
+from ._xp import xp_of
 
 __all__ = ["ClusterParams", "LEVELS", "PARAMETER_UNITS"]
 
@@ -222,21 +224,99 @@ class ClusterParams(eqx.Module):
             n_regimes=R,
         )
 
+    # ---- array namespace ------------------------------------------------------
+    @property
+    def _xp(self):
+        return xp_of(self.log_alpha)
+
+    def to_numpy(self, batch_ndim: int = 0) -> ClusterParams:
+        """The same parameters with float64 numpy leaves (evaluated without XLA).
+
+        Every formula of the cost model runs in the namespace of its operands
+        (:mod:`costmodel._xp`): with numpy parameters and numpy workloads it runs
+        in numpy, which is what the exhaustive sweep, predictions and reports
+        want (no compilation); calibration keeps jax leaves for gradients.
+
+        Args:
+            batch_ndim: leading axes of every leaf that index a batch of
+                parameter sets (e.g. draws from a covariance, stacked by
+                ``jax.vmap(unravel)``), 0 or 1. With 1, a singleton axis is
+                inserted after the batch axis, so that a batch of D parameter
+                sets broadcasts against N configurations to (D, N).
+
+        Returns:
+            A :class:`ClusterParams` of numpy leaves.
+
+        Raises:
+            ValueError: on a ``batch_ndim`` other than 0 or 1.
+        """
+        if batch_ndim not in (0, 1):
+            raise ValueError(f"batch_ndim must be 0 or 1, got {batch_ndim!r}")
+
+        def conv(x):
+            a = np.asarray(x, dtype=np.float64)
+            return a[:, None, ...] if batch_ndim else a
+
+        return jax.tree_util.tree_map(conv, self)
+
+    def flat(self) -> np.ndarray:
+        """θ: every unconstrained leaf raveled in field order, float64 numpy (P,).
+
+        The order of ``jax.flatten_util.ravel_pytree(params)`` (the leaves of
+        the Module in declaration order, each in C order), which covariances of
+        profiles are indexed by.
+        """
+        return np.concatenate(
+            [
+                np.ravel(np.asarray(leaf, dtype=np.float64))
+                for leaf in jax.tree_util.tree_leaves(self)
+            ]
+        )
+
+    def from_flat(self, theta) -> ClusterParams:
+        """Parameters of this structure from θ (P,) or a batch of them (D, P), numpy leaves.
+
+        Args:
+            theta: (P,) or (D, P) unconstrained values in :meth:`flat` order.
+
+        Returns:
+            :class:`ClusterParams` with float64 numpy leaves: of the leaves' own
+            shapes for (P,), of shape (D, 1, *leaf) for (D, P), the batched form
+            of :meth:`to_numpy` (D parameter sets broadcast against N
+            configurations to (D, N)).
+
+        Raises:
+            ValueError: when θ's last axis is not P or θ has more than 2 axes.
+        """
+        theta = np.asarray(theta, dtype=np.float64)
+        leaves, treedef = jax.tree_util.tree_flatten(self)
+        sizes = [int(np.size(leaf)) for leaf in leaves]
+        if theta.ndim not in (1, 2) or theta.shape[-1] != sum(sizes):
+            raise ValueError(
+                f"theta must be ({sum(sizes)},) or (D, {sum(sizes)}), got {theta.shape}"
+            )
+        lead = () if theta.ndim == 1 else (theta.shape[0], 1)
+        out, start = [], 0
+        for leaf, size in zip(leaves, sizes, strict=True):
+            out.append(theta[..., start : start + size].reshape(lead + np.shape(leaf)))
+            start += size
+        return jax.tree_util.tree_unflatten(treedef, out)
+
     # ---- physical values (SI) -------------------------------------------------
     @property
     def alpha_s(self) -> Float[Array, "2"]:
         """α per level (intra, inter), s."""
-        return jnp.exp(self.log_alpha)
+        return self._xp.exp(self.log_alpha)
 
     @property
     def beta_s_per_byte(self) -> Float[Array, "2"]:
         """β per level (intra, inter), s/byte; 1/β is the link bandwidth in bytes/s."""
-        return jnp.exp(self.log_beta)
+        return self._xp.exp(self.log_beta)
 
     @property
     def node_beta_s_per_byte(self) -> Float[Array, "2"]:
         """Per-node shared inverse bandwidth per level, s/byte."""
-        return jnp.exp(self.log_node_beta)
+        return self._xp.exp(self.log_node_beta)
 
     @property
     def nics_per_node(self) -> Float[Array, ""]:
@@ -246,72 +326,72 @@ class ClusterParams(eqx.Module):
         to its NIC count (:func:`costmodel.preset`), a fit to what the data say
         (any real > 0, not rounded).
         """
-        return jnp.exp(self.log_beta[1] - self.log_node_beta[1])
+        return self._xp.exp(self.log_beta[..., 1] - self.log_node_beta[..., 1])
 
     @property
     def gamma_s_per_byte(self) -> Float[Array, ""]:
         """γ, reduction cost, s/byte."""
-        return jnp.exp(self.log_gamma)
+        return self._xp.exp(self.log_gamma)
 
     @property
     def regime_alpha_s(self) -> Float[Array, "C 2 R"]:
         """α of every (collective, level, regime), s."""
-        return jnp.exp(self.log_alpha[None, :, None] + self.regime_log_alpha)
+        return self._xp.exp(self.log_alpha[..., None, :, None] + self.regime_log_alpha)
 
     @property
     def regime_beta_s_per_byte(self) -> Float[Array, "C 2 R"]:
         """β of every (collective, level, regime), s/byte."""
-        return jnp.exp(self.log_beta[None, :, None] + self.regime_log_beta)
+        return self._xp.exp(self.log_beta[..., None, :, None] + self.regime_log_beta)
 
     @property
     def regime_sharpness(self) -> Float[Array, " C"]:
         """Sharpness k of each collective's soft lower envelope over regimes."""
-        return jnp.exp(self.log_sharpness)
+        return self._xp.exp(self.log_sharpness)
 
     @property
     def call_overhead_s(self) -> Float[Array, ""]:
         """Software overhead per collective call, s."""
-        return jnp.exp(self.log_call_overhead)
+        return self._xp.exp(self.log_call_overhead)
 
     @property
     def fanin_exponent(self) -> Float[Array, ""]:
         """Exponent e of the fan-in congestion factor kᵉ (k concurrent senders to one link)."""
-        return jnp.exp(self.log_fanin)
+        return self._xp.exp(self.log_fanin)
 
     @property
     def all_to_all_exponent(self) -> Float[Array, ""]:
         """Exponent e of all_to_all's congestion factor (n−1)ᵉ."""
-        return jnp.exp(self.log_all_to_all)
+        return self._xp.exp(self.log_all_to_all)
 
     @property
     def node_compute_slots(self) -> Float[Array, ""]:
         """Ranks of one node that run at full speed at once (cores for CPU runs)."""
-        return jnp.exp(self.log_node_slots)
+        return self._xp.exp(self.log_node_slots)
 
     @property
     def flops_per_s(self) -> Float[Array, ""]:
         """Effective compute throughput of one device, FLOP/s."""
-        return jnp.exp(self.log_flops)
+        return self._xp.exp(self.log_flops)
 
     @property
     def step_overhead_s(self) -> Float[Array, ""]:
         """Fixed per-iteration overhead, s."""
-        return jnp.exp(self.log_step_overhead)
+        return self._xp.exp(self.log_step_overhead)
 
     @property
     def update_s_per_byte(self) -> Float[Array, ""]:
         """Optimizer update time per parameter byte, s/byte."""
-        return jnp.exp(self.log_update)
+        return self._xp.exp(self.log_update)
 
     @property
     def overlap_interference(self) -> Float[Array, ""]:
         """Fraction by which backward slows while communication overlaps it, in (0, 1)."""
-        return 1.0 / (1.0 + jnp.exp(-self.logit_interference))
+        return 1.0 / (1.0 + self._xp.exp(-self.logit_interference))
 
     @property
     def memory_bytes(self) -> Float[Array, ""]:
         """Device memory, bytes."""
-        return jnp.exp(self.log_memory)
+        return self._xp.exp(self.log_memory)
 
     # ---- derived functions of the parameters ------------------------------------
     def core_share(self, ranks_per_node: Float[Array, "*b"]) -> Float[Array, "*b"]:
@@ -332,8 +412,9 @@ class ClusterParams(eqx.Module):
             >>> round(float(p.core_share(jnp.asarray(4.0))), 4)   # (1 + 2⁸)^(1/8)
             2.001
         """
-        g = jnp.asarray(ranks_per_node)
-        return soft_max2(jnp.ones_like(g), g / self.node_compute_slots)
+        xp = xp_of(self, ranks_per_node)
+        g = xp.asarray(ranks_per_node)
+        return soft_max2(xp.ones_like(g), g / self.node_compute_slots)
 
     def compute_time(
         self, flops: Float[Array, "*b"], ranks_per_node: Float[Array, "*b"]
@@ -483,6 +564,74 @@ class ClusterParams(eqx.Module):
                 raise ValueError(f"factor for {key!r} must be finite and > 0, got {factor!r}")
             attr, idx = table[key]
             leaf = getattr(out, attr)
-            new = leaf + math.log(f) if idx is None else leaf.at[idx].add(math.log(f))
+            if idx is None:
+                new = leaf + math.log(f)
+            else:  # the level axis is the last: works for batched leaves too
+                shift = np.zeros(2, dtype=leaf.dtype)
+                shift[idx] = math.log(f)
+                new = leaf + shift
             out = eqx.tree_at(lambda p, a=attr: getattr(p, a), out, new)
         return out
+
+
+#: The physical values :class:`NumpyParams` evaluates once.
+_PHYSICAL_PROPERTIES = (
+    "alpha_s",
+    "beta_s_per_byte",
+    "node_beta_s_per_byte",
+    "nics_per_node",
+    "gamma_s_per_byte",
+    "regime_alpha_s",
+    "regime_beta_s_per_byte",
+    "regime_sharpness",
+    "call_overhead_s",
+    "fanin_exponent",
+    "all_to_all_exponent",
+    "node_compute_slots",
+    "flops_per_s",
+    "step_overhead_s",
+    "update_s_per_byte",
+    "overlap_interference",
+    "memory_bytes",
+)
+
+
+class NumpyParams:
+    """A :class:`ClusterParams` evaluated once into float64 numpy values, for the numpy path.
+
+    The cost model's formulas read parameters only through the physical
+    properties (``alpha_s``, ``regime_beta_s_per_byte``, …) and the methods
+    :meth:`ClusterParams.core_share` / :meth:`ClusterParams.compute_time`;
+    this object holds those values as plain attributes (computed by the
+    properties themselves, once), so that a sweep neither recomputes an
+    ``exp`` per call nor pays a Module's attribute lookup. Leaves with
+    leading batch axes (draws) stay batched.
+
+    Args:
+        params: a :class:`ClusterParams` (jax or numpy leaves; converted with
+            :meth:`ClusterParams.to_numpy` when jax), or a ``NumpyParams``.
+    """
+
+    core_share = ClusterParams.core_share
+    compute_time = ClusterParams.compute_time
+
+    def __init__(self, params):
+        if isinstance(params, NumpyParams):
+            params = params.source
+        if isinstance(params.log_alpha, jax.Array):
+            params = params.to_numpy()
+        self.source = params
+        self.n_regimes = params.n_regimes
+        self.log_alpha = params.log_alpha
+        self.log_gamma = params.log_gamma
+        for name in _PHYSICAL_PROPERTIES:
+            setattr(self, name, getattr(params, name))
+
+    def to_numpy(self) -> NumpyParams:
+        """Itself (already numpy)."""
+        return self
+
+
+def numpy_params(params) -> NumpyParams:
+    """:class:`NumpyParams` of ``params`` (itself when it already is one)."""
+    return params if isinstance(params, NumpyParams) else NumpyParams(params)

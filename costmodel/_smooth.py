@@ -10,8 +10,10 @@ limit p → ∞. Reports use the hard versions.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import jax.numpy as jnp  # noqa: F401 - doctests
 from jaxtyping import Array, Float
+
+from ._xp import stop_gradient, xp_of
 
 __all__ = ["soft_max2", "soft_min", "soft_max"]
 
@@ -32,19 +34,20 @@ def soft_max2(a: Float[Array, "*b"], b: Float[Array, "*b"], p: int = 8) -> Float
         >>> float(soft_max2(jnp.asarray(3.0), jnp.asarray(0.0)))
         3.0
     """
-    a = jnp.maximum(a, 0.0)
-    b = jnp.maximum(b, 0.0)
-    m = jnp.maximum(a, b)
-    safe_m = jnp.where(m > 0, m, 1.0)  # not max(m, tiny): 1/tiny² overflows in the gradient
+    xp = xp_of(a, b)
+    a = xp.maximum(a, 0.0)
+    b = xp.maximum(b, 0.0)
+    m = xp.maximum(a, b)
+    safe_m = xp.where(m > 0, m, 1.0)  # not max(m, tiny): 1/tiny² overflows in the gradient
     ra = a / safe_m
     rb = b / safe_m
     s = ra**p + rb**p  # integer powers: multiplications, no exp/log
     # s ≥ 1 whenever m > 0; at a = b = 0 keep the root away from sqrt'(0) = ∞,
     # which would put NaN into gradients (0·∞) through untaken branches.
-    s = jnp.where(m > 0, s, 1.0)
+    s = xp.where(m > 0, s, 1.0)
     q = p
     while q > 1:
-        s = jnp.sqrt(s)
+        s = xp.sqrt(s)
         q //= 2
     return m * s
 
@@ -65,13 +68,14 @@ def soft_min(x: Float[Array, "*b r"], k: Float[Array, "*b"] | float, axis: int =
         >>> float(soft_min(jnp.asarray([2.0]), 4.0))
         2.0
     """
-    x = jnp.maximum(x, _TINY)
-    k = jnp.expand_dims(jnp.asarray(k), axis) if jnp.ndim(k) else k
-    logx = jnp.log(x)
-    m = jnp.min(logx, axis=axis, keepdims=True)
-    s = jnp.sum(jnp.exp(-k * (logx - m)), axis=axis, keepdims=True)
-    out = m - jnp.log(s) / k
-    return jnp.exp(jnp.squeeze(out, axis=axis))
+    xp = xp_of(x, k)
+    x = xp.maximum(x, _TINY)
+    k = xp.expand_dims(xp.asarray(k), axis) if xp.ndim(k) else k
+    logx = xp.log(x)
+    m = xp.min(logx, axis=axis, keepdims=True)
+    s = xp.sum(xp.exp(-k * (logx - m)), axis=axis, keepdims=True)
+    out = m - xp.log(s) / k
+    return xp.exp(xp.squeeze(out, axis=axis))
 
 
 def soft_max(x: Float[Array, "*b k"], rel_tau: float = 1e-3, axis: int = -1):
@@ -85,14 +89,9 @@ def soft_max(x: Float[Array, "*b k"], rel_tau: float = 1e-3, axis: int = -1):
         >>> round(float(soft_max(jnp.asarray([1.0, 2.0, 0.5]))), 3)
         2.0
     """
-    scale = jnp.maximum(jnp.max(jnp.abs(x), axis=axis, keepdims=True), _TINY)
-    tau = rel_tau * jax_stop(scale)
-    m = jnp.max(x, axis=axis, keepdims=True)
-    out = m + tau * jnp.log(jnp.sum(jnp.exp((x - m) / tau), axis=axis, keepdims=True))
-    return jnp.squeeze(out, axis=axis)
-
-
-def jax_stop(x):
-    import jax
-
-    return jax.lax.stop_gradient(x)
+    xp = xp_of(x)
+    scale = xp.maximum(xp.max(xp.abs(x), axis=axis, keepdims=True), _TINY)
+    tau = rel_tau * stop_gradient(scale)
+    m = xp.max(x, axis=axis, keepdims=True)
+    out = m + tau * xp.log(xp.sum(xp.exp((x - m) / tau), axis=axis, keepdims=True))
+    return xp.squeeze(out, axis=axis)

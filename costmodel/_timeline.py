@@ -43,8 +43,9 @@ from ._buckets import (  # noqa: F401 - re-exported: the timeline's public names
     bucket_table,
     bucketize,
 )
-from ._params import ClusterParams
+from ._params import ClusterParams, numpy_params
 from ._smooth import soft_max
+from ._xp import cummax, is_traced, xp_of
 from .architectures import AbstractArchitecture, get_architecture
 
 __all__ = [
@@ -74,16 +75,23 @@ def _core(
     smooth: bool,
     suffix=None,
 ) -> Breakdown:
-    """The iteration for one configuration.
+    """The iteration for one configuration, or for a batch of them.
 
-    ``eval_bytes``/``weights``/``ready_frac`` (K,) describe the buckets: bucket b
-    costs phase(eval_bytes_b) × weights_b. ``suffix``, for exact bucketings, is
-    ``(count_suffix, bytes_suffix)`` (K,): buckets and bytes from b to the last.
+    ``eval_bytes``/``weights``/``ready_frac`` (K, *b) describe the buckets
+    along the LEADING axis: bucket b costs phase(eval_bytes_b) × weights_b.
+    ``suffix``, for exact bucketings, is ``(count_suffix, bytes_suffix)``
+    (K, *b): buckets and bytes from b to the last. The configuration arrays
+    ``n, g, k, batch, base_batch`` (and parameter leaves with leading batch
+    axes) broadcast against the trailing axes ``*b``: under ``jax.vmap`` they
+    are scalars and the buckets (K,); in numpy a whole sweep is one call.
+    The namespace (numpy or jax.numpy) follows the operands (:mod:`costmodel._xp`).
     """
+    xp = xp_of(params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base_batch, suffix)
     if hasattr(arch, "iteration_breakdown"):  # exchanges in forward too (fsdp, hsdp)
-        return arch.iteration_breakdown(
+        out = arch.iteration_breakdown(
             params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base_batch
         )
+        return Breakdown(*xp.broadcast_arrays(*(getattr(out, f) for f in Breakdown.FIELDS)))
     fwd, bwd = _compute_s(params, wt, batch, g)
     affine = params.n_regimes == 1 and suffix is not None
     if affine:
@@ -92,7 +100,7 @@ def _core(
         # core sharing scale both alike): c_b = a + b·s_b. Two evaluations per
         # configuration then replace one per bucket, and suffix sums of the
         # costs follow from suffix sums of counts and bytes.
-        zero, ref = jnp.zeros_like(wt.total_bytes), wt.total_bytes
+        zero, ref = xp.zeros_like(wt.total_bytes), wt.total_bytes
 
         def coeffs(phase):
             a = phase(params, zero, n, g, k)
@@ -105,32 +113,34 @@ def _core(
     else:
         c1 = arch.phase1_s(params, eval_bytes, n, g, k) * weights
         c2 = arch.phase2_s(params, eval_bytes, n, g, k) * weights
-        C1, C2 = jnp.sum(c1), jnp.sum(c2)
+        C1, C2 = xp.sum(c1, axis=0), xp.sum(c2, axis=0)
     if arch.overlaps:
-        frac = jnp.minimum(C1 / jnp.maximum(bwd, 1e-30), 1.0)
+        frac = xp.minimum(C1 / xp.maximum(bwd, 1e-30), 1.0)
         bwd_eff = bwd * (1.0 + params.overlap_interference * frac)
         if affine:
             tail = a1 * count_suffix + b1 * bytes_suffix
         else:
-            tail = jnp.cumsum(c1[::-1])[::-1]
-        ends = jnp.where(weights > 0, ready_frac * bwd_eff + tail, 0.0)
+            tail = xp.cumsum(c1[::-1], axis=0)[::-1]
+        ends = xp.where(weights > 0, ready_frac * bwd_eff + tail, 0.0)
         if smooth:
-            core = soft_max(jnp.concatenate([bwd_eff[None], ends]))
+            first = xp.broadcast_to(bwd_eff, ends.shape[1:])[None]
+            core = soft_max(xp.concatenate([first, ends]), axis=0)
         else:
-            core = jnp.maximum(bwd_eff, jnp.max(ends))
+            core = xp.maximum(bwd_eff, xp.max(ends, axis=0))
     else:
         core = bwd + C1
     update = arch.update_s(params, wt.total_bytes, n, k, g)
     overhead = params.step_overhead_s
     total = fwd + core + update + C2 + overhead
-    exposed = jnp.maximum(total - fwd - bwd - update - overhead, 0.0)
+    exposed = xp.maximum(total - fwd - bwd - update - overhead, 0.0)
     thr = n * batch / total
-    one = jnp.ones_like(g)
+    one = xp.ones_like(g)
     f1, b1_ = _compute_s(params, wt, base_batch, one)
     base = f1 + b1_ + wt.total_bytes * params.update_s_per_byte + overhead
     eff = thr / (n * base_batch / base)
-    count = count_suffix[0] if affine else jnp.sum(weights)
-    return Breakdown(fwd, bwd, C1 + C2, exposed, update, overhead, total, thr, eff, count)
+    count = count_suffix[0] if affine else xp.sum(weights, axis=0)
+    fields = (fwd, bwd, C1 + C2, exposed, update, overhead, total, thr, eff, count)
+    return Breakdown(*xp.broadcast_arrays(*fields))
 
 
 @eqx.filter_jit
@@ -170,6 +180,54 @@ def _sweep(
         )
 
     return jax.vmap(one)(idx, n, g, k, batch, base_batch)
+
+
+def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smooth) -> Breakdown:
+    """:func:`_core` in numpy over flat configurations, one call per bucket cap.
+
+    Configurations of one cap share its exact bucketing (K real buckets, no
+    padding), so each call broadcasts (K, 1…) buckets against the (…, N_u)
+    configurations of that cap. Parameters with leading batch axes (draws,
+    :meth:`costmodel.ClusterParams.to_numpy` with ``batch_ndim=1``) give
+    results of shape (D, N). Same formulas as the jitted path: the namespace
+    follows the operands (:mod:`costmodel._xp`).
+    """
+    params = numpy_params(params)
+    wt = WorkloadTerms.from_workload(workload, numpy=True)
+    pshape = np.shape(params.log_gamma)
+    N = idx.size
+    out = {f: np.zeros(np.broadcast_shapes(pshape, (N,))) for f in Breakdown.FIELDS}
+    n, g, k, batch, base = (np.asarray(x, dtype=np.float64).ravel() for x in (n, g, k, batch, base))
+    with np.errstate(all="ignore"):  # untaken branches of where (n = 1, empty buckets)
+        for u in np.unique(idx):
+            rows = np.flatnonzero(idx == u)
+            K = max(1, int(table.counts[u]))
+            B = len(np.broadcast_shapes(pshape, rows.shape))
+
+            def col(x, K=K, B=B):
+                return np.asarray(x[:K], dtype=np.float64).reshape((K,) + (1,) * B)
+
+            sizes = table.sizes[u]
+            w = (sizes > 0).astype(np.float64)
+            suffix = (col(np.cumsum(w[:K][::-1])[::-1]), col(np.cumsum(sizes[:K][::-1])[::-1]))
+            bd = _core(
+                params,
+                arch,
+                wt,
+                col(sizes),
+                col(w),
+                col(table.ready_frac[u]),
+                n[rows],
+                g[rows],
+                k[rows],
+                batch[rows],
+                base[rows],
+                bool(smooth),
+                suffix,
+            )
+            for f in Breakdown.FIELDS:
+                out[f][..., rows] = getattr(bd, f)
+    return Breakdown(*(out[f] for f in Breakdown.FIELDS))
 
 
 def _resolve_arch(architecture, colocated):
@@ -265,6 +323,10 @@ def iteration_time(
         else bucket_table(workload, bb, first_bucket_bytes)
     )
     idx = table.index(bb.ravel())
+    if not is_traced(params):
+        out = _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smooth)
+        pshape = np.shape(out.iteration_s)[:-1]
+        return jax.tree_util.tree_map(lambda x: x.reshape(pshape + shape), out)
     N = idx.size
     M = 1 << max(0, int(math.ceil(math.log2(max(N, 1)))))  # pad: fewer recompilations
 
@@ -325,21 +387,27 @@ def fluid_iteration_time(
         A scalar :class:`Breakdown` (smooth max over buckets).
     """
     arch = _resolve_arch(architecture, colocated)
-    wt = WorkloadTerms.from_workload(workload)
-    batch = jnp.asarray(float(workload.batch_size if batch_size is None else batch_size))
-    base = batch if base_batch_size is None else jnp.asarray(float(base_batch_size))
-    b = jnp.exp(log_bucket_bytes)
+    # concrete inputs: numpy (nothing compiled); traced (refinement by jax.grad): jax
+    xp = jnp if is_traced((params, log_bucket_bytes)) else np
+    if xp is np:
+        params = numpy_params(params)
+        log_bucket_bytes = np.asarray(log_bucket_bytes, dtype=np.float64)
+    wt = WorkloadTerms.from_workload(workload, numpy=xp is np)
+    u = xp.asarray(log_bucket_bytes)
+    batch = xp.asarray(float(workload.batch_size if batch_size is None else batch_size))
+    base = batch if base_batch_size is None else xp.asarray(float(base_batch_size))
+    b = xp.exp(u)  # (*u): several bucket sizes at once broadcast along trailing axes
     G = wt.total_bytes
-    j = jnp.arange(num_slots, dtype=b.dtype)
+    j = xp.arange(num_slots, dtype=b.dtype).reshape((num_slots,) + (1,) * u.ndim)
     start = j * b
-    s = jnp.clip(G - start, 0.0, b)
-    s = s.at[-1].set(jnp.maximum(G - start[-1], 0.0))
-    end_bytes = jnp.minimum(start + s, G)
-    ready = jnp.interp(end_bytes, wt.cum_bytes_rev, wt.ready_frac_rev)
+    s = xp.clip(G - start, 0.0, b)
+    s = xp.where(j == num_slots - 1, xp.maximum(G - start, 0.0), s)  # the last takes the rest
+    end_bytes = xp.minimum(start + s, G)
+    ready = xp.interp(end_bytes.ravel(), wt.cum_bytes_rev, wt.ready_frac_rev).reshape(s.shape)
     over = s > b
-    eval_bytes = jnp.where(over, s, b)
-    weights = jnp.where(over, 1.0, s / b)
-    f = lambda x: jnp.asarray(x, dtype=b.dtype)  # noqa: E731
+    eval_bytes = xp.where(over, s, b)
+    weights = xp.where(over, 1.0, s / b)
+    f = lambda x: xp.asarray(x, dtype=b.dtype)  # noqa: E731
     return _core(
         params,
         arch,
@@ -408,7 +476,6 @@ class BucketSchedule:
     exposed_s: float
 
 
-@eqx.filter_jit
 def _schedule(params, arch, wt, sizes, ready_frac, suffix, n, g, k, batch, base_batch):
     """The Breakdown and per-bucket (ready, end, c1, c2) of one padded bucketing.
 
@@ -417,20 +484,21 @@ def _schedule(params, arch, wt, sizes, ready_frac, suffix, n, g, k, batch, base_
     sums give every bucket's end, end_b = max_{b'≤b}(r_b'·T_bwd' +
     Σ_{j≥b'} c1_j) − Σ_{j>b} c1_j (the unrolled recursion, prefix by prefix).
     """
+    xp = xp_of(params, sizes)
     w = (sizes > 0).astype(sizes.dtype)
     bd = _core(params, arch, wt, sizes, w, ready_frac, n, g, k, batch, base_batch, False, suffix)
     c1 = arch.phase1_s(params, sizes, n, g, k) * w
     c2 = arch.phase2_s(params, sizes, n, g, k) * w
     if arch.overlaps:
-        frac = jnp.minimum(jnp.sum(c1) / jnp.maximum(bd.backward_s, 1e-30), 1.0)
+        frac = xp.minimum(xp.sum(c1) / xp.maximum(bd.backward_s, 1e-30), 1.0)
         bwd_eff = bd.backward_s * (1.0 + params.overlap_interference * frac)
         ready = ready_frac * bwd_eff
     else:
         bwd_eff = bd.backward_s
-        ready = jnp.full_like(sizes, bwd_eff)
-    tail = jnp.cumsum(c1[::-1])[::-1]
-    after = jnp.concatenate([tail[1:], jnp.zeros_like(tail[:1])])
-    ends = jax.lax.cummax(jnp.where(w > 0, ready + tail, -jnp.inf)) - after
+        ready = xp.full_like(sizes, bwd_eff)
+    tail = xp.cumsum(c1[::-1])[::-1]
+    after = xp.concatenate([tail[1:], xp.zeros_like(tail[:1])])
+    ends = cummax(xp.where(w > 0, ready + tail, -xp.inf), xp) - after
     return bd, bwd_eff, ready, ends, c1, c2
 
 
@@ -522,21 +590,24 @@ def bucket_schedule(
             raise ValueError(f"{name} must be a scalar for a bucket schedule, got shape {v.shape}")
     table = bucket_table(workload, [float(config["bucket_bytes"])], first_bucket_bytes)
     K = int(table.counts[0])
-    dtype = jnp.asarray(params.alpha_s).dtype
-    f = functools.partial(jnp.asarray, dtype=dtype)
-    sizes = table.sizes[0]
+    if is_traced(params):
+        raise ValueError("bucket_schedule takes concrete parameters (it lays out numbers to draw)")
+    params = numpy_params(params)
+    f = functools.partial(np.asarray, dtype=np.float64)
+    sizes = table.sizes[0, :K]
     suffix = (np.cumsum((sizes > 0)[::-1])[::-1], np.cumsum(sizes[::-1])[::-1])
-    bd, bwd_eff, ready, ends, c1, c2 = _schedule(
-        params,
-        arch,
-        WorkloadTerms.from_workload(workload),
-        f(sizes),
-        f(table.ready_frac[0]),
-        tuple(f(x.astype(np.float64)) for x in suffix),
-        *(f(float(config[key])) for key in ("workers", "ranks_per_node", "servers")),
-        f(float(config["batch_size"])),
-        f(float(config["base_batch_size"])),
-    )
+    with np.errstate(all="ignore"):
+        bd, bwd_eff, ready, ends, c1, c2 = _schedule(
+            params,
+            arch,
+            WorkloadTerms.from_workload(workload, numpy=True),
+            f(sizes),
+            f(table.ready_frac[0, :K]),
+            tuple(f(x.astype(np.float64)) for x in suffix),
+            *(f(float(config[key])) for key in ("workers", "ranks_per_node", "servers")),
+            f(float(config["batch_size"])),
+            f(float(config["base_batch_size"])),
+        )
     return _assemble_schedule(arch, _to_np(bd), float(bwd_eff), sizes[:K], ready, ends, c1, c2)
 
 

@@ -129,7 +129,10 @@ def test_usage_errors_exit_2(measurements, tmp_path, capsys, args, message):
         ('{"schema": 1, "kind": "collective", "time_s": {"p10": NaN}}\n', "NaN"),
         ('{"schema": 7}\n', "unknown schema version 7"),
         ('{"schema": 1, "kind": "collecti', "truncated"),
-        ("# nThread 1 nGpus 8\n   1024  256  float  sum  34.1  0.03  0.05  0\n", "not a JSON Lines measurement file"),
+        (
+            "# nThread 1 nGpus 8\n   1024  256  float  sum  34.1  0.03  0.05  0\n",
+            "not a JSON Lines measurement file",
+        ),
     ],
 )
 def test_bad_input_exits_1_naming_file_and_line_and_writes_nothing(

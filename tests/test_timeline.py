@@ -528,6 +528,11 @@ def _unique_workload(T=23):
     return Workload("traces", tuple(f"w{i}" for i in range(T)), counts, np.full(T, 1e8), None, 16)
 
 
+def _traced_time(p, w, arch, workers, **kw):
+    """iteration_time with traced parameters (the jax path: calibration on steps, grads)."""
+    return jax.grad(lambda q: jnp.sum(iteration_time(q, w, arch, workers, **kw).iteration_s))(p)
+
+
 def test_no_retracing_across_a_sweep_of_values(monkeypatch):
     counted = _count_traces(monkeypatch)
     w = _unique_workload()
@@ -540,7 +545,7 @@ def test_no_retracing_across_a_sweep_of_values(monkeypatch):
     assert len(caps) == 4
     rng = np.random.default_rng(0)
     for i in range(6):
-        iteration_time(
+        _traced_time(
             p.scaled(beta=float(rng.uniform(0.5, 2)), flops=float(rng.uniform(0.5, 2))),
             w,
             "ring",
@@ -552,7 +557,7 @@ def test_no_retracing_across_a_sweep_of_values(monkeypatch):
         )
     assert eqx.debug.get_num_traces(counted) == 1
     # a different number of configurations within one power of two: still no retrace
-    iteration_time(p, w, "ring", np.arange(1, 8), bucket_bytes=caps[0])
+    _traced_time(p, w, "ring", np.arange(1, 8), bucket_bytes=caps[0])
     assert eqx.debug.get_num_traces(counted) == 1
 
 
@@ -563,33 +568,45 @@ def test_no_retracing_across_bucket_sizes(monkeypatch):
     caps = [1e6, 2e6, 4e6, 8e6, 16e6]
     assert len({len(bucketize(w, c)[0]) for c in caps}) == len(caps)
     for cap in caps:
-        iteration_time(p, w, "ring", np.arange(1, 9), bucket_bytes=cap)
+        _traced_time(p, w, "ring", np.arange(1, 9), bucket_bytes=cap)
     # The bucket axis is padded to a multiple of 16 (at most all 29 tensors), so
-    # the sweep traces once per distinct padded width, and only then: computed
-    # here from the bucket counts, not bounded.
+    # the traced sweep traces once per distinct padded width, and only then:
+    # computed here from the bucket counts, not bounded.
     widths = {min(29, 16 * math.ceil(len(bucketize(w, c)[0]) / 16)) for c in caps}
     assert len(widths) == 2  # these caps need both widths (16 and 29): two traces
     assert eqx.debug.get_num_traces(counted) == len(widths)
     # Positive control: a new shape does retrace, and the counter counts it
     # (17 configurations pad to 32 rows instead of 8).
-    iteration_time(p, w, "ring", np.arange(1, 18), bucket_bytes=caps[0])
+    _traced_time(p, w, "ring", np.arange(1, 18), bucket_bytes=caps[0])
     assert eqx.debug.get_num_traces(counted) == len(widths) + 1
 
 
-def test_one_call_sweeps_many_configurations_with_one_trace(monkeypatch):
+def test_concrete_sweep_is_numpy_one_call_per_cap(monkeypatch):
+    # Concrete parameters: the closed forms run in numpy, every configuration of
+    # one bucket cap in one broadcast call of _core (5 caps: 5 calls for 5000
+    # configurations), and nothing is handed to XLA (numpy arrays out).
     counted = _count_traces(monkeypatch)
     w = _unique_workload(T=31)
     p = preset("ethernet-10g", "v100")
     rng = np.random.default_rng(1)
     N = 5000
-    out = iteration_time(
-        p,
-        w,
-        "p2p",
-        rng.integers(1, 256, N),
-        bucket_bytes=rng.choice([0, 1e6, 4e6, 16e6, 64e6], N),
+    caps = rng.choice([0, 1e6, 4e6, 16e6, 64e6], N)
+    out = iteration_time(p, w, "p2p", rng.integers(1, 256, N), bucket_bytes=caps)
+    assert out.iteration_s.shape == (N,) and bool(np.all(np.isfinite(out.iteration_s)))
+    assert all(type(getattr(out, f)) is np.ndarray for f in Breakdown.FIELDS)
+    assert eqx.debug.get_num_traces(counted) == len(np.unique(caps)) == 5
+
+
+def test_one_traced_call_sweeps_many_configurations_with_one_trace(monkeypatch):
+    counted = _count_traces(monkeypatch)
+    w = _unique_workload(T=37)
+    p = preset("ethernet-10g", "v100")
+    rng = np.random.default_rng(1)
+    N = 500
+    g = _traced_time(
+        p, w, "p2p", rng.integers(1, 256, N), bucket_bytes=rng.choice([0, 1e6, 4e6, 16e6], N)
     )
-    assert out.iteration_s.shape == (N,) and bool(jnp.all(jnp.isfinite(out.iteration_s)))
+    assert bool(np.isfinite(np.asarray(g.log_beta)).all())
     assert eqx.debug.get_num_traces(counted) == 1
 
 

@@ -39,6 +39,7 @@ from ._search import (
     memory_need,
     refine_bucket,
     resolve_variants,
+    spec_times,
     spec_times_draws,
     spec_times_fd,
     spec_times_jit,
@@ -643,10 +644,13 @@ def _intervals(ctx: _Context, spec_rows: list, level: float, nominal) -> tuple:
 
     For bare parameters (no covariance) the interval is the point: ``nominal``
     is returned without evaluating anything. Otherwise the profile's
-    :meth:`interval` (delta method + held-out residual spread) runs on one
-    jitted function of every configuration, whose directional derivatives are
-    central differences (:func:`tuner._search.spec_times_fd`); should they
-    not be finite, automatic derivatives are used instead.
+    :meth:`interval` (delta method + held-out residual spread) evaluates every
+    configuration under every perturbed parameter set in one numpy call
+    (``batched=True``: central differences, nothing compiled). A profile
+    object whose ``interval`` takes no ``batched`` gets the jitted function
+    whose directional derivatives are central differences
+    (:func:`tuner._search.spec_times_fd`); should they not be finite,
+    automatic derivatives are used instead.
     """
     t = np.asarray(nominal, dtype=np.float64)
     if getattr(ctx.profile, "bare", False):
@@ -654,8 +658,13 @@ def _intervals(ctx: _Context, spec_rows: list, level: float, nominal) -> tuple:
 
     def run(exact: bool):
         spec, order = TimeSpec.build(ctx.workload, ctx.ranks_per_node, spec_rows, exact)
-        fn = (lambda p: spec_times_jit(p, spec)) if exact else (lambda p: spec_times_fd(p, spec))
-        lo, hi = ctx.profile.interval(fn, level=level)
+        if _takes_batched(ctx.profile):
+            lo, hi = ctx.profile.interval(lambda p: spec_times(p, spec), level=level, batched=True)
+        else:
+            fn = (
+                (lambda p: spec_times_jit(p, spec)) if exact else (lambda p: spec_times_fd(p, spec))
+            )
+            lo, hi = ctx.profile.interval(fn, level=level)
         lo = np.atleast_1d(np.asarray(lo, dtype=np.float64))
         hi = np.atleast_1d(np.asarray(hi, dtype=np.float64))
         if lo.shape != (len(spec_rows),) or hi.shape != lo.shape:
@@ -671,6 +680,16 @@ def _intervals(ctx: _Context, spec_rows: list, level: float, nominal) -> tuple:
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         lo, hi = run(True)  # automatic derivatives, cap by cap
     return lo, hi
+
+
+def _takes_batched(profile) -> bool:
+    """Whether ``profile.interval`` accepts ``batched=True`` (numpy evaluation)."""
+    import inspect
+
+    try:
+        return "batched" in inspect.signature(profile.interval).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 # ---------------------------------------------------------------------------

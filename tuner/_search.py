@@ -69,9 +69,6 @@ DEFAULT_BUCKET_GRID: tuple[int, ...] = tuple(
     sorted({0, DEFAULT_BUCKET_BYTES, *(2**e for e in range(16, 31))})
 )
 
-#: Configurations per call of :func:`costmodel.iteration_time` in a sweep.
-_CHUNK = 32768
-
 #: Fixed shapes of the small evaluations (refinement snap, intervals, draws):
 #: at most ``_SMALL_REAL`` real configurations per call, padded to
 #: ``_SMALL_ROWS`` rows holding exactly ``_SMALL_CAPS`` distinct caps.
@@ -466,39 +463,24 @@ def memory_need(
 
 
 def _evaluate_chunked(params, workload, variant, n, k, b, g, batch, base) -> Breakdown:
-    """iteration_time over flat arrays in chunks of one length (one compilation).
+    """iteration_time over flat arrays, in numpy (one vectorised call per bucket cap).
 
-    Rows are grouped by configuration with the caps varying fastest, so a chunk
-    of whole groups holds every cap and all chunks share one bucket table; the
-    last chunk is padded to full length by repeating its own rows.
+    Concrete parameters make :func:`costmodel.iteration_time` evaluate its
+    closed forms in numpy: no compilation, and every configuration of one
+    cap in one broadcast over its exact bucketing.
     """
-    total = n.size
-    if total <= _CHUNK:
-        chunks = [np.arange(total)]
-    else:
-        ncaps = max(1, np.unique(b).size)
-        length = max(ncaps, (_CHUNK // ncaps) * ncaps)
-        chunks = [
-            start + np.arange(length) % min(length, total - start)
-            for start in range(0, total, length)
-        ]
-    parts = []
-    for idx in chunks:
-        real = int(min(idx.size, total - idx[0]))
-        out = iteration_time(
-            params,
-            workload,
-            variant.arch,
-            n[idx],
-            ranks_per_node=g,
-            servers=np.maximum(k[idx], 1),
-            bucket_bytes=b[idx],
-            batch_size=batch[idx],
-            base_batch_size=base[idx],
-        )
-        parts.append(jax.tree_util.tree_map(lambda x, m=real: np.asarray(x)[:m], out))
-    joined = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *parts)
-    return _to_numpy(joined)
+    out = iteration_time(
+        params.to_numpy(),
+        workload,
+        variant.arch,
+        n,
+        ranks_per_node=g,
+        servers=np.maximum(k, 1),
+        bucket_bytes=b,
+        batch_size=batch,
+        base_batch_size=base,
+    )
+    return _to_numpy(out)
 
 
 @functools.cache
@@ -587,6 +569,20 @@ def evaluate(
         n.shape,
     )
     base = batch if base_batch_size is None else np.broadcast_to(base_batch_size, n.shape)
+    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(params)):
+        # concrete parameters (possibly a numpy batch of draws): numpy, one call,
+        # no padding (nothing is compiled, so shapes need not be stable)
+        return iteration_time(
+            params if not _is_jax_params(params) else params.to_numpy(),
+            workload,
+            variant.arch,
+            n,
+            ranks_per_node=ranks_per_node,
+            servers=k,
+            bucket_bytes=b,
+            batch_size=batch,
+            base_batch_size=base,
+        )
 
     def call(idx, caps, extra=0, filler_caps=()):
         def cat(x, filler):
@@ -641,38 +637,8 @@ def _join(parts: list, order: list) -> Breakdown:
 # ---------------------------------------------------------------------------
 # Continuous refinement of the bucket size
 # ---------------------------------------------------------------------------
-@functools.partial(
-    jax.jit,
-    static_argnames=(
-        "workload",
-        "variant",
-        "slots",
-        "ranks_per_node",
-        "batch_size",
-        "base_batch_size",
-    ),
-)
-def _fluid_value_and_grad(
-    params, n, k, u, *, workload, variant, slots, ranks_per_node, batch_size, base_batch_size
-):
-    """log T_fluid(u) and its derivative in u = log bucket bytes."""
-
-    def loss(u):
-        t = fluid_iteration_time(
-            params,
-            workload,
-            variant.arch,
-            n,
-            u,
-            num_slots=slots,
-            ranks_per_node=ranks_per_node,
-            servers=k,
-            batch_size=batch_size,
-            base_batch_size=base_batch_size,
-        ).iteration_s
-        return jnp.log(t)
-
-    return jax.value_and_grad(loss)(u)
+#: Step in u = log bucket bytes of the refinement's central differences.
+_FD_STEP = 1e-4
 
 
 def refine_bucket(
@@ -693,8 +659,10 @@ def refine_bucket(
 ) -> float:
     """Minimise the smooth (fluid) step time over u = log bucket size with gradient steps.
 
-    The derivative d log T_fluid / du comes from ``jax.value_and_grad``
-    through :func:`costmodel.fluid_iteration_time`. Within a bracket around
+    The derivative d log T_fluid / du is a central difference, (log T(u + h)
+    − log T(u − h)) / 2h with h = 10⁻⁴, of :func:`costmodel.fluid_iteration_time`
+    evaluated in numpy at u − h, u, u + h in one call (the fluid model is smooth
+    in u: soft max over buckets, interpolated readiness). Within a bracket around
     ``start_bytes`` (inside [``low_bytes``, ``high_bytes``]), the
     stationary point is found by secant steps on the derivative (regula falsi
     with the Illinois modification), which converges superlinearly and never
@@ -725,22 +693,27 @@ def refine_bucket(
     """
     G = float(workload.total_param_bytes)
     slots = int(math.ceil(G / low_bytes)) + 1
-    dtype = jnp.result_type(float)
     lo, hi = math.log(low_bytes), math.log(high_bytes)
-    kw = dict(
-        workload=workload,
-        variant=variant,
-        slots=slots,
-        ranks_per_node=float(ranks_per_node),
-        batch_size=None if batch_size is None else float(batch_size),
-        base_batch_size=None if base_batch_size is None else float(base_batch_size),
-    )
-    n = jnp.asarray(float(workers), dtype=dtype)
-    k = jnp.asarray(float(max(servers, 1)), dtype=dtype)
+    p_np = params.to_numpy() if _is_jax_params(params) else params
+    arch = variant.arch
 
     def value_and_slope(u: float) -> tuple[float, float]:
-        v, d = _fluid_value_and_grad(params, n, k, jnp.asarray(u, dtype=dtype), **kw)
-        return float(v), float(d)
+        us = np.asarray([u - _FD_STEP, u, u + _FD_STEP])
+        with np.errstate(all="ignore"):
+            t = fluid_iteration_time(
+                p_np,
+                workload,
+                arch,
+                float(workers),
+                us,
+                num_slots=slots,
+                ranks_per_node=float(ranks_per_node),
+                servers=float(max(servers, 1)),
+                batch_size=None if batch_size is None else float(batch_size),
+                base_batch_size=None if base_batch_size is None else float(base_batch_size),
+            ).iteration_s
+        lt = np.log(np.asarray(t, dtype=np.float64))
+        return float(lt[1]), float((lt[2] - lt[0]) / (2.0 * _FD_STEP))
 
     dfdu = _BestSeen(value_and_slope)
     u0 = min(max(math.log(max(start_bytes, 1.0)), lo), hi)
@@ -872,8 +845,17 @@ class TimeSpec:
         return sum(len(cols[0]) for _, cols in self.groups)
 
 
+def _is_jax_params(params) -> bool:
+    return isinstance(params.log_alpha, jax.Array)
+
+
 def spec_times(params, spec: TimeSpec, field: str = "iteration_s"):
-    """(N,) step times (or another Breakdown field) of ``spec``'s configurations (traceable)."""
+    """(N,) step times (or another Breakdown field) of ``spec``'s configurations.
+
+    Traceable (jax parameters, under ``jax.jit`` / ``jax.grad``); with numpy
+    parameters it runs in numpy, and a batch of D parameter sets
+    (:meth:`costmodel.ClusterParams.from_flat` of (D, P)) gives (D, N).
+    """
     parts = []
     for v, (n, k, b, batch, base) in spec.groups:
         out = evaluate(
@@ -890,7 +872,9 @@ def spec_times(params, spec: TimeSpec, field: str = "iteration_s"):
             stable_shapes=False,
         )
         parts.append(getattr(out, field))
-    return jnp.concatenate(parts)
+    if any(isinstance(x, jax.Array) for x in parts):
+        return jnp.concatenate(parts)
+    return np.concatenate(parts, axis=-1)
 
 
 def spec_efficiency(params, spec: TimeSpec):
@@ -962,7 +946,16 @@ def spec_times_fd(params, spec: TimeSpec):
     return _spec_times_fd(spec)(params)
 
 
-@functools.partial(jax.jit, static_argnames=("spec",))
 def spec_times_draws(draws, spec: TimeSpec):
-    """(D, N) step times under D stacked parameter sets (leading axis of every leaf)."""
-    return jax.vmap(lambda p: spec_times(p, spec))(draws)
+    """(D, N) step times under D stacked parameter sets, in numpy (one call per variant).
+
+    Args:
+        draws: :class:`costmodel.ClusterParams` whose leaves have a leading
+            axis D: numpy leaves of :meth:`~costmodel.ClusterParams.from_flat`'s
+            batched form (D, 1, *leaf), or jax leaves of shape (D, *leaf)
+            (stacked by ``jax.vmap``), which are converted.
+        spec: the configurations.
+    """
+    if _is_jax_params(draws):
+        draws = draws.to_numpy(batch_ndim=1)
+    return spec_times(draws, spec)

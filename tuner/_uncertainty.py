@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import math
 
-import jax
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from costmodel import ClusterParams
 
@@ -51,9 +49,16 @@ class BareProfile:
         self.covariance = None
         self.provenance = {"source": "bare ClusterParams"}
 
-    def interval(self, fn, level: float = 0.9):
-        """The point prediction twice: without a covariance there is no spread."""
-        v = np.asarray(fn(self.params), dtype=np.float64)
+    def interval(self, fn, level: float = 0.9, *, batched: bool = False):
+        """The point prediction twice: without a covariance there is no spread.
+
+        ``batched``: ``fn`` takes a batch of one numpy parameter set (as
+        :meth:`calibration.Profile.interval`) and returns (1, *out).
+        """
+        if batched:
+            v = np.asarray(fn(self.params.from_flat(self.params.flat()[None])), np.float64)[0]
+        else:
+            v = np.asarray(fn(self.params), dtype=np.float64)
         return v, v.copy()
 
 
@@ -78,10 +83,10 @@ class ScaledProfile:
         self.provenance = {"base": getattr(base, "provenance", None), "scaled": self.changes}
         self.bare = getattr(base, "bare", False)
 
-    def interval(self, fn, level: float = 0.9):
+    def interval(self, fn, level: float = 0.9, *, batched: bool = False):
         """The base profile's interval of ``fn`` applied to the scaled parameters."""
         changes = self.changes
-        return self.base.interval(lambda p: fn(p.scaled(**changes)), level)
+        return self.base.interval(lambda p: fn(p.scaled(**changes)), level, batched=batched)
 
 
 def as_profile(profile):
@@ -117,8 +122,7 @@ def flat_covariance(profile) -> np.ndarray | None:
         cov = np.asarray(cov, dtype=np.float64)
     except (TypeError, ValueError):
         return None
-    flat, _ = ravel_pytree(profile.params)
-    p = int(flat.size)
+    p = int(profile.params.flat().size)
     if cov.shape != (p, p) or not np.all(np.isfinite(cov)):
         return None
     return 0.5 * (cov + cov.T)
@@ -141,12 +145,13 @@ def parameter_draws(profile, num: int = 200, seed: int = 0):
         seed: seed of numpy's default generator (draws are reproducible).
 
     Returns:
-        ``(stacked, ok)``: a :class:`ClusterParams` whose leaves have a leading
-        axis of length ``num + 1`` (index 0 = the nominal parameters), and
-        whether a usable covariance was found (if not, every draw is nominal).
+        ``(stacked, ok)``: a :class:`ClusterParams` of float64 numpy leaves
+        whose leading axis has length ``num + 1`` (index 0 = the nominal
+        parameters; the batched form of :meth:`ClusterParams.from_flat`, so
+        the cost model evaluates every draw in one numpy call), and whether a
+        usable covariance was found (if not, every draw is nominal).
     """
-    flat, unravel = ravel_pytree(profile.params)
-    flat = np.asarray(flat, dtype=np.float64)
+    flat = profile.params.flat()
     cov = flat_covariance(profile)
     ok = cov is not None and bool(np.any(np.diag(cov) > 0))
     if ok:
@@ -155,9 +160,7 @@ def parameter_draws(profile, num: int = 200, seed: int = 0):
     else:
         draws = np.repeat(flat[None, :], num, axis=0)
     allv = np.concatenate([flat[None, :], draws])
-    dtype = jax.numpy.result_type(float)
-    stacked = jax.vmap(unravel)(jax.numpy.asarray(allv, dtype=dtype))
-    return stacked, ok
+    return profile.params.from_flat(allv), ok
 
 
 def heldout_p90(profile) -> float:

@@ -6,10 +6,10 @@ import abc
 from typing import ClassVar
 
 import equinox as eqx
-import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._params import ClusterParams
+from .._xp import xp_of
 
 __all__ = ["AbstractArchitecture"]
 
@@ -44,7 +44,7 @@ class AbstractArchitecture(eqx.Module):
 
     def phase2_s(self, params: ClusterParams, s, n, g, k) -> Float[Array, "*b"]:
         """Seconds of the bucket's post-update communication (default none)."""
-        return jnp.zeros_like(s)
+        return xp_of(s, n).zeros_like(s + 0.0 * n)
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None) -> Float[Array, "*b"]:
         """Optimizer update time on the critical path: every worker updates all (default).
@@ -64,9 +64,9 @@ class AbstractArchitecture(eqx.Module):
             optimizer_state_factor: optimizer state in units of G (SGD 0,
                 momentum 1, Adam 2).
         """
-        return total_bytes * (2.0 + optimizer_state_factor) + 0.0 * n, jnp.zeros_like(
-            total_bytes + 0.0 * n
-        )
+        return total_bytes * (2.0 + optimizer_state_factor) + 0.0 * n, xp_of(
+            total_bytes, n
+        ).zeros_like(total_bytes + 0.0 * n)
 
     @property
     def label(self) -> str:

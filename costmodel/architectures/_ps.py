@@ -24,9 +24,8 @@ References:
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 from .._params import ClusterParams
+from .._xp import xp_of
 from ..collectives import RingAllReduce, Terms, evaluate, finish, ps_exchange_terms
 from ._base import AbstractArchitecture
 
@@ -34,8 +33,9 @@ __all__ = ["PSArchitecture", "PSHostArchitecture", "HybridArchitecture"]
 
 
 def _exchange(params, collective, s, n, k, g, *, colocated, inter=None):
+    xp = xp_of(params, s, n, k, g, colocated, inter)
     t = ps_exchange_terms(s, n, k, g, params.fanin_exponent, colocated=colocated, inter=inter)
-    return finish(params, evaluate(params, collective, t), t.steps, jnp.minimum(g, n))
+    return finish(params, evaluate(params, collective, t), t.steps, xp.minimum(g, n))
 
 
 class PSArchitecture(AbstractArchitecture):
@@ -47,21 +47,25 @@ class PSArchitecture(AbstractArchitecture):
     colocated: bool = False
 
     def phase1_s(self, params: ClusterParams, s, n, g, k):
-        kk = jnp.minimum(k, n) if self.colocated else k
+        xp = xp_of(params, s, n, g, k)
+        kk = xp.minimum(k, n) if self.colocated else k
         push = _exchange(params, "ps_push", s, n, kk, g, colocated=self.colocated)
         senders = n - 1.0 if self.colocated else n  # a colocated lone worker sums nothing
-        return push + jnp.where(senders > 0, n * s / kk * params.gamma_s_per_byte, 0.0)
+        return push + xp.where(senders > 0, n * s / kk * params.gamma_s_per_byte, 0.0)
 
     def phase2_s(self, params: ClusterParams, s, n, g, k):
-        kk = jnp.minimum(k, n) if self.colocated else k
+        xp = xp_of(params, s, n, g, k)
+        kk = xp.minimum(k, n) if self.colocated else k
         return _exchange(params, "ps_pull", s, n, kk, g, colocated=self.colocated)
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
-        kk = jnp.minimum(k, n) if self.colocated else k
+        xp = xp_of(params, total_bytes, n, k, g)
+        kk = xp.minimum(k, n) if self.colocated else k
         return total_bytes / kk * params.update_s_per_byte
 
     def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
-        kk = jnp.minimum(k, n) if self.colocated else k
+        xp = xp_of(total_bytes, n, k, optimizer_state_factor)
+        kk = xp.minimum(k, n) if self.colocated else k
         shard = total_bytes / kk * (2.0 + optimizer_state_factor)
         worker = total_bytes * 2.0 + (shard if self.colocated else 0.0)
         return worker, (0.0 * worker if self.colocated else shard)
@@ -78,9 +82,10 @@ class PSHostArchitecture(AbstractArchitecture):
     overlaps = False
 
     def _phase(self, params, collective, s, n, g):
-        g = jnp.minimum(g, n)
-        m = jnp.ceil(n / g)
-        one = jnp.ones_like(s)
+        xp = xp_of(params, s, n, g)
+        g = xp.minimum(g, n)
+        m = xp.ceil(n / g)
+        one = xp.ones_like(s)
         # GPUs of a node ↔ their host over the intra-node link (fan-in of g).
         local = _exchange(
             params,
@@ -90,14 +95,15 @@ class PSHostArchitecture(AbstractArchitecture):
             one,
             g + 1.0,
             colocated=False,
-            inter=jnp.zeros_like(s, dtype=bool),
+            inter=xp.zeros_like(s, dtype=bool),
         )
         # Hosts exchange shards: m colocated servers over m nodes.
         remote = _exchange(params, collective, s, m, m, one, colocated=True, inter=m > 1)
         return local + remote
 
     def phase1_s(self, params: ClusterParams, s, n, g, k):
-        g = jnp.minimum(g, n)
+        xp = xp_of(params, s, n, g, k)
+        g = xp.minimum(g, n)
         return self._phase(params, "ps_push", s, n, g) + g * s * params.gamma_s_per_byte
 
     def phase2_s(self, params: ClusterParams, s, n, g, k):
@@ -107,7 +113,8 @@ class PSHostArchitecture(AbstractArchitecture):
         return total_bytes * params.update_s_per_byte + 0.0 * n
 
     def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
-        return total_bytes * 2.0 + 0.0 * n, jnp.zeros_like(total_bytes + 0.0 * n)
+        xp = xp_of(total_bytes, n, k, optimizer_state_factor)
+        return total_bytes * 2.0 + 0.0 * n, xp.zeros_like(total_bytes + 0.0 * n)
 
 
 class HybridArchitecture(AbstractArchitecture):
@@ -118,18 +125,20 @@ class HybridArchitecture(AbstractArchitecture):
     uses_servers = True
 
     def phase1_s(self, params: ClusterParams, s, n, g, k):
-        g = jnp.minimum(g, n)
-        m = jnp.ceil(n / g)
-        kk = jnp.clip(k, 1.0, m)
+        xp = xp_of(params, s, n, g, k)
+        g = xp.minimum(g, n)
+        m = xp.ceil(n / g)
+        kk = xp.clip(k, 1.0, m)
         intra = RingAllReduce().time(params, s, g, g)
-        push = _exchange(params, "ps_push", s, m, kk, jnp.ones_like(s), colocated=True, inter=m > 1)
-        return intra + push + jnp.where(m > 1, m * s / kk * params.gamma_s_per_byte, 0.0)
+        push = _exchange(params, "ps_push", s, m, kk, xp.ones_like(s), colocated=True, inter=m > 1)
+        return intra + push + xp.where(m > 1, m * s / kk * params.gamma_s_per_byte, 0.0)
 
     def phase2_s(self, params: ClusterParams, s, n, g, k):
-        g = jnp.minimum(g, n)
-        m = jnp.ceil(n / g)
-        kk = jnp.clip(k, 1.0, m)
-        pull = _exchange(params, "ps_pull", s, m, kk, jnp.ones_like(s), colocated=True, inter=m > 1)
+        xp = xp_of(params, s, n, g, k)
+        g = xp.minimum(g, n)
+        m = xp.ceil(n / g)
+        kk = xp.clip(k, 1.0, m)
+        pull = _exchange(params, "ps_pull", s, m, kk, xp.ones_like(s), colocated=True, inter=m > 1)
         # the node's copy reaches its g ranks (pipelined intra-node broadcast)
         bcast = finish(
             params,
@@ -140,18 +149,19 @@ class HybridArchitecture(AbstractArchitecture):
                     g - 1.0,
                     s,
                     g * s,
-                    jnp.zeros_like(s),
-                    jnp.ones_like(s),
-                    jnp.zeros_like(s, dtype=bool),
+                    xp.zeros_like(s),
+                    xp.ones_like(s),
+                    xp.zeros_like(s, dtype=bool),
                 ),
             ),
             g - 1.0,
             g,
         )
         # on one node the intra-node all-reduce already left the sum on every rank
-        return pull + jnp.where(m > 1, bcast, 0.0)
+        return pull + xp.where(m > 1, bcast, 0.0)
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
+        xp = xp_of(params, total_bytes, n, k, g)
         # the servers are clipped to the m nodes, as in the communication phases
-        m = jnp.ceil(n / jnp.minimum(1.0 if g is None else g, n))
-        return total_bytes / jnp.clip(k, 1.0, m) * params.update_s_per_byte
+        m = xp.ceil(n / xp.minimum(1.0 if g is None else g, n))
+        return total_bytes / xp.clip(k, 1.0, m) * params.update_s_per_byte

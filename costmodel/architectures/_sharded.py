@@ -64,12 +64,11 @@ import math
 from typing import ClassVar
 
 import equinox as eqx
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .._buckets import Breakdown, BucketTable, _compute_s, bucket_table, bucketize
 from .._params import ClusterParams
+from .._xp import scan, xp_of
 from ..collectives import (
     HierarchicalAllReduce,
     RingAllGather,
@@ -212,7 +211,7 @@ class _ZeroArchitecture(AbstractArchitecture):
         """Model states per rank in units of G (see :func:`costmodel.memory_per_rank`)."""
         G = total_bytes + 0.0 * n
         grads = G / n if "gradients" in self.shards else G
-        return G + grads + G * optimizer_state_factor / n, jnp.zeros_like(G)
+        return G + grads + G * optimizer_state_factor / n, xp_of(G).zeros_like(G)
 
 
 class Zero1Architecture(_ZeroArchitecture):
@@ -289,13 +288,13 @@ class FSDPArchitecture(AbstractArchitecture):
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
         """Each rank updates its shard: G / (shard ranks) bytes."""
-        gg = n if g is None else jnp.minimum(g, n)
+        gg = n if g is None else xp_of(n, g).minimum(g, n)
         return total_bytes / self.shard_ranks(n, gg) * params.update_s_per_byte
 
     def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
         """Model states per rank in units of G, sharded over all n (hsdp: see the class)."""
         G = total_bytes + 0.0 * n
-        return G * (2.0 + optimizer_state_factor) / n, jnp.zeros_like(G)
+        return G * (2.0 + optimizer_state_factor) / n, xp_of(G).zeros_like(G)
 
     def num_units(self, workload, bucket_bytes=None) -> int:
         """Number of units this wrap policy makes of ``workload``."""
@@ -348,57 +347,62 @@ class FSDPArchitecture(AbstractArchitecture):
             backward). Without overlap, the per-unit entries are those of the
             serial order (every collective after the compute it follows).
         """
+        xp = xp_of(params, fwd, bwd, s, w, r, n, g, k)
         ag = self.gather_s(params, s, n, g, k) * w
         gs = self.phase1_s(params, s, n, g, k) * w
-        frac = jnp.maximum(jnp.diff(r, prepend=jnp.zeros_like(r[:1])), 0.0)
-        ag_total, gs_total = jnp.sum(ag), jnp.sum(gs)
+        # units along the leading axis; every trailing axis is a configuration
+        ag, gs = xp.broadcast_arrays(ag, gs)
+        frac = xp.maximum(xp.diff(r, axis=0, prepend=xp.zeros_like(r[:1])), 0.0)
+        ag_total, gs_total = xp.sum(ag, axis=0), xp.sum(gs, axis=0)
         comm = 2.0 * ag_total + gs_total
         if self.overlaps:
             iota = params.overlap_interference
-            slow_f = iota * jnp.minimum(ag_total / jnp.maximum(fwd, 1e-30), 1.0)
-            slow_b = iota * jnp.minimum((ag_total + gs_total) / jnp.maximum(bwd, 1e-30), 1.0)
+            slow_f = iota * xp.minimum(ag_total / xp.maximum(fwd, 1e-30), 1.0)
+            slow_b = iota * xp.minimum((ag_total + gs_total) / xp.maximum(bwd, 1e-30), 1.0)
         else:
-            slow_f = slow_b = jnp.zeros_like(fwd)
+            slow_f = slow_b = xp.zeros_like(fwd)
         fwd_eff, bwd_eff = fwd * (1.0 + slow_f), bwd * (1.0 + slow_b)
-        zero = jnp.zeros_like(fwd)
+        zero = xp.zeros_like(ag[0] + fwd_eff + bwd_eff)
         serial = not self.overlaps
 
         def forward(carry, x):
             ag_end, f_start, f_end, wait = carry
             a, f = x
             # issued when the previous unit starts (serial: after it ends)
-            start = jnp.maximum(ag_end, f_end if serial else f_start)
+            start = xp.maximum(ag_end, f_end if serial else f_start)
             ag_end = start + a
-            f_start = jnp.maximum(f_end, ag_end)
+            f_start = xp.maximum(f_end, ag_end)
             return (ag_end, f_start, f_start + f, wait + (f_start - f_end)), (start, ag_end)
 
-        (_, _, t_fwd, wait_f), (ag_start_f, ag_end_f) = jax.lax.scan(
-            forward, (zero, zero, zero, zero), (ag[::-1], (fwd_eff * frac)[::-1])
+        fwd_units = xp.broadcast_to(fwd_eff * frac, ag.shape)[::-1]
+        (_, _, t_fwd, wait_f), (ag_start_f, ag_end_f) = scan(
+            forward, (zero, zero, zero, zero), (ag[::-1], fwd_units), xp
         )
-        ag_next = jnp.concatenate([ag[1:], jnp.zeros_like(ag[:1])])
+        ag_next = xp.concatenate([ag[1:], xp.zeros_like(ag[:1])])
 
         def backward(carry, x):
             comm_end, b_end, gathered, wait = carry
             b, a_next, red = x
-            b_start = jnp.maximum(b_end, gathered)
+            b_start = xp.maximum(b_end, gathered)
             wait = wait + (b_start - b_end)
             b_end = b_start + b
             if serial:  # reduce, then gather the next unit, after this unit's backward
-                red_start = jnp.maximum(comm_end, b_end)
+                red_start = xp.maximum(comm_end, b_end)
                 comm_end = red_start + red
                 next_end = comm_end + a_next
                 comm_end = next_end
             else:
-                next_end = jnp.maximum(comm_end, b_start) + a_next  # BACKWARD_PRE prefetch
-                red_start = jnp.maximum(next_end, b_end)  # reduce-scatter after backward
+                next_end = xp.maximum(comm_end, b_start) + a_next  # BACKWARD_PRE prefetch
+                red_start = xp.maximum(next_end, b_end)  # reduce-scatter after backward
                 comm_end = red_start + red
             return (comm_end, b_end, next_end, wait), (b_end, gathered, red_start, red_start + red)
 
         first = t_fwd + ag[0]  # the last forward unit is gathered again
-        (comm_end, b_end, _, wait_b), (b_ends, regathered, red_start, red_end) = jax.lax.scan(
-            backward, (first, t_fwd, first, zero), (bwd_eff * frac, ag_next, gs)
+        bwd_units = xp.broadcast_to(bwd_eff * frac, ag.shape)
+        (comm_end, b_end, _, wait_b), (b_ends, regathered, red_start, red_end) = scan(
+            backward, (first, t_fwd, first, zero), (bwd_units, ag_next, gs), xp
         )
-        tail = jnp.maximum(comm_end - b_end, 0.0)
+        tail = xp.maximum(comm_end - b_end, 0.0)
         exposed = (fwd * slow_f + bwd * slow_b) + wait_f + wait_b + tail
         return {
             "communication_s": comm,
@@ -410,7 +414,7 @@ class FSDPArchitecture(AbstractArchitecture):
             "regather_end_s": regathered,
             "reduce_start_s": red_start,
             "reduce_end_s": red_end,
-            "span_s": jnp.maximum(b_end, comm_end),
+            "span_s": xp.maximum(b_end, comm_end),
         }
 
     def iteration_breakdown(
@@ -418,6 +422,7 @@ class FSDPArchitecture(AbstractArchitecture):
     ):
         """The :class:`costmodel.Breakdown` of one configuration (called by the timeline)."""
 
+        xp = xp_of(params, wt, eval_bytes, n, g, k, batch, base)
         fwd, bwd = _compute_s(params, wt, batch, g)
         comm, exposed = self.sharded_timeline(
             params, fwd, bwd, eval_bytes, weights, ready_frac, n, g, k
@@ -426,11 +431,11 @@ class FSDPArchitecture(AbstractArchitecture):
         overhead = params.step_overhead_s
         total = fwd + bwd + exposed + update + overhead
         thr = n * batch / total
-        f1, b1 = _compute_s(params, wt, base, jnp.ones_like(g))
+        f1, b1 = _compute_s(params, wt, base, xp.ones_like(g))
         t1 = f1 + b1 + wt.total_bytes * params.update_s_per_byte + overhead
         eff = thr / (n * base / t1)
         return Breakdown(
-            fwd, bwd, comm, exposed, update, overhead, total, thr, eff, jnp.sum(weights)
+            fwd, bwd, comm, exposed, update, overhead, total, thr, eff, xp.sum(weights, axis=0)
         )
 
 
@@ -441,24 +446,25 @@ class HSDPArchitecture(FSDPArchitecture):
 
     def shard_ranks(self, n, g):
         """Ranks a parameter is sharded over: the g ranks of a node."""
-        return jnp.minimum(g, n)
+        return xp_of(g, n).minimum(g, n)
 
     def gather_s(self, params: ClusterParams, s, n, g, k):
         """Intra-node ring all_gather of a unit over the node's g ranks."""
-        g = jnp.minimum(g, n)
+        g = xp_of(g, n).minimum(g, n)
         return RingAllGather().time(params, s, g, g)
 
     def phase1_s(self, params: ClusterParams, s, n, g, k):
         """Intra-node reduce_scatter, then the inter-node all_reduce of each 1/g shard."""
-        g = jnp.minimum(g, n)
+        xp = xp_of(params, s, n, g)
+        g = xp.minimum(g, n)
         rs = RingReduceScatter().time(params, s, g, g)
         _, ar, _ = HierarchicalAllReduce().phases(s, n, g)
         inter = finish(
-            params, jnp.where(ar.steps > 0, evaluate(params, "all_reduce", ar), 0.0), ar.steps, g
+            params, xp.where(ar.steps > 0, evaluate(params, "all_reduce", ar), 0.0), ar.steps, g
         )
         return rs + inter
 
     def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
         """Not used: HSDP's states shard over a node's ranks (memory_per_rank knows g)."""
         G = total_bytes + 0.0 * n
-        return G * (2.0 + optimizer_state_factor), jnp.zeros_like(G)
+        return G * (2.0 + optimizer_state_factor), xp_of(G).zeros_like(G)

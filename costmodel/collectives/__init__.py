@@ -174,7 +174,7 @@ def collective_batch(
     for name in dict.fromkeys(names):
         rows = np.asarray([k for k, c in enumerate(names) if c == name], dtype=int)
         model = COLLECTIVES[name]
-        args = (jnp.asarray(S[rows]), jnp.asarray(n[rows]), jnp.asarray(g[rows]))
+        args = (S[rows], n[rows], g[rows])
         # The congestion base: the factor at exponent 1 (then η = base ** fitted exponent).
         t = model.terms(*args, 1.0) if name in CONGESTION_EXPONENT else model.terms(*args)
         for f in cols:

@@ -6,10 +6,10 @@ import abc
 from typing import ClassVar
 
 import equinox as eqx
-import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from .._params import ClusterParams
+from .._xp import xp_of
 from ._base import Terms, as_float, check_static_ranks, evaluate, finish
 
 __all__ = ["AbstractCollective"]
@@ -39,8 +39,9 @@ class AbstractCollective(eqx.Module):
 
     def time(self, params: ClusterParams, S, n, g) -> Float[Array, "*b"]:
         """Seconds for already-validated float arrays ``S, n, g`` (g ≤ n)."""
+        xp = xp_of(S, n, g)
         t = self.terms(S, n, g)
-        return finish(params, evaluate(params, self.name, t), t.steps, jnp.minimum(g, n))
+        return finish(params, evaluate(params, self.name, t), t.steps, xp.minimum(g, n))
 
     def __call__(
         self,
@@ -66,5 +67,6 @@ class AbstractCollective(eqx.Module):
         """
         check_static_ranks(message_bytes, num_ranks, ranks_per_node)
         S, n, g = as_float(message_bytes), as_float(num_ranks), as_float(ranks_per_node)
-        S, n, g = jnp.broadcast_arrays(S, n, g)
-        return self.time(params, S, n, jnp.minimum(g, n))
+        xp = xp_of(S, n, g)
+        S, n, g = xp.broadcast_arrays(S, n, g)
+        return self.time(params, S, n, xp.minimum(g, n))

@@ -13,9 +13,8 @@ References:
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 from .._params import ClusterParams
+from .._xp import xp_of
 from ._abstract import AbstractCollective
 from ._base import Terms, evaluate, finish
 
@@ -29,13 +28,15 @@ class AllToAll(AbstractCollective):
     algorithm = "pairwise"
 
     def terms(self, S, n, g, exponent=0.0):
+        xp = xp_of(S, n, g, exponent)
         f = (n - 1.0) / n
         link = f * S
         inter = n > g
-        node = jnp.where(inter, g * S * (n - g) / n, n * link)
-        cong = jnp.maximum(n - 1.0, 1.0) ** exponent
-        return Terms(n - 1.0, link, node, jnp.zeros_like(S), cong, inter)
+        node = xp.where(inter, g * S * (n - g) / n, n * link)
+        cong = xp.maximum(n - 1.0, 1.0) ** exponent
+        return Terms(n - 1.0, link, node, xp.zeros_like(S), cong, inter)
 
     def time(self, params: ClusterParams, S, n, g):
+        xp = xp_of(params, S, n, g)
         t = self.terms(S, n, g, params.all_to_all_exponent)
-        return finish(params, evaluate(params, self.name, t), t.steps, jnp.minimum(g, n))
+        return finish(params, evaluate(params, self.name, t), t.steps, xp.minimum(g, n))

@@ -25,11 +25,13 @@ from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._names import COLLECTIVE_NAMES
 from .._params import ClusterParams
 from .._smooth import soft_max2, soft_min
+from .._xp import xp_of
 
 __all__ = [
     "Terms",
@@ -64,7 +66,11 @@ class Terms(NamedTuple):
 
 
 def as_float(x: ArrayLike) -> Float[Array, "*b"]:
-    """Convert sizes or counts to a floating array of jax's default float dtype."""
+    """Sizes or counts as a floating array: a jax array of jax's default float dtype
+    for jax input, else a float64 numpy array (numpy input, Python numbers)."""
+    xp = xp_of(x)
+    if xp is np:
+        return np.asarray(x, dtype=np.float64)
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.result_type(float))
@@ -80,7 +86,6 @@ def check_static_ranks(message_bytes, num_ranks, ranks_per_node) -> None:
     Raises:
         ValueError: naming the argument, when a concrete value is out of range.
     """
-    import numpy as np
     from jax.core import Tracer
 
     for name, v, lo in (
@@ -114,14 +119,17 @@ def evaluate(
         overhead and core sharing that :func:`finish` adds (and with which it
         zeroes calls of no steps: one rank). Zero bytes leave the latency.
     """
+    xp = xp_of(params, *t)
     c = COLLECTIVE_NAMES.index(collective) if isinstance(collective, str) else collective
-    level = jnp.where(t.inter, 1, 0)
-    # (…, R) regime tables for the level in use.
-    alpha = jnp.where(t.inter[..., None], params.regime_alpha_s[c, 1], params.regime_alpha_s[c, 0])
-    beta = jnp.where(
-        t.inter[..., None], params.regime_beta_s_per_byte[c, 1], params.regime_beta_s_per_byte[c, 0]
-    )
-    node_beta = params.node_beta_s_per_byte[level]
+    # (…, R) regime tables for the level in use. Parameters index from the
+    # right, so leaves with leading batch axes (parameter draws) broadcast.
+    ra = params.regime_alpha_s[..., c, :, :]
+    rb = params.regime_beta_s_per_byte[..., c, :, :]
+    inter = xp.asarray(t.inter)
+    alpha = xp.where(inter[..., None], ra[..., 1, :], ra[..., 0, :])
+    beta = xp.where(inter[..., None], rb[..., 1, :], rb[..., 0, :])
+    nb = params.node_beta_s_per_byte
+    node_beta = xp.where(inter, nb[..., 1], nb[..., 0])
     bw_node = t.node_bytes * node_beta
     bw_link = t.link_bytes[..., None] * beta
     bw = soft_max2(bw_link, bw_node[..., None]) * t.congestion[..., None]
@@ -131,7 +139,7 @@ def evaluate(
     if params.n_regimes == 1:
         time = per_regime[..., 0]
     else:
-        time = soft_min(per_regime, params.regime_sharpness[c])
+        time = soft_min(per_regime, params.regime_sharpness[..., c])
     return time
 
 
@@ -148,9 +156,10 @@ def finish(params: ClusterParams, time, steps, ranks_per_node):
         (time + o_call)·share(g) where steps > 0, else 0; share:
         :meth:`costmodel.ClusterParams.core_share`.
     """
+    xp = xp_of(params, time, steps, ranks_per_node)
     share = params.core_share(as_float(ranks_per_node))
     active = steps > 0
-    return jnp.where(active, (time + params.call_overhead_s) * share, 0.0)
+    return xp.where(active, (time + params.call_overhead_s) * share, 0.0)
 
 
 #: Collectives whose congestion factor η is ``base ** exponent`` with a fitted
@@ -197,10 +206,11 @@ class CollectiveBatch(eqx.Module):
     def congestion(self, params: ClusterParams) -> Float[Array, " N"]:
         """η of every call under ``params``: base ** exponent, or the fixed factor."""
         base = self.terms.congestion
+        xp = xp_of(params, base)
         eta = base
         for code, prop in enumerate(_EXPONENT_PROPERTIES):
             if code:
-                eta = jnp.where(self.exponent == code, base ** getattr(params, prop), eta)
+                eta = xp.where(self.exponent == code, base ** getattr(params, prop), eta)
         return eta
 
 

@@ -14,9 +14,8 @@ References:
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 from .._params import ClusterParams
+from .._xp import xp_of
 from ._abstract import AbstractCollective
 from ._base import Terms, evaluate, finish
 
@@ -31,16 +30,17 @@ class HierarchicalAllReduce(AbstractCollective):
 
     def phases(self, S, n, g):
         """The three phases' terms: (intra reduce_scatter, inter all_reduce, intra all_gather)."""
-        g = jnp.minimum(g, n)
-        m = jnp.ceil(n / g)
+        xp = xp_of(S, n, g)
+        g = xp.minimum(g, n)
+        m = xp.ceil(n / g)
         fg = (g - 1.0) / g
         fm = (m - 1.0) / m
-        one = jnp.ones_like(S)
-        no = jnp.zeros_like(S, dtype=bool)
+        one = xp.ones_like(S)
+        no = xp.zeros_like(S, dtype=bool)
         rs = Terms(g - 1.0, fg * S, g * fg * S, fg * S, one, no)
         link = 2.0 * fm * S / g
         ar = Terms(2.0 * (m - 1.0), link, g * link, fm * S / g, one, m > 1)
-        ag = Terms(g - 1.0, fg * S, g * fg * S, jnp.zeros_like(S), one, no)
+        ag = Terms(g - 1.0, fg * S, g * fg * S, xp.zeros_like(S), one, no)
         return rs, ar, ag
 
     def terms(self, S, n, g):
@@ -52,8 +52,7 @@ class HierarchicalAllReduce(AbstractCollective):
         )
 
     def time(self, params: ClusterParams, S, n, g):
+        xp = xp_of(params, S, n, g)
         rs, ar, ag = self.phases(S, n, g)
-        t = sum(
-            jnp.where(ph.steps > 0, evaluate(params, self.name, ph), 0.0) for ph in (rs, ar, ag)
-        )
-        return finish(params, t, rs.steps + ar.steps, jnp.minimum(g, n))
+        t = sum(xp.where(ph.steps > 0, evaluate(params, self.name, ph), 0.0) for ph in (rs, ar, ag))
+        return finish(params, t, rs.steps + ar.steps, xp.minimum(g, n))

@@ -22,9 +22,8 @@ References:
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 from .._params import ClusterParams
+from .._xp import xp_of
 from ._abstract import AbstractCollective
 from ._base import Terms, evaluate, finish
 
@@ -46,30 +45,33 @@ def ps_exchange_terms(S, workers, servers, g, fanin_exponent, *, colocated=False
     Returns:
         :class:`Terms`.
     """
-    n = jnp.maximum(workers, 1.0)
-    k = jnp.maximum(jnp.minimum(servers, n) if colocated else servers, 1.0)
+    xp = xp_of(S, workers, servers, g, fanin_exponent, inter)
+    n = xp.maximum(workers, 1.0)
+    k = xp.maximum(xp.minimum(servers, n) if colocated else servers, 1.0)
     # flows into one server: none when there is no worker (a lone server rank)
-    senders = jnp.maximum(n - 1.0 if colocated else workers, 0.0)
+    senders = xp.maximum(n - 1.0 if colocated else workers, 0.0)
     server_link = senders * S / k
     worker_link = S * ((k - 1.0) / k if colocated else 1.0)
-    link = jnp.maximum(server_link, worker_link)
+    link = xp.maximum(server_link, worker_link)
     procs = n if colocated else n + k
     if inter is None:
         inter = procs > g
-    node = jnp.where(inter, jnp.maximum(server_link, jnp.minimum(g, n) * worker_link), senders * S)
-    cong = jnp.maximum(senders / k, 1.0) ** fanin_exponent
-    steps = jnp.where(senders > 0, 1.0, 0.0)
-    return Terms(steps, link, node, jnp.zeros_like(S), cong, inter)
+    node = xp.where(inter, xp.maximum(server_link, xp.minimum(g, n) * worker_link), senders * S)
+    cong = xp.maximum(senders / k, 1.0) ** fanin_exponent
+    steps = xp.where(senders > 0, 1.0, 0.0)
+    return Terms(steps, link, node, xp.zeros_like(S), cong, inter)
 
 
 class _PS(AbstractCollective):
     def terms(self, S, n, g, exponent=0.0):
         # n ranks: one server, n−1 workers, all sending S.
-        return ps_exchange_terms(S, n - 1.0, jnp.ones_like(n), g, exponent, inter=n > g)
+        xp = xp_of(S, n, g, exponent)
+        return ps_exchange_terms(S, n - 1.0, xp.ones_like(n), g, exponent, inter=n > g)
 
     def time(self, params: ClusterParams, S, n, g):
+        xp = xp_of(params, S, n, g)
         t = self.terms(S, n, g, params.fanin_exponent)
-        return finish(params, evaluate(params, self.name, t), t.steps, jnp.minimum(g, n))
+        return finish(params, evaluate(params, self.name, t), t.steps, xp.minimum(g, n))
 
 
 class PSPush(_PS):
@@ -85,7 +87,7 @@ class PSPush(_PS):
 
     def terms(self, S, n, g, exponent=0.0):
         t = super().terms(S, n, g, exponent)
-        return t._replace(reduce_bytes=jnp.maximum(n - 1.0, 0.0) * S)
+        return t._replace(reduce_bytes=xp_of(S, n).maximum(n - 1.0, 0.0) * S)
 
 
 class PSPull(_PS):

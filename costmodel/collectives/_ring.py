@@ -10,8 +10,7 @@ References:
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from .._xp import xp_of
 from ._abstract import AbstractCollective
 from ._base import Terms
 
@@ -21,7 +20,7 @@ __all__ = ["RingAllReduce", "RingReduceScatter", "RingAllGather"]
 def _node_bytes(link, n, g, inter):
     # One node: all n ranks move their link bytes through the node's shared
     # resource at once. Across nodes: a ring crosses each node boundary once.
-    return jnp.where(inter, link, n * link)
+    return xp_of(link, n, inter).where(inter, link, n * link)
 
 
 class RingAllReduce(AbstractCollective):
@@ -40,11 +39,12 @@ class RingAllReduce(AbstractCollective):
     algorithm = "ring"
 
     def terms(self, S, n, g):
+        xp = xp_of(S, n, g)
         f = (n - 1.0) / n
         link = 2.0 * f * S
         inter = n > g
         return Terms(
-            2.0 * (n - 1.0), link, _node_bytes(link, n, g, inter), f * S, jnp.ones_like(S), inter
+            2.0 * (n - 1.0), link, _node_bytes(link, n, g, inter), f * S, xp.ones_like(S), inter
         )
 
 
@@ -55,10 +55,11 @@ class RingReduceScatter(AbstractCollective):
     algorithm = "ring"
 
     def terms(self, S, n, g):
+        xp = xp_of(S, n, g)
         f = (n - 1.0) / n
         link = f * S
         inter = n > g
-        return Terms(n - 1.0, link, _node_bytes(link, n, g, inter), f * S, jnp.ones_like(S), inter)
+        return Terms(n - 1.0, link, _node_bytes(link, n, g, inter), f * S, xp.ones_like(S), inter)
 
 
 class RingAllGather(AbstractCollective):
@@ -68,6 +69,7 @@ class RingAllGather(AbstractCollective):
     algorithm = "ring"
 
     def terms(self, S, n, g):
+        xp = xp_of(S, n, g)
         f = (n - 1.0) / n
         link = f * S
         inter = n > g
@@ -75,7 +77,7 @@ class RingAllGather(AbstractCollective):
             n - 1.0,
             link,
             _node_bytes(link, n, g, inter),
-            jnp.zeros_like(S),
-            jnp.ones_like(S),
+            xp.zeros_like(S),
+            xp.ones_like(S),
             inter,
         )

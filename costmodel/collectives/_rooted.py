@@ -12,8 +12,7 @@ References:
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from .._xp import xp_of
 from ._abstract import AbstractCollective
 from ._base import Terms
 
@@ -21,14 +20,15 @@ __all__ = ["Broadcast", "Reduce", "SendRecv"]
 
 
 def _chain(S, n, g, reduce: bool):
+    xp = xp_of(S, n, g)
     inter = n > g
-    node = jnp.where(inter, S, n * S)
+    node = xp.where(inter, S, n * S)
     return Terms(
         n - 1.0,
-        S * jnp.ones_like(n),
+        S * xp.ones_like(n),
         node,
-        S if reduce else jnp.zeros_like(S),
-        jnp.ones_like(S),
+        S if reduce else xp.zeros_like(S),
+        xp.ones_like(S),
         inter,
     )
 
@@ -60,13 +60,14 @@ class SendRecv(AbstractCollective):
     algorithm = "ring"
 
     def terms(self, S, n, g):
+        xp = xp_of(S, n, g)
         inter = n > g
-        steps = jnp.where(n > 1, 1.0, 0.0)
+        steps = xp.where(n > 1, 1.0, 0.0)
         return Terms(
             steps,
-            S * jnp.ones_like(n),
-            jnp.where(inter, S, n * S),
-            jnp.zeros_like(S),
-            jnp.ones_like(S),
+            S * xp.ones_like(n),
+            xp.where(inter, S, n * S),
+            xp.zeros_like(S),
+            xp.ones_like(S),
             inter,
         )

@@ -11,8 +11,7 @@ References:
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from .._xp import xp_of
 from ._abstract import AbstractCollective
 from ._base import Terms
 
@@ -21,7 +20,8 @@ __all__ = ["TreeAllReduce"]
 
 def ceil_log2(n):
     """⌈log₂ n⌉ for float arrays n ≥ 1 (0 for n = 1)."""
-    return jnp.ceil(jnp.log2(jnp.maximum(n, 1.0)) - 1e-9)
+    xp = xp_of(n)
+    return xp.ceil(xp.log2(xp.maximum(n, 1.0)) - 1e-9)
 
 
 class TreeAllReduce(AbstractCollective):
@@ -31,11 +31,12 @@ class TreeAllReduce(AbstractCollective):
     algorithm = "tree"
 
     def terms(self, S, n, g):
+        xp = xp_of(S, n, g)
         rounds = ceil_log2(n)
         inter = n > g
-        m = jnp.ceil(n / g)
+        m = xp.ceil(n / g)
         link = rounds * S
         # Across nodes, the ⌈log₂ m⌉ rounds with off-node partners put all g
         # ranks' exchanges through the NIC.
-        node = jnp.where(inter, g * S * ceil_log2(m), n * link)
-        return Terms(rounds, link, node, rounds * S, jnp.ones_like(S), inter)
+        node = xp.where(inter, g * S * ceil_log2(m), n * link)
+        return Terms(rounds, link, node, rounds * S, xp.ones_like(S), inter)

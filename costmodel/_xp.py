@@ -1,0 +1,98 @@
+"""The array namespace a formula runs in: numpy for concrete sweeps, jax.numpy under tracing.
+
+The cost model's closed forms are written once, against a namespace ``xp``
+chosen from their operands: :mod:`numpy` when every operand is a numpy array
+or a Python number (the exhaustive sweep, predictions, the report's curves:
+no XLA compilation, no per-op dispatch), :mod:`jax.numpy` as soon as one is a
+``jax.Array`` (which includes every tracer: ``jax.jit``, ``jax.grad``,
+``jax.vmap`` of calibration, sensitivities and refinement). The functions
+used (``where``, ``maximum``, ``exp``, ``cumsum``, …) mean the same in both.
+
+:func:`scan` is the one sequential loop of the model (FSDP's per-unit
+recursion): ``jax.lax.scan`` under jax, a Python loop over the leading axis
+under numpy (vectorised over every trailing configuration axis).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["xp_of", "scan", "stop_gradient", "is_jax", "is_traced", "cummax"]
+
+
+def _leaf(x):
+    # a ClusterParams / WorkloadTerms / Terms: judge by its first array leaf
+    if hasattr(x, "log_alpha"):
+        return x.log_alpha
+    if hasattr(x, "cum_bytes_rev"):
+        return x.cum_bytes_rev
+    return x
+
+
+def is_jax(x) -> bool:
+    """Whether ``x`` (an array, or a parameter / workload-terms object) is a jax array or tracer."""
+    return isinstance(_leaf(x), jax.Array)
+
+
+def xp_of(*xs):
+    """:mod:`jax.numpy` if any operand is a jax array (or tracer), else :mod:`numpy`.
+
+    Args:
+        xs: arrays, Python numbers, or objects with array leaves
+            (:class:`costmodel.ClusterParams`, ``WorkloadTerms``); tuples are
+            searched one level deep.
+
+    Example:
+        >>> import numpy as np
+        >>> xp_of(np.ones(2), 3.0) is np
+        True
+    """
+    for x in xs:
+        if isinstance(x, tuple):
+            if any(is_jax(y) for y in x):
+                return jnp
+        elif is_jax(x):
+            return jnp
+    return np
+
+
+def stop_gradient(x):
+    """``jax.lax.stop_gradient`` for jax arrays; numpy arrays pass through."""
+    return jax.lax.stop_gradient(x) if isinstance(x, jax.Array) else x
+
+
+def scan(f, init, xs, xp):
+    """``jax.lax.scan(f, init, xs)`` under jax; the same loop in Python under numpy.
+
+    Args:
+        f: ``(carry, x) -> (carry, y)``; x and y are tuples of arrays.
+        init: the initial carry (a tuple of arrays).
+        xs: a tuple of arrays scanned along their leading axis (length L).
+        xp: the namespace (:func:`xp_of`).
+
+    Returns:
+        ``(carry, ys)`` with each y stacked along a new leading axis.
+    """
+    if xp is jnp:
+        return jax.lax.scan(f, init, xs)
+    length = xs[0].shape[0]
+    carry, ys = init, []
+    for i in range(length):
+        carry, y = f(carry, tuple(x[i] for x in xs))
+        ys.append(y)
+    stacked = tuple(np.stack(np.broadcast_arrays(*col)) for col in zip(*ys, strict=True))
+    return carry, stacked
+
+
+def is_traced(x) -> bool:
+    """Whether any array leaf of ``x`` is a jax tracer (inside jit, grad or vmap)."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
+
+
+def cummax(x, xp, axis: int = 0):
+    """Running maximum along ``axis``: ``jax.lax.cummax`` or ``numpy.maximum.accumulate``."""
+    if xp is jnp:
+        return jax.lax.cummax(x, axis=axis)
+    return np.maximum.accumulate(x, axis=axis)
