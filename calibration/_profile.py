@@ -261,7 +261,7 @@ class Profile:
         """
         level = _check_level(level)
         z = _z(level)
-        th = np.asarray(self.theta, dtype=np.float64)
+        th = self.params.flat()
         out = []
         for q in self._layout.quantities():
             m = float(q.coef @ th)

@@ -1143,7 +1143,7 @@ def recommend(
     _check_global_batch(global_batch, workers)
     osf = _check_optimizer_state(optimizer_state_factor)
     memory = (
-        float(np.asarray(prof.params.memory_bytes))
+        float(prof.params.to_numpy().memory_bytes)
         if device_memory_bytes is None
         else _positive("device_memory_bytes", device_memory_bytes, "--device-memory")
     )
