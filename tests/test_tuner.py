@@ -609,7 +609,8 @@ def test_sensitivity_of_one_worker_is_compute_only(resnet18):
     assert e["beta_inter"] == 0.0 and e["alpha_inter"] == 0.0
     bd = iteration_time(P10G, resnet18, "ring", 1)
     share = float((bd.forward_s + bd.backward_s) / bd.iteration_s)
-    assert e["flops"] == pytest.approx(-share, rel=1e-12)
+    # the elasticities are central differences (h = 1e-5 in log units: error ~1e-10)
+    assert e["flops"] == pytest.approx(-share, rel=1e-8)
 
 
 # ---------------------------------------------------------------------------

@@ -46,7 +46,13 @@ from ._search import (
     sweep,
     worker_grid,
 )
-from ._uncertainty import as_profile, flat_covariance, heldout_p90, parameter_draws
+from ._uncertainty import (
+    as_profile,
+    flat_covariance,
+    heldout_p90,
+    parameter_draws,
+    takes_batched,
+)
 
 __all__ = [
     "OBJECTIVES",
@@ -658,7 +664,7 @@ def _intervals(ctx: _Context, spec_rows: list, level: float, nominal) -> tuple:
 
     def run(exact: bool):
         spec, order = TimeSpec.build(ctx.workload, ctx.ranks_per_node, spec_rows, exact)
-        if _takes_batched(ctx.profile):
+        if takes_batched(ctx.profile):
             lo, hi = ctx.profile.interval(lambda p: spec_times(p, spec), level=level, batched=True)
         else:
             fn = (
@@ -680,16 +686,6 @@ def _intervals(ctx: _Context, spec_rows: list, level: float, nominal) -> tuple:
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         lo, hi = run(True)  # automatic derivatives, cap by cap
     return lo, hi
-
-
-def _takes_batched(profile) -> bool:
-    """Whether ``profile.interval`` accepts ``batched=True`` (numpy evaluation)."""
-    import inspect
-
-    try:
-        return "batched" in inspect.signature(profile.interval).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 # ---------------------------------------------------------------------------

@@ -66,6 +66,7 @@ from ._format import format_percent, series_label
 from ._search import central_differences
 from ._sensitivity import sensitivity
 from ._text import markdown_escape
+from ._uncertainty import takes_batched
 
 __all__ = [
     "iteration_timeline",
@@ -190,20 +191,19 @@ def _unit_timeline(params, workload, arch, workers, g, bucket_bytes, bd, label) 
 
     table = arch.bucket_table(workload, [float(bucket_bytes)])
     K = int(table.counts[0])
-    dtype = jnp.asarray(params.alpha_s).dtype
-    s = jnp.asarray(table.sizes[0, :K], dtype=dtype)
-    r = jnp.asarray(table.ready_frac[0, :K], dtype=dtype)
+    s = np.asarray(table.sizes[0, :K], dtype=np.float64)
+    r = np.asarray(table.ready_frac[0, :K], dtype=np.float64)
 
     def full(v):
-        return jnp.asarray(float(v), dtype=dtype)
+        return np.asarray(float(v), dtype=np.float64)
 
     out = _unit_schedule(
         arch,
-        params,
+        params.to_numpy(),
         full(bd["forward_s"]),
         full(bd["backward_s"]),
         s,
-        jnp.ones_like(s),
+        np.ones_like(s),
         r,
         full(workers),
         full(g),
@@ -832,7 +832,7 @@ def _bucket_sweep(profile, params, workload, rec) -> dict:
     if hasattr(profile, "interval"):
 
         def fn(p):
-            return jnp.asarray(
+            return np.asarray(
                 iteration_time(
                     p,
                     workload,
@@ -845,7 +845,10 @@ def _bucket_sweep(profile, params, workload, rec) -> dict:
                 ).iteration_s
             )
 
-        lo, hi = profile.interval(central_differences(fn))
+        if takes_batched(profile):  # every perturbed parameter set in one numpy call
+            lo, hi = profile.interval(fn, batched=True)
+        else:
+            lo, hi = profile.interval(central_differences(lambda p: jnp.asarray(fn(p))))
         out["low_s"], out["high_s"] = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     return out
 
@@ -1319,7 +1322,7 @@ def build_report(
         extra = [p.name for p in out.iterdir() if p.name not in set(keep)]
         if extra:
             _prepare_dir(out, overwrite, keep)
-    params = profile.params if hasattr(profile, "params") else profile
+    params = (profile.params if hasattr(profile, "params") else profile).to_numpy()
     records = list(records)
     say("collective fit")
     series = _fit_series(profile, params, records)

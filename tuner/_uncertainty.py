@@ -163,6 +163,21 @@ def parameter_draws(profile, num: int = 200, seed: int = 0):
     return profile.params.from_flat(allv), ok
 
 
+def takes_batched(profile) -> bool:
+    """Whether ``profile.interval`` accepts ``batched=True`` (the numpy evaluation).
+
+    :class:`calibration.Profile`, :class:`BareProfile` and :class:`ScaledProfile`
+    do; a user's own profile object with ``interval(fn, level)`` gets the
+    jax-traceable path.
+    """
+    import inspect
+
+    try:
+        return "batched" in inspect.signature(profile.interval).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def heldout_p90(profile) -> float:
     """The profile's held-out p90 absolute relative error (NaN when unknown)."""
     v = getattr(profile, "heldout_p90", float("nan"))
