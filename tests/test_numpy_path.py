@@ -1,0 +1,152 @@
+"""One implementation, two namespaces: the numpy evaluation equals the jitted jax one.
+
+The cost model's closed forms run in numpy for concrete parameters (sweeps,
+predictions, intervals, draws, refinement, reports: nothing compiled) and in
+jax.numpy under tracing (calibration, gradients). These tests compare the two
+on a grid of architectures × workloads × presets and on a "fitted" profile
+(every parameter moved off its preset, three protocol regimes), in float64.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from calibration import Profile
+from costmodel import (
+    ARCHITECTURE_NAMES,
+    Breakdown,
+    bucket_schedule,
+    fluid_iteration_time,
+    get_workload,
+    iteration_time,
+    preset,
+)
+from tuner._search import TimeSpec, Variant, spec_times, spec_times_draws
+
+MULTI = ("ps_host", "hybrid", "hierarchical", "hsdp")
+
+
+def _fitted(n_regimes: int, seed: int = 0):
+    """A preset with every unconstrained leaf moved at random (as a fit would)."""
+    p = preset("ib-hdr-200g", "a100", n_regimes=n_regimes)
+    theta = p.flat()
+    rng = np.random.default_rng(seed)
+    return p.from_flat(theta + rng.normal(0.0, 0.3, theta.size)), p
+
+
+def _grid(arch):
+    g = 4 if arch in MULTI else 1
+    n, b = np.meshgrid([g, 2 * g, 8 * g, 64 * g], [0.0, 2.0**20, 25 * 2.0**20, 2.0**30])
+    n, b = n.ravel(), b.ravel()
+    return dict(workers=n, ranks_per_node=g, servers=np.minimum(n, 4), bucket_bytes=b)
+
+
+def _params_sets():
+    out = [("ethernet-10g:v100", preset("ethernet-10g", "v100"))]
+    for r in (1, 3):
+        fitted, _ = _fitted(r)
+        out.append((f"fitted-{r}-regimes", jax.tree_util.tree_map(jnp.asarray, fitted)))
+    return out
+
+
+#: Every architecture on a CNN; one of each family on a transformer.
+_CASES = [(a, "resnet50") for a in ARCHITECTURE_NAMES] + [
+    (a, "bert_base") for a in ("ring", "ps", "zero2", "fsdp", "hsdp")
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("arch", "workload"), _CASES)
+def test_numpy_sweep_equals_jitted_sweep(arch, workload):
+    w = get_workload(workload)
+    kw = _grid(arch)
+    workers = kw.pop("workers")
+    jitted = jax.jit(lambda p: iteration_time(p, w, arch, workers, **kw))
+    for label, params in _params_sets():
+        out_np = iteration_time(params, w, arch, workers, **kw)
+        out_jx = jitted(params)
+        for f in Breakdown.FIELDS:
+            x = getattr(out_np, f)
+            y = np.asarray(getattr(out_jx, f))
+            assert type(x) is np.ndarray and x.dtype == np.float64, (label, f)
+            # times relative to the step (exposed communication can be ~0)
+            scale = np.asarray(out_jx.iteration_s) if f.endswith("_s") else np.abs(y)
+            assert np.all(np.abs(x - y) <= 1e-9 * scale), (label, f, np.max(np.abs(x - y) / scale))
+
+
+def test_a_batch_of_parameter_sets_equals_one_set_at_a_time():
+    fitted, _ = _fitted(3, seed=1)
+    w = get_workload("resnet50")
+    rng = np.random.default_rng(2)
+    thetas = fitted.flat() + rng.normal(0, 0.05, (4, fitted.flat().size))
+    batch = fitted.from_flat(thetas)
+    for arch in ("ps", "ring", "fsdp", "hierarchical"):
+        kw = _grid(arch)
+        workers = kw.pop("workers")
+        together = iteration_time(batch, w, arch, workers, **kw).iteration_s
+        assert together.shape == (4, workers.size)
+        for d in range(4):
+            alone = iteration_time(fitted.from_flat(thetas[d]), w, arch, workers, **kw)
+            np.testing.assert_allclose(together[d], alone.iteration_s, rtol=1e-12)
+
+
+def test_draws_in_numpy_equal_jax_vmapped_draws():
+    fitted, _ = _fitted(3, seed=3)
+    w = get_workload("resnet50")
+    rows = [(Variant("ring"), 16, 1, 25 * 2**20, 32, 32), (Variant("ps"), 8, 2, 2**20, 32, 32)]
+    spec, _ = TimeSpec.build(w, 1, rows)
+    rng = np.random.default_rng(4)
+    thetas = fitted.flat() + rng.normal(0, 0.05, (3, fitted.flat().size))
+    numpy_out = spec_times_draws(fitted.from_flat(thetas), spec)
+    for d in range(3):
+        jax_params = jax.tree_util.tree_map(jnp.asarray, fitted.from_flat(thetas[d]))
+        one = np.asarray(jax.jit(lambda p: spec_times(p, spec))(jax_params))
+        np.testing.assert_allclose(numpy_out[d], one, rtol=1e-9)
+
+
+def test_batched_interval_equals_the_jvp_interval():
+    # Profile.interval(batched=True): central differences over one numpy call;
+    # the jax path: jax.jvp of the same function. Equal where the model is smooth
+    # (a configuration away from the hard max's kinks), to the differences' error.
+    prof = Profile.from_preset("ethernet-10g", "v100", n_regimes=3)
+    w = get_workload("resnet50")
+    n = np.array([2.0, 8.0, 32.0])
+
+    def fn(p):
+        return iteration_time(p, w, "p2p", n, bucket_bytes=4 * 2**20).iteration_s
+
+    lo_b, hi_b = prof.interval(fn, batched=True)
+    lo_j, hi_j = prof.interval(lambda p: jnp.asarray(fn(p)))
+    assert isinstance(lo_b, np.ndarray) and lo_b.shape == (3,)
+    np.testing.assert_allclose(lo_b, np.asarray(lo_j), rtol=1e-6)
+    np.testing.assert_allclose(hi_b, np.asarray(hi_j), rtol=1e-6)
+    assert np.all(lo_b < fn(prof.params)) and np.all(fn(prof.params) < hi_b)
+
+
+def test_fluid_model_numpy_equals_jax_and_several_sizes_broadcast():
+    fitted, _ = _fitted(3, seed=5)
+    w = get_workload("resnet50")
+    us = np.log(np.array([2.0**18, 2.0**22, 2.0**26]))
+    kw = dict(num_slots=int(np.ceil(w.total_param_bytes / 2.0**18)) + 1, ranks_per_node=1.0)
+    together = fluid_iteration_time(fitted, w, "ring", 8.0, us, **kw).iteration_s
+    assert together.shape == (3,)
+    jax_params = jax.tree_util.tree_map(jnp.asarray, fitted)
+    for i, u in enumerate(us):
+        t = jax.jit(lambda p, u: fluid_iteration_time(p, w, "ring", 8.0, u, **kw).iteration_s)(
+            jax_params, jnp.asarray(u)
+        )
+        assert together[i] == pytest.approx(float(t), rel=1e-9)
+
+
+@pytest.mark.parametrize("arch", ["ring", "ps", "zero1", "p2p"])
+def test_bucket_schedule_in_numpy_ends_where_iteration_time_does(arch):
+    fitted, _ = _fitted(3, seed=6)
+    w = get_workload("resnet50")
+    s = bucket_schedule(fitted, w, arch, 16, servers=4, bucket_bytes=8 * 2**20)
+    t = float(iteration_time(fitted, w, arch, 16, servers=4, bucket_bytes=8 * 2**20).iteration_s)
+    assert s.iteration_s == pytest.approx(t, rel=1e-12)
+    assert s.overhead_start_s + s.overhead_s == pytest.approx(t, rel=1e-9)
+    assert np.all(np.diff(s.end_s) >= 0) and np.all(s.start_s >= s.ready_s - 1e-15)
