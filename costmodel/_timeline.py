@@ -183,14 +183,20 @@ def _sweep(
 
 
 def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smooth) -> Breakdown:
-    """:func:`_core` in numpy over flat configurations, one call per bucket cap.
+    """:func:`_core` in numpy over flat configurations, vectorised.
 
-    Configurations of one cap share its exact bucketing (K real buckets, no
-    padding), so each call broadcasts (K, 1…) buckets against the (…, N_u)
-    configurations of that cap. Parameters with leading batch axes (draws,
-    :meth:`costmodel.ClusterParams.to_numpy` with ``batch_ndim=1``) give
-    results of shape (D, N). Same formulas as the jitted path: the namespace
-    follows the operands (:mod:`costmodel._xp`).
+    With one protocol regime (and a bucketed architecture) every bucket's
+    cost is affine in its bytes, so :func:`_core` reads the buckets only
+    through suffix sums of counts and bytes: all configurations, whatever
+    their cap, go through one call (in chunks of bounded memory), the buckets
+    of each zero-padded to the longest bucketing (a padded slot has weight 0,
+    as in the jitted path; architectures that do not overlap need only the
+    totals, the first suffix). Otherwise configurations are grouped by cap:
+    each group shares its exact bucketing (K real buckets, no padding), and
+    one call broadcasts (K, 1…) buckets against the (…, N_u) configurations.
+    Parameters with leading batch axes (draws, :meth:`ClusterParams.from_flat`
+    of (D, P)) give results of shape (D, N). Same formulas as the jitted
+    path: the namespace follows the operands (:mod:`costmodel._xp`).
     """
     params = numpy_params(params)
     wt = WorkloadTerms.from_workload(workload, numpy=True)
@@ -198,36 +204,55 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
     N = idx.size
     out = {f: np.zeros(np.broadcast_shapes(pshape, (N,))) for f in Breakdown.FIELDS}
     n, g, k, batch, base = (np.asarray(x, dtype=np.float64).ravel() for x in (n, g, k, batch, base))
+    sizes = np.asarray(table.sizes, dtype=np.float64)
+    w = (sizes > 0).astype(np.float64)
+    cnt = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
+    byt = np.cumsum(sizes[:, ::-1], axis=1)[:, ::-1]
+    ready = np.asarray(table.ready_frac, dtype=np.float64)
+    if params.n_regimes == 1 and not hasattr(arch, "iteration_breakdown"):
+        K = max(1, int(table.counts[np.unique(idx)].max())) if arch.overlaps else 1
+        step = max(1, _NUMPY_ELEMENTS // K)
+        groups = [np.arange(i, min(i + step, N)) for i in range(0, N, step)]
+    else:
+        groups = [np.flatnonzero(idx == u) for u in np.unique(idx)]
+        K = None
     with np.errstate(all="ignore"):  # untaken branches of where (n = 1, empty buckets)
-        for u in np.unique(idx):
-            rows = np.flatnonzero(idx == u)
-            K = max(1, int(table.counts[u]))
+        for rows in groups:
+            ix = idx[rows]
+            Kr = K if K is not None else max(1, int(table.counts[ix[0]]))
             B = len(np.broadcast_shapes(pshape, rows.shape))
+            if K is None:  # one cap: its buckets broadcast over the configurations
 
-            def col(x, K=K, B=B):
-                return np.asarray(x[:K], dtype=np.float64).reshape((K,) + (1,) * B)
+                def col(x, Kr=Kr, B=B, u=ix[0]):
+                    return x[u, :Kr].reshape((Kr,) + (1,) * B)
 
-            sizes = table.sizes[u]
-            w = (sizes > 0).astype(np.float64)
-            suffix = (col(np.cumsum(w[:K][::-1])[::-1]), col(np.cumsum(sizes[:K][::-1])[::-1]))
+            else:  # each configuration its own (padded) buckets, along the last axis
+
+                def col(x, Kr=Kr, B=B, ix=ix):
+                    return x[ix, :Kr].T.reshape((Kr,) + (1,) * (B - 1) + (ix.size,))
+
             bd = _core(
                 params,
                 arch,
                 wt,
                 col(sizes),
                 col(w),
-                col(table.ready_frac[u]),
+                col(ready),
                 n[rows],
                 g[rows],
                 k[rows],
                 batch[rows],
                 base[rows],
                 bool(smooth),
-                suffix,
+                (col(cnt), col(byt)),
             )
             for f in Breakdown.FIELDS:
                 out[f][..., rows] = getattr(bd, f)
     return Breakdown(*(out[f] for f in Breakdown.FIELDS))
+
+
+#: Elements of one (buckets × configurations) array in a numpy sweep chunk.
+_NUMPY_ELEMENTS = 1 << 20
 
 
 def _resolve_arch(architecture, colocated):
