@@ -1,20 +1,26 @@
-"""How fast is the full iteration model? Configurations per second, after compilation.
+"""How fast is the full iteration model? Configurations per second, numpy and jitted.
 
 Sweeps every architecture × workers × gradient-bucket cap of ResNet-50 (batch
 64 per worker, presets ethernet-10g + v100) through ``costmodel.iteration_time``
-— one vmapped, jitted call per architecture, the way the tuner sweeps — and
-reports, per architecture and in total:
+— one call per architecture — on its two paths: ``numpy`` (concrete
+parameters: the closed forms in numpy, the way the tuner sweeps since issue 21;
+nothing compiled) and ``jit`` (the same function of traced parameters under
+``jax.jit``, the way a gradient-based fit would evaluate it; ``--dtype`` sets
+its precision, numpy is always float64). Reports, per path, architecture and
+in total:
 
-* compile: the first call (trace + XLA compile + one run), seconds;
+* compile: the first call (jit: trace + XLA compile + one run), seconds;
 * steady: the best of ``--repeats`` further calls with *new values* of the same
   shapes (different worker counts, so nothing is cached but the compilation),
   wall-clock including the host-side bucketing, ``block_until_ready`` before
   reading the clock;
 * configurations per second = configurations / steady time.
 
-Target (issue 2): ≥ 1,000,000 configurations/s on 2 CPU cores.
+Targets: issue 2, ≥ 1,000,000 configurations/s on 2 CPU cores; issue 21,
+≥ 10 M/s with presets and ≥ 1 M/s with a 3-regime profile.
 
 Run:  python benchmarks/model_speed.py [--dtype float32|float64|both] [--repeats 5] [--regimes 1]
+      [--path numpy|jit|both]
 
 Prints a short table last and writes everything to
 benchmarks/results/model_speed.json.
@@ -47,8 +53,8 @@ def _configurations(rng, np):
     return n[perm], k[perm], b[perm], caps
 
 
-def run(dtype: str, repeats: int, regimes: int = 1) -> dict:
-    """Benchmark one floating-point precision; returns its results."""
+def run(dtype: str, repeats: int, regimes: int = 1, path: str = "jit") -> dict:
+    """Benchmark one path (numpy, or jit at one floating-point precision); returns its results."""
     import jax
 
     jax.config.update("jax_enable_x64", dtype == "float64")
@@ -68,17 +74,28 @@ def run(dtype: str, repeats: int, regimes: int = 1) -> dict:
         table = bucket_table(workload, b)
         table.index(b)
         host.append(time.perf_counter() - t0)
-    out = {"dtype": dtype, "configurations_per_architecture": int(n.size), "architectures": []}
+    out = {"dtype": "float64" if path == "numpy" else dtype, "path": path}
+    out.update({"configurations_per_architecture": int(n.size), "architectures": []})
     out["n_regimes"] = regimes
     out["bucket_caps_bytes"] = [float(caps[0]), float(caps[-1]), int(caps.size)]
     out["max_buckets"] = int(table.sizes.shape[1])
     out["host_bucketing_first_s"] = host[0]
     out["host_bucketing_s"] = min(host)
 
+    def sweep_fn(arch):
+        def f(p, workers):
+            return iteration_time(
+                p, workload, arch, workers, ranks_per_node=8, servers=k, bucket_bytes=b
+            )
+
+        return f if path == "numpy" else jax.jit(f)
+
+    p_eval = params.to_numpy() if path == "numpy" else params
+    fns = {}
+
     def call(arch, workers):
-        res = iteration_time(
-            params, workload, arch, workers, ranks_per_node=8, servers=k, bucket_bytes=b
-        )
+        fn = fns.setdefault(arch, sweep_fn(arch))
+        res = fn(p_eval, workers)
         jax.block_until_ready(res.iteration_s)
         return res
 
@@ -128,6 +145,12 @@ def main(argv=None) -> int:
         help="protocol regimes per collective (1 = the presets' α-β line; fitted profiles "
         "may have 2–3, which the model evaluates bucket by bucket)",
     )
+    parser.add_argument(
+        "--path",
+        choices=("numpy", "jit", "both"),
+        default="both",
+        help="numpy: concrete parameters (the tuner's sweep); jit: jax.jit of traced parameters",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS, help="JSON results file")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -139,7 +162,11 @@ def main(argv=None) -> int:
 
     dtypes = ("float32", "float64") if args.dtype == "both" else (args.dtype,)
     load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    results = [run(d, args.repeats, args.regimes) for d in dtypes]
+    results = []
+    if args.path in ("numpy", "both"):
+        results.append(run("float64", args.repeats, args.regimes, "numpy"))
+    if args.path in ("jit", "both"):
+        results += [run(d, args.repeats, args.regimes, "jit") for d in dtypes]
     doc = {
         "benchmark": "model_speed",
         "workload": "resnet50, batch 64 per worker",
@@ -164,21 +191,22 @@ def main(argv=None) -> int:
 
     print(f"\n{doc['sweep']}; resnet50; {args.regimes} regime(s); wrote {args.output}")
     print(
-        f"{'dtype':8} {'architecture':13} {'configs':>8} {'compile s':>10} {'best s':>8} {'M configs/s':>12}"
+        f"{'path':14} {'architecture':13} {'configs':>8} {'compile s':>10} {'best s':>8} {'M configs/s':>12}"
     )
     for res in results:
+        res_tag = f"{res['path']} {res['dtype']}"
         for a in res["architectures"]:
             print(
-                f"{res['dtype']:8} {a['architecture']:13} {a['configurations']:8d} "
+                f"{res_tag:14} {a['architecture']:13} {a['configurations']:8d} "
                 f"{a['compile_s']:10.2f} {a['best_s']:8.3f} {a['configurations_per_s'] / 1e6:12.2f}"
             )
         t = res["total"]
         print(
-            f"{res['dtype']:8} {'all':13} {t['configurations']:8d} {t['compile_s']:10.2f} "
+            f"{res_tag:14} {'all':13} {t['configurations']:8d} {t['compile_s']:10.2f} "
             f"{t['best_s']:8.3f} {t['configurations_per_s'] / 1e6:12.2f}"
         )
         print(
-            f"{res['dtype']:8} (host-side bucketing of {res['bucket_caps_bytes'][2]} caps into "
+            f"{res_tag:14} (host-side bucketing of {res['bucket_caps_bytes'][2]} caps into "
             f"{res['max_buckets']} bucket slots: {res['host_bucketing_first_s'] * 1e3:.1f} ms "
             f"first, {res['host_bucketing_s'] * 1e3:.1f} ms per later call)"
         )

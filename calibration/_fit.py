@@ -391,7 +391,7 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
     coll = coll + [coll[-1]] * (_bucket(len(coll)) - len(coll)) if coll else coll
     comp = comp + [comp[-1]] * (_bucket(len(comp)) - len(comp)) if comp else comp
     src_rows = np.asarray(coll + comp, dtype=int)
-    f = lambda a: jnp.asarray(a, dtype=dt)  # noqa: E731
+    f = functools.partial(_device, dtype=dt)
     data = _Data(
         coll=collective_batch(
             [points[i]["collective"] for i in coll],
@@ -592,14 +592,14 @@ def _segmentations(S, T, R: int, top: int):
 def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_starts: int, seed):
     """``n_starts`` starting θ for one training subset (weights ``train_w`` over points)."""
     R = layout.n_regimes
-    base = layout.unflatten(jnp.asarray(mu))
+    base = layout.unflatten(np.asarray(mu, dtype=np.float64))
     o_prior = float(base.call_overhead_s)
     gamma = float(base.gamma_s_per_byte)
     sel = [i for i, p in enumerate(points) if train_w[i] > 0]
     coll = [i for i in sel if points[i]["kind"] == "collective"]
     # The prior's core-sharing slowdown of each g (costmodel's, once per distinct g).
     gs = sorted({float(p["ranks_per_node"]) for p in points})
-    shares = np.asarray(base.core_share(jnp.asarray(gs)), np.float64).tolist()
+    shares = np.asarray(base.core_share(np.asarray(gs, np.float64)), np.float64).tolist()
     share = dict(zip(gs, shares, strict=True))
 
     o = o_prior
@@ -619,7 +619,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         S = np.asarray(sorted(bysize))
         T = np.asarray([np.median(bysize[s]) for s in S])
         terms = get_collective(c).terms(
-            jnp.asarray(1.0), jnp.asarray(float(n)), jnp.asarray(float(min(g, n)))
+            np.asarray(1.0), np.asarray(float(n)), np.asarray(float(min(g, n)))
         )
         steps = max(float(terms.steps), 1.0)
         link = float(terms.link_bytes)
@@ -1008,7 +1008,7 @@ def _laplace_posterior(res: dict, rows: _Rows, bar) -> _Posterior:
     if bar is not None:
         bar.set_postfix_str("covariance")
     layout, big = res["layout"], res["big"]
-    J, lp = _jacobian(jnp.asarray(res["theta_big"], dtype=dt), _Problem(data=rows.data, layout=big))
+    J, lp = _jacobian(_device(res["theta_big"], dtype=dt), _Problem(data=rows.data, layout=big))
     J, lp = np.asarray(J, np.float64)[:, _embed_index(big, layout)], np.asarray(lp, np.float64)
     if bar is not None:
         bar.update(1)
@@ -1016,7 +1016,9 @@ def _laplace_posterior(res: dict, rows: _Rows, bar) -> _Posterior:
     tr = rows.train
     cov, s, p_eff = _laplace(J[tr], r_all[tr], res["sd"], res["free"])
     decrement = _newton_decrement(J[tr], r_all[tr], res["grad"], res["sd"], res["free"])
-    params = layout.unflatten(jnp.asarray(res["theta"], dtype=dt))
+    params = jax.tree_util.tree_map(
+        functools.partial(_device, dtype=dt), layout.unflatten(np.asarray(res["theta"]))
+    )
     real = rows.real
     return _Posterior(res, params, cov, s, p_eff, decrement, np.exp(lp)[real], r_all[real])
 
@@ -1259,7 +1261,7 @@ def _candidate_members(candidates, network, device, big: ParamLayout, rows: _Row
     meta = {}
     for R in candidates:
         lay = _layout(R)
-        mu = np.asarray(lay.flatten(preset(network, device, n_regimes=R)), dtype=np.float64)
+        mu = preset(network, device, n_regimes=R).flat()
         sd = lay.prior_sd()
         mu_b, sd_b = _embed(big, lay, mu, _OFF), _embed(big, lay, sd, 1.0)
         n_starts = 1 if R == 1 else _N_STARTS
@@ -1289,19 +1291,27 @@ class _Batch(NamedTuple):
         dt = jnp.result_type(float)
         batch = batch + [batch[-1]] * (self.size - len(batch))
         m = [self.meta[R] for R, _, _ in batch]
+        f = functools.partial(_device, dtype=dt)
         out = _fit_batch(
-            jnp.asarray(np.stack([th for _, th, _ in batch]), dtype=dt),
-            jnp.asarray(np.stack([w for _, _, w in batch]), dtype=dt),
-            jnp.asarray(np.stack([x["mu_b"] for x in m]), dtype=dt),
-            jnp.asarray(np.stack([x["prec_b"] for x in m]), dtype=dt),
-            jnp.asarray(np.stack([x["free_b"] for x in m])),
-            jnp.asarray(adam_steps),
-            jnp.asarray(max_iter),
+            f(np.stack([th for _, th, _ in batch])),
+            f(np.stack([w for _, _, w in batch])),
+            f(np.stack([x["mu_b"] for x in m])),
+            f(np.stack([x["prec_b"] for x in m])),
+            _device(np.stack([x["free_b"] for x in m])),
+            _device(adam_steps, dtype=jnp.result_type(int)),
+            _device(max_iter, dtype=jnp.result_type(int)),
             _Problem(data=self.data, layout=self.big),
         )
         th, loss, iters, grad, lp = (np.asarray(x) for x in out)
         loss = np.where(np.isfinite(loss), loss.astype(np.float64), np.inf)
         return th.astype(np.float64), loss, iters, grad.astype(np.float64), lp.astype(np.float64)
+
+
+def _device(x, dtype=None):
+    """A numpy value on the device as ``dtype``: ``jax.device_put`` compiles nothing
+    (``jnp.asarray`` compiles one small XLA program per new shape)."""
+    a = np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
+    return jax.device_put(a)
 
 
 def _score(abs_log_err) -> float:
@@ -1334,6 +1344,6 @@ def _free_mask(layout, data, thetas, train_m) -> np.ndarray:
     prob = _Problem(data=data, layout=layout)
     sens = np.zeros(layout.size)
     for th in thetas:
-        J = np.asarray(_jacobian(jnp.asarray(th, dtype=dt), prob)[0], np.float64)[train_m]
+        J = np.asarray(_jacobian(_device(th, dtype=dt), prob)[0], np.float64)[train_m]
         sens = np.maximum(sens, np.nan_to_num(np.abs(J)).max(axis=0, initial=0.0))
     return sens > _FREEZE_SENSITIVITY

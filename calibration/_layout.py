@@ -16,6 +16,7 @@ import dataclasses
 import math
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -157,8 +158,10 @@ class ParamLayout:
         return jnp.concatenate([jnp.ravel(getattr(params, f)) for f in self.fields])
 
     def unflatten(self, theta) -> ClusterParams:
-        """``ClusterParams`` whose leaves are the slices of θ (traceable)."""
-        leaves = {f: jnp.reshape(theta[self.slices[f]], self.shapes[f]) for f in self.fields}
+        """``ClusterParams`` whose leaves are the slices of θ (traceable; numpy θ gives
+        numpy leaves, which the cost model evaluates in numpy)."""
+        xp = jnp if isinstance(theta, jax.Array) else np
+        leaves = {f: xp.reshape(theta[self.slices[f]], self.shapes[f]) for f in self.fields}
         return ClusterParams(**leaves, n_regimes=self.n_regimes)
 
     # ---- prior -----------------------------------------------------------------

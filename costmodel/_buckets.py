@@ -15,13 +15,12 @@ from dataclasses import dataclass
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
 from ._params import ClusterParams
 from ._smooth import soft_max2
-from ._xp import xp_of
+from ._xp import to_jax, xp_of
 
 #: PyTorch DDP's default ``bucket_cap_mb`` = 25 MiB.
 DEFAULT_BUCKET_BYTES = 25 * 1024**2
@@ -123,7 +122,7 @@ class WorkloadTerms(eqx.Module):
         """
         if numpy:
             return _numpy_terms(workload)
-        return jax.tree_util.tree_map(jnp.asarray, _numpy_terms(workload))
+        return jax.tree_util.tree_map(to_jax, _numpy_terms(workload))
 
     @classmethod
     def _build(cls, workload) -> WorkloadTerms:

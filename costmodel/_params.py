@@ -29,7 +29,7 @@ from jaxtyping import Array, Float
 
 from ._names import COLLECTIVE_NAMES
 from ._smooth import soft_max2
-from ._xp import xp_of
+from ._xp import to_jax, xp_of
 
 __all__ = ["ClusterParams", "LEVELS", "PARAMETER_UNITS"]
 
@@ -203,7 +203,7 @@ class ClusterParams(eqx.Module):
             raise ValueError(
                 f"overlap_interference must be in (0, 1), got {overlap_interference!r}"
             )
-        f = jnp.asarray
+        f = to_jax  # device_put: no XLA program per leaf shape
         return cls(
             log_alpha=f(np.log(alpha)),
             log_beta=f(np.log(beta)),
@@ -518,7 +518,8 @@ class ClusterParams(eqx.Module):
         k = np.broadcast_to(np.asarray(k, dtype=np.float64), (len(COLLECTIVE_NAMES),))
         if not np.all(np.isfinite(k)) or np.any(k <= 0):
             raise ValueError("regime_sharpness must be finite and > 0")
-        return eqx.tree_at(lambda p: p.log_sharpness, self, jnp.asarray(np.log(k)))
+        new = np.log(k) if not isinstance(self.log_sharpness, jax.Array) else to_jax(np.log(k))
+        return eqx.tree_at(lambda p: p.log_sharpness, self, new)
 
     def scaled(self, **factors: float) -> ClusterParams:
         """A copy with physical parameters multiplied by factors (what-if analysis).

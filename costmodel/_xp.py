@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["xp_of", "scan", "stop_gradient", "is_jax", "is_traced", "cummax"]
+__all__ = ["xp_of", "scan", "stop_gradient", "is_jax", "is_traced", "cummax", "to_jax"]
 
 
 def _leaf(x):
@@ -96,3 +96,20 @@ def cummax(x, xp, axis: int = 0):
     if xp is jnp:
         return jax.lax.cummax(x, axis=axis)
     return np.maximum.accumulate(x, axis=axis)
+
+
+def to_jax(x):
+    """A numpy array (or number) as a jax array of jax's default dtype for its kind.
+
+    ``jax.device_put`` of a numpy array of the right dtype: unlike
+    ``jnp.asarray``, which compiles a small XLA program per new shape (jax
+    0.10), it compiles nothing. Floats become ``jnp.result_type(float)``
+    (float32 unless x64 is enabled), integers ``jnp.result_type(int)``,
+    booleans stay booleans.
+    """
+    a = np.asarray(x)
+    if a.dtype.kind == "f":
+        a = a.astype(jnp.result_type(float), copy=False)
+    elif a.dtype.kind in "iu":
+        a = a.astype(jnp.result_type(int), copy=False)
+    return jax.device_put(a)

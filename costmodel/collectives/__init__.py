@@ -7,13 +7,13 @@ One file per algorithm; :data:`COLLECTIVES` maps each name in
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
 from .._errors import format_choices
 from .._names import COLLECTIVE_NAMES
 from .._params import ClusterParams
+from .._xp import to_jax
 from ._abstract import AbstractCollective as AbstractCollective
 from ._all_to_all import AllToAll as AllToAll
 from ._base import _EXPONENT_PROPERTIES, check_static_ranks
@@ -182,12 +182,9 @@ def collective_batch(
         inter[rows] = np.broadcast_to(np.asarray(t.inter), rows.shape)
         cidx[rows] = COLLECTIVE_NAMES.index(name)
         expo[rows] = _EXPONENT_PROPERTIES.index(CONGESTION_EXPONENT.get(name, ""))
-    dt = jnp.result_type(float)
     return CollectiveBatch(
-        terms=Terms(
-            **{f: jnp.asarray(v, dtype=dt) for f, v in cols.items()}, inter=jnp.asarray(inter)
-        ),
-        collective=jnp.asarray(cidx),
-        exponent=jnp.asarray(expo),
-        ranks_per_node=jnp.asarray(g, dtype=dt),
+        terms=Terms(**{f: to_jax(v) for f, v in cols.items()}, inter=to_jax(inter)),
+        collective=to_jax(cidx),
+        exponent=to_jax(expo),
+        ranks_per_node=to_jax(g),
     )
