@@ -581,20 +581,26 @@ def test_no_retracing_across_bucket_sizes(monkeypatch):
     assert eqx.debug.get_num_traces(counted) == len(widths) + 1
 
 
-def test_concrete_sweep_is_numpy_one_call_per_cap(monkeypatch):
-    # Concrete parameters: the closed forms run in numpy, every configuration of
-    # one bucket cap in one broadcast call of _core (5 caps: 5 calls for 5000
-    # configurations), and nothing is handed to XLA (numpy arrays out).
+def test_concrete_sweep_is_numpy_in_few_calls(monkeypatch):
+    # Concrete parameters: the closed forms run in numpy and nothing is handed to
+    # XLA (numpy arrays out). One regime: every bucket cost is affine, so 5000
+    # configurations of 5 caps go through ONE broadcast call of _core; three
+    # regimes cost buckets one by one: one call per cap, with its exact buckets.
     counted = _count_traces(monkeypatch)
     w = _unique_workload(T=31)
-    p = preset("ethernet-10g", "v100")
     rng = np.random.default_rng(1)
     N = 5000
     caps = rng.choice([0, 1e6, 4e6, 16e6, 64e6], N)
-    out = iteration_time(p, w, "p2p", rng.integers(1, 256, N), bucket_bytes=caps)
+    workers = rng.integers(1, 256, N)
+    p1 = preset("ethernet-10g", "v100")
+    out = iteration_time(p1, w, "p2p", workers, bucket_bytes=caps)
     assert out.iteration_s.shape == (N,) and bool(np.all(np.isfinite(out.iteration_s)))
     assert all(type(getattr(out, f)) is np.ndarray for f in Breakdown.FIELDS)
-    assert eqx.debug.get_num_traces(counted) == len(np.unique(caps)) == 5
+    assert eqx.debug.get_num_traces(counted) == 1
+    p3 = preset("ethernet-10g", "v100", n_regimes=3)
+    out3 = iteration_time(p3, w, "ring", workers, bucket_bytes=caps)
+    assert bool(np.all(np.isfinite(out3.iteration_s)))
+    assert eqx.debug.get_num_traces(counted) == 1 + len(np.unique(caps)) == 6
 
 
 def test_one_traced_call_sweeps_many_configurations_with_one_trace(monkeypatch):
