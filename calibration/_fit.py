@@ -61,8 +61,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-import optax.tree_utils as otu
 
 from costmodel import (
     COLLECTIVE_NAMES,
@@ -454,6 +452,11 @@ def _fit_one(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Problem):
 
 
 def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Problem):
+    # optax is imported here, when a fit is traced: importing it costs about 0.15 s,
+    # which every command that only reads a profile would pay
+    import optax
+    import optax.tree_utils as otu
+
     f = functools.partial(_objective, w=w, mu=mu, prec=prec, free=free, prob=prob)
     adam = optax.adam(_ADAM_LR)
 
