@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NCCL = ROOT / "tests" / "data" / "nccl-tests"
 
-#: The child: times the imports, arms jax.monitoring, runs the CLI, reports on fd 3.
+#: The child: times the imports, arms jax.monitoring, runs the CLI, reports on a pipe.
 CHILD = r"""
 import json, os, sys, time
 t0 = time.perf_counter()
@@ -63,7 +63,7 @@ def pick(word):
     return sum(v for k, v in events.items() if word in k)
 out = {"import_s": t1 - t0, "run_s": t2 - t1, "trace_s": pick("jaxpr_trace"),
        "lower_s": pick("to_mlir"), "compile_s": pick("backend_compile"), "rc": rc}
-with os.fdopen(3, "w") as f:
+with os.fdopen(int(os.environ["DDLTUNE_BENCH_FD"]), "w") as f:
     f.write(json.dumps(out))
 """
 
@@ -121,11 +121,10 @@ def _once(argv: list[str] | None, env: dict) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, *args],
-        env=env,
+        env=dict(env, DDLTUNE_BENCH_FD=str(w)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         pass_fds=(w,),
-        preexec_fn=lambda: os.dup2(w, 3),
     )
     os.close(w)
     with os.fdopen(r, "rb") as f:

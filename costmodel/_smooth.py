@@ -41,7 +41,11 @@ def soft_max2(a: Float[Array, "*b"], b: Float[Array, "*b"], p: int = 8) -> Float
     safe_m = xp.where(m > 0, m, 1.0)  # not max(m, tiny): 1/tiny² overflows in the gradient
     ra = a / safe_m
     rb = b / safe_m
-    s = ra**p + rb**p  # integer powers: multiplications, no exp/log
+    q = 1
+    while q < p:  # integer powers by squaring: multiplications, no exp/log (numpy's
+        ra, rb = ra * ra, rb * rb  # x**8 on float arrays calls pow() per element)
+        q *= 2
+    s = ra + rb
     # s ≥ 1 whenever m > 0; at a = b = 0 keep the root away from sqrt'(0) = ∞,
     # which would put NaN into gradients (0·∞) through untaken branches.
     s = xp.where(m > 0, s, 1.0)

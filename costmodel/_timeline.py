@@ -74,6 +74,7 @@ def _core(
     base_batch,
     smooth: bool,
     suffix=None,
+    costs=None,
 ) -> Breakdown:
     """The iteration for one configuration, or for a batch of them.
 
@@ -85,6 +86,9 @@ def _core(
     axes) broadcast against the trailing axes ``*b``: under ``jax.vmap`` they
     are scalars and the buckets (K,); in numpy a whole sweep is one call.
     The namespace (numpy or jax.numpy) follows the operands (:mod:`costmodel._xp`).
+    ``costs``, optional: ``(phase1, phase2)`` (K, *b), each bucket's phase
+    times already evaluated (the numpy sweep evaluates each distinct bucket
+    size once per distinct (n, g, k) and gathers them).
     """
     xp = xp_of(params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base_batch, suffix)
     if hasattr(arch, "iteration_breakdown"):  # exchanges in forward too (fsdp, hsdp)
@@ -93,7 +97,7 @@ def _core(
         )
         return Breakdown(*xp.broadcast_arrays(*(getattr(out, f) for f in Breakdown.FIELDS)))
     fwd, bwd = _compute_s(params, wt, batch, g)
-    affine = params.n_regimes == 1 and suffix is not None
+    affine = params.n_regimes == 1 and suffix is not None and costs is None
     if affine:
         # With one protocol regime every per-bucket cost is exactly affine in the
         # bucket's bytes (α terms + β/γ terms × s; the node cap, congestion and
@@ -111,8 +115,12 @@ def _core(
         C1 = a1 * count_suffix[0] + b1 * bytes_suffix[0]
         C2 = a2 * count_suffix[0] + b2 * bytes_suffix[0]
     else:
-        c1 = arch.phase1_s(params, eval_bytes, n, g, k) * weights
-        c2 = arch.phase2_s(params, eval_bytes, n, g, k) * weights
+        if costs is None:
+            costs = (
+                arch.phase1_s(params, eval_bytes, n, g, k),
+                arch.phase2_s(params, eval_bytes, n, g, k),
+            )
+        c1, c2 = costs[0] * weights, costs[1] * weights
         C1, C2 = xp.sum(c1, axis=0), xp.sum(c2, axis=0)
     if arch.overlaps:
         frac = xp.minimum(C1 / xp.maximum(bwd, 1e-30), 1.0)
@@ -209,7 +217,8 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
     cnt = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
     byt = np.cumsum(sizes[:, ::-1], axis=1)[:, ::-1]
     ready = np.asarray(table.ready_frac, dtype=np.float64)
-    if params.n_regimes == 1 and not hasattr(arch, "iteration_breakdown"):
+    sweepable = not hasattr(arch, "iteration_breakdown")
+    if params.n_regimes == 1 and sweepable:
         K = max(1, int(table.counts[np.unique(idx)].max())) if arch.overlaps else 1
         step = max(1, _NUMPY_ELEMENTS // K)
         groups = [np.arange(i, min(i + step, N)) for i in range(0, N, step)]
@@ -217,6 +226,7 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
         groups = [np.flatnonzero(idx == u) for u in np.unique(idx)]
         K = None
     with np.errstate(all="ignore"):  # untaken branches of where (n = 1, empty buckets)
+        phase = _phase_table(params, arch, table, idx, n, g, k) if K is None and sweepable else None
         for rows in groups:
             ix = idx[rows]
             Kr = K if K is not None else max(1, int(table.counts[ix[0]]))
@@ -231,6 +241,11 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
                 def col(x, Kr=Kr, B=B, ix=ix):
                     return x[ix, :Kr].T.reshape((Kr,) + (1,) * (B - 1) + (ix.size,))
 
+            costs = None
+            if phase is not None:
+                size_of, triple_of, c1, c2 = phase
+                si, ti = size_of[ix[0], :Kr], triple_of[rows]
+                costs = (c1[si][..., ti], c2[si][..., ti])
             bd = _core(
                 params,
                 arch,
@@ -245,10 +260,43 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
                 base[rows],
                 bool(smooth),
                 (col(cnt), col(byt)),
+                costs,
             )
             for f in Breakdown.FIELDS:
                 out[f][..., rows] = getattr(bd, f)
     return Breakdown(*(out[f] for f in Breakdown.FIELDS))
+
+
+def _phase_table(params, arch, table, idx, n, g, k):
+    """Both phases' time of every distinct bucket size under every distinct (n, g, k).
+
+    A sweep's bucketings share most of their bucket sizes (ResNet-50 over the
+    default 14 caps: 703 buckets, 84 distinct sizes) and its caps share their
+    configurations, so each bucket's cost is evaluated once and gathered.
+
+    Returns:
+        ``(size_of, triple_of, c1, c2)``: (U, K) index of each table slot's
+        size, (N,) index of each configuration's triple, and the phase times
+        (S, *pshape, T) of the S sizes under the T triples.
+    """
+    used = np.unique(idx)
+    real = np.zeros(table.sizes.shape, dtype=bool)
+    for u in used:
+        real[u, : max(1, int(table.counts[u]))] = True
+    uniq, inverse = np.unique(table.sizes[real], return_inverse=True)
+    size_of = np.zeros(table.sizes.shape, dtype=np.int64)
+    size_of[real] = np.asarray(inverse).ravel()
+    triples, triple_of = np.unique(np.stack([n, g, k], axis=1), axis=0, return_inverse=True)
+    pshape = np.shape(params.log_gamma)  # () or (D, 1): parameter sets against triples
+    s = uniq.reshape((uniq.size,) + (1,) * max(len(pshape), 1))
+    tn, tg, tk = (triples[:, i] for i in range(3))
+    full = np.zeros(np.broadcast_shapes(s.shape, pshape, tn.shape))
+    return (
+        size_of,
+        np.asarray(triple_of).ravel(),
+        arch.phase1_s(params, s, tn, tg, tk) + full,
+        arch.phase2_s(params, s, tn, tg, tk) + full,
+    )
 
 
 #: Elements of one (buckets × configurations) array in a numpy sweep chunk.
