@@ -377,11 +377,15 @@ def plot_scaling(
         share = panels[0] if panels else None
         panels.append(fig.add_subplot(gs[1 + r, q * width : (q + 1) * width], sharey=share))
         _scaling_panel(panels[-1], c, col, rec_curve)
+    from matplotlib.ticker import NullLocator
+
     for ax in top + panels:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(_int_formatter())
         ax.set_xlabel("workers", fontsize=8 if ax in panels else None)
         ax.grid(True, alpha=0.3)
+    for ax in panels:  # small panels: decades only (minor ticks cost most of the drawing)
+        ax.yaxis.set_minor_locator(NullLocator())
     fig.suptitle(
         "Scaling per architecture: each point is that architecture's best "
         "configuration at that worker count"
