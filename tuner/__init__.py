@@ -19,48 +19,72 @@ Public API:
   :func:`format_table`, :func:`series_label`, :func:`jsonable`.
 """
 
-from calibration import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
+# The public face is lazy (PEP 562): each name is imported from its module on
+# first use, so that ``ddltune --help`` (``tuner.cli``) does not import jax,
+# equinox and the whole model before it prints anything. ``from tuner import
+# recommend`` and ``tuner.recommend`` work as with eager imports.
+import importlib as _importlib
 
-from ._format import format_percent as format_percent
-from ._format import format_table as format_table
-from ._format import jsonable as jsonable
-from ._format import series_label as series_label
-from ._predict import PREDICTION_LEVEL as PREDICTION_LEVEL
-from ._predict import measured_ranks_per_node as measured_ranks_per_node
-from ._predict import predict_collective as predict_collective
-from ._predict import predict_iterations as predict_iterations
-from ._predict import topology_warnings as topology_warnings
-from ._recommend import OBJECTIVES as OBJECTIVES
-from ._recommend import Configuration as Configuration
-from ._recommend import Curve as Curve
-from ._recommend import InfeasibleError as InfeasibleError
-from ._recommend import Recommendation as Recommendation
-from ._recommend import UnreliableProfileError as UnreliableProfileError
-from ._recommend import recommend as recommend
-from ._report import ReportFiles as ReportFiles
-from ._report import build_report as build_report
-from ._report import format_parameter_rows as format_parameter_rows
-from ._report import iteration_timeline as iteration_timeline
-from ._report import profile_summary as profile_summary
-from ._report import write_report as write_report
-from ._run import RUN_DEFAULTS as RUN_DEFAULTS
-from ._run import RunResult as RunResult
-from ._run import run_main_job as run_main_job
-from ._search import DEFAULT_BUCKET_GRID as DEFAULT_BUCKET_GRID
-from ._search import HOROVOD_FUSION_BYTES as HOROVOD_FUSION_BYTES
-from ._search import Sweep as Sweep
-from ._search import Variant as Variant
-from ._search import evaluate as evaluate
-from ._search import resolve_variants as resolve_variants
-from ._sensitivity import SENSITIVITY_NAMES as SENSITIVITY_NAMES
-from ._sensitivity import sensitivity as sensitivity
-from ._settings import format_framework_settings as format_framework_settings
-from ._settings import framework_settings as framework_settings
-from ._text import markdown_escape as markdown_escape
-from ._whatif import BandwidthResult as BandwidthResult
-from ._whatif import min_bandwidth_for_efficiency as min_bandwidth_for_efficiency
-from ._whatif import what_if as what_if
-from .validation import ValidationResult as ValidationResult
-from .validation import ValidationRow as ValidationRow
-from .validation import compare_steps as compare_steps
-from .validation import validate as validate
+#: Public name -> the module that defines it (relative to this package).
+_EXPORTS = {
+    "RELIABLE_P90_LIMIT": "calibration",
+    "format_percent": "._format",
+    "format_table": "._format",
+    "jsonable": "._format",
+    "series_label": "._format",
+    "PREDICTION_LEVEL": "._predict",
+    "measured_ranks_per_node": "._predict",
+    "predict_collective": "._predict",
+    "predict_iterations": "._predict",
+    "topology_warnings": "._predict",
+    "OBJECTIVES": "._recommend",
+    "Configuration": "._recommend",
+    "Curve": "._recommend",
+    "InfeasibleError": "._recommend",
+    "Recommendation": "._recommend",
+    "UnreliableProfileError": "._recommend",
+    "recommend": "._recommend",
+    "ReportFiles": "._report",
+    "build_report": "._report",
+    "format_parameter_rows": "._report",
+    "iteration_timeline": "._report",
+    "profile_summary": "._report",
+    "write_report": "._report",
+    "RUN_DEFAULTS": "._run",
+    "RunResult": "._run",
+    "run_main_job": "._run",
+    "DEFAULT_BUCKET_GRID": "._search",
+    "HOROVOD_FUSION_BYTES": "._search",
+    "Sweep": "._search",
+    "Variant": "._search",
+    "evaluate": "._search",
+    "resolve_variants": "._search",
+    "SENSITIVITY_NAMES": "._sensitivity",
+    "sensitivity": "._sensitivity",
+    "format_framework_settings": "._settings",
+    "framework_settings": "._settings",
+    "markdown_escape": "._text",
+    "BandwidthResult": "._whatif",
+    "min_bandwidth_for_efficiency": "._whatif",
+    "what_if": "._whatif",
+    "ValidationResult": ".validation",
+    "ValidationRow": ".validation",
+    "compare_steps": ".validation",
+    "validate": ".validation",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS})

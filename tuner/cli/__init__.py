@@ -24,10 +24,12 @@ a missing one is a one-line error naming the extra).
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import importlib.util
 import os
 import sys
+from pathlib import Path
 
 from ._common import (
     add_common_arguments,
@@ -64,8 +66,37 @@ def _version() -> str:
         return "unknown"
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict]:
-    """Build the top-level parser; returns it and ``{subcommand: module}``."""
+def _declared(spec) -> tuple[str | None, str | None]:
+    """A subcommand module's ``NAME`` and ``HELP``, read from its source without importing it."""
+    found: dict[str, str] = {}
+    try:
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, TypeError):
+        return None, None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("NAME", "HELP")
+        ):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                return None, None
+    return found.get("NAME"), found.get("HELP")
+
+
+def build_parser(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, dict]:
+    """Build the top-level parser; returns it and ``{subcommand: module}``.
+
+    Args:
+        argv: the arguments to be parsed, or ``None``. Given, only the
+            subcommand they name is imported (with its options); the others
+            are listed by the ``NAME`` and ``HELP`` their source declares, so
+            ``ddltune --help`` imports none of them (nor jax). ``None``
+            imports every subcommand (the returned dict then holds them all).
+    """
     parser = argparse.ArgumentParser(
         prog="ddltune",
         description=(
@@ -78,11 +109,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     one_line_errors(parser)
     parser.add_argument("--version", action="version", version=f"ddltune {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = argv[0] if argv and not argv[0].startswith("-") else None
     modules = {}
     for name in _SUBCOMMANDS:
         modname = f"{__name__}._{name}"
-        if importlib.util.find_spec(modname) is None:
+        spec = importlib.util.find_spec(modname)
+        if spec is None:
             continue
+        if argv is not None:
+            declared, help_text = _declared(spec)
+            if declared is not None and help_text is not None and declared != wanted:
+                sub.add_parser(declared, help=help_text)  # listed, not loaded
+                continue
         mod = importlib.import_module(modname)
         p = sub.add_parser(
             mod.NAME,
@@ -107,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The process exit code: 0 success, 1 failure, 2 usage error.
     """
-    parser, modules = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser, modules = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help/--version (0) or usage error (2)

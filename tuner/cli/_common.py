@@ -11,8 +11,6 @@ import re
 import sys
 import traceback
 
-from tuner import jsonable  # one implementation, shared with profiles and reports
-
 # costmodel (and with it jax) is imported inside the functions that need it, so
 # that `ddltune --help` and argument parsing stay fast.
 
@@ -284,6 +282,8 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
 
 def print_json(doc) -> None:
     """Print one JSON document on stdout (NaN/inf become ``null``; arrays become lists)."""
+    from tuner import jsonable  # one implementation, shared with profiles and reports
+
     json.dump(jsonable(doc), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
 
