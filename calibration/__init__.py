@@ -1,45 +1,71 @@
 """ddltune calibration: measure collectives on a cluster, import nccl-tests
 outputs, and fit the cost model's hardware parameters to them."""
 
-from ._collect import COLLECT_PATTERNS as COLLECT_PATTERNS
-from ._collect import SUITES as COLLECT_SUITES  # noqa: F401 - public under this name
-from ._collect import CollectError as CollectError
-from ._collect import CollectResult as CollectResult
-from ._collect import check_local_bounds as check_local_bounds
-from ._collect import collect as collect
-from ._collect import summary_rows as summary_rows
-from ._fit import STATISTICS as STATISTICS
-from ._fit import CalibrationWarning as CalibrationWarning
-from ._fit import calibrate as calibrate
-from ._fit import default_prior_preset as default_prior_preset
-from ._fit import parse_prior_preset as parse_prior_preset
-from ._nccl_tests import import_nccl_tests as import_nccl_tests
-from ._nccl_tests import parse_nccl_tests as parse_nccl_tests
-from ._output import MANIFEST_NAME as MANIFEST_NAME
-from ._output import OutputPathError as OutputPathError
-from ._output import atomic_replace_dir as atomic_replace_dir
-from ._output import read_manifest as read_manifest
-from ._output import refuse_symlink as refuse_symlink
-from ._profile import Profile as Profile
-from ._profile import jsonable as jsonable
-from ._records import KINDS as KINDS
-from ._records import MAX_JSON_DEPTH as MAX_JSON_DEPTH
-from ._records import SCHEMA_VERSION as SCHEMA_VERSION
-from ._records import DuplicateRecordWarning as DuplicateRecordWarning
-from ._records import RecordRepairWarning as RecordRepairWarning
-from ._records import RecordWriter as RecordWriter
-from ._records import atomic_write_text as atomic_write_text
-from ._records import describe_origin as describe_origin
-from ._records import host_fingerprint as host_fingerprint
-from ._records import iter_records as iter_records
-from ._records import json_depth_ok as json_depth_ok
-from ._records import provenance as provenance
-from ._records import read_records as read_records
-from ._records import record_key as record_key
-from ._records import record_origin as record_origin
-from ._records import time_statistics as time_statistics
-from ._records import validate_record as validate_record
-from ._summary import summarize_measurements as summarize_measurements
-from ._validation import RELIABLE_P90_LIMIT as RELIABLE_P90_LIMIT
-from ._validation import holdout_mask as holdout_mask
-from ._validation import series_label as series_label
+# The public face is lazy (PEP 562): each name is imported from its module on
+# first use, so that ``ddltune COMMAND --help`` (which needs STATISTICS and
+# COLLECT_PATTERNS) does not import jax, equinox and optax. ``from calibration
+# import X`` and ``calibration.X`` give the same objects as eager imports did;
+# ``__all__`` and ``dir()`` list every name.
+import importlib as _importlib
+
+#: Public name -> the module that defines it (relative to this package).
+_EXPORTS = {
+    "COLLECT_PATTERNS": "._names",
+    "COLLECT_SUITES": "._names",
+    "CollectError": "._collect",
+    "CollectResult": "._collect",
+    "check_local_bounds": "._collect",
+    "collect": "._collect",
+    "summary_rows": "._collect",
+    "STATISTICS": "._names",
+    "CalibrationWarning": "._fit",
+    "calibrate": "._fit",
+    "default_prior_preset": "._fit",
+    "parse_prior_preset": "._fit",
+    "import_nccl_tests": "._nccl_tests",
+    "parse_nccl_tests": "._nccl_tests",
+    "MANIFEST_NAME": "._output",
+    "OutputPathError": "._output",
+    "atomic_replace_dir": "._output",
+    "read_manifest": "._output",
+    "refuse_symlink": "._output",
+    "Profile": "._profile",
+    "jsonable": "._profile",
+    "KINDS": "._records",
+    "MAX_JSON_DEPTH": "._records",
+    "SCHEMA_VERSION": "._records",
+    "DuplicateRecordWarning": "._records",
+    "RecordRepairWarning": "._records",
+    "RecordWriter": "._records",
+    "atomic_write_text": "._records",
+    "describe_origin": "._records",
+    "host_fingerprint": "._records",
+    "iter_records": "._records",
+    "json_depth_ok": "._records",
+    "provenance": "._records",
+    "read_records": "._records",
+    "record_key": "._records",
+    "record_origin": "._records",
+    "time_statistics": "._records",
+    "validate_record": "._records",
+    "summarize_measurements": "._summary",
+    "RELIABLE_P90_LIMIT": "._validation",
+    "holdout_mask": "._validation",
+    "series_label": "._validation",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS})

@@ -34,14 +34,13 @@ from launch import (
     set_message_handler,
 )
 
+from ._names import COLLECT_SUITES as SUITES
 from ._records import RecordWriter, read_records
 from ._worker import _DTYPE_BYTES, COLLECT_PATTERNS, message_sizes, plan_points, point_key
 from ._worker import run as run_worker
 
 __all__ = ["collect", "CollectResult", "CollectError", "COLLECT_PATTERNS", "SUITES", "summary_rows"]
 
-#: The measurement suites.
-SUITES = ("collectives", "compute")
 LAUNCHERS = ("auto", "local")
 
 

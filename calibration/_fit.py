@@ -77,6 +77,7 @@ from costmodel import (
 )
 
 from ._layout import ParamLayout
+from ._names import STATISTICS
 from ._profile import Profile
 from ._records import file_entry, package_versions, read_records, utc_timestamp, validate_record
 from ._validation import (
@@ -98,8 +99,6 @@ __all__ = [
     "CalibrationWarning",
 ]
 
-#: Time statistics calibrate can fit.
-STATISTICS = ("p10", "median", "mean", "min")
 #: Huber threshold on the log residual (≈ relative error).
 HUBER_DELTA = 0.05
 #: Regime counts tried by ``n_regimes="auto"``.

@@ -74,20 +74,11 @@ from jax.sharding import PartitionSpec as P
 from costmodel import format_bytes
 from launch import Ranks, heartbeat, waiting, worker_main
 
+from ._names import COLLECT_PATTERNS
 from ._records import provenance, record_key, time_statistics
 
 __all__ = ["COLLECT_PATTERNS", "plan_points", "message_sizes", "run", "main", "Faults"]
 
-#: The patterns ``ddltune collect`` measures, in the order it measures them.
-COLLECT_PATTERNS = (
-    "all_reduce",
-    "reduce_scatter",
-    "all_gather",
-    "all_to_all",
-    "sendrecv",
-    "ps_push",
-    "ps_pull",
-)
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 _SPLIT = ("reduce_scatter", "all_gather", "all_to_all")  # S must split into n equal blocks
 

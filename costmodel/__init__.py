@@ -5,60 +5,91 @@ bucketed overlap), per gradient-exchange architecture.
 Nothing here touches files, processes or the network.
 """
 
-from ._errors import InputFileError as InputFileError
-from ._errors import format_choices as format_choices
-from ._memory import OPTIMIZER_WORDS as OPTIMIZER_WORDS
-from ._memory import MemoryBreakdown as MemoryBreakdown
-from ._memory import memory_per_rank as memory_per_rank
-from ._memory import optimizer_bytes_per_param as optimizer_bytes_per_param
-from ._names import ALL_REDUCE_ALGORITHMS as ALL_REDUCE_ALGORITHMS
-from ._names import ARCHITECTURE_NAMES as ARCHITECTURE_NAMES
-from ._names import BUSBW_FACTOR as BUSBW_FACTOR
-from ._names import COLLECTIVE_NAMES as COLLECTIVE_NAMES
-from ._params import LEVELS as LEVELS
-from ._params import PARAMETER_UNITS as PARAMETER_UNITS
-from ._params import ClusterParams as ClusterParams
-from ._precision import GRAD_DTYPES as GRAD_DTYPES
-from ._precision import accumulate as accumulate
-from ._precision import accumulated_iteration_time as accumulated_iteration_time
-from ._precision import accumulated_workload as accumulated_workload
-from ._precision import grad_dtype_bytes as grad_dtype_bytes
-from ._precision import with_grad_dtype as with_grad_dtype
-from ._presets import DEFAULT_NICS_PER_NODE as DEFAULT_NICS_PER_NODE
-from ._presets import DEVICE_PRESETS as DEVICE_PRESETS
-from ._presets import INTRA_PRESETS as INTRA_PRESETS
-from ._presets import NETWORK_PRESETS as NETWORK_PRESETS
-from ._presets import describe_preset as describe_preset
-from ._presets import preset as preset
-from ._timeline import DEFAULT_BUCKET_BYTES as DEFAULT_BUCKET_BYTES
-from ._timeline import Breakdown as Breakdown
-from ._timeline import BucketSchedule as BucketSchedule
-from ._timeline import BucketTable as BucketTable
-from ._timeline import WorkloadTerms as WorkloadTerms
-from ._timeline import bucket_schedule as bucket_schedule
-from ._timeline import bucket_table as bucket_table
-from ._timeline import bucketize as bucketize
-from ._timeline import fluid_iteration_time as fluid_iteration_time
-from ._timeline import iteration_time as iteration_time
-from ._units import format_bandwidth as format_bandwidth
-from ._units import format_bytes as format_bytes
-from ._units import format_seconds as format_seconds
-from ._units import parse_bytes as parse_bytes
-from ._units import parse_bytes_list as parse_bytes_list
-from .architectures import AbstractArchitecture as AbstractArchitecture
-from .architectures import get_architecture as get_architecture
-from .architectures import with_overlap as with_overlap
-from .collectives import COLLECTIVES as COLLECTIVES
-from .collectives import AbstractCollective as AbstractCollective
-from .collectives import CollectiveBatch as CollectiveBatch
-from .collectives import busbw as busbw
-from .collectives import collective_batch as collective_batch
-from .collectives import collective_batch_time as collective_batch_time
-from .collectives import collective_time as collective_time
-from .collectives import get_collective as get_collective
-from .workloads import WORKLOAD_NAMES as WORKLOAD_NAMES
-from .workloads import Workload as Workload
-from .workloads import get_workload as get_workload
-from .workloads import load_layers as load_layers
-from .workloads import workload_from_hf_config as workload_from_hf_config
-from .workloads import workload_from_pytree as workload_from_pytree
+# The public face is lazy (PEP 562): each name is imported from its module on
+# first use, so that ``ddltune COMMAND --help`` (which needs a few names, such
+# as WORKLOAD_NAMES) does not import jax and equinox. ``from costmodel import X``
+# and ``costmodel.X`` give the same objects as eager imports did; ``__all__``
+# and ``dir()`` list every name.
+import importlib as _importlib
+
+#: Public name -> the module that defines it (relative to this package).
+_EXPORTS = {
+    "InputFileError": "._errors",
+    "format_choices": "._errors",
+    "OPTIMIZER_WORDS": "._memory",
+    "MemoryBreakdown": "._memory",
+    "memory_per_rank": "._memory",
+    "optimizer_bytes_per_param": "._memory",
+    "ALL_REDUCE_ALGORITHMS": "._names",
+    "ARCHITECTURE_NAMES": "._names",
+    "BUSBW_FACTOR": "._names",
+    "COLLECTIVE_NAMES": "._names",
+    "LEVELS": "._params",
+    "PARAMETER_UNITS": "._params",
+    "ClusterParams": "._params",
+    "GRAD_DTYPES": "._precision",
+    "accumulate": "._precision",
+    "accumulated_iteration_time": "._precision",
+    "accumulated_workload": "._precision",
+    "grad_dtype_bytes": "._precision",
+    "with_grad_dtype": "._precision",
+    "DEFAULT_NICS_PER_NODE": "._presets",
+    "DEVICE_PRESETS": "._presets",
+    "INTRA_PRESETS": "._presets",
+    "NETWORK_PRESETS": "._presets",
+    "describe_preset": "._presets",
+    "preset": "._presets",
+    "DEFAULT_BUCKET_BYTES": "._timeline",
+    "Breakdown": "._timeline",
+    "BucketSchedule": "._timeline",
+    "BucketTable": "._timeline",
+    "WorkloadTerms": "._timeline",
+    "bucket_schedule": "._timeline",
+    "bucket_table": "._timeline",
+    "bucketize": "._timeline",
+    "fluid_iteration_time": "._timeline",
+    "iteration_time": "._timeline",
+    "format_bandwidth": "._units",
+    "format_bytes": "._units",
+    "format_seconds": "._units",
+    "parse_bytes": "._units",
+    "parse_bytes_list": "._units",
+    "AbstractArchitecture": ".architectures",
+    "get_architecture": ".architectures",
+    "with_overlap": ".architectures",
+    "COLLECTIVES": ".collectives",
+    "AbstractCollective": ".collectives",
+    "CollectiveBatch": ".collectives",
+    "busbw": ".collectives",
+    "collective_batch": ".collectives",
+    "collective_batch_time": ".collectives",
+    "collective_time": ".collectives",
+    "get_collective": ".collectives",
+    "WORKLOAD_NAMES": ".workloads",
+    "Workload": ".workloads",
+    "get_workload": ".workloads",
+    "load_layers": ".workloads",
+    "workload_from_hf_config": ".workloads",
+    "workload_from_pytree": ".workloads",
+}
+
+#: Subpackages, imported on first attribute access (``costmodel.workloads``).
+_SUBPACKAGES = ("architectures", "collectives", "workloads")
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        return _importlib.import_module(f".{name}", __name__)
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS, *_SUBPACKAGES})

@@ -50,7 +50,7 @@ _EXPORTS = {
     "iteration_timeline": "._report",
     "profile_summary": "._report",
     "write_report": "._report",
-    "RUN_DEFAULTS": "._run",
+    "RUN_DEFAULTS": "._defaults",
     "RunResult": "._run",
     "run_main_job": "._run",
     "DEFAULT_BUCKET_GRID": "._search",
@@ -73,10 +73,15 @@ _EXPORTS = {
     "validate": ".validation",
 }
 
+#: Subpackages, imported on first attribute access (``tuner.validation``).
+_SUBPACKAGES = ("validation",)
+
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        return _importlib.import_module(f".{name}", __name__)
     try:
         module = _EXPORTS[name]
     except KeyError:
@@ -87,4 +92,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_EXPORTS, *_SUBPACKAGES})

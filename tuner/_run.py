@@ -44,6 +44,7 @@ import calibration
 from calibration import atomic_write_text, read_records
 from costmodel import get_workload, load_layers
 
+from ._defaults import RUN_DEFAULTS
 from ._format import jsonable
 from ._recommend import RELIABLE_P90_LIMIT, UnreliableProfileError, recommend
 from ._report import build_report, profile_summary
@@ -53,23 +54,6 @@ __all__ = ["RUN_DEFAULTS", "RunResult", "run_main_job", "DATA_FILES"]
 
 #: Files the main job keeps beside the report.
 DATA_FILES = ("measurements.jsonl", "profile.json", "recommendation.json")
-
-#: The main job's collector settings: sized to finish in about a minute with 2
-#: local processes on a 2-core machine (7 collectives × 8 sizes from 1 KiB to
-#: 16 MiB, ×4 apart, plus the compute kernels; at least 5 timed repetitions
-#: and 0.5 s per point).
-RUN_DEFAULTS = {
-    "workers": 2,
-    "min_bytes": 1024,
-    "max_bytes": 16 * 1024**2,
-    "step_factor": 4,
-    "iters": 5,
-    "budget_s": 0.5,
-    "rounds": 3,
-    "model": "resnet50",
-    "batch_size": 64,
-    "max_workers": 64,
-}
 
 
 @dataclasses.dataclass(frozen=True)

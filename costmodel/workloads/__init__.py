@@ -13,22 +13,36 @@
   alone; ``load_layers`` also accepts one).
 """
 
-from ._hf import HF_MODEL_TYPES as HF_MODEL_TYPES
-from ._hf import workload_from_hf_config as workload_from_hf_config
-from ._loaders import load_layers as load_layers
-from ._loaders import workload_from_pytree as workload_from_pytree
-from ._loaders import workload_to_layers as workload_to_layers
-from ._workload import Workload as Workload
-from ._zoo import WORKLOAD_NAMES as WORKLOAD_NAMES
-from ._zoo import get_workload as get_workload
+# The public face is lazy (PEP 562): each name is imported from its module on
+# first use, so that the zoo's names (WORKLOAD_NAMES) do not import jax and
+# equinox. ``from costmodel.workloads import X`` gives the same objects as eager
+# imports did; ``__all__`` and ``dir()`` list every name.
+import importlib as _importlib
 
-__all__ = [
-    "HF_MODEL_TYPES",
-    "WORKLOAD_NAMES",
-    "Workload",
-    "get_workload",
-    "load_layers",
-    "workload_from_hf_config",
-    "workload_from_pytree",
-    "workload_to_layers",
-]
+#: Public name -> the module that defines it (relative to this package).
+_EXPORTS = {
+    "HF_MODEL_TYPES": "._hf",
+    "workload_from_hf_config": "._hf",
+    "load_layers": "._loaders",
+    "workload_from_pytree": "._loaders",
+    "workload_to_layers": "._loaders",
+    "Workload": "._workload",
+    "WORKLOAD_NAMES": "._names",
+    "get_workload": "._zoo",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS})

@@ -7,6 +7,7 @@ import functools
 from .._errors import format_choices
 from . import _cnn, _transformer
 from ._builder import LayerBuilder
+from ._names import WORKLOAD_NAMES
 from ._workload import Workload
 
 __all__ = ["WORKLOAD_NAMES", "get_workload"]
@@ -27,8 +28,9 @@ _BUILDERS = {
     "llama2_7b": _transformer.llama2_7b,
 }
 
-#: Names accepted by :func:`get_workload`.
-WORKLOAD_NAMES: tuple[str, ...] = tuple(_BUILDERS)
+# WORKLOAD_NAMES (the names accepted by get_workload) live in ._names, pure
+# Python, so that listing them imports neither numpy nor this zoo.
+assert tuple(_BUILDERS) == WORKLOAD_NAMES
 
 
 def _canonical(name: str) -> str:

@@ -7,20 +7,45 @@ parameter servers, peer-to-peer and ring all-reduce on processes joined by
 profile's predictions (MAPE, Kendall τ, regret, interval coverage).
 """
 
-from ._harness import StepConfig as StepConfig
-from ._harness import StepMeasurement as StepMeasurement
-from ._harness import TrainingRun as TrainingRun
-from ._harness import measure_configurations as measure_configurations
-from ._harness import model_name as model_name
-from ._harness import model_workload as model_workload
-from ._harness import processes_needed as processes_needed
-from ._harness import run_training as run_training
-from ._validate import DEFAULT_VALIDATE_BUCKETS as DEFAULT_VALIDATE_BUCKETS
-from ._validate import ValidationResult as ValidationResult
-from ._validate import ValidationRow as ValidationRow
-from ._validate import compare_steps as compare_steps
-from ._validate import load_params as load_params
-from ._validate import predict_records as predict_records
-from ._validate import rank_agreement as rank_agreement
-from ._validate import regret as regret
-from ._validate import validate as validate
+# The public face is lazy (PEP 562): each name is imported from its module on
+# first use, so that ``ddltune validate --help`` (DEFAULT_VALIDATE_BUCKETS) does
+# not import jax. ``from tuner.validation import X`` gives the same objects as
+# eager imports did; ``__all__`` and ``dir()`` list every name.
+import importlib as _importlib
+
+#: Public name -> the module that defines it (relative to this package).
+_EXPORTS = {
+    "StepConfig": "._harness",
+    "StepMeasurement": "._harness",
+    "TrainingRun": "._harness",
+    "measure_configurations": "._harness",
+    "model_name": "._harness",
+    "model_workload": "._harness",
+    "processes_needed": "._harness",
+    "run_training": "._harness",
+    "DEFAULT_VALIDATE_BUCKETS": ".._defaults",
+    "ValidationResult": "._validate",
+    "ValidationRow": "._validate",
+    "compare_steps": "._validate",
+    "load_params": "._validate",
+    "predict_records": "._validate",
+    "rank_agreement": "._validate",
+    "regret": "._validate",
+    "validate": "._validate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS})

@@ -52,6 +52,7 @@ from costmodel import (
     with_overlap,
 )
 
+from .._defaults import DEFAULT_VALIDATE_BUCKETS
 from ._harness import StepConfig, measure_configurations, model_workload
 
 __all__ = [
@@ -65,9 +66,6 @@ __all__ = [
     "validate",
     "DEFAULT_VALIDATE_BUCKETS",
 ]
-
-#: Default bucket caps of ``ddltune validate``: one bucket per tensor, 1.5 MiB, 16 MiB.
-DEFAULT_VALIDATE_BUCKETS = (0, 3 * 2**19, 16 * 2**20)
 
 
 @dataclasses.dataclass(frozen=True)
