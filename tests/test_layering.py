@@ -86,24 +86,60 @@ def imports_of(name: str, source: str, is_package: bool, known: set[str]) -> lis
                 for a in child.names:
                     out.append((a.name, child.lineno, top_level))
             elif isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base = package.split(".")
-                    base = base[: len(base) - (child.level - 1)]
-                    mod = ".".join(base + ([child.module] if child.module else []))
-                else:
-                    mod = child.module or ""
+                mod = resolve(child.module, child.level)
                 for a in child.names:
-                    sub = f"{mod}.{a.name}"
-                    if sub in known:
-                        out.append((sub, child.lineno, top_level))
-                    elif a.name.startswith("_") and not a.name.startswith("__"):
-                        out.append((sub, child.lineno, top_level))  # a private name
-                    else:
-                        out.append((mod, child.lineno, top_level))
+                    from_import(mod, a.name, child.lineno, top_level)
+            elif top_level and (lazy := lazy_exports(child)) is not None:
+                # a lazy public face (PEP 562): ``_EXPORTS = {name: module}`` is
+                # read as ``from module import name`` at module level
+                for attr, target in lazy:
+                    level = len(target) - len(target.lstrip("."))
+                    from_import(resolve(target[level:], level), attr, child.lineno, True)
             visit(child, inside)
+
+    def resolve(module: str | None, level: int) -> str:
+        if not level:
+            return module or ""
+        base = package.split(".")
+        base = base[: len(base) - (level - 1)]
+        return ".".join(base + ([module] if module else []))
+
+    def from_import(mod: str, attr: str, line: int, top_level: bool):
+        sub = f"{mod}.{attr}"
+        if sub in known:
+            out.append((sub, line, top_level))
+        elif attr.startswith("_") and not attr.startswith("__"):
+            out.append((sub, line, top_level))  # a private name
+        else:
+            out.append((mod, line, top_level))
 
     visit(tree, True)
     return out
+
+
+def lazy_exports(node) -> list[tuple[str, str]] | None:
+    """``[(name, module)]`` of a lazy package face's ``_EXPORTS = {"name": "module"}``.
+
+    ``None`` when ``node`` is not such an assignment. The module is written as
+    in an import (``"._format"``, ``"calibration"``); every key and value must
+    be a string literal, so that this reading sees every import the face makes.
+    """
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+    elif isinstance(node, ast.AnnAssign) and node.value is not None:
+        target = node.target
+    else:
+        return None
+    if not (isinstance(target, ast.Name) and target.id == "_EXPORTS"):
+        return None
+    if not isinstance(node.value, ast.Dict):
+        raise ValueError(f"line {node.lineno}: _EXPORTS must be a dict literal")
+    pairs = []
+    for k, v in zip(node.value.keys, node.value.values, strict=True):
+        if not all(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in (k, v)):
+            raise ValueError(f"line {node.lineno}: _EXPORTS keys and values must be strings")
+        pairs.append((k.value, v.value))
+    return pairs
 
 
 # --------------------------------------------------------------------------- rules
@@ -228,6 +264,13 @@ def test_every_package_and_the_cli_are_read():
     # imports inside functions are read too
     found = imports_of("tuner.cli._x", "def f():\n    from tuner import recommend\n", False, set())
     assert found == [("tuner", 2, False)]
+    # so are the tables of the lazy public faces (PEP 562), as module-level imports
+    known = set(mods)
+    for pkg in ("costmodel", "calibration", "tuner"):
+        found = imports_of(pkg, mods[pkg].read_text(encoding="utf-8"), True, known)
+        assert any(t.startswith(pkg + "._") and top for t, _, top in found), pkg
+    found = imports_of("tuner", '_EXPORTS = {"x": "calibration", "y": "._format"}\n', True, known)
+    assert found == [("calibration", 1, True), ("tuner._format", 1, True)]
 
 
 # --------------------------------------------------------------------------- positive controls
@@ -264,6 +307,16 @@ def test_every_package_and_the_cli_are_read():
             "cycle: calibration._a, calibration._b",
         ),
         ({"tuner._bad": "import matplotlib.pyplot as plt\n"}, "optional: tuner._bad"),
+        # a lazy public face's table counts as its imports
+        ({"costmodel": '_EXPORTS = {"x": "calibration"}\n'}, "upward: costmodel -> calibration"),
+        (
+            {"tuner": '_EXPORTS = {"read_records": "calibration._records"}\n'},
+            "private: tuner -> calibration._records",
+        ),
+        (
+            {"tuner": '_EXPORTS = {"f": "._a"}\n', "tuner._a": "import tuner\n"},
+            "cycle: tuner, tuner._a",
+        ),
     ],
 )
 def test_a_bad_import_is_found(sources, expected):
@@ -281,6 +334,7 @@ def test_allowed_imports_pass():
         "tuner.cli._y": "from tuner import recommend\nfrom ._common import fail\n",
         "tuner.cli._common": "",
         "benchmarks.ok": "from tuner import evaluate\n",
+        "calibration": '_EXPORTS = {"calibrate": "._fit", "preset": "costmodel"}\n',
     }
     assert check(sources) == []
 
