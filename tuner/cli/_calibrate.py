@@ -7,9 +7,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from calibration import STATISTICS, CalibrationWarning, calibrate, parse_prior_preset
+from calibration import STATISTICS
 from costmodel import format_bytes, format_seconds
-from tuner import format_percent, format_table
 
 from ._common import CLIError, plural, print_json
 
@@ -77,6 +76,8 @@ def _regimes_arg(text: str):
 
 
 def _prior_arg(text: str) -> str:
+    from calibration import parse_prior_preset
+
     try:
         parse_prior_preset(text)
     except ValueError as e:
@@ -153,6 +154,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, write the profile atomically, print a summary (or JSON)."""
+    from calibration import CalibrationWarning, calibrate
+
     out = Path(args.output)
     if out.exists() and not args.overwrite:
         raise CLIError(f"{out} already exists; pass --overwrite to replace it")
@@ -208,6 +211,8 @@ def _series_label(s: dict) -> str:
 
 
 def _table(rows: list[list[str]]) -> None:
+    from tuner import format_table
+
     print("\n".join(format_table(rows[1:], head=rows[0], right=range(1, len(rows[0])))))
 
 
@@ -225,6 +230,8 @@ def _value(row: dict) -> str:
 
 
 def _print_text(profile, out: Path) -> None:
+    from tuner import format_percent
+
     fit, v = profile.fit, profile.validation
     pts = fit.get("points", {})
     sel = fit.get("regime_selection", {})

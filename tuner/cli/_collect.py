@@ -6,7 +6,7 @@ import argparse
 import sys
 import warnings
 
-from calibration import COLLECT_PATTERNS, COLLECT_SUITES, CollectError, collect, summary_rows
+from calibration import COLLECT_PATTERNS, COLLECT_SUITES
 from costmodel import InputFileError
 
 from ._common import (
@@ -291,6 +291,8 @@ _OPTIONS = (
 
 
 def _run(args: argparse.Namespace, progress: bool) -> int:
+    from calibration import CollectError, collect, summary_rows
+
     try:
         result = collect(
             args.output,

@@ -6,7 +6,6 @@ import argparse
 import sys
 import warnings
 
-from calibration import import_nccl_tests
 from costmodel import format_bytes
 
 from ._common import CLIError, positive_int_arg, print_json
@@ -96,6 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Import the files; print a table (or JSON) of what was detected per file."""
+    from calibration import import_nccl_tests
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 
-from tuner import format_table
-
 from ._common import (
     UsageError,
     add_model_arguments,
@@ -379,6 +377,8 @@ def _say(text: str = "") -> None:
 
 
 def _table(head: list[str], lines: list[list[str]], right: set[int]) -> None:
+    from tuner import format_table
+
     _say("\n".join(format_table(lines, head=head, right=right)))
 
 

@@ -7,9 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from calibration import summarize_measurements
 from costmodel import InputFileError, format_bytes, format_seconds
-from tuner import format_percent, format_table
 
 from ._common import CLIError, print_json, safe_tree
 
@@ -127,6 +125,8 @@ def detect_kind(path: Path) -> str:
 
 
 def _table(head, rows) -> list[str]:
+    from tuner import format_table
+
     return format_table(rows, head=head)
 
 
@@ -205,7 +205,7 @@ def summarize_profile(path: Path) -> dict:
 
 
 def _print_profile(s: dict) -> None:
-    from tuner import format_parameter_rows
+    from tuner import format_parameter_rows, format_percent
 
     state = "reliable" if s["reliable"] else "UNRELIABLE (the tuner refuses it without --force)"
     print(f"{s['file']}: profile — {state}")
@@ -265,6 +265,8 @@ def _print_profile(s: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Summarise FILE."""
+    from calibration import summarize_measurements
+
     path = Path(args.file)
     if not path.exists():
         raise FileNotFoundError(2, "No such file", str(path))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from costmodel import format_bytes
 
-from ..validation import DEFAULT_VALIDATE_BUCKETS, ValidationResult, compare_steps, validate
+from ..validation import DEFAULT_VALIDATE_BUCKETS
 from ._common import (
     CLIError,
     UsageError,
@@ -20,6 +21,9 @@ from ._common import (
     print_json,
 )
 from ._lab import add_emulate_argument, emulated
+
+if TYPE_CHECKING:
+    from ..validation import ValidationResult
 
 NAME = "validate"
 HELP = "train a real model with PS, P2P and ring all-reduce and compare with the predictions"
@@ -277,6 +281,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Train, predict and compare (or re-score ``--from`` FILE); print the table or ``--json``."""
+    from ..validation import compare_steps, validate
+
     overlap = {"auto": "auto", "yes": True, "no": False}[args.overlap]
     if args.from_file is not None:
         from calibration import read_records
