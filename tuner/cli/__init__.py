@@ -13,6 +13,11 @@ Conventions (every subcommand follows them):
   no traceback unless ``--debug``;
 * ``--json`` prints exactly one JSON document on stdout;
 * sizes accept nccl-tests suffixes (``1K``, ``64M``, ``1G``: powers of 1024).
+* ``NAME``, ``HELP`` and ``add_arguments`` import nothing that imports jax:
+  the model is imported inside ``run`` (and the helpers it calls), so that
+  ``ddltune COMMAND --help`` is fast; the names options list come from the
+  packages' lazy public faces (``from costmodel import WORKLOAD_NAMES`` loads
+  a pure-Python module). ``tests/test_cli_imports.py`` checks it.
 
 A subcommand module may also declare ``X64 = True`` and
 ``COMPILATION_CACHE = True`` (the JAX settings it needs: :func:`main` applies
