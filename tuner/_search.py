@@ -2,15 +2,14 @@
 
 The tuner evaluates every configuration of every architecture *variant* (an
 architecture with its server placement: ``ps`` dedicated or colocated, ``ring``,
-…) with :func:`costmodel.iteration_time`, which vmaps the exact bucketed
-timeline over flat arrays of (workers, servers, bucket cap, batch). The flat
-arrays are cut into chunks of one fixed length so that every chunk reuses one
-compiled function per variant.
+…) with :func:`costmodel.iteration_time` on concrete parameters, which
+evaluates the exact bucketed timeline in numpy over flat arrays of (workers,
+servers, bucket cap, batch): nothing is compiled.
 
 The bucket cap is then refined continuously for the best configurations of the
 architectures that overlap communication with backward compute (for the others
 the time is a sum of per-bucket costs, Σ_b (α + s_b·β) = K·α + G·β, which the
-largest cap on the grid already minimises): gradient steps on log bucket size
+largest cap on the grid already minimises): central-difference secant steps on log bucket size
 through :func:`costmodel.fluid_iteration_time` (the smooth relaxation), then the
 result is snapped to the exact bucketing and kept only if the exact model says
 it is faster.
@@ -18,7 +17,7 @@ it is faster.
 References:
     Li et al., "PyTorch Distributed", VLDB 2020 (DDP's 25 MiB ``bucket_cap_mb``);
     Sergeev & Del Balso, arXiv 1802.05799 (Horovod's 64 MiB fusion threshold);
-    Kingma & Ba, "Adam", ICLR 2015 (the refinement's update rule).
+    Dowell & Jarratt, BIT 11 (1971) (the refinement's Illinois secant steps).
 """
 
 from __future__ import annotations
@@ -407,7 +406,7 @@ def sweep(
     k = np.repeat(k_pairs, caps.size)
     b = np.tile(caps, n_pairs.size)
     batch, base = _batches(n, workload.batch_size, global_batch)
-    out = _evaluate_chunked(params, workload, variant, n, k, b, g, batch, base)
+    out = _evaluate_numpy(params, workload, variant, n, k, b, g, batch, base)
     out = _fix_global(out, n, batch, global_batch)
     wb, sb = memory_need(
         workload, variant, n, k, optimizer_state_factor, ranks_per_node=g, bucket_bytes=b
@@ -462,7 +461,7 @@ def memory_need(
     return m.total_bytes[inverse].reshape(n.shape), m.server_bytes[inverse].reshape(n.shape)
 
 
-def _evaluate_chunked(params, workload, variant, n, k, b, g, batch, base) -> Breakdown:
+def _evaluate_numpy(params, workload, variant, n, k, b, g, batch, base) -> Breakdown:
     """iteration_time over flat arrays, in numpy (one vectorised call per bucket cap).
 
     Concrete parameters make :func:`costmodel.iteration_time` evaluate its
