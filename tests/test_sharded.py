@@ -121,15 +121,19 @@ def test_layer_blocks_of_the_zoo_decoders():
     assert units[0] == units[-1] == 32000 * 4096 * 4
     # conv1, bn1, the 16 bottlenecks, fc
     assert layer_blocks(get_workload("resnet50").tensor_names).max() + 1 == 1 + 1 + 16 + 1
-    assert len(unit_bytes(w, "bucket", 2**30)) == len(
-        iteration_time_buckets(w, 2**30)
-    )  # size-based units are the buckets
 
 
-def iteration_time_buckets(w, cap):
-    from costmodel import bucketize
+def test_bucket_units_are_packed_backward_and_listed_forward():
+    """wrap="bucket": tensors of 4, 8, 12, 16 bytes (forward), packed to a 20-byte cap
+    in backward order — 16 | 12 + 8 | 4 — are the units 4, 20, 16 in forward order."""
+    from costmodel import Workload
 
-    return bucketize(w, cap)[0]
+    w = Workload("toy", ("a", "b", "c", "d"), np.array([1, 2, 3, 4]), np.ones(4), None, 1)
+    np.testing.assert_array_equal(unit_bytes(w, "bucket", 20), [4.0, 20.0, 16.0])
+    np.testing.assert_array_equal(unit_bytes(w, "bucket", 0), [4.0, 8.0, 12.0, 16.0])
+    np.testing.assert_array_equal(unit_bytes(w, "bucket", 2**30), [40.0])
+    # a cap of 24: 16 | 12 + 8 + 4 (16 + 12 > 24; 12 + 8 + 4 = 24 fits)
+    np.testing.assert_array_equal(unit_bytes(w, "bucket", 24), [24.0, 16.0])
 
 
 # ---------------------------------------------------------------------------
@@ -410,7 +414,20 @@ def test_memory_covers_every_architecture_and_checks_input():
     for a in ARCHITECTURE_NAMES:
         m = memory_per_rank(w, a, 8, ranks_per_node=4, servers=2)
         assert float(m.total_bytes) > 0 and math.isfinite(float(m.total_bytes))
-        assert set(m.to_dict()) == set(m.FIELDS)
+        d = m.to_dict()
+        assert list(d) == [
+            "parameters_bytes",
+            "gradients_bytes",
+            "optimizer_bytes",
+            "buffer_bytes",
+            "activation_bytes",
+            "total_bytes",
+            "server_bytes",
+        ]
+        assert d["parameters_bytes"] == float(m.parameters_bytes) > 0
+        assert d["server_bytes"] == float(m.server_bytes)
+        parts = ("parameters_bytes", "gradients_bytes", "optimizer_bytes", "buffer_bytes")
+        assert d["total_bytes"] == pytest.approx(sum(d[k] for k in parts) + d["activation_bytes"])
     with pytest.raises(ValueError, match="workers must be finite and ≥ 1"):
         memory_per_rank(w, "fsdp", 0)
     with pytest.raises(ValueError, match="unknown architecture"):
