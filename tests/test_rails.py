@@ -14,20 +14,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel import DEFAULT_NICS_PER_NODE, NETWORK_PRESETS, collective_time, preset
+from costmodel import DEFAULT_NICS_PER_NODE, collective_time, preset
 
-DATASHEET = {  # intra-node preset (names the system) -> (network, NICs)
-    "nvlink-v100": ("ib-edr-100g", 4),  # DGX-1
-    "nvlink-a100": ("ib-hdr-200g", 8),  # DGX A100
-    "nvlink-h100": ("ib-ndr-400g", 8),  # DGX H100
+DATASHEET = {  # intra-node preset (names the system) -> (network, NICs, bytes/s per NIC)
+    # line rate × the presets' stated 92% RDMA efficiency
+    "nvlink-v100": ("ib-edr-100g", 4, 11.5e9),  # DGX-1: EDR 100 Gb/s
+    "nvlink-a100": ("ib-hdr-200g", 8, 23e9),  # DGX A100: HDR 200 Gb/s
+    "nvlink-h100": ("ib-ndr-400g", 8, 46e9),  # DGX H100: NDR 400 Gb/s
 }
+HDR = 23e9  # one HDR NIC, 0.92 × 200 Gb/s, bytes/s
 
 
 @pytest.mark.parametrize("intra", sorted(DATASHEET))
 def test_dgx_presets_carry_their_datasheet_nic_count(intra):
-    network, nics = DATASHEET[intra]
+    network, nics, nic_bw = DATASHEET[intra]
     p = preset(f"{network},{intra}", "a100")
-    nic_bw = NETWORK_PRESETS[network].bandwidth_bytes_per_s
     assert 1 / float(p.beta_s_per_byte[1]) == pytest.approx(nic_bw, rel=1e-12)
     assert 1 / float(p.node_beta_s_per_byte[1]) == pytest.approx(nics * nic_bw, rel=1e-12)
     assert float(p.nics_per_node) == pytest.approx(nics, rel=1e-12)
@@ -37,7 +38,7 @@ def test_other_nodes_keep_the_default_and_the_override_sets_the_cap():
     assert DEFAULT_NICS_PER_NODE == 4
     for net in ("ethernet-10g,pcie3-x16", "ib-hdr-200g,pcie4-x16", "ethernet-10g,shm"):
         assert float(preset(net, "v100").nics_per_node) == pytest.approx(4, rel=1e-12)
-    bw = NETWORK_PRESETS["ib-hdr-200g"].bandwidth_bytes_per_s
+    bw = HDR
     for nics in (1, 2, 8, 16):
         p = preset("ib-hdr-200g,nvlink-a100", "a100", nics_per_node=nics)
         assert 1 / float(p.node_beta_s_per_byte[1]) == pytest.approx(nics * bw, rel=1e-12)
@@ -65,7 +66,7 @@ def _inter_only(p):
 @pytest.mark.parametrize("m", [2, 4])
 def test_hierarchical_busbw_saturates_at_min_of_ranks_and_rails(nics, g, m):
     p = _inter_only(preset("ib-hdr-200g,nvlink-a100", "a100", nics_per_node=nics))
-    bw = NETWORK_PRESETS["ib-hdr-200g"].bandwidth_bytes_per_s
+    bw = HDR
     s = 2.0**32
     t = float(collective_time(p, "all_reduce", s, m * g, g, algorithm="hierarchical"))
     moved = 2.0 * (m - 1) / m * s  # through each node's NICs
@@ -79,7 +80,11 @@ def test_hierarchical_busbw_saturates_at_min_of_ranks_and_rails(nics, g, m):
         assert busbw == pytest.approx(min(g, nics) * bw, rel=2e-3)
 
 
-def test_eight_rails_double_the_dgx_a100_inter_node_bandwidth_of_four():
+def test_rails_at_and_below_the_ranks_per_node_of_a_dgx_a100():
+    """g = 8 ranks per node, inter-node phase only: L = moved/g/B the rank's link term,
+    moved/(nics·B) = (g/nics)·L the node's. 2 → 4 NICs: the node term dominates both
+    times, (1 + 4⁸)^(1/8) / (1 + 2⁸)^(1/8) ≈ 2.000×; 4 → 8 NICs: at the knee (nics = g)
+    the smooth max gives (1 + 2⁸)^(1/8) / 2^(1/8) ≈ 1.834×, not 2×."""
     s, g, m = 2.0**30, 8, 4
     times = {
         nics: float(
@@ -92,9 +97,14 @@ def test_eight_rails_double_the_dgx_a100_inter_node_bandwidth_of_four():
                 algorithm="hierarchical",
             )
         )
-        for nics in (2, 4)
+        for nics in (2, 4, 8)
     }
     assert times[2] / times[4] == pytest.approx(2.0, rel=2e-3)
+    assert times[4] / times[8] == pytest.approx((257 / 2) ** (1 / 8), rel=2e-3)
+    assert times[4] / times[8] == pytest.approx(1.834, rel=1e-3)
+    # absolute: eight rails, 2(m−1)/m·S at 2^(1/8) × one rank's link time
+    link = 2 * (m - 1) / m * s / g / HDR
+    assert times[8] == pytest.approx(2 ** (1 / 8) * link, rel=2e-3)
 
 
 def test_a_flat_ring_uses_one_nic_whatever_the_rails():
