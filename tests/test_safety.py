@@ -289,7 +289,10 @@ def test_too_many_local_workers_are_refused_unless_forced(monkeypatch):
     monkeypatch.setattr(collect_mod, "_cores", lambda: 2)
     with pytest.raises(ValueError, match=r"--workers 100000 on 2 CPU cores.*--force"):
         check_local_bounds([2, 100000], 1024)
-    check_local_bounds([8], 1024)  # 4 per core: allowed
+    check_local_bounds([8], 1024)  # 4 per core: allowed, up to the bound
+    with pytest.raises(ValueError, match=r"--workers 9 on 2 CPU cores: more than 4 local"):
+        check_local_bounds([2, 9], 1024)  # one past the bound: refused
+    check_local_bounds([9], 1024, force=True)
     check_local_bounds([100000], 0, force=True)
 
 
@@ -298,6 +301,12 @@ def test_buffers_beyond_available_memory_are_refused(monkeypatch):
     with pytest.raises(ValueError, match=r"--max-bytes 1024 GiB.*MemAvailable"):
         check_local_bounds([2], 1024**4, force=True)  # --force does not lift it
     check_local_bounds([2], 64 * 1024**2)
+    # the bound itself: max_bytes × 4 buffers × workers within the 8 GiB available
+    check_local_bounds([2], 1024**3)  # 1 GiB × 4 × 2 = 8 GiB: fits exactly
+    with pytest.raises(ValueError, match=r"--max-bytes 1 GiB × 4 buffers × 2 processes"):
+        check_local_bounds([2], 1024**3 + 1)  # one byte more: refused
+    with pytest.raises(ValueError, match=r"--workers 3\) = 12 GiB of buffers"):
+        check_local_bounds([2, 3], 1024**3)  # the largest launch counts
 
 
 def test_cli_collect_refuses_100000_workers_before_anything_starts(tmp_path, capsys):
@@ -428,7 +437,7 @@ def test_out_of_range_numbers_name_the_line(tmp_path, over, match):
 def test_deep_json_names_the_line_not_a_recursion_error(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text(json.dumps(_record()) + "\n" + "[" * 200_000 + "]" * 200_000 + "\n")
-    with pytest.raises(InputFileError, match=r"m\.jsonl:2:.*(nested deeper|start)"):
+    with pytest.raises(InputFileError, match=r"m\.jsonl:2: JSON nested deeper than 64 levels$"):
         read_records(path)
     path.write_text('{"a":' * 100 + "1" + "}" * 100 + "\n")
     with pytest.raises(InputFileError, match=r"m\.jsonl:1: JSON nested deeper than 64"):
