@@ -153,6 +153,9 @@ class JobResult:
         elapsed_s: from start to the launcher's exit, seconds.
         pids: every process seen with the job's tag (the ranks, and what they started).
         survivors: those still alive after the launcher exited and a grace period.
+        mark_s: from start to the first poll that found ``mark`` in the output,
+            seconds (``None``: never seen, or no mark asked for); polls are 0.2 s
+            apart, so it is late by at most that.
     """
 
     returncode: int | None
@@ -160,6 +163,12 @@ class JobResult:
     elapsed_s: float
     pids: set[int]
     survivors: list[int]
+    mark_s: float | None = None
+
+    @property
+    def after_mark_s(self) -> float | None:
+        """Seconds from the mark (a fault, say) to the launcher's exit."""
+        return None if self.mark_s is None else self.elapsed_s - self.mark_s
 
 
 def run_job(
@@ -169,6 +178,7 @@ def run_job(
     cwd: str | os.PathLike,
     timeout_s: float,
     grace_s: float = 15.0,
+    mark: str | None = None,
 ) -> JobResult:
     """Run one launcher command to its end, at most ``timeout_s`` seconds, and reap everything.
 
@@ -177,6 +187,8 @@ def run_job(
     ranks are found while the job runs and checked after it ends. After a
     timeout the launcher's process group and every tagged process are killed
     by PID; survivors are reported (and then killed, so that no test leaks).
+    ``mark``: a text whose first appearance in the output is timed
+    (:attr:`JobResult.mark_s`), so that a test can bound what follows a fault.
     """
     tag = uuid.uuid4().hex
     env = dict(env, DDLTUNE_TEST_JOB=tag)
@@ -194,9 +206,13 @@ def run_job(
             start_new_session=True,
         )
     returncode = None
+    mark_s = None
+    needle = None if mark is None else mark.encode()
     try:
         while time.monotonic() - t0 < timeout_s:
             seen |= tagged_pids(tag)
+            if needle is not None and mark_s is None and needle in log_path.read_bytes():
+                mark_s = time.monotonic() - t0
             returncode = proc.poll()
             if returncode is not None:
                 break
@@ -217,7 +233,7 @@ def run_job(
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
     output = log_path.read_text(encoding="utf-8", errors="replace")
-    return JobResult(returncode, output, elapsed, seen, left)
+    return JobResult(returncode, output, elapsed, seen, left, mark_s)
 
 
 # --------------------------------------------------------------------------- SLURM
