@@ -5,8 +5,10 @@ inside functions, so imports hidden in a function count too) and checked:
 
 * **layers**: ``costmodel`` and ``launch`` import no other ddltune package;
   ``calibration`` imports only ``costmodel`` and ``launch``; ``tuner`` imports
-  ``costmodel``, ``launch`` and ``calibration``; nothing but ``tuner.cli``
-  itself (and the tests) imports ``tuner.cli``;
+  ``costmodel``, ``launch`` and ``calibration``; ``tuner.cli`` imports those and
+  ``tuner`` (not the benchmarks); nothing but ``tuner.cli`` itself (and the
+  tests) imports ``tuner.cli``. ``importlib.import_module("m")`` and
+  ``__import__("m")`` with a literal name count as imports of ``m``;
 * **public faces**: a private module ``P._m`` (a path component starting with
   ``_``) is imported only from inside package ``P``; ``tuner.cli`` and the
   benchmarks import only public faces (no private component at all);
@@ -38,8 +40,11 @@ ALLOWED = {
     "launch": set(),
     "calibration": {"costmodel", "launch"},
     "tuner": {"costmodel", "launch", "calibration"},
+    "tuner.cli": {"costmodel", "launch", "calibration", "tuner"},  # public faces only
     "benchmarks": set(PACKAGES),
 }
+#: Calls that import the module named by their first (string literal) argument.
+IMPORT_CALLS = {"import_module", "__import__"}
 OPTIONAL = {"matplotlib": "report", "jinja2": "report", "optuna": "bench"}
 
 #: Violations in other branches' files, being fixed there (issue 11). The lead
@@ -89,6 +94,10 @@ def imports_of(name: str, source: str, is_package: bool, known: set[str]) -> lis
                 mod = resolve(child.module, child.level)
                 for a in child.names:
                     from_import(mod, a.name, child.lineno, top_level)
+            elif (dynamic := dynamic_import(child)) is not None:
+                level = len(dynamic) - len(dynamic.lstrip("."))
+                target = resolve(dynamic[level:], level) if level else dynamic
+                out.append((target, child.lineno, top_level))
             elif top_level and (lazy := lazy_exports(child)) is not None:
                 # a lazy public face (PEP 562): ``_EXPORTS = {name: module}`` is
                 # read as ``from module import name`` at module level
@@ -115,6 +124,24 @@ def imports_of(name: str, source: str, is_package: bool, known: set[str]) -> lis
 
     visit(tree, True)
     return out
+
+
+def dynamic_import(node) -> str | None:
+    """The module a call ``importlib.import_module("m")`` / ``__import__("m")`` imports.
+
+    ``None`` when ``node`` is no such call or its first argument is not a string
+    literal (a computed name, as in the lazy faces' ``__getattr__``, is checked
+    through their ``_EXPORTS`` tables instead). A leading dot is relative to the
+    importing module's package, as ``import_module(".m", __name__)`` resolves it.
+    """
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    arg = node.args[0]
+    if name in IMPORT_CALLS and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    return None
 
 
 def lazy_exports(node) -> list[tuple[str, str]] | None:
@@ -192,7 +219,9 @@ def check(sources: dict[str, str], paths: dict[str, Path] | None = None) -> list
             if tlayer == "tuner.cli" and layer != "tuner.cli":
                 problems.append(f"upward: {name} -> {target} (line {line})")
             elif layer == "tuner.cli":
-                if tlayer != "tuner.cli" and _private_owner(target):
+                if tlayer != "tuner.cli" and root not in ALLOWED["tuner.cli"]:
+                    problems.append(f"upward: {name} -> {target} (line {line})")
+                elif tlayer != "tuner.cli" and _private_owner(target):
                     problems.append(f"private: {name} -> {target} (line {line})")
                 continue
             elif root != layer.split(".")[0] and root not in ALLOWED[layer]:
@@ -307,6 +336,35 @@ def test_every_package_and_the_cli_are_read():
             "cycle: calibration._a, calibration._b",
         ),
         ({"tuner._bad": "import matplotlib.pyplot as plt\n"}, "optional: tuner._bad"),
+        # the CLI is a layer too: it may not reach into the benchmarks
+        ({"tuner.cli._bad": "import benchmarks.tuner_speed\n"}, "upward: tuner.cli._bad"),
+        (
+            {"tuner.cli._bad": "def f():\n    from benchmarks import cli_latency\n"},
+            "upward: tuner.cli._bad -> benchmarks",
+        ),
+        # imports by name, through importlib or __import__, at any depth
+        (
+            {"costmodel._bad": "import importlib\nimportlib.import_module('calibration')\n"},
+            "upward: costmodel._bad -> calibration (line 2)",
+        ),
+        (
+            {"launch._bad": "def f():\n    return __import__('tuner._search')\n"},
+            "upward: launch._bad -> tuner._search (line 2)",
+        ),
+        (
+            {
+                "tuner.cli._bad": "from importlib import import_module as im\nx = 1\n"
+                "def f():\n    import importlib\n    importlib.import_module('tuner._report')\n"
+            },
+            "private: tuner.cli._bad -> tuner._report (line 5)",
+        ),  # fmt: skip
+        (
+            {
+                "calibration._a": "import importlib\nimportlib.import_module('._b', __name__)\n",
+                "calibration._b": "import calibration._a\n",
+            },
+            "cycle: calibration._a, calibration._b",
+        ),  # fmt: skip
         # a lazy public face's table counts as its imports
         ({"costmodel": '_EXPORTS = {"x": "calibration"}\n'}, "upward: costmodel -> calibration"),
         (

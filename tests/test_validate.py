@@ -202,6 +202,7 @@ def test_load_params(tmp_path):
 
 def test_load_params_from_a_profile(tmp_path):
     from calibration import Profile  # missing: an error, not a skip
+
     prof = Profile.from_preset("ethernet-10g", "cpu")
     path = tmp_path / "profile.json"
     prof.save(path)
