@@ -88,6 +88,28 @@ _COLLECTIVES_USED = {
 #: Sharded data parallelism (each rank holds a shard of the model states).
 _SHARDED = ("zero1", "zero2", "fsdp", "hsdp")
 
+#: Machinery of each architecture, least first, for ties (:func:`_prefer_simpler`):
+#: an all-reduce of replicas (DDP, Horovod); peer-to-peer or servers on the workers;
+#: dedicated servers, or ZeRO-1's sharded optimizer; ZeRO-2's sharded gradients;
+#: FSDP/HSDP's sharded parameters, gathered again every step.
+MACHINERY = {
+    "ring": 0,
+    "tree": 0,
+    "hierarchical": 0,
+    "p2p": 1,
+    "ps_host": 1,
+    "hybrid": 2,
+    "ps": 2,
+    "zero1": 2,
+    "zero2": 3,
+    "fsdp": 4,
+    "hsdp": 4,
+}
+
+#: Below this relative difference of the objective, two configurations tie even when
+#: the profile has no intervals (bare parameters, presets): "practically as fast".
+TIE_TOLERANCE = 0.005
+
 
 class UnreliableProfileError(ValueError):
     """The profile's held-out error is over the calibration's limit; pass ``force=True``."""
@@ -1158,6 +1180,9 @@ def recommend(
     elif refine:
         _refine_leaders(ctx, sweeps, best, caps, scorer)
     ranked = sorted(best.values(), key=lambda r: _row_key(scorer, r))
+    tie_note = ""
+    if status == "ok":
+        ranked, tie_note = _prefer_simpler(ctx, scorer, ranked)
     chosen, others = ranked[0], ranked[1:]
     memory_note = (
         _memory_note(ctx, sweeps, keys, scorer, chosen, excluded, osf) if status == "ok" else ""
@@ -1167,6 +1192,7 @@ def recommend(
             workload, chosen, ranked, osf, memory, ctx.ranks_per_node, memory_note
         )
         memory_note = f"{memory_note} {note}".strip()
+    memory_note = f"{tie_note} {memory_note}".strip()
     alt_rows = _alternatives(sweeps, masks, keys, scorer, chosen, others, status == "ok")
     rec = _assemble(
         ctx,
@@ -1481,6 +1507,69 @@ def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g, memory_note="
         f"device), but {chosen.variant.label} is faster{than} (each rank updates only its "
         f"shard; {format_bytes(own)} per rank)."
     )
+
+
+def _machinery(r: _Row) -> tuple:
+    """Less is simpler: (architecture's :data:`MACHINERY`, dedicated servers, workers)."""
+    servers = r.k if r.variant.dedicated_servers else 0
+    return (MACHINERY.get(r.variant.name, max(MACHINERY.values())), servers, r.n)
+
+
+def _prefer_simpler(ctx: _Context, scorer: _Scorer, ranked: list) -> tuple[list, str]:
+    """Move the simplest configuration that ties with the lead to the front.
+
+    Two configurations tie when each one's objective lies within the other's 90%
+    interval (the step-time interval of :func:`_intervals`, carried to the
+    objective: throughput and price per sample scale as 1/t), or within
+    :data:`TIE_TOLERANCE` of it (the floor for profiles without intervals). Of
+    the lead and the rows that tie with it, the one with the least
+    :func:`_machinery` goes first (ring/DDP before ZeRO and FSDP, fewer dedicated
+    servers, fewer workers); the rest keep their order. The min-workers
+    objective already prefers fewer workers and is left as it is.
+
+    Returns:
+        ``(ranked, note)``: the reordered rows and a sentence for the rationale
+        (``""`` when the lead stays).
+    """
+    lead = ranked[0]
+    if scorer.objective == "min-workers" or len(ranked) < 2:
+        return ranked, ""
+    simpler = [r for r in ranked[1:] if _machinery(r) < _machinery(lead)]
+    if not simpler:
+        return ranked, ""
+    rows = [lead, *simpler]
+    lo, hi = _intervals(ctx, _spec_rows(ctx, rows), 0.9, [r.t for r in rows])
+
+    def band(i: int, r: _Row) -> tuple[float, float]:
+        # the objective's range when the step time ranges over [lo, hi]
+        v = abs(_row_key(scorer, r)[0])
+        a, b = v * r.t / hi[i], v * r.t / lo[i]
+        return a * (1 - TIE_TOLERANCE), b * (1 + TIE_TOLERANCE)
+
+    lead_v, (lead_a, lead_b) = abs(_row_key(scorer, lead)[0]), band(0, lead)
+    ties = []
+    for i, r in enumerate(simpler, start=1):
+        v, (a, b) = abs(_row_key(scorer, r)[0]), band(i, r)
+        if lead_a <= v <= lead_b and a <= lead_v <= b:
+            ties.append(r)
+    if not ties:
+        return ranked, ""
+    pick = min(ties, key=_machinery)
+    gain = _gain(scorer, lead, pick)
+    what = "faster" if scorer.objective != "cost" else "cheaper"
+    note = (
+        f"Ties go to the simpler architecture: {pick.variant.label} ({pick.n} workers) is "
+        f"chosen over {lead.variant.label} ({lead.n} workers), which is predicted "
+        f"{format_percent(abs(gain), 1)} {what if gain >= 0 else 'slower'}, within the 90% "
+        f"intervals of both; {pick.variant.label} needs less machinery."
+    )
+    return [pick, *(r for r in ranked if r is not pick)], note
+
+
+def _gain(scorer: _Scorer, a: _Row, b: _Row) -> float:
+    """How much better ``a`` is than ``b`` on the objective, relative (> 0: a is better)."""
+    ka, kb = _row_key(scorer, a)[0], _row_key(scorer, b)[0]
+    return (kb - ka) / abs(kb) if kb else 0.0
 
 
 def _close(k0: tuple, lead: tuple, scorer: _Scorer) -> bool:
