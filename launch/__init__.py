@@ -16,9 +16,11 @@ from ._emulate import EmulateSpec as EmulateSpec
 from ._emulate import EmulationError as EmulationError
 from ._emulate import EmulationUnavailable as EmulationUnavailable
 from ._emulate import LinkCheck as LinkCheck
+from ._emulate import SizeCheck as SizeCheck
 from ._emulate import clean_stale as clean_stale
 from ._emulate import emulation_unavailable_reason as emulation_unavailable_reason
 from ._emulate import parse_emulate as parse_emulate
+from ._emulate import wire_bytes as wire_bytes
 from ._launch import ClusterEnv as ClusterEnv
 from ._launch import LaunchError as LaunchError
 from ._launch import LaunchResult as LaunchResult

@@ -70,9 +70,11 @@ __all__ = [
     "EmulationUnavailable",
     "LinkCheck",
     "Node",
+    "SizeCheck",
     "clean_stale",
     "emulation_unavailable_reason",
     "parse_emulate",
+    "wire_bytes",
 ]
 
 #: Prefix of every namespace this module creates (followed by the PID).
@@ -86,10 +88,6 @@ _SPEC_RE = re.compile(
     r"^\s*(\d+)\s*x\s*(\d+)\s*@\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([a-z]+)\s*$"
 )
 _NETNS_ETC = Path("/etc/netns")
-# Kernel timer frequency assumed for the token bucket's burst (tc-tbf(8): the
-# bucket must hold at least rate/HZ bytes to reach the rate); 250 is the
-# common distribution default (this kernel: CONFIG_HZ=250).
-_HZ = 250
 _CAP_NET_ADMIN = 12
 _CAP_SYS_ADMIN = 21
 _HOW_TO_GET = (
@@ -302,6 +300,52 @@ class LinkCheck:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class SizeCheck:
+    """One message size of :meth:`EmulatedCluster.size_check`.
+
+    Attributes:
+        message_bytes: payload of one message, bytes.
+        wire_bytes: what the shaper counts for it: payload, the 8-byte length
+            header and 66 bytes of Ethernet/IP/TCP headers per segment.
+        median_s: median time from the first byte sent to the 1-byte
+            acknowledgement received, seconds.
+        expected_s: α + wire_bytes / rate, with α (the stack's latency, the
+            acknowledgement's return included) the median over the sizes of
+            ``median_s − wire_bytes / rate``.
+        ratio: ``median_s / expected_s`` (1.0: the link is α + S/R at this size).
+    """
+
+    message_bytes: int
+    wire_bytes: int
+    median_s: float
+    expected_s: float
+    ratio: float
+
+    def as_dict(self) -> dict:
+        """JSON-ready fields."""
+        return dataclasses.asdict(self)
+
+
+def wire_bytes(message_bytes: int, mtu: int = 1500) -> int:
+    """Bytes a token bucket counts for one TCP message of ``message_bytes`` (+ 8-byte header).
+
+    Segments of MSS = mtu − 52 payload bytes (IPv4 20 + TCP 20 + timestamps 12),
+    each with 66 bytes of headers as the qdisc sees them (Ethernet 14, IP 20,
+    TCP 32; preamble and FCS are not counted by tc). At MTU 1500: 1514 wire
+    bytes per 1448 payload bytes.
+
+    Raises:
+        ValueError: ``message_bytes`` < 0 or ``mtu`` outside 576…9000.
+    """
+    if message_bytes < 0 or not 576 <= mtu <= 9000:
+        raise ValueError(
+            f"wire_bytes: message_bytes ≥ 0 and mtu 576…9000, got {message_bytes}, {mtu}"
+        )
+    payload = int(message_bytes) + 8
+    return payload + 66 * max(1, math.ceil(payload / (mtu - 52)))
+
+
 def _nice_floor(bits_per_s: float) -> str:
     """A round tc rate at or below ``bits_per_s`` (two significant digits), e.g. '150mbit'."""
     for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
@@ -319,16 +363,17 @@ class EmulatedCluster:
     Args:
         spec: an :class:`EmulateSpec` or its text (``"2x1@200mbit"``).
         mtu: the NICs' MTU, bytes (576…9000; default 1500, Ethernet's).
-        burst_s: the token bucket's depth in seconds of the rate; the burst is
-            ``max(rate × burst_s, 4 × (mtu + 14))`` bytes. Default ``1/HZ`` =
-            4 ms (tc-tbf(8): at least rate/HZ bytes to reach the rate). A
-            full bucket lets that many bytes through at veth speed, so a
-            message smaller than about the burst, sent after an idle gap,
-            crosses faster than the rate (measured at 100 Mbit/s, 50 kB
-            bucket: a 64 KiB all_reduce in 2.5 ms instead of 5.5 ms); shallower
-            buckets lost up to a third of the rate on this 2-core machine
-            under load, and tbf's ``peakrate`` (which would cap that burst)
-            lost 25–70% of the rate here, so neither is the default.
+        burst_frames: the token bucket's depth in full frames (``mtu`` + 14
+            bytes), an integer 1…64; default 2. A full bucket lets that many
+            bytes through at veth speed, so a message after an idle gap crosses
+            ``burst/R`` early: with 2 frames (3,028 B, 121 µs at 200 Mbit/s)
+            every size from one frame up is α + S/R with one α; the old
+            default of rate/HZ (100 kB at 200 Mbit/s, tc-tbf(8)'s rule for
+            jiffy timers) let a 64 KiB message through in 0.12 of its S/R
+            (:meth:`size_check`). One frame lost a third of the rate here
+            (every packet waits for a timer), and tbf's ``peakrate`` 25–70%.
+        burst_s: a deeper bucket, in seconds of the rate: the burst is
+            ``max(rate × burst_s, burst_frames × (mtu + 14))`` bytes; default 0.
         queue_s: the bucket's queue, in seconds of the rate (``tc … limit``,
             plus the burst); default 50 ms.
 
@@ -348,7 +393,8 @@ class EmulatedCluster:
         spec: EmulateSpec | str,
         *,
         mtu: int = 1500,
-        burst_s: float | None = None,
+        burst_frames: int = 2,
+        burst_s: float = 0.0,
         queue_s: float = 0.05,
     ):
         self.spec = parse_emulate(spec) if isinstance(spec, str) else spec
@@ -357,7 +403,14 @@ class EmulatedCluster:
         if not queue_s > 0:
             raise ValueError(f"queue_s must be > 0 seconds, got {queue_s!r}")
         self.mtu = int(mtu)
-        self.burst_s = 1.0 / _HZ if burst_s is None else float(burst_s)
+        if isinstance(burst_frames, bool) or not isinstance(burst_frames, int):
+            raise ValueError(f"burst_frames must be an integer 1…64, got {burst_frames!r}")
+        if not 1 <= burst_frames <= 64:
+            raise ValueError(f"burst_frames must be an integer 1…64, got {burst_frames!r}")
+        if not (math.isfinite(float(burst_s)) and 0 <= float(burst_s) <= 1):
+            raise ValueError(f"burst_s must be between 0 and 1 s, got {burst_s!r}")
+        self.burst_frames = int(burst_frames)
+        self.burst_s = float(burst_s)
         self.queue_s = float(queue_s)
         pid = os.getpid()
         self.bridge_netns = f"{PREFIX}{pid}br"
@@ -366,6 +419,7 @@ class EmulatedCluster:
             for i in range(self.spec.nodes)
         ]
         self.checks: list[LinkCheck] = []
+        self.size_checks: list[SizeCheck] = []
         self.setup_s: float | None = None
         self._created: list[str] = []
         self._made_etc = False
@@ -379,7 +433,7 @@ class EmulatedCluster:
     def burst_bytes(self) -> int:
         """The token bucket's depth, bytes (see the class docstring)."""
         rate = self.spec.rate_bits_per_s / 8
-        return int(math.ceil(max(rate * self.burst_s, 4 * (self.mtu + 14))))
+        return int(math.ceil(max(rate * self.burst_s, self.burst_frames * (self.mtu + 14))))
 
     @property
     def limit_bytes(self) -> int:
@@ -694,6 +748,105 @@ class EmulatedCluster:
                     float(r["goodput_bytes_per_s"]) * 8 * max(ratio, 1.0),
                 )
             )
+        return checks
+
+    def size_check(
+        self,
+        sizes: Sequence[int] | None = None,
+        *,
+        repeats: int = 5,
+        gap_s: float = 0.02,
+        budget_s: float = 10.0,
+    ) -> list[SizeCheck]:
+        """Time single messages over one link (node 0 → node 1, the others idle).
+
+        A real NIC carries a message of S bytes in about α + S/R at every size;
+        a token bucket deeper than a few frames lets a message after an idle
+        gap through faster than R. This measures it: for each size, ``repeats``
+        messages, each after ``gap_s`` of idle link, timed to a 1-byte
+        acknowledgement (``launch._netcheck ping``/``echo``), and compares the
+        median with α + :func:`wire_bytes`/R (α: the median excess over the sizes).
+
+        Args:
+            sizes: message sizes, bytes ≥ 1, ascending; default 1 KiB, 4 KiB, …
+                up to 16 MiB, stopping where ``repeats`` messages of the next
+                size would pass ``budget_s`` at the rate.
+            repeats: messages per size, 1…50.
+            gap_s: idle time before each message, seconds, 0…1 (the bucket
+                refills in burst/R: 121 µs for the default burst at 200 Mbit/s).
+            budget_s: bound on the default sizes' total wire time, seconds.
+
+        Returns:
+            One :class:`SizeCheck` per size; also kept in :attr:`size_checks`.
+
+        Raises:
+            EmulationError: fewer than two nodes, a cluster not started, or
+                a transfer that failed or did not finish.
+            ValueError: a bad argument.
+        """
+        if not self._active:
+            raise EmulationError("size_check() needs a started cluster (use it inside 'with')")
+        if self.spec.nodes < 2:
+            raise EmulationError("size_check() needs two nodes: it times node 0 → node 1")
+        if not isinstance(repeats, int) or not 1 <= repeats <= 50:
+            raise ValueError(f"repeats must be an integer 1…50, got {repeats!r}")
+        if not 0 <= gap_s <= 1:
+            raise ValueError(f"gap_s must be between 0 and 1 s, got {gap_s!r}")
+        rate = self.spec.rate_bits_per_s / 8
+        if sizes is None:
+            sizes, total, s = [], 0.0, 1024
+            while s <= 16 * 1024**2:
+                total += repeats * wire_bytes(s, self.mtu) / rate
+                if sizes and total > budget_s:
+                    break
+                sizes.append(s)
+                s *= 4
+        sizes = [int(x) for x in sizes]
+        if not sizes or any(x < 1 for x in sizes) or sizes != sorted(sizes):
+            raise ValueError(f"sizes must be ascending byte counts ≥ 1, got {sizes!r}")
+        a, b = self.nodes[0], self.nodes[1]
+        env = _child_env()
+        py = sys.executable
+        wire_s = sum(repeats * (wire_bytes(x, self.mtu) / rate + gap_s) for x in sizes)
+        limit = 2.0 * wire_s + 30.0
+        echo = _popen(
+            ["ip", "netns", "exec", b.netns, py, "-m", "launch._netcheck", "echo",
+             "--bind", b.address, "--port", "5301", "--seconds", f"{limit:.0f}"], env,
+        )  # fmt: skip
+        ping = None
+        try:
+            _expect_line(echo, "listening", 60.0)
+            ping = _popen(
+                ["ip", "netns", "exec", a.netns, py, "-m", "launch._netcheck", "ping",
+                 "--to", b.address, "--port", "5301", "--sizes", ",".join(map(str, sizes)),
+                 "--repeats", str(repeats), "--gap-s", str(gap_s)], env,
+            )  # fmt: skip
+            try:
+                out, err = ping.communicate(timeout=limit)
+            except subprocess.TimeoutExpired:
+                raise EmulationError(
+                    f"the size check did not finish within {limit:.0f} s"
+                ) from None
+            if ping.returncode != 0:
+                raise EmulationError(f"the size check failed: {(err or out).strip()[-300:]}")
+            times = json.loads(out.strip().splitlines()[-1])["times_s"]
+        finally:
+            for p in (ping, echo):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                if p is not None:
+                    with contextlib.suppress(Exception):
+                        p.communicate(timeout=5)
+        medians = [sorted(t)[len(t) // 2] for t in times]
+        wires = [wire_bytes(x, self.mtu) for x in sizes]
+        # the link's α: what each size takes beyond its wire time, the median over sizes
+        excess = sorted(m - w / rate for m, w in zip(medians, wires, strict=True))
+        alpha = max(excess[len(excess) // 2], 0.0)
+        checks = []
+        for size, w, m in zip(sizes, wires, medians, strict=True):
+            expected = alpha + w / rate
+            checks.append(SizeCheck(size, w, m, expected, m / expected))
+        self.size_checks = checks
         return checks
 
     def _sent_bytes(self, node: int) -> int | None:

@@ -24,9 +24,11 @@ machine's own network, and there is no route out. Everything is removed when
 the command ends, fails or is interrupted.
 
 'check' builds the cluster, runs one bulk TCP transfer per link (all at once,
-node i to node i+1), prints each link's goodput and wire rate, and removes the
-cluster; it fails when a link reaches less than 90% of the rate (this
-machine's cores cannot keep up) and says which rate it can emulate.
+node i to node i+1), prints each link's goodput and wire rate, times one
+message of each size (1 KiB ... 16 MiB, node 0 to node 1) against the link's
+alpha + S/R, and removes the cluster; it fails when a link reaches less than
+90% of the rate (this machine's cores cannot keep up; it says which rate it
+can emulate) or a size misses alpha + S/R by more than 25%.
 'clean' removes the namespaces of runs that were killed (ddlt<PID>..., PID
 gone). 'collect', 'validate' and 'run' take the same --emulate option.
 
@@ -102,8 +104,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "check",
         help="build an emulated cluster, measure each link, remove it",
         description="Build the emulated cluster --emulate describes, run one bulk TCP transfer "
-        "per link (all links at once), print each link's goodput, remove everything. Exit 1 "
-        "when a link reaches less than --min-fraction of the rate.",
+        "per link (all links at once), print each link's goodput; then time single messages "
+        "of each size over one link against α + S/R; remove everything. Exit 1 when a link "
+        "reaches less than --min-fraction of the rate or a size misses α + S/R by more than "
+        "--size-tolerance.",
         epilog="example:\n  ddltune lab check --emulate 2x1@200mbit",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -122,6 +126,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help="pass when every link's wire rate reaches F × the set rate, 0 < F ≤ 1 "
         "(default %(default)s)",
+    )
+    check.add_argument(
+        "--size-tolerance",
+        type=float,
+        default=0.25,
+        metavar="F",
+        help="pass when one message of every size (1 KiB, 4 KiB, … up to 16 MiB, node 0 to "
+        "node 1 alone) crosses within F of the link's α + S/R, 0 < F ≤ 1 (default %(default)s: a "
+        "loaded 2-core machine's α jitters by tens of percent below 16 KiB)",
     )
     check.add_argument("--json", action="store_true", help="print one JSON document")
     check.add_argument(
@@ -170,6 +183,7 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from costmodel import format_bytes
     from launch import EmulatedCluster, EmulationError
 
     spec = parse_spec(args.emulate)
@@ -177,6 +191,9 @@ def _check(args: argparse.Namespace) -> int:
         raise UsageError(f"--seconds must be between 0.3 and 30, got {args.seconds:g}")
     if not 0 < args.min_fraction <= 1:
         raise UsageError(f"--min-fraction must be in (0, 1], got {args.min_fraction:g}")
+    tol = args.size_tolerance
+    if not 0 < tol <= 1:
+        raise UsageError(f"--size-tolerance must be in (0, 1], got {tol:g}")
     failure = None
     with EmulatedCluster(spec) as cluster:
         setup_s = cluster.setup_s
@@ -186,6 +203,16 @@ def _check(args: argparse.Namespace) -> int:
         except EmulationError as e:
             failure = str(e)
             checks = cluster.checks
+        sizes = cluster.size_check() if spec.nodes >= 2 else []
+        off = [c for c in sizes if abs(c.ratio - 1.0) > tol]
+        if off and failure is None:
+            worst = max(off, key=lambda c: abs(c.ratio - 1.0))
+            failure = (
+                f"size check failed: {len(off)} of {len(sizes)} message sizes miss the link's "
+                f"α + S/R by more than {tol:.0%} (worst {format_bytes(worst.message_bytes)}: "
+                f"{worst.ratio:.2f}× of {worst.expected_s * 1e3:.3g} ms); the token bucket "
+                f"({cluster.burst_bytes} B) or this machine's load is not a NIC's"
+            )
         check_s = time.monotonic() - t0
         doc = {
             "emulate": spec.text,
@@ -197,6 +224,8 @@ def _check(args: argparse.Namespace) -> int:
             "mtu": cluster.mtu,
             "addresses": [n.address for n in cluster.nodes],
             "links": [c.as_dict() for c in checks],
+            "sizes": [c.as_dict() for c in sizes],
+            "size_tolerance": tol,
             "goodput_bytes_per_s": cluster.provenance()["goodput_bytes_per_s"],
             "passed": failure is None,
             "setup_s": setup_s,
@@ -223,6 +252,19 @@ def _check(args: argparse.Namespace) -> int:
             )
         if not checks:
             print("  (one node: no link to check)")
+        if sizes:
+            alpha = sizes[0].expected_s - sizes[0].wire_bytes * 8 / rate
+            print(
+                f"# one message, node 0→1, median of 5 after idle; expected α + S/R with "
+                f"α = {alpha * 1e3:.3f} ms"
+            )
+            print(f"# {'size':>9} {'measured(ms)':>13} {'α+S/R(ms)':>10} {'ratio':>6}")
+            for c in sizes:
+                flag = "" if abs(c.ratio - 1.0) <= tol else "  off"
+                print(
+                    f"  {format_bytes(c.message_bytes):>9} {c.median_s * 1e3:>13.3f} "
+                    f"{c.expected_s * 1e3:>10.3f} {c.ratio:>6.2f}{flag}"
+                )
         print(
             f"# set up in {setup_s:.2f} s, checked in {check_s:.2f} s, removed in "
             f"{doc['teardown_s']:.2f} s; " + ("passed" if failure is None else "FAILED")
