@@ -34,6 +34,7 @@ _EXPORTS = {
     "series_label": "._format",
     "PREDICTION_LEVEL": "._predict",
     "measured_ranks_per_node": "._predict",
+    "node_capacity_note": "._predict",
     "predict_collective": "._predict",
     "predict_iterations": "._predict",
     "topology_warnings": "._predict",

@@ -949,6 +949,13 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
     }
 
 
+def _placement(cfg) -> str:
+    """`` (on one node)`` for a job smaller than a node, `` (G per node)``, or nothing."""
+    if cfg.workers < cfg.ranks_per_node:
+        return " (on one node)"
+    return f" ({cfg.ranks_per_node} per node)" if cfg.ranks_per_node > 1 else ""
+
+
 def _facts(rec) -> list[tuple[str, str]]:
     """The recommendation's (label, value) lines."""
     cfg = rec.config
@@ -958,8 +965,7 @@ def _facts(rec) -> list[tuple[str, str]]:
         ("architecture", cfg.label + (f", {cfg.servers} servers" if cfg.servers else "")),
         (
             "workers",
-            f"{cfg.workers}"
-            + (f" ({cfg.ranks_per_node} per node)" if cfg.ranks_per_node > 1 else ""),
+            f"{cfg.workers}" + _placement(cfg),
         ),
         (
             "gradient bucket",

@@ -134,8 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int_arg,
         default=None,
         metavar="G",
-        help="workers per node (default 1; with --profile, the one value it measured); "
-        "worker counts are then multiples of G",
+        help="workers a node holds (default 1; with --profile, the one value it measured); "
+        "worker counts are then multiples of G, or 1 … --max-workers on one node when "
+        "--max-workers is below G",
     )
     s.add_argument(
         "--arch",
