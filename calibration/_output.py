@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -43,6 +44,7 @@ __all__ = [
     "MANIFEST_NAME",
     "OutputPathError",
     "atomic_replace_dir",
+    "check_output_file",
     "read_manifest",
     "refuse_symlink",
 ]
@@ -82,6 +84,70 @@ def refuse_symlink(path: str | os.PathLike, what: str = "output") -> Path:
             f"{what} is a symbolic link (to {os.readlink(path)!r}); ddltune does not write "
             "through links: remove the link or give the real path",
         )
+    return path
+
+
+_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def check_output_file(
+    path: str | os.PathLike, *, overwrite: bool = True, what: str = "output"
+) -> Path:
+    """Refuse, before any work, an output file ddltune cannot or must not write.
+
+    An output is a regular file or a new name: a symbolic link (dangling or
+    not), a device node (``/dev/null``), a FIFO, a socket or a folder is
+    refused whatever ``overwrite`` says (ddltune replaces a file by rename,
+    which would turn a device node into a regular file). The folder that will
+    hold it must take a new file: a temporary one is created and removed there,
+    so a read-only or full file system is found now, not after a long fit.
+
+    Args:
+        path: the output file.
+        overwrite: an existing regular file may be replaced.
+        what: how the message names it (``"-o"``, ``"--measurements"``).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OutputPathError: a link or a special file, or a folder that cannot take
+            the file; the message names ``path``.
+        FileExistsError: ``path`` is a regular file and ``overwrite`` is false.
+    """
+    path = refuse_symlink(Path(path), what)
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # a new name (its folder is probed below)
+        mode = None
+    except OSError as e:
+        raise OutputPathError(path, f"{what}: cannot be examined ({e.strerror})") from None
+    if mode is not None:
+        for test, kind in _KINDS:
+            if test(mode):
+                raise OutputPathError(
+                    path,
+                    f"{what} is {kind}, not a regular file; ddltune writes only regular files "
+                    "(or new names): give another path",
+                )
+        if not overwrite:
+            raise FileExistsError(f"{path} already exists; pass --overwrite to replace it")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OutputPathError(
+            path, f"{what}: its folder {parent} cannot take a new file ({e.strerror})"
+        ) from None
     return path
 
 
