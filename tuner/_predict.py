@@ -24,6 +24,7 @@ from costmodel import (
     Workload,
     accumulate,
     collective_time,
+    format_bytes,
     get_architecture,
     get_collective,
     iteration_time,
@@ -36,6 +37,7 @@ __all__ = [
     "node_capacity_note",
     "predict_collective",
     "predict_iterations",
+    "size_warnings",
     "topology_warnings",
 ]
 
@@ -167,6 +169,30 @@ def node_capacity_note(workers: int, ranks_per_node: int) -> str | None:
         f"ranks: costed as {n} rank{'s' if n != 1 else ''} on one node "
         "(--ranks-per-node is the node capacity)"
     )
+
+
+def size_warnings(profile, message_bytes) -> list[str]:
+    """A warning for a message size outside the profile's measured sizes (an extrapolation).
+
+    Args:
+        profile: a :class:`calibration.Profile`, or ``None`` (no warnings).
+        message_bytes: S ≥ 0, bytes.
+
+    Returns:
+        ``[]`` inside ``measured_ranges["message_bytes"]`` (or without it), else one message.
+
+    Example:
+        >>> class P: measured_ranges = {"message_bytes": [1024, 65536]}
+        >>> size_warnings(P(), 2**30)
+        ['extrapolation: 1 GiB is outside the measured sizes (1 KiB – 64 KiB)']
+    """
+    span = _span(profile, "message_bytes")
+    if span is None or span[0] <= float(message_bytes) <= span[1]:
+        return []
+    lo, hi = (format_bytes(v) for v in span)
+    return [
+        f"extrapolation: {format_bytes(message_bytes)} is outside the measured sizes ({lo} – {hi})"
+    ]
 
 
 def _placement_notes(n, g) -> list[str]:
@@ -337,8 +363,8 @@ def predict_collective(
         A list of JSON-ready dicts: ``collective``, ``algorithm``,
         ``num_ranks``, ``ranks_per_node``, ``message_bytes``, ``time_s`` (s),
         ``algbw`` and ``busbw`` (bytes/s; ``None`` where t = 0, e.g. one rank),
-        ``warnings`` (:func:`node_capacity_note`, :func:`topology_warnings`) and
-        ``interval_s`` with a profile.
+        ``warnings`` (:func:`node_capacity_note`, :func:`topology_warnings`,
+        :func:`size_warnings`) and ``interval_s`` with a profile.
 
     Raises:
         ValueError: an unknown collective or algorithm (listing the valid ones).
@@ -375,6 +401,7 @@ def predict_collective(
             "busbw": None if algbw is None else algbw * factor,
         }
         row["warnings"] = _placement_notes(n, g) + topology_warnings(profile, n, g)
+        row["warnings"] += size_warnings(profile, s)
         if interval is not None:
             row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
         rows.append(row)

@@ -1272,8 +1272,8 @@ def _check_reliable(prof, force: bool) -> bool:
         raise UnreliableProfileError(
             f"the profile's held-out p90 error is {shown}, over the {format_percent(RELIABLE_P90_LIMIT, 0)} "
             "limit: its predictions are not trustworthy enough to recommend from. Recalibrate "
-            "with more measurements, or pass --force (force=True) to get a recommendation "
-            "marked unreliable."
+            "with more measurements, or force a recommendation marked unreliable "
+            "('ddltune recommend --force'; recommend(..., force=True))."
         )
     return reliable
 
