@@ -321,7 +321,10 @@ def run(args: argparse.Namespace) -> int:
     except (tuner.InfeasibleError, tuner.UnreliableProfileError) as e:
         raise CLIError(str(e)) from None
     doc = rec.to_dict()
-    settings = tuner.framework_settings(doc, workload)
+    # DDP buckets by the parameters' bytes (the workload before --grad-dtype)
+    settings = tuner.framework_settings(
+        doc, workload, param_dtype_bytes=int(base_workload.dtype_bytes), grad_dtype=args.grad_dtype
+    )
     if args.json:
         doc["framework_settings"] = settings
         print_json(doc)
