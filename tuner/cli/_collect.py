@@ -275,11 +275,43 @@ def run(args: argparse.Namespace) -> int:
         else:
             default(message, category, *rest, **kw)
 
+    _check_plan(args)
     with warnings.catch_warnings(), emulated(args) as cluster:  # both undone on the way out
         default = warnings.showwarning
         warnings.showwarning = say
         args.emulate_cluster = cluster
         return _run(args, progress)
+
+
+def _check_plan(args: argparse.Namespace) -> None:
+    """With ``--emulate``: its rank count against the cores and memory, and ``-o``, before
+    the namespaces are built (a refusal after them cost a 14 s self-check)."""
+    if not args.emulate:
+        return
+    from calibration import check_local_bounds, check_output_file
+
+    from ._lab import parse_spec
+
+    spec = parse_spec(args.emulate)
+    counts = args.workers or [spec.num_ranks]
+    if max(counts) > spec.num_ranks:
+        raise UsageError(
+            f"--workers {max(counts)} exceeds the emulated cluster {spec.text} "
+            f"({spec.num_ranks} ranks); emulate more ranks or lower --workers"
+        )
+    try:
+        check_local_bounds(
+            counts,
+            args.max_bytes if "collectives" in args.suite else 0,
+            force=args.force,
+            what=f"--emulate {spec.text} ({max(counts)} ranks)",
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        check_output_file(args.output, overwrite=args.overwrite or args.resume, what="-o")
+    except FileExistsError as e:
+        raise CLIError(f"{e} (or --resume to add to it)") from None
 
 
 #: ``collect()`` parameters that are options of this command, for error messages.
