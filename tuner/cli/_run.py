@@ -161,7 +161,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "unless --overwrite",
     )
     o.add_argument(
-        "--overwrite", action="store_true", help="replace what a previous run left in DIR"
+        "--overwrite",
+        action="store_true",
+        help="replace what a previous run left in DIR (its report, data files and logs); "
+        "other files there are kept",
     )
     o.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
     o.add_argument(
