@@ -555,3 +555,21 @@ def test_a_late_failure_keeps_and_prints_the_finished_rows(
     # the file scores on its own: the finished rows and the single-worker step
     assert main(["validate", "--profile", str(preset_profile), "--from", str(steps), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["rows"]) == 2
+
+
+def test_run_emulate_plan_and_output_are_checked_before_the_namespaces(
+    tmp_path, monkeypatch, capsys
+):
+    # before: run --emulate built the namespaces and self-checked, then refused
+    import launch
+    from calibration import _collect
+
+    monkeypatch.setattr(launch, "EmulatedCluster", _NoCluster)
+    monkeypatch.setattr(_collect, "_cores", lambda: 2)
+    out = tmp_path / "rep"
+    assert main(["run", "--emulate", "2x64@200mbit", "-o", str(out)]) == 2
+    assert "(128 ranks) on 2 CPU cores" in capsys.readouterr().err
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["run", "--emulate", "2x1@200mbit", "-o", str(out)]) == 1
+    assert "--overwrite" in capsys.readouterr().err

@@ -288,26 +288,16 @@ def _check_plan(args: argparse.Namespace) -> None:
     the namespaces are built (a refusal after them cost a 14 s self-check)."""
     if not args.emulate:
         return
-    from calibration import check_local_bounds, check_output_file
+    from calibration import check_output_file
 
-    from ._lab import parse_spec
+    from ._lab import check_emulated_plan
 
-    spec = parse_spec(args.emulate)
-    counts = args.workers or [spec.num_ranks]
-    if max(counts) > spec.num_ranks:
-        raise UsageError(
-            f"--workers {max(counts)} exceeds the emulated cluster {spec.text} "
-            f"({spec.num_ranks} ranks); emulate more ranks or lower --workers"
-        )
-    try:
-        check_local_bounds(
-            counts,
-            args.max_bytes if "collectives" in args.suite else 0,
-            force=args.force,
-            what=f"--emulate {spec.text} ({max(counts)} ranks)",
-        )
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    check_emulated_plan(
+        args.emulate,
+        args.workers or [],
+        args.max_bytes if "collectives" in args.suite else 0,
+        force=args.force,
+    )
     try:
         check_output_file(args.output, overwrite=args.overwrite or args.resume, what="-o")
     except FileExistsError as e:
