@@ -27,6 +27,7 @@ _EXPORTS = {
     "MANIFEST_NAME": "._output",
     "OutputPathError": "._output",
     "atomic_replace_dir": "._output",
+    "check_output_file": "._output",
     "read_manifest": "._output",
     "refuse_symlink": "._output",
     "Profile": "._profile",

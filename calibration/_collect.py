@@ -416,7 +416,9 @@ def mem_available_bytes() -> int | None:
     return None
 
 
-def check_local_bounds(worker_list, max_bytes: int, *, force: bool = False) -> None:
+def check_local_bounds(
+    worker_list, max_bytes: int, *, force: bool = False, what: str | None = None
+) -> None:
     """Refuse a local run this machine cannot hold, before anything starts.
 
     Two bounds: at most ``cores × WORKERS_PER_CORE`` worker processes
@@ -428,15 +430,18 @@ def check_local_bounds(worker_list, max_bytes: int, *, force: bool = False) -> N
         worker_list: worker counts, one launch each (the largest counts).
         max_bytes: the largest message, bytes (0: no collectives measured).
         force: allow more workers than the core bound.
+        what: how the message names the process count (default ``--workers N``;
+            e.g. ``--emulate 2x64@200mbit (128 ranks)``).
 
     Raises:
         ValueError: naming ``--workers`` or ``--max-bytes``, the bound and why.
     """
     n = max(worker_list)
+    what = what or f"--workers {n}"
     cores = _cores()
     if n > cores * WORKERS_PER_CORE and not force:
         raise ValueError(
-            f"--workers {n} on {cores} CPU cores: more than {WORKERS_PER_CORE} local processes "
+            f"{what} on {cores} CPU cores: more than {WORKERS_PER_CORE} local processes "
             "per core only time the scheduler; use fewer, a cluster (srun/mpirun), or "
             "--force to insist"
         )
@@ -445,7 +450,7 @@ def check_local_bounds(worker_list, max_bytes: int, *, force: bool = False) -> N
     if avail is not None and need > avail:
         raise ValueError(
             f"--max-bytes {format_bytes(max_bytes)} × {BUFFERS_PER_POINT} buffers × {n} "
-            f"processes (--workers {n})"
+            f"processes ({what})"
             f" = {format_bytes(need)} of buffers, more than this machine's available memory "
             f"({format_bytes(avail)}, MemAvailable); lower --max-bytes or --workers"
         )

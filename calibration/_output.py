@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -43,6 +44,7 @@ __all__ = [
     "MANIFEST_NAME",
     "OutputPathError",
     "atomic_replace_dir",
+    "check_output_file",
     "read_manifest",
     "refuse_symlink",
 ]
@@ -82,6 +84,70 @@ def refuse_symlink(path: str | os.PathLike, what: str = "output") -> Path:
             f"{what} is a symbolic link (to {os.readlink(path)!r}); ddltune does not write "
             "through links: remove the link or give the real path",
         )
+    return path
+
+
+_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def check_output_file(
+    path: str | os.PathLike, *, overwrite: bool = True, what: str = "output"
+) -> Path:
+    """Refuse, before any work, an output file ddltune cannot or must not write.
+
+    An output is a regular file or a new name: a symbolic link (dangling or
+    not), a device node (``/dev/null``), a FIFO, a socket or a folder is
+    refused whatever ``overwrite`` says (ddltune replaces a file by rename,
+    which would turn a device node into a regular file). The folder that will
+    hold it must take a new file: a temporary one is created and removed there,
+    so a read-only or full file system is found now, not after a long fit.
+
+    Args:
+        path: the output file.
+        overwrite: an existing regular file may be replaced.
+        what: how the message names it (``"-o"``, ``"--measurements"``).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OutputPathError: a link or a special file, or a folder that cannot take
+            the file; the message names ``path``.
+        FileExistsError: ``path`` is a regular file and ``overwrite`` is false.
+    """
+    path = refuse_symlink(Path(path), what)
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # a new name (its folder is probed below)
+        mode = None
+    except OSError as e:
+        raise OutputPathError(path, f"{what}: cannot be examined ({e.strerror})") from None
+    if mode is not None:
+        for test, kind in _KINDS:
+            if test(mode):
+                raise OutputPathError(
+                    path,
+                    f"{what} is {kind}, not a regular file; ddltune writes only regular files "
+                    "(or new names): give another path",
+                )
+        if not overwrite:
+            raise FileExistsError(f"{path} already exists; pass --overwrite to replace it")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OutputPathError(
+            path, f"{what}: its folder {parent} cannot take a new file ({e.strerror})"
+        ) from None
     return path
 
 
@@ -197,6 +263,7 @@ def atomic_replace_dir(
     *,
     overwrite: bool = False,
     manifest_name: str = MANIFEST_NAME,
+    replaces: Callable[[str], bool] | None = None,
 ) -> Path:
     """Build a folder beside ``target`` and swap it in by rename when complete.
 
@@ -209,7 +276,12 @@ def atomic_replace_dir(
     the new folder. When ``target`` already exists (and ``overwrite``): entries
     of the old folder not listed in its manifest are the user's and are carried
     into the new folder unchanged (hard links; links stay links); the files the
-    old manifest lists are dropped with the old folder.
+    old manifest lists are dropped with the old folder. With ``replaces``, the
+    old entries dropped are instead exactly those it names (the files this
+    output writes, whether or not a manifest lists them: ``--overwrite`` asked
+    for them); every other entry is carried, and those the old manifest listed
+    stay in the new one (e.g. ``report --overwrite`` into a ``run`` folder
+    keeps its measurements and profile as ddltune's).
 
     Interruption: any exception (``KeyboardInterrupt`` included) from
     ``build_fn`` or before the swap removes the temporary folder and leaves
@@ -222,6 +294,9 @@ def atomic_replace_dir(
         overwrite: replace an existing non-empty ``target``; without it an
             existing non-empty folder is refused.
         manifest_name: the manifest's file name (default :data:`MANIFEST_NAME`).
+        replaces: ``replaces(rel)`` is true for the relative POSIX paths this
+            output owns (replaced or removed on ``overwrite``); ``None``: the
+            files the old manifest lists.
 
     Returns:
         ``target`` as a :class:`~pathlib.Path`.
@@ -232,6 +307,9 @@ def atomic_replace_dir(
             file (one not in the old manifest); nothing is changed.
         FileExistsError: ``target`` is a non-empty folder and ``overwrite`` is
             false; the message suggests ``--overwrite``.
+        OutputPathError: the file system is full or read-only (ENOSPC, EDQUOT,
+            EROFS, EFBIG while building, or no sibling folder can be made): the
+            message names ``target``; the old folder is unchanged.
         Exception: whatever ``build_fn`` raises, after the clean-up.
     """
     target = refuse_symlink(Path(target), "the output folder")
@@ -244,8 +322,13 @@ def atomic_replace_dir(
             "ddltune wrote there (other files are kept)"
         )
     old_own = read_manifest(target, manifest_name) if exists else set()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+    except OSError as e:  # a read-only or full file system: say so before any work
+        raise OutputPathError(
+            target, f"cannot create its new content beside it in {target.parent} ({e.strerror})"
+        ) from None
     os.chmod(tmp, 0o777 & ~_umask())
     backup = None
     try:
@@ -253,24 +336,28 @@ def atomic_replace_dir(
         refuse_symlink(tmp / manifest_name, "the manifest")
         built, _ = _walk(tmp)
         built = sorted(set(built) - {manifest_name})
-        (tmp / manifest_name).write_text(
-            json.dumps({"format": _MANIFEST_FORMAT, "files": built}, indent=1) + "\n",
-            encoding="utf-8",
-        )
+        kept_own = []
         if exists:
             entries, empty = _walk(target)
-            user = [e for e in entries if e not in old_own]
-            clash = sorted(set(user) & set(built))
+            dropped = old_own if replaces is None else {e for e in entries if replaces(e)}
+            carried = [e for e in entries if e not in dropped and e != manifest_name]
+            clash = sorted(set(carried) & set(built))
             if clash:
                 raise OutputPathError(
                     target / clash[0],
                     "is not ddltune's (not in its manifest) and the new output writes a file "
                     "of that name; move it away or choose another output folder",
                 )
-            for e in user:  # the old folder is only read
+            for e in carried:  # the old folder is only read
                 _carry(target / e, tmp / e)
             for d in empty:
                 (tmp / d).mkdir(parents=True, exist_ok=True)
+            kept_own = [e for e in carried if e in old_own]
+        (tmp / manifest_name).write_text(
+            json.dumps({"format": _MANIFEST_FORMAT, "files": sorted({*built, *kept_own})}, indent=1)
+            + "\n",
+            encoding="utf-8",
+        )
         for root, _dirs, files in os.walk(tmp):
             for f in files:
                 if not (Path(root) / f).is_symlink():
@@ -286,12 +373,22 @@ def atomic_replace_dir(
             if backup is not None:
                 shutil.rmtree(backup, ignore_errors=True)
                 backup = None
-    except BaseException:
+    except BaseException as e:
         if backup is not None and not target.exists():
             os.rename(backup, target)  # the swap failed half-way: put the old folder back
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in _NO_ROOM:  # name the output, not a temp file
+            raise OutputPathError(
+                target,
+                f"could not be written ({e.strerror}); "
+                + ("the previous content is unchanged" if exists else "nothing was left there"),
+            ) from e
         raise
     return target
+
+
+#: errno values that mean the output's file system cannot take it.
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 
 
 def _umask() -> int:

@@ -56,7 +56,7 @@ from pathlib import Path
 
 from costmodel import ARCHITECTURE_NAMES, COLLECTIVE_NAMES, InputFileError
 
-from ._output import _fsync_dir, refuse_symlink
+from ._output import OutputPathError, _fsync_dir, check_output_file
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -543,7 +543,7 @@ class RecordWriter:
 
         if mode not in ("new", "resume", "overwrite"):
             raise ValueError(f"mode must be 'new', 'resume' or 'overwrite', got {mode!r}")
-        self.path = refuse_symlink(Path(path), "the measurement file")
+        self.path = check_output_file(path, what="the measurement file")
         self.mode = mode
         self.existing_keys: set[tuple] = set()
         self._origin: tuple | None = None  # the resumed file's origin
@@ -653,14 +653,20 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = T
 
     A reader sees the old content or the new, never half a file.
 
+    The output must be a regular file or a new name
+    (:func:`calibration.check_output_file`: links, device nodes and FIFOs are
+    refused, whatever ``overwrite`` says).
+
     Raises:
         FileExistsError: if the file exists and ``overwrite`` is false.
+        OutputPathError: a link or a special file; or the disk is full or
+            read-only (the message names ``path``; an old file is unchanged).
     """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists; pass --overwrite to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    path = check_output_file(path, overwrite=overwrite)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise OutputPathError(path, f"could not be written ({e.strerror})") from None
     try:
         # mkstemp makes the file private (0600); give it the mode a plain open()
         # would (0666 less the umask), so that a shared report stays readable.
@@ -670,9 +676,13 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = T
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, InputFileError):
+            raise OutputPathError(
+                path, f"could not be written ({e.strerror or e}); an old file there is unchanged"
+            ) from e
         raise
     return path
 

@@ -7,7 +7,9 @@ at construction or trace time, as equinox does. Problems in a file raise
 
 from __future__ import annotations
 
-__all__ = ["InputFileError", "format_choices"]
+import os
+
+__all__ = ["InputFileError", "format_choices", "read_text_bounded"]
 
 
 class InputFileError(ValueError):
@@ -35,3 +37,45 @@ def format_choices(choices) -> str:
         'ps, ring'
     """
     return ", ".join(sorted(str(c) for c in choices))
+
+
+def read_text_bounded(path, limit_bytes: int, what: str = "file") -> str:
+    """The UTF-8 text of a file, reading at most ``limit_bytes`` + 1 bytes.
+
+    The bound holds whatever the file is: a regular file, a pipe or a device
+    such as ``/dev/zero`` (whose size ``stat`` gives as 0) — nothing larger is
+    ever held in memory. A leading UTF-8 byte-order mark is dropped.
+
+    Args:
+        path: the file.
+        limit_bytes: the largest accepted size, bytes.
+        what: how the message names the kind of file ("layer file", "config.json").
+
+    Returns:
+        The decoded text.
+
+    Raises:
+        InputFileError: naming ``path``: larger than ``limit_bytes``, missing,
+            a folder, unreadable, or not UTF-8 (with the line of the first bad byte).
+    """
+    path_str = os.fspath(path)
+    try:
+        with open(path_str, "rb") as f:
+            data = f.read(limit_bytes + 1)
+    except FileNotFoundError:
+        raise InputFileError(path_str, None, "no such file") from None
+    except IsADirectoryError:
+        raise InputFileError(path_str, None, f"is a directory, not a {what}") from None
+    except OSError as e:
+        raise InputFileError(path_str, None, f"cannot read: {e.strerror or e}") from None
+    if len(data) > limit_bytes:
+        raise InputFileError(
+            path_str,
+            None,
+            f"more than a {what}'s {limit_bytes / 1024**2:g} MiB limit: is this the right file?",
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputFileError(path_str, line, f"not UTF-8 text ({e.reason})") from None

@@ -175,7 +175,6 @@ def test_objective_cost_reports_the_cost(capsys):
             ["recommend", "--preset", "ethernet-10g", "--model", "resnet5", "--max-workers", "4"],
             "unknown workload 'resnet5'",
         ),
-        ([*BASE, "--max-workers", "2", "--ranks-per-node", "4"], "--max-workers=2 is less than"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(capsys, argv, needle):

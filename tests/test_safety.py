@@ -519,12 +519,13 @@ def test_nccl_tests_import_refuses_huge_and_binary_files(tmp_path):
         parse_nccl_tests(binary)
 
 
-def test_predict_refuses_more_ranks_per_node_than_workers(capsys):
+def test_predict_takes_more_ranks_per_node_than_workers_as_one_node(capsys):
+    # issue 26: --ranks-per-node is the node's capacity (tests/test_nothing_lost.py)
     code = main(
         ["predict", "--preset", "ethernet-10g", "--model", "resnet50", "--arch", "ring",
          "--workers", "4", "--ranks-per-node", "8"]
     )  # fmt: skip
-    assert code == 2 and "--ranks-per-node 8 exceeds --workers 4" in capsys.readouterr().err
+    assert code == 0 and "4 workers fit on one node of 8 ranks" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ 6. cluster coordinator

@@ -24,6 +24,7 @@ from costmodel import (
     Workload,
     accumulate,
     collective_time,
+    format_bytes,
     get_architecture,
     get_collective,
     iteration_time,
@@ -33,8 +34,10 @@ from costmodel import (
 __all__ = [
     "PREDICTION_LEVEL",
     "measured_ranks_per_node",
+    "node_capacity_note",
     "predict_collective",
     "predict_iterations",
+    "size_warnings",
     "topology_warnings",
 ]
 
@@ -136,6 +139,67 @@ def topology_warnings(profile, num_ranks, ranks_per_node) -> list[str]:
     return out
 
 
+def node_capacity_note(workers: int, ranks_per_node: int) -> str | None:
+    """The note for a job smaller than one node, or ``None`` when it fills one or more.
+
+    ``ranks_per_node`` g is the node's capacity: n < g workers run as n ranks
+    on one node (as torchrun, Horovod and srun place them). The cost model
+    costs them so: the collectives use min(g, n) ranks per node and no
+    inter-node link, and dedicated ps servers share the node while n + k ≤ g.
+    Such a query is answered, with this note, not refused.
+
+    Args:
+        workers: n ≥ 1, the job's workers (ranks).
+        ranks_per_node: g ≥ 1, the ranks a node holds.
+
+    Returns:
+        One sentence, or ``None`` when n ≥ g.
+
+    Example:
+        >>> node_capacity_note(2, 8)
+        '2 workers fit on one node of 8 ranks: costed as 2 ranks on one node (--ranks-per-node is the node capacity)'
+        >>> node_capacity_note(8, 8) is None
+        True
+    """
+    n, g = int(workers), int(ranks_per_node)
+    if n >= g:
+        return None
+    return (
+        f"{n} worker{'s' if n != 1 else ''} fit{'s' if n == 1 else ''} on one node of {g} "
+        f"ranks: costed as {n} rank{'s' if n != 1 else ''} on one node "
+        "(--ranks-per-node is the node capacity)"
+    )
+
+
+def size_warnings(profile, message_bytes) -> list[str]:
+    """A warning for a message size outside the profile's measured sizes (an extrapolation).
+
+    Args:
+        profile: a :class:`calibration.Profile`, or ``None`` (no warnings).
+        message_bytes: S ≥ 0, bytes.
+
+    Returns:
+        ``[]`` inside ``measured_ranges["message_bytes"]`` (or without it), else one message.
+
+    Example:
+        >>> class P: measured_ranges = {"message_bytes": [1024, 65536]}
+        >>> size_warnings(P(), 2**30)
+        ['extrapolation: 1 GiB is outside the measured sizes (1 KiB – 64 KiB)']
+    """
+    span = _span(profile, "message_bytes")
+    if span is None or span[0] <= float(message_bytes) <= span[1]:
+        return []
+    lo, hi = (format_bytes(v) for v in span)
+    return [
+        f"extrapolation: {format_bytes(message_bytes)} is outside the measured sizes ({lo} – {hi})"
+    ]
+
+
+def _placement_notes(n, g) -> list[str]:
+    note = node_capacity_note(n, g)
+    return [] if note is None else [note]
+
+
 def _unique(values, name: str) -> list:
     out = list(dict.fromkeys(values))
     if not out:
@@ -175,7 +239,8 @@ def predict_iterations(
         servers: parameter servers k ≥ 1 (used by ``ps`` and ``hybrid``).
         bucket_bytes: gradient bucket caps, bytes ≥ 0 (0 = one collective per
             tensor).
-        ranks_per_node: ranks sharing a node's link, g ≥ 1.
+        ranks_per_node: ranks a node holds (sharing its link), g ≥ 1; a job of
+            n < g workers runs on one node (:func:`node_capacity_note`).
         colocated: ``ps`` servers run on k of the workers (only ``ps``).
         level: interval coverage in (0, 1).
         grad_dtype: gradients on the wire: ``None`` (the workload's),
@@ -188,11 +253,12 @@ def predict_iterations(
     Returns:
         A list of JSON-ready dicts (SI units: s, bytes, samples/s): keys
         ``architecture``, ``servers``, ``colocated``, ``workers``,
-        ``ranks_per_node``, ``bucket_bytes``, ``accumulation_steps``,
-        ``gradient_bytes`` (per worker per exchange), ``time_s``
-        (= ``iteration_s``), the fields of :class:`costmodel.Breakdown`,
-        ``warnings`` (:func:`topology_warnings`: rank counts or ranks per node
-        the profile never measured) and ``interval_s`` ``[low, high]`` with a
+        ``ranks_per_node`` (min(g, n): the ranks on a node), ``bucket_bytes``,
+        ``accumulation_steps``, ``gradient_bytes`` (per worker per exchange),
+        ``time_s`` (= ``iteration_s``), the fields of :class:`costmodel.Breakdown`,
+        ``warnings`` (:func:`node_capacity_note` for a job smaller than a node,
+        then :func:`topology_warnings`: rank counts or ranks per node the
+        profile never measured) and ``interval_s`` ``[low, high]`` with a
         profile.
 
     Raises:
@@ -251,14 +317,15 @@ def predict_iterations(
                 "servers": k,
                 "colocated": coloc,
                 "workers": n,
-                "ranks_per_node": ranks_per_node,
+                "ranks_per_node": min(ranks_per_node, n),
                 "bucket_bytes": b,
                 "accumulation_steps": steps,
                 "gradient_bytes": workload.total_param_bytes,
                 "time_s": out["iteration_s"][i],
             }
             row.update({f: out[f][i] for f in Breakdown.FIELDS})
-            row["warnings"] = topology_warnings(profile, n, ranks_per_node)
+            row["warnings"] = _placement_notes(n, ranks_per_node)
+            row["warnings"] += topology_warnings(profile, n, ranks_per_node)
             if interval is not None:
                 row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
             rows.append(row)
@@ -296,7 +363,8 @@ def predict_collective(
         A list of JSON-ready dicts: ``collective``, ``algorithm``,
         ``num_ranks``, ``ranks_per_node``, ``message_bytes``, ``time_s`` (s),
         ``algbw`` and ``busbw`` (bytes/s; ``None`` where t = 0, e.g. one rank),
-        ``warnings`` (:func:`topology_warnings`) and ``interval_s`` with a profile.
+        ``warnings`` (:func:`node_capacity_note`, :func:`topology_warnings`,
+        :func:`size_warnings`) and ``interval_s`` with a profile.
 
     Raises:
         ValueError: an unknown collective or algorithm (listing the valid ones).
@@ -332,7 +400,8 @@ def predict_collective(
             "algbw": algbw,
             "busbw": None if algbw is None else algbw * factor,
         }
-        row["warnings"] = topology_warnings(profile, n, g)
+        row["warnings"] = _placement_notes(n, g) + topology_warnings(profile, n, g)
+        row["warnings"] += size_warnings(profile, s)
         if interval is not None:
             row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
         rows.append(row)

@@ -30,6 +30,7 @@ from costmodel import (
 )
 
 from ._format import format_percent
+from ._predict import node_capacity_note
 from ._search import (
     Sweep,
     TimeSpec,
@@ -138,7 +139,8 @@ class Configuration:
             other architectures).
         servers: parameter servers k (0 for architectures without servers).
         workers: n.
-        ranks_per_node: g.
+        ranks_per_node: g, the ranks a node holds (a job of fewer workers runs
+            on one node).
         bucket_bytes: gradient bucket cap, bytes (0 = one collective per tensor).
         batch_size: samples each worker computes per step.
         iteration_time_s: predicted step time, s.
@@ -192,7 +194,9 @@ class Configuration:
         if self.servers:
             parts.append(f"{self.servers} server{'s' if self.servers != 1 else ''}")
         parts.append(f"{self.workers} worker{'s' if self.workers != 1 else ''}")
-        if self.ranks_per_node > 1:
+        if self.workers < self.ranks_per_node:
+            parts[-1] += " (on one node)"
+        elif self.ranks_per_node > 1:
             parts[-1] += f" ({self.ranks_per_node} per node)"
         parts.append(
             "one collective per tensor"
@@ -981,10 +985,13 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
                 f"reach outside the measured sizes ({format_bytes(sizes[0])}–"
                 f"{format_bytes(sizes[1])})"
             )
-    if rpn is not None and not rpn[0] <= ctx.ranks_per_node <= rpn[1]:
+    placed = min(ctx.ranks_per_node, int(chosen.n))  # a job smaller than a node: one node
+    note = node_capacity_note(chosen.n, ctx.ranks_per_node)
+    if note is not None:
+        out.append(note)
+    if rpn is not None and not rpn[0] <= placed <= rpn[1]:
         out.append(
-            f"extrapolation: {ctx.ranks_per_node} ranks per node is outside the measured "
-            f"{rpn[0]:g}–{rpn[1]:g}"
+            f"extrapolation: {placed} ranks per node is outside the measured {rpn[0]:g}–{rpn[1]:g}"
         )
     measured = mr.get("collectives") if isinstance(mr, Mapping) else None
     if measured:
@@ -1058,7 +1065,8 @@ def recommend(
     (its per-block units make the bucket cap moot: one cap, no refinement),
     and with ``ranks_per_node`` > 1 also ``ps_host``, ``hybrid``,
     ``hierarchical`` and ``hsdp`` — × worker counts 1 …
-    ``max_workers`` (multiples of ``ranks_per_node`` when it is > 1) × bucket
+    ``max_workers`` (multiples of ``ranks_per_node`` when it is > 1 and at
+    most ``max_workers``; else 1 … ``max_workers`` on one node, with a note) × bucket
     caps, each evaluated exactly by :func:`costmodel.iteration_time`. The best
     configurations of architectures that overlap communication with backward
     (those within 10% of the best score, and the best overall) get their
@@ -1091,7 +1099,8 @@ def recommend(
         workload: a :class:`costmodel.Workload`; its ``batch_size`` is the
             per-worker batch unless ``global_batch`` is given.
         max_workers: the most workers to consider, integer ≥ 1.
-        ranks_per_node: g ≥ 1 workers per node (GPUs per node).
+        ranks_per_node: g ≥ 1 workers a node holds (GPUs per node); with
+            ``max_workers`` < g the job runs on one node, said in ``warnings``.
         architectures: names to search (see :func:`tuner.resolve_variants`),
             default all applicable.
         bucket_bytes: bucket caps in bytes ≥ 0 (0 = one collective per
@@ -1289,8 +1298,8 @@ def _check_reliable(prof, force: bool) -> bool:
         raise UnreliableProfileError(
             f"the profile's held-out p90 error is {shown}, over the {format_percent(RELIABLE_P90_LIMIT, 0)} "
             "limit: its predictions are not trustworthy enough to recommend from. Recalibrate "
-            "with more measurements, or pass --force (force=True) to get a recommendation "
-            "marked unreliable."
+            "with more measurements, or force a recommendation marked unreliable "
+            "('ddltune recommend --force'; recommend(..., force=True))."
         )
     return reliable
 

@@ -30,7 +30,6 @@ import hashlib
 import math
 import os
 import platform
-import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -39,7 +38,14 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from calibration import RELIABLE_P90_LIMIT, atomic_write_text, holdout_mask
+from calibration import (
+    RELIABLE_P90_LIMIT,
+    OutputPathError,
+    atomic_replace_dir,
+    atomic_write_text,
+    holdout_mask,
+    refuse_symlink,
+)
 from costmodel import (
     DEFAULT_BUCKET_BYTES,
     PARAMETER_UNITS,
@@ -75,6 +81,9 @@ __all__ = [
     "write_report",
     "ReportFiles",
     "FIGURES",
+    "REPORT_FILES",
+    "check_report_dir",
+    "report_owns",
 ]
 
 #: The report's figures: file name → what it shows (the report's captions).
@@ -437,22 +446,52 @@ def _versions() -> str:
     return ", ".join(out)
 
 
-def _prepare_dir(out_dir: Path, overwrite: bool, keep: Iterable[str] = ()) -> None:
-    keep = set(keep)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NotADirectoryError(f"{out_dir} exists and is not a folder; choose another -o")
-    if out_dir.exists():
-        extra = [p.name for p in out_dir.iterdir() if p.name not in keep]
-        if extra and not overwrite:
+#: The files a report writes in its folder, besides ``figures/<FIGURES>``.
+REPORT_FILES = ("index.html", "report.md")
+
+
+def report_owns(rel: str) -> bool:
+    """Whether a report folder's entry (relative POSIX path) is the report's own.
+
+    ``index.html``, ``report.md`` and ``figures/<name>`` for the names of
+    :data:`FIGURES`: what ``--overwrite`` replaces. Everything else in the folder
+    (a user's ``figures/fig1.pdf``, ``figures/sub/``, a run's data files) is kept.
+
+    Example:
+        >>> [report_owns(p) for p in ("index.html", "figures/scaling.png", "figures/fig1.pdf")]
+        [True, True, False]
+    """
+    head, _, name = rel.partition("/")
+    return rel in REPORT_FILES or (head == "figures" and name in FIGURES)
+
+
+def check_report_dir(out_dir: str | os.PathLike, overwrite: bool, keep: Iterable[str] = ()) -> Path:
+    """Refuse, before anything is computed, a report folder that cannot be written.
+
+    Args:
+        out_dir: the report folder.
+        overwrite: a non-empty folder is accepted (its report replaced).
+        keep: names in ``out_dir`` that do not make it "non-empty".
+
+    Returns:
+        ``out_dir`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        calibration.OutputPathError: a symbolic link, or a file, where the folder belongs.
+        FileExistsError: the folder holds other entries and ``overwrite`` is false.
+    """
+    out = refuse_symlink(Path(out_dir), "the report folder")
+    if out.exists() and not out.is_dir():
+        raise OutputPathError(out, "exists and is not a folder; choose another -o")
+    if out.exists() and not overwrite:
+        extra = sorted(p.name for p in out.iterdir() if p.name not in set(keep))
+        if extra:
             raise FileExistsError(
-                f"{out_dir} is not empty ({', '.join(sorted(extra)[:3])}"
-                f"{', ...' if len(extra) > 3 else ''}); pass --overwrite to replace the report "
-                "there, or choose another -o folder"
+                f"{out} is not empty ({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}); "
+                "pass --overwrite to replace the report there (other files are kept), or "
+                "choose another -o folder"
             )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    figs = out_dir / "figures"
-    if figs.exists():
-        shutil.rmtree(figs)
+    return out
 
 
 def write_report(
@@ -499,33 +538,48 @@ def write_report(
 
     Raises:
         FileExistsError: ``out_dir`` holds other files and ``overwrite`` is false.
-        NotADirectoryError: ``out_dir`` is a file.
+        calibration.OutputPathError: ``out_dir`` is a file or a symbolic link,
+            or the disk is full or read-only (naming ``out_dir``; the old folder
+            is unchanged).
+
+    The folder is written through :func:`calibration.atomic_replace_dir`: built
+    beside ``out_dir`` and swapped in when complete, so an interruption leaves
+    the old folder whole; ``overwrite`` replaces only the report's own files
+    (:func:`report_owns`) and keeps every other entry, the user's
+    ``figures/fig1.pdf`` or ``figures/sub/`` included.
     """
     import jinja2  # the report's optional extra: checked before anything is written
 
-    out = Path(out_dir)
-    _prepare_dir(out, overwrite, keep)
-    figs, skipped = _draw_figures(
-        out / "figures",
-        collectives=collectives,
-        curves=curves,
-        recommended=recommended,
-        bucket_sweep=bucket_sweep,
-        timelines=timelines,
-        sensitivity=sensitivity,
+    out = check_report_dir(out_dir, overwrite, keep)
+    result = {}
+
+    def build(folder: Path) -> None:
+        figs, skipped = _draw_figures(
+            folder / "figures",
+            collectives=collectives,
+            curves=curves,
+            recommended=recommended,
+            bucket_sweep=bucket_sweep,
+            timelines=timelines,
+            sensitivity=sensitivity,
+        )
+        try:
+            ver = version("ddltune")
+        except PackageNotFoundError:  # pragma: no cover - not installed
+            ver = "unknown"
+        doc = {"warnings": [], "rationale": "", "unreliable": None, **context}
+        doc.update(
+            sections=_sections(context, figs, skipped),
+            version=ver,
+            generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        )
+        _render(jinja2, folder, doc)
+        result.update(figs={n: out / "figures" / n for n in figs}, skipped=skipped)
+
+    atomic_replace_dir(out, build, overwrite=True, replaces=report_owns)
+    return ReportFiles(
+        out, out / "index.html", out / "report.md", result["figs"], result["skipped"]
     )
-    try:
-        ver = version("ddltune")
-    except PackageNotFoundError:  # pragma: no cover - not installed
-        ver = "unknown"
-    doc = {"warnings": [], "rationale": "", "unreliable": None, **context}
-    doc.update(
-        sections=_sections(context, figs, skipped),
-        version=ver,
-        generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    )
-    html_path, md_path = _render(jinja2, out, doc)
-    return ReportFiles(out, html_path, md_path, figs, skipped)
 
 
 def _draw_figures(
@@ -949,6 +1003,13 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
     }
 
 
+def _placement(cfg) -> str:
+    """`` (on one node)`` for a job smaller than a node, `` (G per node)``, or nothing."""
+    if cfg.workers < cfg.ranks_per_node:
+        return " (on one node)"
+    return f" ({cfg.ranks_per_node} per node)" if cfg.ranks_per_node > 1 else ""
+
+
 def _facts(rec) -> list[tuple[str, str]]:
     """The recommendation's (label, value) lines."""
     cfg = rec.config
@@ -958,8 +1019,7 @@ def _facts(rec) -> list[tuple[str, str]]:
         ("architecture", cfg.label + (f", {cfg.servers} servers" if cfg.servers else "")),
         (
             "workers",
-            f"{cfg.workers}"
-            + (f" ({cfg.ranks_per_node} per node)" if cfg.ranks_per_node > 1 else ""),
+            f"{cfg.workers}" + _placement(cfg),
         ),
         (
             "gradient bucket",
@@ -1168,8 +1228,8 @@ def _provenance(summary, workload, records, inputs, timings, command) -> list[tu
     """Inputs (with sha256), measured ranges, prior, workload, command, timings, versions, date."""
     prov = []
     for f in inputs:
-        p = Path(f)
-        prov.append(("input", f"{p} (sha256 {_sha256(p)})" if p.is_file() else str(p)))
+        shown, p = (f[0], Path(f[1])) if isinstance(f, tuple) else (str(f), Path(f))
+        prov.append(("input", f"{shown} (sha256 {_sha256(p)})" if p.is_file() else shown))
     if summary:
         mr = summary["measured_ranges"]
         if mr.get("message_bytes"):
@@ -1299,7 +1359,9 @@ def build_report(
             and sensitivity).
         records: the measurement records the profile was fitted on (for the
             measured-vs-predicted figures); none: those figures are skipped.
-        inputs: input files to list (with their sha256) under provenance.
+        inputs: input files to list (with their sha256) under provenance; an
+            entry may be a ``(name shown, path read)`` pair (a file in a staging
+            folder listed under its final name).
         timings: ``{phase: seconds}`` to list under provenance.
         refusal: the tuner's refusal message when the recommendation was forced
             on an unreliable profile (shown prominently).
@@ -1315,13 +1377,10 @@ def build_report(
 
     Raises:
         FileExistsError: a non-empty ``out_dir`` without ``overwrite``.
+        calibration.OutputPathError: see :func:`write_report`.
     """
     say = progress or (lambda _msg: None)
-    out = Path(out_dir)
-    if out.exists() and not overwrite:  # fail before the slow part
-        extra = [p.name for p in out.iterdir() if p.name not in set(keep)]
-        if extra:
-            _prepare_dir(out, overwrite, keep)
+    out = check_report_dir(out_dir, overwrite, keep)  # fail before the slow part
     params = (profile.params if hasattr(profile, "params") else profile).to_numpy()
     records = list(records)
     say("collective fit")

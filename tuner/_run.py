@@ -34,6 +34,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -41,16 +42,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import calibration
-from calibration import atomic_write_text, read_records
+from calibration import atomic_replace_dir, atomic_write_text, read_records, refuse_symlink
 from costmodel import get_workload, load_layers
 
 from ._defaults import RUN_DEFAULTS
 from ._format import jsonable
 from ._recommend import RELIABLE_P90_LIMIT, UnreliableProfileError, recommend
-from ._report import build_report, profile_summary
+from ._report import build_report, profile_summary, report_owns
 from .validation import validate as validate_training
 
-__all__ = ["RUN_DEFAULTS", "RunResult", "run_main_job", "DATA_FILES"]
+__all__ = ["RUN_DEFAULTS", "RunResult", "run_main_job", "run_owns", "DATA_FILES"]
 
 #: Files the main job keeps beside the report.
 DATA_FILES = ("measurements.jsonl", "profile.json", "recommendation.json")
@@ -91,7 +92,8 @@ def _say(log: Callable[[str], None] | None, msg: str) -> None:
         log(msg)
 
 
-def _check_out_dir(out: Path, overwrite: bool) -> None:
+def _check_out_dir(out: Path, overwrite: bool) -> Path:
+    refuse_symlink(out, "-o")
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"-o {out}: exists and is not a folder; choose another -o")
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -99,8 +101,32 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
         raise FileExistsError(
             f"-o {out}: the folder is not empty ({', '.join(names[:3])}"
             f"{', ...' if len(names) > 3 else ''}); pass --overwrite to replace what the main "
-            "job writes there, or choose another -o folder"
+            "job writes there (other files are kept), or choose another -o folder"
         )
+    return out
+
+
+_LOG = re.compile(r"logs/workers\d+/rank\d+\.log")
+
+
+def run_owns(rel: str) -> bool:
+    """Whether an entry of a ``ddltune run`` folder (relative POSIX path) is the run's own.
+
+    The report's files (:func:`tuner.report_owns`), :data:`DATA_FILES`,
+    ``validation.jsonl`` and the workers' ``logs/workers<n>/rank<r>.log``: what
+    ``--overwrite`` replaces (a previous run's ``validation.jsonl`` is removed
+    when this run writes none). Every other entry of the folder is kept.
+
+    Example:
+        >>> [run_owns(p) for p in ("profile.json", "logs/workers2/rank0.log", "notes.txt")]
+        [True, True, False]
+    """
+    return (
+        report_owns(rel)
+        or rel in DATA_FILES
+        or rel == "validation.jsonl"
+        or bool(_LOG.fullmatch(rel))
+    )
 
 
 def _copy_measurements(paths: Sequence[str | os.PathLike], dest: Path) -> int:
@@ -208,53 +234,63 @@ def run_main_job(
     for p in measurements or ():
         if not Path(p).is_file():
             raise FileNotFoundError(2, "No such file", str(p))
-    out = _prepare_out_dir(Path(out_dir), overwrite, validate)
+    out = _check_out_dir(Path(out_dir), overwrite)
     m_path, prof_path, rec_path = (out / name for name in DATA_FILES)
     timings: dict[str, float] = {}
-    with _timed(timings, "collect" if not measurements else "read"):
-        n_records = _measure(
-            m_path, measurements, workers, min_bytes, max_bytes, budget_s, progress, log, emulate
+    done: dict = {}
+
+    def build(stage: Path) -> None:
+        # Every phase writes into the staging folder beside -o; it replaces -o's
+        # own files only once the report is complete (run_owns), so an
+        # interruption at any phase leaves the old folder whole.
+        sm, sp, sr = (stage / name for name in DATA_FILES)
+        with _timed(timings, "collect" if not measurements else "read"):
+            done["records"] = _measure(
+                sm, measurements, workers, min_bytes, max_bytes, budget_s, progress, log, emulate
+            )
+        with _timed(timings, "calibrate"):
+            profile = _calibrate(sm, sp, prior_preset, progress, log, shown={sm: m_path})
+        _print_errors(profile, log)
+        with _timed(timings, "recommend"):
+            rec, refusal = _recommend(profile, workload, max_workers, ranks_per_node, log)
+        validation = None
+        if validate:
+            with _timed(timings, "validate"):
+                validation = _validate(profile, workers, stage / "validation.jsonl", log, emulate)
+        with _timed(timings, "report"):
+            _say(log, "[4/4] writing the report")
+            _report(
+                stage,
+                profile,
+                workload,
+                rec,
+                (str(m_path), sm),
+                measurements,
+                timings,
+                refusal,
+                command,
+                validation,
+                progress,
+            )
+        timings["total"] = time.monotonic() - t_start
+        _write_recommendation(
+            sr, rec, refusal, workload, m_path, prof_path, measurements, validation, timings
         )
-    with _timed(timings, "calibrate"):
-        profile = _calibrate(m_path, prof_path, prior_preset, progress, log)
-    _print_errors(profile, log)
-    with _timed(timings, "recommend"):
-        rec, refusal = _recommend(profile, workload, max_workers, ranks_per_node, log)
-    validation = None
-    if validate:
-        with _timed(timings, "validate"):
-            validation = _validate(profile, workers, out / "validation.jsonl", log, emulate)
-    with _timed(timings, "report"):
-        _say(log, "[4/4] writing the report")
-        files = _report(
-            out,
-            profile,
-            workload,
-            rec,
-            m_path,
-            measurements,
-            timings,
-            refusal,
-            command,
-            validation,
-            progress,
-        )
-    timings["total"] = time.monotonic() - t_start
-    _write_recommendation(
-        rec_path, rec, refusal, workload, m_path, prof_path, measurements, validation, timings
-    )
+        done.update(profile=profile, rec=rec, refusal=refusal)
+
+    atomic_replace_dir(out, build, overwrite=True, replaces=run_owns)
     return RunResult(
         directory=out,
-        report=files.html,
-        markdown=files.markdown,
+        report=out / "index.html",
+        markdown=out / "report.md",
         measurements=m_path,
         profile_path=prof_path,
         recommendation_path=rec_path,
-        profile=profile,
-        recommendation=rec,
-        refusal=refusal,
+        profile=done["profile"],
+        recommendation=done["rec"],
+        refusal=done["refusal"],
         timings=timings,
-        records=n_records,
+        records=done["records"],
     )
 
 
@@ -281,16 +317,6 @@ def _check_run_args(workers, batch_size, max_workers, ranks_per_node, budget_s) 
         raise ValueError(f"budget_s must be a number of seconds > 0, got {budget_s!r}")
 
 
-def _prepare_out_dir(out: Path, overwrite: bool, validate: bool) -> Path:
-    """Create ``out`` (refusing a non-empty one without ``overwrite``); drop a stale validation."""
-    _check_out_dir(out, overwrite)
-    out.mkdir(parents=True, exist_ok=True)
-    stale = out / "validation.jsonl"  # a previous run's, which this one would not replace
-    if not validate and stale.exists():
-        stale.unlink()
-    return out
-
-
 def _measure(
     m_path, measurements, workers, min_bytes, max_bytes, budget_s, progress, log, emulate=None
 ) -> int:
@@ -298,7 +324,7 @@ def _measure(
     if measurements:
         _say(log, f"[1/4] reading {len(measurements)} measurement file(s)")
         n_records = _copy_measurements(measurements, m_path)
-        _say(log, f"  {n_records} records copied to {m_path}")
+        _say(log, f"  {n_records} records copied to {m_path.name}")
         return n_records
     _say(
         log,
@@ -326,12 +352,16 @@ def _measure(
     return res.written
 
 
-def _calibrate(m_path: Path, prof_path: Path, prior_preset, progress, log):
-    """Step 2: fit the profile and save it."""
+def _calibrate(m_path: Path, prof_path: Path, prior_preset, progress, log, shown=None):
+    """Step 2: fit the profile and save it (input paths in its provenance as ``shown`` maps them)."""
     _say(log, "[2/4] calibrating the cost model (held-out errors below)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", calibration.CalibrationWarning)  # shown below instead
         profile = calibration.calibrate(m_path, prior_preset=prior_preset, progress=progress)
+    names = {str(k): str(v) for k, v in (shown or {}).items()}
+    for entry in profile.provenance.get("inputs") or []:
+        if isinstance(entry, dict) and entry.get("path") in names:
+            entry["path"] = names[entry["path"]]  # the final path, not the staging folder's
     profile.save(prof_path, overwrite=True)
     return profile
 
@@ -418,7 +448,7 @@ def _report(
             profile=profile,
             workload=workload,
             recommendation=rec,
-            records=read_records(m_path),
+            records=read_records(m_path[1]),
             inputs=[m_path] + [Path(p) for p in (measurements or [])],
             timings=dict(timings),
             refusal=refusal,

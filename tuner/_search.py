@@ -188,25 +188,26 @@ def resolve_variants(architectures: Sequence[str] | str | None, ranks_per_node: 
 def worker_grid(max_workers: int, ranks_per_node: int = 1) -> np.ndarray:
     """Worker counts to search: 1..max_workers, or multiples of g when g > 1.
 
+    ``ranks_per_node`` g is a node's capacity: a job of fewer workers than g
+    runs all its ranks on one node (as torchrun, Horovod and srun place it),
+    so ``max_workers`` < g searches 1..max_workers on one node
+    (:func:`tuner.node_capacity_note` says so) instead of refusing.
+
     Raises:
-        ValueError: ``max_workers`` < 1 or < ``ranks_per_node`` (when > 1),
-            or either is not an integer.
+        ValueError: ``max_workers`` or ``ranks_per_node`` < 1, or not an integer.
 
     Example:
         >>> worker_grid(10, 4).tolist()
         [4, 8]
+        >>> worker_grid(4, 8).tolist()  # a job smaller than one node
+        [1, 2, 3, 4]
     """
     for name, v in (("max_workers", max_workers), ("ranks_per_node", ranks_per_node)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer):
             raise ValueError(f"{name} must be an integer ≥ 1, got {v!r}")
         if v < 1:
             raise ValueError(f"{name} must be ≥ 1, got {v}")
-    if ranks_per_node > 1:
-        if max_workers < ranks_per_node:
-            raise ValueError(
-                f"max_workers={max_workers} is less than ranks_per_node={ranks_per_node}: "
-                "not even one full node; lower --ranks-per-node or raise --max-workers"
-            )
+    if 1 < ranks_per_node <= max_workers:
         return np.arange(ranks_per_node, max_workers + 1, ranks_per_node, dtype=np.int64)
     return np.arange(1, max_workers + 1, dtype=np.int64)
 

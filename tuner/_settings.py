@@ -80,6 +80,7 @@ __all__ = [
     "DDP_FIRST_BUCKET_BYTES",
     "FRAMEWORK_ARCHITECTURES",
     "HOROVOD_DEFAULT_CYCLE_TIME_MS",
+    "ddp_bucket_cap_bytes",
     "framework_settings",
     "format_framework_settings",
 ]
@@ -147,7 +148,7 @@ def _backward_s(config) -> float | None:
 class _Plain:
     """The plain fields of one configuration, checked once."""
 
-    def __init__(self, config, workload, dtype_bytes):
+    def __init__(self, config, workload, dtype_bytes, param_dtype_bytes=None, grad_dtype=None):
         arch = _field(config, "architecture")
         if arch not in FRAMEWORK_ARCHITECTURES:
             raise ValueError(
@@ -172,6 +173,13 @@ class _Plain:
         if dtype_bytes < 1:
             raise ValueError(f"framework_settings: dtype_bytes must be >= 1, got {dtype_bytes}")
         self.dtype_bytes = int(dtype_bytes)
+        p = self.dtype_bytes if param_dtype_bytes is None else param_dtype_bytes
+        if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1:
+            raise ValueError(
+                f"framework_settings: param_dtype_bytes must be an integer >= 1, got {p!r}"
+            )
+        self.param_bytes = int(p)
+        self.grad_dtype = grad_dtype
 
     @property
     def torchrun(self) -> str:
@@ -186,18 +194,60 @@ def _mb(nbytes: int) -> float:
     return nbytes / _MIB
 
 
+#: DDP's built-in compression hooks by wire element size (torch.distributed.algorithms.
+#: ddp_comm_hooks.default_hooks): each casts a bucket to the wire dtype before its all_reduce.
+_DDP_HOOKS = {2: ("fp16_compress_hook", "bf16_compress_hook")}
+
+
+def ddp_bucket_cap_bytes(wire_bucket_bytes: int, param_bytes: int, wire_bytes: int) -> int:
+    """DDP's bucket cap (bytes) that gives buckets of ``wire_bucket_bytes`` on the wire.
+
+    DDP sizes buckets by the parameters' gradient bytes, ``numel × element_size``
+    in the parameters' dtype (``compute_bucket_assignment_by_size`` in
+    ``torch/csrc/distributed/c10d/reducer.cpp``); a compression hook
+    (``fp16_compress_hook``) casts each bucket after, so the wire bucket is
+    ``param_bytes / wire_bytes`` times smaller than the cap.
+
+    Args:
+        wire_bucket_bytes: the modelled bucket on the wire, bytes ≥ 0.
+        param_bytes: bytes per parameter (and local gradient) element, ≥ 1.
+        wire_bytes: bytes per element on the wire, ≥ 1.
+
+    Example:
+        >>> ddp_bucket_cap_bytes(25 * 2**20, 4, 2) == 50 * 2**20  # fp32 params, fp16 wire
+        True
+    """
+    return wire_bucket_bytes * param_bytes // wire_bytes
+
+
 def _pytorch_ddp(c: _Plain) -> dict:
-    kwargs = {"bucket_cap_mb": _mb(c.bucket), "gradient_as_bucket_view": True}
+    cap = ddp_bucket_cap_bytes(c.bucket, c.param_bytes, c.dtype_bytes)
+    kwargs = {"bucket_cap_mb": _mb(cap), "gradient_as_bucket_view": True}
     env = {"NCCL_ALGO": "Tree"} if c.arch == "tree" else {}
     notes = [
         f"bucket_cap_mb is MiB: DDP caps a bucket at int(bucket_cap_mb * 1024 * 1024) = "
-        f"{c.bucket} bytes ({format_bytes(c.bucket)})",
+        f"{cap} bytes ({format_bytes(cap)})",
         f"first bucket: {format_bytes(DDP_FIRST_BUCKET_BYTES)}, fixed by DDP "
         "(torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, not settable; pytorch/pytorch#61353); "
         "the prediction sized every bucket at the cap",
         "gradient_as_bucket_view=True: gradients are views into the buckets (no copy, "
         "one gradient's worth less memory)",
     ]
+    hook = None
+    if cap != c.bucket:
+        hooks = _DDP_HOOKS.get(c.dtype_bytes)
+        hook = None if not hooks else hooks[1] if c.grad_dtype == "bf16" else hooks[0]
+        notes.append(
+            f"DDP sizes buckets by the parameters' gradient bytes ({c.param_bytes} bytes per "
+            f"element; reducer.cpp compute_bucket_assignment_by_size) and a compression hook "
+            f"casts each bucket to {c.dtype_bytes} bytes per element after: bucket_cap_mb is "
+            f"{c.param_bytes / c.dtype_bytes:g} × the modelled {format_bytes(c.bucket)} on the wire"
+            + (
+                f"; the snippet registers {hook}"
+                if hook
+                else "; register a comm hook that compresses to that size"
+            )
+        )
     if c.bucket == 0:
         notes.append("bucket_cap_mb=0: one all_reduce per tensor after the first 1 MiB bucket")
     if c.arch == "hierarchical":
@@ -233,6 +283,12 @@ def _pytorch_ddp(c: _Plain) -> dict:
     lines = [f"# {c.torchrun}"]
     lines += [f"export {k}={v}" for k, v in env.items()]
     lines.append(f"model = DistributedDataParallel(model, device_ids=[local_rank], {kw})")
+    if hook is not None:
+        lines.append(
+            "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+            f"model.register_comm_hook(None, default_hooks.{hook})"
+        )
+        out["comm_hook"] = f"torch.distributed.algorithms.ddp_comm_hooks.default_hooks.{hook}"
     if "optimizer" in out:
         lines.append(f"optimizer = {out['optimizer']}")
     lines.append(f"# first bucket: {format_bytes(DDP_FIRST_BUCKET_BYTES)} (fixed by DDP)")
@@ -469,7 +525,14 @@ _TITLES = {
 }
 
 
-def framework_settings(config, workload=None, *, dtype_bytes: int | None = None) -> dict:
+def framework_settings(
+    config,
+    workload=None,
+    *,
+    dtype_bytes: int | None = None,
+    param_dtype_bytes: int | None = None,
+    grad_dtype: str | None = None,
+) -> dict:
     """The settings that apply one configuration in each framework that implements it.
 
     Args:
@@ -482,8 +545,16 @@ def framework_settings(config, workload=None, *, dtype_bytes: int | None = None)
             time, s > 0; used for Horovod's cycle time).
         workload: the :class:`costmodel.Workload`, optional: its gradient bytes
             (Horovod's cycle time) and element size (DeepSpeed's element counts).
-        dtype_bytes: bytes per gradient element for DeepSpeed's element counts
-            (default: the workload's, else 4).
+        dtype_bytes: bytes per gradient element on the wire, for DeepSpeed's
+            element counts (default: the workload's, else 4).
+        param_dtype_bytes: bytes per parameter element, when the gradients are
+            exchanged in a smaller dtype (``--grad-dtype fp16`` of fp32
+            parameters: 4); DDP's ``bucket_cap_mb`` is then
+            :func:`ddp_bucket_cap_bytes` (DDP buckets by parameter bytes, its
+            compression hook halves them after) and the snippet registers the
+            hook. Default: ``dtype_bytes`` (no compression).
+        grad_dtype: the wire dtype's name (``"fp16"``, ``"bf16"``), choosing
+            DDP's hook (``fp16_compress_hook``, ``bf16_compress_hook``); default fp16.
 
     Returns:
         ``{framework: settings}`` with the frameworks of the architecture in
@@ -503,7 +574,7 @@ def framework_settings(config, workload=None, *, dtype_bytes: int | None = None)
         >>> s["pytorch_ddp"]["kwargs"]["bucket_cap_mb"], s["horovod"]["env"]
         (34.0, {'HOROVOD_FUSION_THRESHOLD': '35651584'})
     """
-    c = _Plain(config, workload, dtype_bytes)
+    c = _Plain(config, workload, dtype_bytes, param_dtype_bytes, grad_dtype)
     return {name: _BUILDERS[name](c) for name in FRAMEWORK_ARCHITECTURES[c.arch]}
 
 

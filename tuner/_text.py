@@ -11,13 +11,30 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["markdown_escape"]
+__all__ = ["markdown_escape", "strip_controls"]
 
 # CommonMark 0.31, section 2.4: any ASCII punctuation may be backslash-escaped.
 # These are the ones that can start or end Markdown structure (inline or, at the
 # start of a line, block) or a GFM table cell / autolink / strikethrough.
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:&\"'=$])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: C0 (but tab, newline), DEL, C1, and the Unicode bidirectional controls (ALM,
+#: LRM, RLM, LRE, RLE, PDF, LRO, RLO, LRI, RLI, FSI, PDI: Unicode UAX #9), which
+#: reorder the text a reader sees (CVE-2021-42574, "Trojan Source").
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_controls(value) -> str:
+    """``str(value)`` without control characters: C0 except tab and newline, DEL,
+    C1 (0x80–0x9f) and the Unicode bidirectional controls (U+202E RIGHT-TO-LEFT
+    OVERRIDE and its kin, Unicode UAX #9), which would reorder what is shown.
+
+    Example:
+        >>> strip_controls("evil\u202efdp.exe\x07")
+        'evilfdp.exe'
+    """
+    return _CONTROL.sub("", str(value))
+
+
 # The few that let a string become HTML, a link, a code span or a new table cell.
 _MD_MINIMAL = re.compile(r"([\\`<>&|\[\]])")
 
@@ -30,7 +47,8 @@ def markdown_escape(value, *, inline: bool = True, minimal: bool = False) -> str
     ASCII punctuation yields that character literally), so ``<script>`` stays
     text and is never passed through as raw HTML (§6.6) nor ``[x](javascript:…)``
     turned into a link; ``&`` is escaped so that no entity (``&lt;``) is decoded.
-    Control characters (C0 except tab/newline, DEL, C1) are removed.
+    Control characters (:func:`strip_controls`: C0 except tab/newline, DEL,
+    C1, bidirectional controls) are removed.
 
     Args:
         value: anything; converted with ``str``.
@@ -53,7 +71,7 @@ def markdown_escape(value, *, inline: bool = True, minimal: bool = False) -> str
         >>> markdown_escape("<b>held-out</b> 1.5 ms", minimal=True)
         '\\<b\\>held-out\\</b\\> 1.5 ms'
     """
-    text = _CONTROL.sub("", str(value))
+    text = strip_controls(value)
     if inline:
         text = text.replace("\r", " ").replace("\n", " ")
     return (_MD_MINIMAL if minimal else _MD_SPECIAL).sub(r"\\\1", text)

@@ -58,7 +58,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from .._errors import InputFileError
+from .._errors import InputFileError, read_text_bounded
 from . import _transformer
 from ._builder import LayerBuilder
 from ._workload import Workload
@@ -75,6 +75,20 @@ MAX_DEFAULT_SEQ_LEN = 8192
 
 #: BERT's default: pre-training phase 1 at 128 tokens (Devlin et al. 2019, App. A.2).
 BERT_DEFAULT_SEQ_LEN = 128
+
+
+#: Bounds on a config's sizes, checked before anything is built: a width or
+#: vocabulary above 10 million, or more than 10,000 layers, is no real model
+#: (and 10**15 would overflow the int64 element counts).
+MAX_CONFIG_INT = 10**7
+MAX_LAYERS = 10**4
+_LAYER_KEYS = ("num_hidden_layers", "n_layer")
+
+
+def _short(v) -> str:
+    """``repr(v)`` cut to 40 characters."""
+    r = repr(v)
+    return r if len(r) <= 40 else f"{r[:20]}…({len(r)} characters)"
 
 
 class _Config:
@@ -101,8 +115,11 @@ class _Config:
             mt = self.doc.get("model_type")
             self.fail(None, f"missing key {key!r} (needed for model_type {mt!r})")
         v = self.doc[key]
+        top = MAX_LAYERS if key in _LAYER_KEYS else MAX_CONFIG_INT
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
-            self.fail(key, f"{key!r} must be an integer >= {minimum}, got {v!r}")
+            self.fail(key, f"{key!r} must be an integer >= {minimum}, got {_short(v)}")
+        if v > top:  # before any tensor is sized: 10**15 would overflow int64 products
+            self.fail(key, f"{key!r} must be <= {top:.0e}, got {_short(v)}")
         return int(v)
 
     def bool(self, key: str, default: bool) -> bool:
@@ -114,6 +131,10 @@ class _Config:
         return v
 
 
+#: The largest config.json read (a real one is a few KiB).
+MAX_CONFIG_BYTES = 4 * 1024**2
+
+
 def _read(config) -> _Config:
     if isinstance(config, Mapping):
         return _Config(config, None, None)
@@ -123,17 +144,7 @@ def _read(config) -> _Config:
             f"got {type(config).__name__}"
         )
     path = os.fspath(config)
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise InputFileError(path, None, "no such file") from None
-    except IsADirectoryError:
-        raise InputFileError(path, None, "is a directory, not a config.json") from None
-    except UnicodeDecodeError as e:
-        raise InputFileError(path, None, f"not UTF-8 text ({e.reason})") from None
-    except OSError as e:
-        raise InputFileError(path, None, f"cannot read: {e.strerror or e}") from None
+    text = read_text_bounded(path, MAX_CONFIG_BYTES, "config.json")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:

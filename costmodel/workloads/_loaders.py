@@ -44,7 +44,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._errors import InputFileError
+from .._errors import InputFileError, read_text_bounded
 from ._hf import looks_like_hf_config, workload_from_hf_config
 from ._workload import Workload
 
@@ -406,34 +406,7 @@ def load_layers(
     (Long for its documentation: the body is 65 lines.)
     """
     path_str = os.fspath(path)
-    try:
-        size = os.path.getsize(path_str)
-    except OSError:
-        size = 0  # the open below names the problem
-    if size > MAX_LAYER_FILE_BYTES:
-        raise InputFileError(
-            path_str,
-            None,
-            f"{size / 1024**2:.0f} MiB, more than a layer file's 64 MiB limit (one line per "
-            "tensor: is this the right file?)",
-        )
-    try:
-        with open(path_str, encoding="utf-8-sig") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise InputFileError(path_str, None, "no such file") from None
-    except IsADirectoryError:
-        raise InputFileError(path_str, None, "is a directory, not a layer file") from None
-    except UnicodeDecodeError as e:
-        line = None
-        try:
-            with open(path_str, "rb") as f:
-                line = f.read()[: e.start].count(b"\n") + 1
-        except OSError:
-            pass
-        raise InputFileError(path_str, line, f"not UTF-8 text ({e.reason})") from None
-    except OSError as e:
-        raise InputFileError(path_str, None, f"cannot read: {e.strerror or e}") from None
+    text = read_text_bounded(path_str, MAX_LAYER_FILE_BYTES, "layer file")
 
     ext = os.path.splitext(path_str)[1].lower()
     is_json = ext == ".json" or (ext != ".csv" and text.lstrip().startswith("{"))

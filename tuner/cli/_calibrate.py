@@ -154,11 +154,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, write the profile atomically, print a summary (or JSON)."""
-    from calibration import CalibrationWarning, calibrate
+    from calibration import CalibrationWarning, calibrate, check_output_file
 
-    out = Path(args.output)
-    if out.exists() and not args.overwrite:
-        raise CLIError(f"{out} already exists; pass --overwrite to replace it")
+    try:  # a link, a device node, a read-only folder: refused before the fit
+        out = check_output_file(args.output, overwrite=args.overwrite, what="-o")
+    except FileExistsError as e:
+        raise CLIError(str(e)) from None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
         profile = calibrate(

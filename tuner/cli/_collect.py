@@ -275,11 +275,33 @@ def run(args: argparse.Namespace) -> int:
         else:
             default(message, category, *rest, **kw)
 
+    _check_plan(args)
     with warnings.catch_warnings(), emulated(args) as cluster:  # both undone on the way out
         default = warnings.showwarning
         warnings.showwarning = say
         args.emulate_cluster = cluster
         return _run(args, progress)
+
+
+def _check_plan(args: argparse.Namespace) -> None:
+    """With ``--emulate``: its rank count against the cores and memory, and ``-o``, before
+    the namespaces are built (a refusal after them cost a 14 s self-check)."""
+    if not args.emulate:
+        return
+    from calibration import check_output_file
+
+    from ._lab import check_emulated_plan
+
+    check_emulated_plan(
+        args.emulate,
+        args.workers or [],
+        args.max_bytes if "collectives" in args.suite else 0,
+        force=args.force,
+    )
+    try:
+        check_output_file(args.output, overwrite=args.overwrite or args.resume, what="-o")
+    except FileExistsError as e:
+        raise CLIError(f"{e} (or --resume to add to it)") from None
 
 
 #: ``collect()`` parameters that are options of this command, for error messages.

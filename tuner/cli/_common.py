@@ -263,7 +263,7 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
     elif isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
         code = 1
         if getattr(exc, "filename", None):
-            msg = f"{exc.filename}: {exc.strerror}"
+            msg = safe_text(f"{exc.filename}: {exc.strerror}")  # a name is the user's text
     else:
         code = 1
         msg = f"{type(exc).__name__}: {msg}"
@@ -443,7 +443,6 @@ _ESC_SEQ = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]?"
     r"|\x9d[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
 )
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def safe_text(value) -> str:
@@ -452,8 +451,9 @@ def safe_text(value) -> str:
     Removes escape sequences (CSI such as colours or cursor moves, OSC such as
     OSC 52 which writes the clipboard, DCS/APC/PM/SOS strings, two-character
     ``ESC x``, and their 8-bit C1 forms), then every remaining C0 control
-    character except tab and newline, DEL (0x7f) and the C1 range 0x80–0x9f.
-    Printable text (any script) is kept. Source of the sequence grammar:
+    character except tab and newline, DEL (0x7f), the C1 range 0x80–0x9f and
+    the Unicode bidirectional controls (U+202E and its kin, which reorder the
+    text a terminal shows). Printable text (any script) is kept. Source of the sequence grammar:
     ECMA-48, sections 5.4–5.6 and 8.3.
 
     Args:
@@ -467,7 +467,9 @@ def safe_text(value) -> str:
         >>> safe_text("cpu\\x1b]52;c;aGk=\\x07 \\x1b[31mred\\x1b[0m\\r")
         'cpu red'
     """
-    return _CONTROL.sub("", _ESC_SEQ.sub("", str(value)))
+    from tuner import strip_controls  # one list of controls, shared with report.md
+
+    return strip_controls(_ESC_SEQ.sub("", str(value)))
 
 
 def safe_tree(obj):

@@ -67,6 +67,35 @@ def parse_spec(text: str):
         raise UsageError(str(e)) from None
 
 
+def check_emulated_plan(text: str, counts, max_bytes: int, *, force: bool = False):
+    """The ``--emulate`` spec, once its process counts fit this machine, before it is built.
+
+    Every count of ``counts`` (the launches' processes) must fit the cluster's
+    ranks, and the largest must pass :func:`calibration.check_local_bounds`
+    (cores and memory): a refusal after the namespaces and their self-check
+    cost seconds for nothing.
+
+    Raises:
+        UsageError: naming ``--emulate`` (and ``--workers``), the bound and what to change.
+    """
+    from calibration import check_local_bounds
+
+    spec = parse_spec(text)
+    counts = list(counts) or [spec.num_ranks]
+    if max(counts) > spec.num_ranks:
+        raise UsageError(
+            f"--workers {max(counts)} exceeds the emulated cluster {spec.text} "
+            f"({spec.num_ranks} ranks); emulate more ranks or lower --workers"
+        )
+    try:
+        check_local_bounds(
+            counts, max_bytes, force=force, what=f"--emulate {spec.text} ({max(counts)} ranks)"
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return spec
+
+
 @contextlib.contextmanager
 def emulated(args: argparse.Namespace, *, check_seconds: float = 1.0, quiet: bool = False):
     """Yield a started, self-checked :class:`launch.EmulatedCluster` for ``args.emulate``.

@@ -188,8 +188,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int_arg,
         metavar="G",
         default=None,
-        help="workers (ranks) per node sharing its network link, ≥ 1 (default 1; with "
-        "--profile, the one value the profile measured)",
+        help="workers (ranks) a node holds, sharing its network link, ≥ 1 (default 1; with "
+        "--profile, the one value the profile measured); a job of fewer workers runs on "
+        "one node, and the output says so",
     )
     add_precision_arguments(it)
     add_nics_argument(src)
@@ -319,7 +320,6 @@ def _iteration_rows(args, cluster):
         raise UsageError("--colocated applies to the ps architecture; add ps to --arch")
     if args.servers is not None and not any(get_architecture(a).uses_servers for a in archs):
         raise UsageError("--servers applies to ps and hybrid; add one of them to --arch")
-    _check_ranks_per_node(args.ranks_per_node, args.workers, "--workers")
     workload = _workload(args)
     rows = predict_iterations(
         cluster,
@@ -337,22 +337,10 @@ def _iteration_rows(args, cluster):
     return rows, workload
 
 
-def _check_ranks_per_node(g: int, counts, flag: str) -> None:
-    """Refuse ``--ranks-per-node`` above the smallest rank count: a node cannot hold more
-    ranks than the job has."""
-    small = min(counts)
-    if g > small:
-        raise UsageError(
-            f"--ranks-per-node {g} exceeds {flag} {small}: a node cannot hold more ranks than "
-            f"the job has; use --ranks-per-node ≤ {small} or drop {flag} values below {g}"
-        )
-
-
 def _collective_rows(args, cluster) -> list[dict]:
     from costmodel import get_collective
     from tuner import predict_collective
 
-    _check_ranks_per_node(args.ranks_per_node, [args.num_ranks], "--num-ranks")
     try:
         get_collective(args.collective, args.algorithm)
     except ValueError as e:  # lists the valid names

@@ -134,8 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int_arg,
         default=None,
         metavar="G",
-        help="workers per node (default 1; with --profile, the one value it measured); "
-        "worker counts are then multiples of G",
+        help="workers a node holds (default 1; with --profile, the one value it measured); "
+        "worker counts are then multiples of G, or 1 … --max-workers on one node when "
+        "--max-workers is below G",
     )
     s.add_argument(
         "--arch",
@@ -320,7 +321,10 @@ def run(args: argparse.Namespace) -> int:
     except (tuner.InfeasibleError, tuner.UnreliableProfileError) as e:
         raise CLIError(str(e)) from None
     doc = rec.to_dict()
-    settings = tuner.framework_settings(doc, workload)
+    # DDP buckets by the parameters' bytes (the workload before --grad-dtype)
+    settings = tuner.framework_settings(
+        doc, workload, param_dtype_bytes=int(base_workload.dtype_bytes), grad_dtype=args.grad_dtype
+    )
     if args.json:
         doc["framework_settings"] = settings
         print_json(doc)

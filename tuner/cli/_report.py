@@ -93,7 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="write into a non-empty folder, replacing a previous report there",
+        help="write into a non-empty folder, replacing only the report's own files there "
+        "(index.html, report.md, figures/<its figures>); other files are kept",
     )
     parser.add_argument(
         "--json", action="store_true", help="print the written paths as one JSON document"
@@ -108,14 +109,10 @@ def run(args: argparse.Namespace) -> int:
     import tuner
     from costmodel import get_workload, load_layers
 
-    out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise CLIError(f"-o {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise CLIError(
-            f"-o {out}: the folder is not empty; pass --overwrite to replace the report there, "
-            "or choose another folder"
-        )
+    try:  # before anything is read or computed
+        out = tuner.check_report_dir(Path(args.output), args.overwrite)
+    except FileExistsError as e:
+        raise CLIError(f"-o {e}") from None
     profile = calibration.Profile.load(args.profile)
     records = calibration.read_records(args.measurements) if args.measurements else []
     workload = (

@@ -8,7 +8,14 @@ import sys
 
 from costmodel import format_bytes, format_seconds
 
-from ._common import UsageError, bytes_arg, positive_float_arg, positive_int_arg, print_json
+from ._common import (
+    CLIError,
+    UsageError,
+    bytes_arg,
+    positive_float_arg,
+    positive_int_arg,
+    print_json,
+)
 
 NAME = "run"
 HELP = "the main job: measure, calibrate, recommend and write an HTML/Markdown report"
@@ -161,7 +168,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "unless --overwrite",
     )
     o.add_argument(
-        "--overwrite", action="store_true", help="replace what a previous run left in DIR"
+        "--overwrite",
+        action="store_true",
+        help="replace what a previous run left in DIR (its report, data files and logs); "
+        "other files there are kept",
     )
     o.add_argument("--no-progress", action="store_true", help="no progress bars (log lines only)")
     o.add_argument(
@@ -194,6 +204,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.emulate and args.measurements:
         raise UsageError("--emulate measures this machine; it excludes --measurements")
+    if args.emulate:  # the plan and -o, before the namespaces exist
+        from pathlib import Path
+
+        import tuner
+
+        from ._lab import check_emulated_plan
+
+        _check_run_args(args)
+        check_emulated_plan(args.emulate, [], args.max_bytes)
+        try:
+            tuner.check_report_dir(Path(args.output), args.overwrite)
+        except FileExistsError as e:
+            raise CLIError(f"-o {e}") from None
     with emulated(args) as cluster:  # removed on the way out, whatever happens
         args.emulate_cluster = cluster
         return _run(args)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from costmodel import format_bytes
@@ -19,6 +21,7 @@ from ._common import (
     positive_float_arg,
     positive_int_arg,
     print_json,
+    safe_text,
 )
 from ._lab import add_emulate_argument, emulated
 
@@ -274,6 +277,24 @@ def run(args: argparse.Namespace) -> int:
     """Train (in an emulated cluster with ``--emulate``), predict, compare; see :func:`_run`."""
     if args.from_file is not None:
         return _run(args)
+    if args.emulate:  # the plan, before the namespaces (or any process) exist
+        from ..validation import check_validation_plan
+        from ._lab import parse_spec
+
+        spec = parse_spec(args.emulate)
+        try:
+            check_validation_plan(
+                args.workers or [2, 3, 4],
+                architectures=args.arch or list(_ARCHS),
+                servers=args.servers,
+                colocated=args.colocated,
+                bucket_bytes=args.bucket_bytes,
+                emulated_ranks=spec.num_ranks,
+                emulate_text=spec.text,
+                force=True,
+            )
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     with emulated(args) as cluster:  # removed on the way out, whatever happens
         args.emulate_cluster = cluster
         return _run(args)
@@ -281,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Train, predict and compare (or re-score ``--from`` FILE); print the table or ``--json``."""
-    from ..validation import compare_steps, validate
+    from ..validation import compare_steps
 
     overlap = {"auto": "auto", "yes": True, "no": False}[args.overlap]
     if args.from_file is not None:
@@ -336,27 +357,84 @@ def _run(args: argparse.Namespace) -> int:
                     f"{args.measurements} already exists; pass --overwrite to replace it or "
                     "choose another --measurements file"
                 )
-        result = validate(
-            args.profile,
-            spec,
-            args.workers,
-            architectures=args.arch,
-            servers=args.servers,
-            colocated=args.colocated,
-            bucket_bytes=args.bucket_bytes,
-            steps=args.steps,
-            warmup_steps=args.warmup_steps,
-            repeats=args.repeats,
-            measurements=args.measurements,
-            overwrite=args.overwrite,
-            statistic=args.statistic,
-            overlap=overlap,
-            timeout_s=args.timeout_s,
-            on_measurement=show,
-            emulate=getattr(args, "emulate_cluster", None),
-        )
+        if args.measurements is None:  # the rows are kept as they finish, always
+            args.measurements = time.strftime("validate-steps-%Y%m%d-%H%M%S.jsonl", time.gmtime())
+            print(
+                f"ddltune validate: step records go to {args.measurements} as they finish "
+                "(--measurements FILE to choose)",
+                file=sys.stderr,
+            )
+        with _partial_on_failure(args):
+            result = _train(args, spec, overlap, show)
     if args.json:
         print_json(result.to_dict())
     else:
         sys.stdout.write(format_table(result))
     return 0
+
+
+def _train(args, spec, overlap, show):
+    from ..validation import validate
+
+    return validate(
+        args.profile,
+        spec,
+        args.workers,
+        architectures=args.arch,
+        servers=args.servers,
+        colocated=args.colocated,
+        bucket_bytes=args.bucket_bytes,
+        steps=args.steps,
+        warmup_steps=args.warmup_steps,
+        repeats=args.repeats,
+        measurements=args.measurements,
+        overwrite=args.overwrite,
+        statistic=args.statistic,
+        overlap=overlap,
+        timeout_s=args.timeout_s,
+        on_measurement=show,
+        emulate=getattr(args, "emulate_cluster", None),
+    )
+
+
+@contextlib.contextmanager
+def _partial_on_failure(args):
+    """On a failure (or Ctrl-C) after some steps finished: print what they show, name the file.
+
+    The records are already in ``args.measurements`` (written as each
+    configuration finished, with the single-worker step added on the failure);
+    they are scored as ``--from`` would, and printed (the table, or the JSON
+    document with ``"partial": true`` and ``"error"``), before the error line.
+    """
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, UsageError) or not _print_partial(args, e):
+            raise
+        raise CLIError(
+            f"{safe_text(e)}; the steps that finished are kept in {args.measurements} "
+            f"(score them: ddltune validate --profile {args.profile} --from {args.measurements})"
+        ) from e
+    except KeyboardInterrupt as e:
+        _print_partial(args, e)
+        raise
+
+
+def _print_partial(args, error) -> bool:
+    """Score and print the finished steps of ``args.measurements``; False when there are none."""
+    from calibration import read_records
+
+    from ..validation import compare_steps
+
+    try:
+        records = read_records(args.measurements)
+        overlap = {"auto": "auto", "yes": True, "no": False}[args.overlap]
+        result = compare_steps(args.profile, records, statistic=args.statistic, overlap=overlap)
+    except Exception:  # nothing finished, or no configuration beyond the baseline
+        return False
+    if args.json:
+        print_json({**result.to_dict(), "partial": True, "error": safe_text(error)})
+    else:
+        print(f"# partial: {len(result.rows)} configurations finished before the failure")
+        sys.stdout.write(format_table(result))
+    return True

@@ -46,6 +46,7 @@ __all__ = [
     "processes_needed",
     "run_training",
     "measure_configurations",
+    "launch_groups",
 ]
 
 
@@ -478,7 +479,9 @@ def measure_configurations(
 
     Raises:
         ValueError: on a worker count < 2 or no configuration.
-        LaunchError: a run failed.
+        LaunchError: a run failed; ``writer`` then holds every configuration
+            that finished and the first single-worker step, so that the file
+            can be scored (``ddltune validate --from``).
     """
     workers = sorted(set(int(w) for w in workers))
     if not workers or workers[0] < 2:
@@ -489,11 +492,19 @@ def measure_configurations(
               "timeout_s": timeout_s, "on_spawn": on_spawn, "emulate": emulate}  # fmt: skip
     first = _single_worker(model, timing) if baseline else None
     out: list[StepMeasurement] = []
-    for n in workers:
-        for group in _launch_groups(configs, n):
-            out += run_training(
-                model, n, group, writer=writer, on_measurement=on_measurement, **timing
-            ).measurements
+    try:
+        for n in workers:
+            for group in launch_groups(configs, n):
+                out += run_training(
+                    model, n, group, writer=writer, on_measurement=on_measurement, **timing
+                ).measurements
+    except BaseException:
+        # A late failure keeps what it measured: the rows are in the file as they
+        # finished; the baseline they need to be scored (--from) is added now.
+        if first is not None and writer is not None:
+            with contextlib.suppress(Exception):
+                writer.write(first.record)
+        raise
     if not baseline:
         return None, out
     base = _pooled(first, _single_worker(model, timing))
@@ -504,8 +515,11 @@ def measure_configurations(
     return base, out
 
 
-def _launch_groups(configs: Sequence[StepConfig], n: int) -> list[list[StepConfig]]:
-    """The configurations runnable with n workers, one list per process count (ascending)."""
+def launch_groups(configs: Sequence[StepConfig], n: int) -> list[list[StepConfig]]:
+    """The configurations runnable with n workers, one list per process count (ascending).
+
+    Colocated ps configurations with more servers than workers are left out.
+    """
     groups: dict[int, list[StepConfig]] = {}
     for c in configs:
         if c.architecture == "ps" and c.colocated and c.servers > n:

@@ -106,7 +106,9 @@ def model_spec(spec: dict | str) -> dict:
             keys of :data:`DEFAULT_MODEL_SIZES` (all integers ≥ 1).
 
     Raises:
-        ValueError: on an unknown model or key, or a size that is not an integer ≥ 1.
+        ValueError: on an unknown model or key, a size that is not an integer in
+            [1, its bound] (:data:`MAX_MODEL_SIZES`, else :data:`MAX_MODEL_SIZE`),
+            or more than :data:`MAX_MODEL_PARAMS` parameters in all.
 
     Example:
         >>> model_spec({"model": "mlp", "width": 64})["width"]
@@ -125,10 +127,37 @@ def model_spec(spec: dict | str) -> dict:
             raise ValueError(
                 f"unknown {name} size {key!r}; valid: {', '.join(DEFAULT_MODEL_SIZES[name])}"
             )
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"model size {key!r} must be an integer ≥ 1, got {value!r}")
+        top = MAX_MODEL_SIZES.get(key, MAX_MODEL_SIZE)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:20] + "…"
+            raise ValueError(f"model size {key!r} must be an integer ≥ 1 and ≤ {top}, got {shown}")
         out[key] = int(value)
+    params = _param_count(out)
+    if params > MAX_MODEL_PARAMS:  # checked before a single array is allocated
+        raise ValueError(
+            f"the {name} spec has {params:.3g} parameters, more than the harness trains "
+            f"({MAX_MODEL_PARAMS:.0e}, {MAX_MODEL_PARAMS * _DTYPE_BYTES / 1024**3:.0f} GiB of "
+            "float32 per copy); give smaller sizes"
+        )
     return out
+
+
+#: Bounds on a model spec's sizes (checked before anything is built): a width
+#: of at most 2**16, at most 1,000 layers, a batch of at most 2**16, and a
+#: model of at most 2**28 parameters (1 GiB of float32 per copy).
+MAX_MODEL_SIZE = 2**16
+MAX_MODEL_SIZES = {"in": 2**20, "depth": 1000, "image": 1024, "kernel": 15}
+MAX_MODEL_PARAMS = 2**28
+
+
+def _param_count(s: dict) -> int:
+    """Parameters of a complete spec, from its sizes alone (plain integers, no arrays)."""
+    if s["model"] == "mlp":
+        dims = [s["in"]] + [s["width"]] * s["depth"] + [s["classes"]]
+        return sum(a * b + b for a, b in zip(dims[:-1], dims[1:], strict=True))
+    c, k = s["channels"], s["kernel"]
+    first = s["in_channels"] * c * k * k + c
+    return first + (s["depth"] - 1) * (c * c * k * k + c) + c * s["classes"] + s["classes"]
 
 
 def build_model(spec: dict | str, seed: int = 0):

@@ -53,7 +53,14 @@ from costmodel import (
 )
 
 from .._defaults import DEFAULT_VALIDATE_BUCKETS
-from ._harness import StepConfig, measure_configurations, model_workload
+from ._harness import (
+    StepConfig,
+    launch_groups,
+    measure_configurations,
+    model_workload,
+    processes_needed,
+)
+from ._train_worker import model_spec
 
 __all__ = [
     "ValidationRow",
@@ -62,6 +69,7 @@ __all__ = [
     "predict_records",
     "rank_agreement",
     "regret",
+    "check_validation_plan",
     "compare_steps",
     "validate",
     "DEFAULT_VALIDATE_BUCKETS",
@@ -435,6 +443,24 @@ def _iteration_fn(workload, arch, sel: Sequence[dict]):
     return fn
 
 
+def _check_step_specs(steps: list[dict]) -> None:
+    """Every step record names a valid, bounded ``model_spec``; else an error at its file and line."""
+    for r in steps:
+        where = (r.get("_file"), r.get("_line"))
+        spec = r.get("model_spec")
+        try:
+            if not isinstance(spec, dict):
+                raise ValueError(
+                    "a step record needs 'model_spec' (the model's sizes, written by the training "
+                    f"harness), got {'none' if spec is None else type(spec).__name__}"
+                )
+            model_spec(spec)
+        except ValueError as e:
+            if where[0] is None:
+                raise
+            raise InputFileError(str(where[0]), where[1], f"model_spec: {e}") from None
+
+
 def compare_steps(
     profile, records: Iterable[dict], *, statistic: str | None = None, overlap: bool | str = "auto"
 ) -> ValidationResult:
@@ -467,6 +493,7 @@ def compare_steps(
             + (f"; these are {', '.join(kinds)} records" if kinds else "")
             + ": give a file written by 'ddltune validate --measurements'"
         )
+    _check_step_specs(steps)
     base = [r for r in steps if r["workers"] == 1]
     rows_in = [r for r in steps if r["workers"] >= 2]
     if not base:
@@ -647,6 +674,16 @@ def validate(
     """
     params, prof = _resolve(profile)  # fail on a bad profile before training
     configs = _configurations(architectures, servers, colocated, bucket_bytes)
+    check_validation_plan(  # every launch fits, before the first one starts
+        workers,
+        architectures=architectures,
+        servers=servers,
+        colocated=colocated,
+        bucket_bytes=bucket_bytes,
+        emulated_ranks=None if emulate is None else emulate.spec.num_ranks,
+        emulate_text=None if emulate is None else emulate.spec.text,
+        force=True,
+    )
     writer = None
     if measurements is not None:
         writer = RecordWriter(measurements, "overwrite" if overwrite else "new")
@@ -664,6 +701,72 @@ def validate(
         statistic=statistic,
         overlap=overlap,
     )
+
+
+def check_validation_plan(
+    workers: Sequence[int],
+    *,
+    architectures: Sequence[str] = ("ps", "p2p", "ring"),
+    servers: Sequence[int] = (1,),
+    colocated: bool = False,
+    bucket_bytes: Sequence[int] = DEFAULT_VALIDATE_BUCKETS,
+    emulated_ranks: int | None = None,
+    emulate_text: str | None = None,
+    force: bool = False,
+) -> list[tuple[int, int]]:
+    """Check, before any process starts, that every launch of a validation can run.
+
+    The plan is one launch per (worker count, process count) of
+    :func:`tuner.validation.measure_configurations`, plus the single-worker
+    step: a dedicated ps configuration needs n + k processes (its servers are
+    ranks too). In an emulated cluster every launch must fit its ranks; on
+    this machine within :func:`calibration.check_local_bounds`' process bound.
+    Refusing here is what keeps a run from training for minutes and then
+    failing at its largest configuration.
+
+    Args:
+        workers: worker counts, each ≥ 2.
+        architectures, servers, colocated, bucket_bytes: as :func:`validate`.
+        emulated_ranks: the emulated cluster's rank count, or ``None`` (local processes).
+        emulate_text: the cluster as ``--emulate`` gave it, for the message.
+        force: lift the local per-core bound (as ``collect --force``).
+
+    Returns:
+        The plan: ``[(workers, processes), ...]`` in launch order (the
+        single-worker step first).
+
+    Raises:
+        ValueError: a launch needs more processes than the cluster has (naming
+            the worker count, the configuration and what to change), or a bad argument.
+
+    Example:
+        >>> check_validation_plan([2, 4], architectures=["ps"], bucket_bytes=[0])
+        [(1, 1), (2, 3), (4, 5)]
+    """
+    from calibration import check_local_bounds
+
+    configs = _configurations(architectures, servers, colocated, bucket_bytes)
+    counts = sorted({int(w) for w in workers})
+    if not counts or counts[0] < 2:
+        raise ValueError(f"workers must be integers ≥ 2, got {list(workers)}")
+    plan = [(1, 1)]
+    for n in counts:
+        for group in launch_groups(configs, n):
+            plan.append((n, processes_needed(group[0], n)))
+    n, procs = max(plan, key=lambda p: p[1])
+    if emulated_ranks is not None and procs > emulated_ranks:
+        big = next(c for c in configs if processes_needed(c, n) == procs)
+        what = f"ps with {big.servers} dedicated server{'s' if big.servers != 1 else ''}"
+        cluster = emulate_text or f"of {emulated_ranks} ranks"
+        raise ValueError(
+            f"--workers {n}: {what} needs {procs} processes ({n} workers + {big.servers}), "
+            f"more than the emulated cluster {cluster} has ({emulated_ranks} ranks); nothing "
+            f"was started: emulate at least {procs} ranks, pass --colocated, or drop {n} from "
+            "--workers"
+        )
+    if emulated_ranks is None:
+        check_local_bounds([procs], 0, force=force)
+    return plan
 
 
 def _configurations(architectures, servers, colocated: bool, bucket_bytes) -> list[StepConfig]:

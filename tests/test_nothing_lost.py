@@ -1,0 +1,575 @@
+"""Issue 26: nothing lost, on every path.
+
+A job smaller than a node is answered (``--ranks-per-node`` is the node's
+capacity), folder outputs keep the user's files, outputs are regular files or
+new names, every input read is bounded, errors name the file or option, and
+long commands check their plan before any process starts.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tuner
+from calibration import (
+    OutputPathError,
+    Profile,
+    RecordWriter,
+    atomic_replace_dir,
+    atomic_write_text,
+    host_fingerprint,
+    provenance,
+    read_manifest,
+    read_records,
+    time_statistics,
+)
+from costmodel import (
+    InputFileError,
+    get_workload,
+    iteration_time,
+    preset,
+    workload_from_hf_config,
+)
+from tuner import markdown_escape
+from tuner.cli import main
+from tuner.cli._common import safe_text
+
+# ------------------------------------------------------------ item 3: a node's capacity
+
+_DGX = ["--preset", "ib-edr-100g,nvlink-v100", "--device", "v100", "--model", "resnet50",
+        "--batch-size", "192", "--step-time", "0.14"]  # fmt: skip
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_predict_runs_a_job_smaller_than_a_node_on_one_node(capsys):
+    # the issue's query: "8 GPUs per node, 1 to 8 of them used" (exit 2 before)
+    code = main(["predict", *_DGX, "--arch", "ring,ps", "--workers", "2,4,8",
+                 "--ranks-per-node", "8", "--json"])  # fmt: skip
+    assert code == 0
+    rows = _json(capsys)["rows"]
+    assert [(r["architecture"], r["workers"], r["ranks_per_node"]) for r in rows] == [
+        ("ring", 2, 2), ("ring", 4, 4), ("ring", 8, 8), ("ps", 2, 2), ("ps", 4, 4), ("ps", 8, 8)
+    ]  # fmt: skip
+    for r in rows:
+        notes = [w for w in r["warnings"] if "on one node" in w]
+        assert len(notes) == (r["workers"] < 8)
+    # n ranks on one node cost what n ranks per node cost (all intra-node, no NIC)
+    w = get_workload("resnet50", 192).with_step_time(0.14)
+    p = preset("ib-edr-100g,nvlink-v100", "v100")
+    for r in rows[:3]:
+        n = r["workers"]
+        want = float(iteration_time(p, w, "ring", n, ranks_per_node=n).iteration_s)
+        assert r["iteration_s"] == pytest.approx(want, rel=1e-12)
+    # and not what spreading them one per node would cost
+    one_per_node = float(iteration_time(p, w, "ring", 4, ranks_per_node=1).iteration_s)
+    assert rows[1]["iteration_s"] < one_per_node
+
+
+def test_predict_text_and_collective_mode_say_one_node(capsys):
+    assert main(["predict", *_DGX, "--arch", "ring", "--workers", "2",
+                 "--ranks-per-node", "8"]) == 0  # fmt: skip
+    out = capsys.readouterr()
+    assert "2 workers fit on one node of 8 ranks" in out.err
+    code = main(["predict", "--preset", "ib-edr-100g,nvlink-v100", "--collective", "all_reduce",
+                 "--num-ranks", "2", "--ranks-per-node", "8", "--message-bytes", "1M", "--json"])  # fmt: skip
+    assert code == 0
+    (row,) = _json(capsys)["rows"]
+    assert row["ranks_per_node"] == 2 and any("on one node" in w for w in row["warnings"])
+
+
+def test_node_capacity_note():
+    assert tuner.node_capacity_note(8, 8) is None and tuner.node_capacity_note(16, 8) is None
+    assert tuner.node_capacity_note(1, 8).startswith("1 worker fits on one node of 8 ranks")
+
+
+def test_recommend_with_fewer_workers_than_a_node(capsys):
+    # before: "--max-workers=4 is less than --ranks-per-node=8: not even one full node" (exit 2)
+    code = main(["recommend", *_DGX, "--max-workers", "4", "--ranks-per-node", "8",
+                 "--arch", "ring,ps", "--json"])  # fmt: skip
+    assert code == 0
+    doc = _json(capsys)
+    assert 1 <= doc["workers"] <= 4
+    assert any("on one node of 8 ranks" in w for w in doc["warnings"])
+    # the search covered 1..4 workers, all on the one node
+    rec = tuner.recommend(
+        preset("ib-edr-100g,nvlink-v100", "v100"),
+        get_workload("resnet50", 192).with_step_time(0.14),
+        max_workers=4,
+        ranks_per_node=8,
+        architectures=["ring"],
+        refine=False,
+    )
+    assert np.unique(rec.sweeps["ring"].workers).tolist() == [1, 2, 3, 4]
+    assert rec.config.describe().startswith("ring, 4 workers (on one node)")
+
+
+# ------------------------------------------------------------ item 1: folder outputs
+
+
+def _tree(folder: Path) -> dict:
+    """Every entry under ``folder`` (links not followed) → its bytes' hash, link or 'dir'."""
+    out = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            p = Path(root) / name
+            rel = p.relative_to(folder).as_posix()
+            if p.is_symlink():
+                out[rel] = "link:" + os.readlink(p)
+            elif p.is_file():
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+            else:
+                out[rel] = "dir"
+    return out
+
+
+def _user_files(folder: Path) -> dict:
+    files = {"figures/fig1.pdf": b"%PDF mine", "figures/sub/data.csv": b"a,b\n1,2\n",
+             "notes.txt": b"mine"}  # fmt: skip
+    for rel, data in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(data)
+    return files
+
+
+@pytest.fixture(scope="module")
+def preset_profile(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prof") / "profile.json"
+    Profile.from_preset("ethernet-10g", "v100").save(path)
+    return path
+
+
+def _leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if ".new-" in p.name or ".old-" in p.name)
+
+
+@pytest.mark.timeout(300)
+def test_report_overwrite_keeps_the_users_files(tmp_path, preset_profile, capsys):
+    # before: the report rmtree'd figures/, taking figures/fig1.pdf and figures/sub/ with it
+    out = tmp_path / "rep"
+    argv = ["report", "--profile", str(preset_profile), "--model", "resnet50",
+            "--max-workers", "4", "--ranks-per-node", "8", "-o", str(out)]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    old_html = (out / "index.html").read_bytes()
+    (out / "figures" / "scaling.png").write_bytes(b"stale")  # the report's own: replaced
+    mine = _user_files(out)
+    assert main([*argv, "--overwrite"]) == 0, capsys.readouterr().err
+    for rel, data in mine.items():
+        assert (out / rel).read_bytes() == data
+    assert (out / "figures" / "scaling.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "index.html").read_bytes() != b"" and old_html
+    assert read_manifest(out) >= {"index.html", "report.md", "figures/scaling.png"}
+    assert not read_manifest(out) & set(mine)  # the user's stay the user's
+    assert _leftovers(tmp_path) == []
+    # item 3 in the report: 4 workers on a node of 8
+    assert "on one node" in (out / "report.md").read_text()
+
+
+def test_an_interrupted_report_leaves_the_old_folder_whole(tmp_path, monkeypatch):
+    from tuner import _report
+
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "index.html").write_text("old report")
+    _user_files(out)
+    before = _tree(out)
+
+    def interrupted(figdir, **kw):
+        figdir.mkdir(parents=True)
+        (figdir / "scaling.png").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_report, "_draw_figures", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tuner.write_report(out, {"title": "t"}, overwrite=True)
+    assert _tree(out) == before and _leftovers(tmp_path) == []
+
+
+def _measurements(path: Path) -> Path:
+    rec = {"schema": 1, "kind": "collective", "collective": "all_reduce", "num_ranks": 2,
+           "ranks_per_node": 2, "dtype": "float32", "wrong": 0}  # fmt: skip
+    with RecordWriter(path) as w:
+        for s in (1024, 4096):
+            samples = [1e-5 + s * 1e-9] * 3
+            w.write(rec | {"message_bytes": s, "time_s": time_statistics(samples),
+                           "samples_s": samples} | provenance("test", backend="cpu",
+                                                              device_kind="cpu"))  # fmt: skip
+    return path
+
+
+def _fast_calibrate(m_path, prof_path, *args, **kw):
+    """The run's calibrate step, without the fit (a preset profile, saved where the run saves)."""
+    prof = Profile.from_preset("ethernet-10g", "cpu")
+    prof.save(prof_path, overwrite=True)
+    return prof
+
+
+@pytest.mark.parametrize("phase", ["collect", "calibrate", "recommend", "report"])
+def test_ctrl_c_at_each_phase_of_run_leaves_the_old_folder_whole(tmp_path, monkeypatch, phase):
+    # before: each phase wrote straight into -o (the old measurements.jsonl emptied
+    # by the collector, figures/ deleted by the report)
+    from tuner import _run
+
+    out = tmp_path / "rep"
+    out.mkdir()
+    for name in ("measurements.jsonl", "profile.json", "index.html"):
+        (out / name).write_text(f"old {name}")
+    _user_files(out)
+    before = _tree(out)
+    monkeypatch.setattr(_run, "_calibrate", _fast_calibrate)
+
+    def interrupt_after(fn):
+        def wrapped(*args, **kw):
+            fn(*args, **kw)  # the phase has written its files (into the staging folder)
+            raise KeyboardInterrupt
+
+        return wrapped
+
+    target = {"collect": "_measure", "calibrate": "_calibrate", "recommend": "_recommend",
+              "report": "build_report"}[phase]  # fmt: skip
+    monkeypatch.setattr(_run, target, interrupt_after(getattr(_run, target)))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.run_main_job(
+            out, measurements=[_measurements(tmp_path / "m.jsonl")], max_workers=4,
+            overwrite=True, progress=False,
+        )  # fmt: skip
+    assert _tree(out) == before and _leftovers(tmp_path) == []
+
+
+@pytest.mark.timeout(300)
+def test_run_overwrite_replaces_its_own_files_and_keeps_the_users(tmp_path, monkeypatch):
+    from tuner import _run
+
+    monkeypatch.setattr(_run, "_calibrate", _fast_calibrate)
+    out = tmp_path / "rep"
+    m = _measurements(tmp_path / "m.jsonl")
+    tuner.run_main_job(out, measurements=[m], max_workers=4, progress=False)
+    (out / "validation.jsonl").write_text("a previous --validate's steps\n")  # the run's own
+    (out / "logs" / "workers2").mkdir(parents=True)
+    (out / "logs" / "workers2" / "rank0.log").write_text("old log")
+    mine = _user_files(out)
+    res = tuner.run_main_job(out, measurements=[m], max_workers=4, progress=False, overwrite=True)
+    for rel, data in mine.items():
+        assert (out / rel).read_bytes() == data
+    assert not (out / "validation.jsonl").exists() and not (out / "logs").exists()
+    assert res.report == out / "index.html" and res.report.is_file()
+    assert len(read_records(out / "measurements.jsonl")) == 2
+    # paths recorded in the files are the folder's, not the staging folder's
+    rec = json.loads((out / "recommendation.json").read_text())
+    assert rec["inputs"]["measurements"] == str(out / "measurements.jsonl")
+    assert f"{out / 'measurements.jsonl'} (sha256" in (out / "report.md").read_text()
+    assert ".new-" not in (out / "profile.json").read_text()
+    assert _leftovers(tmp_path) == []
+
+
+# ------------------------------------------------------------ item 4: hostile inputs
+
+
+def _calibrate_argv(tmp_path, out, *extra):
+    m = tmp_path / "m.jsonl"
+    if not m.exists():
+        _measurements(m)
+    return ["calibrate", str(m), "-o", str(out), *extra]
+
+
+def test_outputs_are_regular_files_or_new_names(tmp_path, capsys):
+    # before: '-o FIFO --overwrite' (or a device node) was replaced by a regular file
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert main(_calibrate_argv(tmp_path, fifo, "--overwrite")) == 1
+    assert "FIFO" in capsys.readouterr().err and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    with pytest.raises(OutputPathError, match="FIFO"):
+        RecordWriter(fifo, "overwrite")
+    with pytest.raises(OutputPathError, match="FIFO"):
+        atomic_write_text(fifo, "x")
+    if os.geteuid() == 0:  # mknod needs root
+        node = tmp_path / "mynull"
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        assert main(_calibrate_argv(tmp_path, node, "--overwrite")) == 1
+        assert "character device" in capsys.readouterr().err
+        assert stat.S_ISCHR(os.lstat(node).st_mode)
+
+
+def test_calibrate_refuses_a_dangling_symlink_without_overwrite(tmp_path, capsys):
+    # before: calibrate -o replaced a dangling link (collect refused it)
+    link = tmp_path / "p.json"
+    link.symlink_to(tmp_path / "nowhere")
+    assert main(_calibrate_argv(tmp_path, link)) == 1
+    assert "symbolic link" in capsys.readouterr().err
+    assert link.is_symlink() and os.readlink(link) == str(tmp_path / "nowhere")
+
+
+def test_an_unwritable_output_is_named_before_the_fit(tmp_path, capsys, monkeypatch):
+    # before: found after the 20 s fit, the message naming the temporary file
+    import calibration
+
+    monkeypatch.setattr(calibration, "calibrate", lambda *a, **k: pytest.fail("fit started"))
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the folder should be")
+    out = blocker / "p.json"
+    assert main(_calibrate_argv(tmp_path, out)) == 1
+    err = capsys.readouterr().err
+    assert f"{out}: -o: its folder {blocker} cannot take a new file" in err
+
+
+def test_a_full_disk_names_the_output_and_keeps_the_old(tmp_path, monkeypatch):
+    # before: "OSError: [Errno 28] No space left on device" and no path
+    old = tmp_path / "p.json"
+    old.write_text("old")
+    real_fsync = os.fsync
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OutputPathError, match=r"p\.json: could not be written \(No space"):
+        atomic_write_text(old, "new")
+    folder = tmp_path / "rep"
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    atomic_replace_dir(folder, lambda d: (d / "index.html").write_text("old"))
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OutputPathError, match=r"rep: could not be written \(No space.*unchanged"):
+        atomic_replace_dir(folder, lambda d: (d / "index.html").write_text("new"), overwrite=True)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert old.read_text() == "old" and (folder / "index.html").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "rep"]
+
+
+def test_inputs_are_read_bounded(tmp_path, capsys):
+    # before: --hf-config /dev/zero and --layers /dev/zero read until OOM (22 GB)
+    for flag in ("--hf-config", "--layers"):
+        code = main(["predict", "--preset", "ethernet-10g", "--arch", "ring", "--workers", "4",
+                     flag, "/dev/zero"])  # fmt: skip
+        assert code == 1 and "MiB limit" in capsys.readouterr().err
+    with pytest.raises(InputFileError, match="config.json's 4 MiB limit"):
+        workload_from_hf_config("/dev/zero", batch_size=1)
+
+
+def test_huge_sizes_in_a_config_are_named_not_overflowed(tmp_path, capsys):
+    # before: "OverflowError: Python int too large to convert to C long"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 10**15,
+        "num_hidden_layers": 2, "num_attention_heads": 8, "intermediate_size": 64,
+        "vocab_size": 100, "max_position_embeddings": 128}, indent=1))  # fmt: skip
+    code = main(["predict", "--preset", "ethernet-10g", "--arch", "ring", "--workers", "4",
+                 "--hf-config", str(cfg)])  # fmt: skip
+    err = capsys.readouterr().err
+    lines = cfg.read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if '"hidden_size"' in text)
+    assert code == 1 and f"{cfg}:{line}: 'hidden_size' must be <= 1e+07" in err
+    assert "Traceback" not in err and "OverflowError" not in err
+
+
+def _steps_file(path: Path, *recs) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def _step(workers, spec, t=0.01, arch="ring"):
+    rec = {"schema": 1, "kind": "step", "architecture": arch, "servers": 0, "colocated": False,
+           "workers": workers, "ranks_per_node": workers, "bucket_bytes": 0, "model": "mlp",
+           "batch_size": 32, "time_s": {"p10": t, "median": t}, "samples_s": [t],
+           "backend": "cpu", "device_kind": "cpu", "versions": {}, "host_fingerprint": "x",
+           "timestamp": "2026-01-01T00:00:00Z", "source": "test"}  # fmt: skip
+    if spec is not None:
+        rec["model_spec"] = spec
+    return rec
+
+
+@pytest.mark.timeout(120)
+def test_validate_from_bounds_and_names_the_model_spec(tmp_path, preset_profile, capsys):
+    # before: a spec of 1e15 × 1e15 × 1e9 was OOM-killed after 96 s; a record without
+    # model_spec gave "step records need 'model_spec'" naming neither file nor line
+    huge = {"model": "mlp", "in": 10**15, "width": 10**15, "depth": 10**9}
+    for spec, needle in ((huge, "model size 'in' must be an integer ≥ 1 and ≤ 1048576"),
+                         (None, "a step record needs 'model_spec'"),
+                         ({"model": "mlp", "width": 60000, "depth": 900}, "parameters, more")):  # fmt: skip
+        f = _steps_file(tmp_path / "s.jsonl", _step(1, {"model": "mlp"}), _step(2, spec))
+        code = main(["validate", "--profile", str(preset_profile), "--from", str(f)])
+        err = capsys.readouterr().err
+        assert code == 1 and f"{f}:2: model_spec: " in err and needle in err, err
+
+
+def test_error_messages_are_filtered_like_names(capsys):
+    # before: the raw OSC title and clear-screen reached the terminal in the error line
+    name = "\x1b]0;PWN\x07\x1b[2Jnofile\u202eabc"
+    assert main(["show", name]) == 1
+    err = capsys.readouterr().err
+    assert "nofileabc" in err
+    assert not any(c in err for c in ("\x1b", "\x07", "\u202e"))
+    for bidi in ("\u202e", "\u2066", "\u200f", "\u061c"):
+        assert bidi not in safe_text(f"a{bidi}b") and bidi not in markdown_escape(f"a{bidi}b")
+
+
+def test_predict_warns_beyond_the_measured_sizes(tmp_path, capsys):
+    # before: the 1 GiB row of a profile measured up to 64 KiB had "warnings": []
+    prof = Profile.from_preset("ethernet-10g", "cpu")
+    prof.measured_ranges = {"message_bytes": [1024, 65536], "num_ranks": [2, 2],
+                            "ranks_per_node": [2, 2], "collectives": ["all_reduce"]}  # fmt: skip
+    path = tmp_path / "p.json"
+    prof.save(path)
+    code = main(["predict", "--profile", str(path), "--collective", "all_reduce",
+                 "--num-ranks", "2", "--message-bytes", "1K,1G", "--json"])  # fmt: skip
+    assert code == 0
+    small, big = _json(capsys)["rows"]
+    assert small["warnings"] == []
+    assert big["warnings"] == [
+        "extrapolation: 1 GiB is outside the measured sizes (1 KiB – 64 KiB)"
+    ]
+
+
+def test_ddp_bucket_cap_under_fp16_gives_the_modelled_wire_buckets(capsys):
+    # before: bucket_cap_mb 76.99 = the fp16 wire bytes; DDP buckets by the fp32
+    # parameters' bytes (reducer.cpp) and the hook halves them: wire buckets of 38.5 MiB
+    code = main(["recommend", "--preset", "ethernet-10g", "--device", "v100", "--model",
+                 "alexnet", "--grad-dtype", "fp16", "--max-workers", "16", "--arch", "ring",
+                 "--json"])  # fmt: skip
+    assert code == 0
+    doc = _json(capsys)
+    ddp = doc["framework_settings"]["pytorch_ddp"]
+    cap = int(ddp["kwargs"]["bucket_cap_mb"] * 1024 * 1024)  # what DDP computes
+    assert cap // 2 == doc["bucket_bytes"]  # fp32 parameters, fp16 on the wire
+    assert ddp["comm_hook"].endswith("fp16_compress_hook")
+    assert "register_comm_hook" in ddp["snippet"]
+    assert tuner.ddp_bucket_cap_bytes(100, 4, 4) == 100  # no compression: the cap itself
+
+
+def test_the_refusal_names_a_command_that_has_force():
+    # before: report/run showed "pass --force (force=True)"; report has no --force
+    prof = Profile.from_preset("ethernet-10g", "cpu")
+    prof.reliable, prof.heldout_p90 = False, 0.4
+    with pytest.raises(tuner.UnreliableProfileError) as e:
+        tuner.recommend(prof, get_workload("resnet50", 32), max_workers=4, refine=False)
+    assert "'ddltune recommend --force'" in str(e.value) and "pass --force" not in str(e.value)
+
+
+# ------------------------------------------------------------ item 2: plans and partial rows
+
+
+class _NoCluster:
+    def __init__(self, *a, **k):
+        raise AssertionError("the emulated cluster was built before the plan was checked")
+
+
+def test_collect_emulate_plan_is_refused_before_the_namespaces(tmp_path, monkeypatch, capsys):
+    # before: 'collect --emulate 2x64@200mbit' built the namespaces, ran a 14 s self-check
+    import launch
+    from calibration import _collect
+
+    monkeypatch.setattr(launch, "EmulatedCluster", _NoCluster)
+    monkeypatch.setattr(_collect, "_cores", lambda: 2)
+    code = main(["collect", "--emulate", "2x64@200mbit", "-o", str(tmp_path / "m.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--emulate 2x64@200mbit (128 ranks) on 2 CPU cores" in err
+    code = main(
+        ["collect", "--emulate", "2x1@200mbit", "--workers", "3", "-o", str(tmp_path / "m")]
+    )
+    assert code == 2 and "exceeds the emulated cluster 2x1@200mbit" in capsys.readouterr().err
+
+
+def test_validation_plan_counts_the_dedicated_servers():
+    from tuner.validation import check_validation_plan
+
+    plan = check_validation_plan([2, 3, 4], bucket_bytes=[0])
+    assert plan == [(1, 1), (2, 2), (2, 3), (3, 3), (3, 4), (4, 4), (4, 5)]
+    assert check_validation_plan([4], colocated=True, emulated_ranks=4)[-1] == (4, 4)
+    with pytest.raises(ValueError, match=r"--workers 4: ps with 1 dedicated server needs 5"):
+        check_validation_plan([2, 3, 4], emulated_ranks=4, emulate_text="4x1@200mbit")
+
+
+def test_validate_emulate_plan_is_refused_before_anything_starts(
+    tmp_path, monkeypatch, capsys, preset_profile
+):
+    # before: trained 18 minutes at 2 and 3 workers, then failed at 4 (5 processes)
+    import launch
+
+    monkeypatch.setattr(launch, "EmulatedCluster", _NoCluster)
+    code = main(["validate", "--emulate", "4x1@200mbit", "--profile", str(preset_profile),
+                 "--workers", "2,3,4", "--model", "mlp", "--json"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    assert (
+        "needs 5 processes (4 workers + 1), more than the emulated cluster 4x1@200mbit" in out.err
+    )
+
+
+def _fake_training(fail_at: int):
+    """run_training that 'measures' instantly and fails at ``fail_at`` workers, as a rank would."""
+    from types import SimpleNamespace
+
+    from launch import LaunchError
+    from tuner.validation import _harness
+
+    def run_training(model, n, configs, *, writer=None, on_measurement=None, **kw):
+        if n == fail_at:
+            raise LaunchError(f"rank {n - 1} exited with code 17 while training")
+        out = []
+        for c in configs:
+            rec = _step(n, {"model": "mlp", "in": 8, "width": 16, "depth": 1, "classes": 3,
+                            "batch_size": 4}, t=0.01 * n, arch=c.architecture)  # fmt: skip
+            rec.update(
+                bucket_bytes=c.bucket_bytes, batch_size=4, host_fingerprint=host_fingerprint()
+            )
+            m = SimpleNamespace(config=c, workers=n, time_s=rec["time_s"], record=rec)
+            if writer is not None:
+                writer.write(rec)
+            if on_measurement is not None:
+                on_measurement(m)
+            out.append(m)
+        return SimpleNamespace(measurements=out)
+
+    return _harness, run_training
+
+
+def test_a_late_failure_keeps_and_prints_the_finished_rows(
+    tmp_path, monkeypatch, capsys, preset_profile
+):
+    # before: the failure at the last worker count printed neither JSON nor rows
+    harness, fake = _fake_training(fail_at=3)
+    monkeypatch.setattr(harness, "run_training", fake)
+    monkeypatch.chdir(tmp_path)
+    argv = ["validate", "--profile", str(preset_profile), "--workers", "2,3", "--arch",
+            "ring,p2p", "--bucket-bytes", "0", "--json", "--no-progress"]  # fmt: skip
+    assert main(argv) == 1
+    out = capsys.readouterr()
+    (steps,) = tmp_path.glob("validate-steps-*.jsonl")  # the default file, named up front
+    assert f"step records go to {steps.name} as they finish" in out.err
+    doc = json.loads(out.out)
+    assert doc["partial"] is True and "exited with code 17" in doc["error"]
+    assert sorted((r["architecture"], r["workers"]) for r in doc["rows"]) == [
+        ("p2p", 2),
+        ("ring", 2),
+    ]
+    assert f"kept in {steps.name}" in out.err and "--from" in out.err
+    # the file scores on its own: the finished rows and the single-worker step
+    assert main(["validate", "--profile", str(preset_profile), "--from", str(steps), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["rows"]) == 2
+
+
+def test_run_emulate_plan_and_output_are_checked_before_the_namespaces(
+    tmp_path, monkeypatch, capsys
+):
+    # before: run --emulate built the namespaces and self-checked, then refused
+    import launch
+    from calibration import _collect
+
+    monkeypatch.setattr(launch, "EmulatedCluster", _NoCluster)
+    monkeypatch.setattr(_collect, "_cores", lambda: 2)
+    out = tmp_path / "rep"
+    assert main(["run", "--emulate", "2x64@200mbit", "-o", str(out)]) == 2
+    assert "(128 ranks) on 2 CPU cores" in capsys.readouterr().err
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["run", "--emulate", "2x1@200mbit", "-o", str(out)]) == 1
+    assert "--overwrite" in capsys.readouterr().err
