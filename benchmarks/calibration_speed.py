@@ -73,11 +73,10 @@ def measurements(seed: int = 0) -> list[dict]:
                 }
                 for s, t in zip(S, T, strict=True)
             ]
-    slots, F = float(truth.node_compute_slots), float(truth.flops_per_s)
     for g in (1, 2, 3, 4):
         for m in np.repeat([64, 128, 256, 512, 1024, 2048], 10):
             f = 2.0 * float(m) ** 3
-            t = f / F * (1 + (g / slots) ** 8) ** 0.125 * math.exp(0.05 * rng.normal())
+            t = float(truth.compute_time(f, float(g), calls=1.0)) * math.exp(0.05 * rng.normal())
             recs.append(
                 {
                     **base,

@@ -14,8 +14,9 @@ with ρ_δ the Huber function (quadratic within δ = 5% relative error, linear
 beyond it, so a few disturbed measurements cannot drag the fit), t̂ the cost
 model's own prediction (collectives: each one's terms in a
 :class:`costmodel.CollectiveBatch`, evaluated by :func:`costmodel.collective_batch_time`;
-compute records: :meth:`costmodel.ClusterParams.compute_time`, FLOPs /
-``flops_per_s`` times the node's core-sharing slowdown), and a Gaussian prior N(μ, σ²) centred on a datasheet preset
+compute records: :meth:`costmodel.ClusterParams.compute_time` of one call,
+the call overhead plus FLOPs / ``flops_per_s``, times the node's core-sharing
+slowdown), and a Gaussian prior N(μ, σ²) centred on a datasheet preset
 (:data:`calibration._layout.PRIOR_SD`). Elements of θ that no measurement
 depends on (inter-node terms of one-node data, regimes of collectives never
 measured, compute terms without compute records) are held exactly at the
@@ -359,7 +360,7 @@ class _Data(eqx.Module):
 def _predict(params: ClusterParams, data: _Data):
     """Seconds of every point (model order): costmodel's collective and compute times."""
     t = collective_batch_time(params, data.coll)
-    comp = params.compute_time(data.flops, data.comp_g)
+    comp = params.compute_time(data.flops, data.comp_g, calls=1.0)  # one timed call each
     return jnp.concatenate([t, comp])
 
 

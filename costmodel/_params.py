@@ -395,11 +395,16 @@ class ClusterParams(eqx.Module):
 
     # ---- derived functions of the parameters ------------------------------------
     def core_share(self, ranks_per_node: Float[Array, "*b"]) -> Float[Array, "*b"]:
-        """Slowdown of g ranks sharing one node's cores: softmax₂(1, g / slots), ≥ 1.
+        """Slowdown of g ranks sharing one node's cores: softmax₂(1, g / s), ≥ 1.
 
-        ≈ 1 while g ≤ ``node_compute_slots``, ≈ g / slots beyond (p-norm
-        smoothing, :func:`costmodel._smooth.soft_max2`, p = 8). Multiplies
-        compute and CPU-driven communication (collectives' ``finish``).
+        ≈ 1 while g ≤ s, ≈ g / s beyond (p-norm smoothing,
+        :func:`costmodel._smooth.soft_max2`, p = 8), with s = softmax₂(1,
+        ``node_compute_slots``): a node runs at least one rank at full speed,
+        so slots below 1 act as one (a lone rank: at most the smoothing's
+        2^(1/8) at the knee). Without that floor a fit on one rank per node
+        traded every speed of the model against slots < 1, one global scale,
+        and identified none of them. Multiplies compute and CPU-driven
+        communication (collectives' ``finish``).
 
         Args:
             ranks_per_node: g ≥ 1 concurrent ranks on the node, float array (*b).
@@ -409,24 +414,30 @@ class ClusterParams(eqx.Module):
 
         Example:
             >>> p = ClusterParams.create(node_compute_slots=2.0)
-            >>> round(float(p.core_share(jnp.asarray(4.0))), 4)   # (1 + 2⁸)^(1/8)
-            2.001
+            >>> round(float(p.core_share(jnp.asarray(4.0))), 4)   # (1 + (4/s)⁸)^(1/8), s = (1 + 2⁸)^(1/8)
+            2.0
         """
         xp = xp_of(self, ranks_per_node)
         g = xp.asarray(ranks_per_node)
-        return soft_max2(xp.ones_like(g), g / self.node_compute_slots)
+        one = xp.ones_like(g)
+        return soft_max2(one, g / soft_max2(one, self.node_compute_slots))
 
     def compute_time(
-        self, flops: Float[Array, "*b"], ranks_per_node: Float[Array, "*b"]
+        self, flops: Float[Array, "*b"], ranks_per_node: Float[Array, "*b"], calls=0.0
     ) -> Float[Array, "*b"]:
-        """Seconds of ``flops`` on one device while g ranks share its node: F / flops_per_s · share(g).
+        """Seconds of ``flops`` on one device while g ranks share its node.
 
-        The compute model of the iteration timeline (forward and backward FLOPs)
-        and of calibration's compute records; ``share`` is :meth:`core_share`.
+        (c·o + F / flops_per_s) · share(g), with o = ``call_overhead_s`` and
+        ``share`` :meth:`core_share`. The compute model of the iteration
+        timeline (forward and backward FLOPs inside one step: c = 0, the step's
+        dispatch is ``step_overhead_s``) and of calibration's compute records
+        (each one timed call of a compiled program: c = 1, the same dispatch a
+        collective record pays).
 
         Args:
             flops: F ≥ 0 floating-point operations, (*b).
             ranks_per_node: g ≥ 1 ranks computing at once on the node, (*b).
+            calls: c ≥ 0 dispatched calls of a compiled program (default 0).
 
         Returns:
             Seconds, broadcast shape.
@@ -436,7 +447,9 @@ class ClusterParams(eqx.Module):
             >>> round(float(p.compute_time(jnp.asarray(2e12), jnp.asarray(1.0))), 4)
             2.0
         """
-        return flops / self.flops_per_s * self.core_share(ranks_per_node)
+        return (calls * self.call_overhead_s + flops / self.flops_per_s) * self.core_share(
+            ranks_per_node
+        )
 
     # ---- (de)serialisation ----------------------------------------------------
     def to_dict(self) -> dict:

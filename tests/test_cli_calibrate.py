@@ -49,11 +49,11 @@ def measurements(tmp_path_factory) -> Path:
                     "samples_s": samples,
                 }
                 lines.append(json.dumps(rec))
-    slots, F = float(truth.node_compute_slots), float(truth.flops_per_s)
     for g in (1, 2, 3, 4):
         for m in (128, 256, 512, 1024):
             f = 2.0 * m**3
-            t = f / F * (1 + (g / slots) ** 8) ** 0.125 * math.exp(0.03 * rng.normal())
+            # the model's own compute record: one call (overhead + FLOPs/F) × core share
+            t = float(truth.compute_time(f, float(g), calls=1.0)) * math.exp(0.03 * rng.normal())
             rec = {
                 **BASE,
                 "kind": "compute",

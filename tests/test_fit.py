@@ -75,8 +75,9 @@ def comp(flops, g, t):
 
 
 def share(g, slots):
-    """softmax₂(1, g/slots), p = 8, computed independently in numpy."""
-    return (1.0 + (g / slots) ** 8) ** 0.125
+    """softmax₂(1, g/s), s = softmax₂(1, slots), p = 8, computed independently in numpy."""
+    s = (1.0 + slots**8) ** 0.125  # a node runs at least one rank at full speed
+    return (1.0 + (g / s) ** 8) ** 0.125
 
 
 def synthetic(
@@ -99,10 +100,12 @@ def synthetic(
             T = T * np.exp(noise * rng.normal(size=S.shape))
             recs += [coll(c, s, n, n, t) for s, t in zip(S, T, strict=True)]
     slots, F = float(truth.node_compute_slots), float(truth.flops_per_s)
+    o = float(truth.call_overhead_s)  # each record is one timed call
     for g in (1, 2, 3, 4):
         for m in np.repeat([64, 128, 256, 512, 1024, 2048], reps):
             f = 2.0 * m**3
-            recs.append(comp(f, g, f / F * share(g, slots) * math.exp(noise * rng.normal())))
+            t = (o + f / F) * share(g, slots) * math.exp(noise * rng.normal())
+            recs.append(comp(f, g, t))
     if slow:
         for i in rng.choice(len(recs), int(round(slow * len(recs))), replace=False):
             recs[i]["time_s"]["p10"] *= 3.0
@@ -121,7 +124,7 @@ def truth_table(prof: Profile) -> dict:
 def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
     """costmodel's batched evaluation (what calibration fits with) gives every collective's
     seconds, intra and inter node, every regime count, as costmodel's per-collective call;
-    compute records follow F / flops_per_s · share(g) (numpy closed form)."""
+    compute records follow (o + F / flops_per_s) · share(g) (numpy closed form)."""
     rng = np.random.default_rng(R)
     p = preset("ib-hdr-200g,nvlink-a100", "a100", n_regimes=R)
     lay = _layout(R)
@@ -166,7 +169,9 @@ def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
             continue
         q = points[i]
         if q["kind"] == "compute":
-            want = 1e9 / float(p.flops_per_s) * share(3, float(p.node_compute_slots))
+            want = (float(p.call_overhead_s) + 1e9 / float(p.flops_per_s)) * share(
+                3, float(p.node_compute_slots)
+            )
         else:
             want = float(
                 collective_time(p, q["collective"], q["size"], q["num_ranks"], q["ranks_per_node"])
@@ -273,27 +278,34 @@ def test_unidentified_parameters_stay_at_the_prior(round_trip):
 
 
 def test_laplace_variance_matches_closed_form():
-    """Compute records only, one process: log t = log FLOPs − log F, so
-    var(log F) = (1/s² · N + 1/σ²)⁻¹ with s the fitted residual scale."""
+    """Compute records only, one process: t = o + FLOPs/F (each record one timed call,
+    o the call overhead). The Laplace covariance of (log o, log F) is the closed form
+    (JᵀJ/s² + diag(1/σ²))⁻¹ with J = (o/t̂, −(FLOPs/F)/t̂) per record, s the fitted
+    residual scale, σ = log 4 for both (the prior)."""
     rng = np.random.default_rng(3)
-    F = 4e10
+    F, o = 4e10, 30e-6
     flops = np.geomspace(1e6, 1e10, 40)
     recs = [
         {
-            **comp(f, 1, f / F * math.exp(0.03 * rng.normal())),
+            **comp(f, 1, (o + f / F) * math.exp(0.03 * rng.normal())),
             "backend": "gpu",
             "device_kind": "A100",
         }
         for f in flops
     ]
     prof = calibrate(recs, n_regimes=1, holdout=0.0)  # GPU: ranks never share compute
-    i = prof.leaf_names.index("log_flops")
-    s = prof.fit["residual_scale"]
-    want = 1.0 / (len(flops) / s**2 + 1.0 / math.log(4.0) ** 2)
-    assert prof.covariance[i, i] == pytest.approx(want, rel=1e-6)
+    # Only the call overhead and log_flops are informed (a GPU prior: 10⁶ compute slots).
+    assert prof.fit["free_leaves"] == ["log_call_overhead", "log_flops"]
     assert float(prof.params.flops_per_s) == pytest.approx(F, rel=0.02)
-    # Only log_flops is informed (a GPU prior: 10⁶ compute slots, no sharing).
-    assert prof.fit["free_leaves"] == ["log_flops"]
+    assert float(prof.params.call_overhead_s) == pytest.approx(o, rel=0.1)
+    fo, fF = float(prof.params.call_overhead_s), float(prof.params.flops_per_s)
+    t_hat = fo + flops / fF
+    J = np.stack([fo / t_hat, -(flops / fF) / t_hat], axis=1)
+    s = prof.fit["residual_scale"]
+    want = np.linalg.inv(J.T @ J / s**2 + np.eye(2) / math.log(4.0) ** 2)
+    i, k = (prof.leaf_names.index(n) for n in ("log_call_overhead", "log_flops"))
+    got = prof.covariance[np.ix_([i, k], [i, k])]
+    np.testing.assert_allclose(got, want, rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------- regimes
@@ -499,3 +511,34 @@ def test_unreliable_fit_warns_and_is_marked(recwarn):
     assert RELIABLE_P90_LIMIT == 0.15  # the one definition the tuner and report read
     assert not prof.reliable and prof.heldout_p90 > RELIABLE_P90_LIMIT
     assert prof.warnings and "unreliable" in prof.warnings[0] and "exceeds 15%" in prof.warnings[0]
+
+
+def test_one_rank_per_node_identifies_the_links_and_the_flop_rate():
+    """An emulated cluster of 2 nodes × 1 rank (issue 22): every record has one rank per
+    node, so node_compute_slots is not measured. Slots below 1 must not slow a lone rank
+    down; otherwise the fit can trade every speed of the model against slots < 1, one
+    global scale, and identify nothing (the 2x1@200mbit main job's profile: 0 of 61).
+    Truth: the ethernet-10g/cpu preset at 200 Mbit/s-like links (β × 50), 3% noise."""
+    truth = preset("ethernet-10g", "cpu").scaled(beta=50.0, call_overhead=2.0)
+    rng = np.random.default_rng(11)
+    recs = []
+    for c in ("all_reduce", "all_gather", "ps_push"):
+        S = 2.0 ** np.arange(10, 25, 2)
+        T = np.asarray(collective_time(truth, c, S, 2, 1), np.float64)
+        T = T * np.exp(0.03 * rng.normal(size=S.shape))
+        recs += [coll(c, s, 2, 1, t) for s, t in zip(S, T, strict=True)]
+    o, F = float(truth.call_overhead_s), float(truth.flops_per_s)
+    for m in (128, 256, 512, 1024):
+        f = 2.0 * m**3
+        recs.append(comp(f, 1, (o + f / F) * math.exp(0.03 * rng.normal())))
+    prof = calibrate(recs, n_regimes=1, holdout=0.0)
+    ident = prof.identified
+    want = {f"regime_beta_s_per_byte[{c},inter,0]" for c in ("all_reduce", "all_gather", "ps_push")}
+    assert want | {"flops_per_s"} <= {k for k, v in ident.items() if v}
+    table = {r["name"]: r["value"] for r in prof.parameter_table()}
+    true_table = {r["name"]: r["value"] for r in Profile(
+        params=truth, covariance=np.eye(len(prof.leaf_names)), leaf_names=prof.leaf_names,
+        prior={}).parameter_table()}  # fmt: skip
+    for name in (*sorted(want), "flops_per_s"):
+        assert table[name] == pytest.approx(true_table[name], rel=0.1), name
+    assert float(prof.params.core_share(1.0)) < 1.01  # a lone rank runs at full speed
