@@ -247,6 +247,42 @@ def test_ctrl_c_at_each_phase_of_run_leaves_the_old_folder_whole(tmp_path, monke
     assert _tree(out) == before and _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("phase", ["collect", "calibrate", "report"])
+def test_a_run_that_stops_late_keeps_what_it_measured(tmp_path, monkeypatch, phase):
+    # The old folder stays whole (above); what this run measured is kept beside -o
+    # under a new name, said on the log with the commands that continue from it.
+    from tuner import _run
+
+    out = tmp_path / "rep"
+    src = _measurements(tmp_path / "src.jsonl")
+
+    def fake_collect(sm, measurements, *args, **kw):  # a collection that wrote 2 records
+        sm.write_bytes(src.read_bytes())
+        if phase == "collect":
+            raise KeyboardInterrupt  # Ctrl-C during collect, after 2 records
+        return 2
+
+    def stop(*args, **kw):
+        raise RuntimeError("a late failure")
+
+    monkeypatch.setattr(_run, "_measure", fake_collect)
+    monkeypatch.setattr(_run, "_calibrate", _fast_calibrate if phase != "calibrate" else stop)
+    if phase == "report":
+        monkeypatch.setattr(_run, "build_report", stop)
+    lines = []
+    with pytest.raises(KeyboardInterrupt if phase == "collect" else RuntimeError):
+        tuner.run_main_job(out, max_workers=4, progress=False, log=lines.append)
+    (kept,) = tmp_path.glob("rep.measurements-*.jsonl")
+    assert kept.read_bytes() == src.read_bytes()
+    assert any(f"kept the 2 measurements of this run in {kept}" in ln for ln in lines), lines
+    assert any(f"ddltune collect -o {kept} --resume" in ln for ln in lines)
+    assert not out.exists() and _leftovers(tmp_path) == []
+    # a second failure never overwrites the first one's file
+    with pytest.raises(KeyboardInterrupt if phase == "collect" else RuntimeError):
+        tuner.run_main_job(out, max_workers=4, progress=False, log=lines.append)
+    assert len(list(tmp_path.glob("rep.measurements-*.jsonl"))) == 2
+
+
 @pytest.mark.timeout(300)
 def test_run_overwrite_replaces_its_own_files_and_keeps_the_users(tmp_path, monkeypatch):
     from tuner import _run

@@ -244,10 +244,19 @@ def run_main_job(
         # own files only once the report is complete (run_owns), so an
         # interruption at any phase leaves the old folder whole.
         sm, sp, sr = (stage / name for name in DATA_FILES)
-        with _timed(timings, "collect" if not measurements else "read"):
-            done["records"] = _measure(
-                sm, measurements, workers, min_bytes, max_bytes, budget_s, progress, log, emulate
-            )
+        try:
+            with _timed(timings, "collect" if not measurements else "read"):
+                done["records"] = _measure(
+                    sm, measurements, workers, min_bytes, max_bytes, budget_s, progress, log,
+                    emulate,
+                )  # fmt: skip
+            later_phases(stage, sm, sp, sr)
+        except BaseException:
+            if not measurements:  # what this run measured outlives the staging folder
+                _keep_measurements(sm, out, log)
+            raise
+
+    def later_phases(stage: Path, sm: Path, sp: Path, sr: Path) -> None:
         with _timed(timings, "calibrate"):
             profile = _calibrate(sm, sp, prior_preset, progress, log, shown={sm: m_path})
         _print_errors(profile, log)
@@ -292,6 +301,37 @@ def run_main_job(
         timings=timings,
         records=done["records"],
     )
+
+
+def _keep_measurements(staged: Path, out: Path, log) -> Path | None:
+    """Copy a failed or interrupted run's measurements beside ``-o`` under a new name.
+
+    The staging folder (and ``-o``, left whole) lose nothing of what the user
+    had; this keeps what the run itself measured, so that it is not lost with
+    the staging folder: ``<out>.measurements-<UTC>.jsonl`` (never an existing
+    name), said on the log with the commands that continue from it. Returns the
+    path, or ``None`` when nothing was measured or it cannot be written.
+    """
+    try:
+        if not staged.is_file() or staged.stat().st_size == 0:
+            return None
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        dest = out.parent / f"{out.name}.measurements-{stamp}.jsonl"
+        k = 1
+        while dest.exists() or dest.is_symlink():
+            k += 1
+            dest = out.parent / f"{out.name}.measurements-{stamp}-{k}.jsonl"
+        atomic_write_text(dest, staged.read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    n = sum(1 for line in dest.read_text(encoding="utf-8").splitlines() if line.strip())
+    _say(
+        log,
+        f"kept the {n} measurements of this run in {dest} (finish them with 'ddltune "
+        f"collect -o {dest} --resume', or use them: 'ddltune run --measurements {dest} "
+        "-o DIR')",
+    )
+    return dest
 
 
 @contextlib.contextmanager
