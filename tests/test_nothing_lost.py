@@ -540,6 +540,29 @@ def test_validate_emulate_plan_is_refused_before_anything_starts(
     )
 
 
+def test_validate_local_plan_is_bounded_by_the_cores_before_anything_starts(
+    tmp_path, monkeypatch, capsys, preset_profile
+):
+    # before: validate() lifted the per-core bound (force=True always): 8 workers and a
+    # dedicated server, 9 processes on 2 cores, would have trained
+    import calibration._collect as collect_mod
+    from tuner import validation
+
+    monkeypatch.setattr(collect_mod, "_cores", lambda: 2)
+    monkeypatch.chdir(tmp_path)
+    argv = ["validate", "--profile", str(preset_profile), "--workers", "8", "--model", "mlp",
+            "--json"]  # fmt: skip
+    code = main(argv)
+    out = capsys.readouterr()
+    assert code == 2 and out.out == "" and len(out.err.strip().splitlines()) == 1
+    assert "--workers 9 on 2 CPU cores" in out.err and "--force" in out.err
+    assert list(tmp_path.iterdir()) == []  # no step file, nothing started
+    with pytest.raises(ValueError, match="--workers 9 on 2 CPU cores"):
+        validation.validate(preset_profile, "mlp", [8])  # the API refuses alike
+    assert validation.check_validation_plan([8], force=True)[-1] == (8, 9)  # --force lifts it
+    assert validation.check_validation_plan([8], colocated=True)[-1] == (8, 8)  # 4 per core
+
+
 def _fake_training(fail_at: int):
     """run_training that 'measures' instantly and fails at ``fail_at`` workers, as a rank would."""
     from types import SimpleNamespace

@@ -179,6 +179,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--overwrite", action="store_true", help="replace an existing --measurements file"
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="start more local training processes than 4 per CPU core (refused otherwise, "
+        "before anything starts: they would only time the scheduler)",
+    )
+    parser.add_argument(
         "--from",
         dest="from_file",
         default=None,
@@ -277,27 +283,36 @@ def run(args: argparse.Namespace) -> int:
     """Train (in an emulated cluster with ``--emulate``), predict, compare; see :func:`_run`."""
     if args.from_file is not None:
         return _run(args)
-    if args.emulate:  # the plan, before the namespaces (or any process) exist
-        from ..validation import check_validation_plan
+    # the plan, before the namespaces (or any process, or the step file) exist
+    from ..validation import check_validation_plan
+
+    _check_workers(args.workers or [2, 3, 4])
+    spec = None
+    if args.emulate:
         from ._lab import parse_spec
 
         spec = parse_spec(args.emulate)
-        try:
-            check_validation_plan(
-                args.workers or [2, 3, 4],
-                architectures=args.arch or list(_ARCHS),
-                servers=args.servers,
-                colocated=args.colocated,
-                bucket_bytes=args.bucket_bytes,
-                emulated_ranks=spec.num_ranks,
-                emulate_text=spec.text,
-                force=True,
-            )
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+    try:
+        check_validation_plan(
+            args.workers or [2, 3, 4],
+            architectures=args.arch or list(_ARCHS),
+            servers=args.servers,
+            colocated=args.colocated,
+            bucket_bytes=args.bucket_bytes,
+            emulated_ranks=None if spec is None else spec.num_ranks,
+            emulate_text=None if spec is None else spec.text,
+            force=args.force,
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     with emulated(args) as cluster:  # removed on the way out, whatever happens
         args.emulate_cluster = cluster
         return _run(args)
+
+
+def _check_workers(workers) -> None:
+    if min(workers) < 2:
+        raise UsageError(f"--workers must be ≥ 2 each, got {workers}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -328,8 +343,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         args.workers = args.workers or [2, 3, 4]
         args.arch = args.arch or list(_ARCHS)
-        if min(args.workers) < 2:
-            raise UsageError(f"--workers must be ≥ 2 each, got {args.workers}")
+        _check_workers(args.workers)
         if args.warmup_steps < 0:
             raise UsageError(f"--warmup-steps must be ≥ 0, got {args.warmup_steps}")
         spec = {"model": args.model, **args.size}
@@ -394,6 +408,7 @@ def _train(args, spec, overlap, show):
         timeout_s=args.timeout_s,
         on_measurement=show,
         emulate=getattr(args, "emulate_cluster", None),
+        force=args.force,
     )
 
 

@@ -637,6 +637,7 @@ def validate(
     timeout_s: float = 180.0,
     on_measurement: Callable | None = None,
     emulate=None,
+    force: bool = False,
 ) -> ValidationResult:
     """Train a real model with every configuration, predict each with ``profile``, compare.
 
@@ -663,6 +664,8 @@ def validate(
         on_measurement: called with each :class:`tuner.validation.StepMeasurement`.
         emulate: a started :class:`launch.EmulatedCluster` to train in
             (:func:`launch.launch_local`); step records get ``"emulated"``.
+        force: start more local processes than 4 per CPU core (refused
+            otherwise, before the first launch: they would only time the scheduler).
 
     Returns:
         A :class:`ValidationResult`.
@@ -682,7 +685,7 @@ def validate(
         bucket_bytes=bucket_bytes,
         emulated_ranks=None if emulate is None else emulate.spec.num_ranks,
         emulate_text=None if emulate is None else emulate.spec.text,
-        force=True,
+        force=force,
     )
     writer = None
     if measurements is not None:
