@@ -465,6 +465,36 @@ def test_predict_warns_beyond_the_measured_sizes(tmp_path, capsys):
     ]
 
 
+def test_predict_iterations_warn_when_the_buckets_leave_the_measured_sizes(tmp_path, capsys):
+    # before: 25 MiB buckets predicted from a profile measured up to 64 KiB, "warnings": []
+    prof = Profile.from_preset("ethernet-10g", "cpu")
+    prof.measured_ranges = {"message_bytes": [1024, 65536], "num_ranks": [2, 4],
+                            "ranks_per_node": [1, 1], "collectives": ["all_reduce"]}  # fmt: skip
+    path = tmp_path / "p.json"
+    prof.save(path)
+    # ResNet-50 at a 25 MiB cap: MiB-sized buckets, far above the measured 64 KiB
+    code = main(["predict", "--profile", str(path), "--model", "resnet50", "--arch", "ring",
+                 "--workers", "1,2", "--ranks-per-node", "1", "--bucket-bytes", "25M",
+                 "--json"])  # fmt: skip
+    assert code == 0
+    one, two = _json(capsys)["rows"]
+    assert not [x for x in one["warnings"] if "bucket messages" in x]  # it exchanges nothing
+    (w,) = [x for x in two["warnings"] if "bucket messages" in x]
+    assert w.startswith("extrapolation: bucket messages of ")
+    assert w.endswith("reach outside the measured sizes (1 KiB–64 KiB)")
+    from costmodel import bucketize, get_workload
+
+    sizes, _ = bucketize(get_workload("resnet50"), 25 * 2**20)
+    assert max(sizes) > 65536  # the warning is about these
+    # inside the measured sizes: no warning
+    prof.measured_ranges["message_bytes"] = [1.0, 2.0**31]
+    prof.save(path, overwrite=True)
+    assert main(["predict", "--profile", str(path), "--model", "resnet50", "--arch", "ring",
+                 "--workers", "2", "--ranks-per-node", "1", "--json"]) == 0  # fmt: skip
+    (row,) = _json(capsys)["rows"]
+    assert not [x for x in row["warnings"] if "bucket messages" in x]
+
+
 def test_ddp_bucket_cap_under_fp16_gives_the_modelled_wire_buckets(capsys):
     # before: bucket_cap_mb 76.99 = the fp16 wire bytes; DDP buckets by the fp32
     # parameters' bytes (reducer.cpp) and the hook halves them: wire buckets of 38.5 MiB

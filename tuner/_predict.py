@@ -23,6 +23,7 @@ from costmodel import (
     ClusterParams,
     Workload,
     accumulate,
+    bucketize,
     collective_time,
     format_bytes,
     get_architecture,
@@ -195,6 +196,34 @@ def size_warnings(profile, message_bytes) -> list[str]:
     ]
 
 
+def bucket_size_warnings(profile, workload: Workload, bucket_bytes) -> list[str]:
+    """A warning when a configuration's bucket messages leave the profile's measured sizes.
+
+    The messages are the buckets :func:`costmodel.bucketize` packs at the cap
+    ``bucket_bytes`` (what the architecture exchanges, smallest to largest).
+
+    Args:
+        profile: a :class:`calibration.Profile`, or ``None`` (no warnings).
+        workload: the :class:`costmodel.Workload` being bucketed.
+        bucket_bytes: the cap, bytes ≥ 0 (0: one message per tensor).
+
+    Returns:
+        ``[]`` when every bucket lies inside ``measured_ranges["message_bytes"]``
+        (or the profile has none), else one message naming both ranges.
+    """
+    span = _span(profile, "message_bytes")
+    if span is None:
+        return []
+    sizes, _ = bucketize(workload, bucket_bytes)
+    lo, hi = float(np.min(sizes)), float(np.max(sizes))
+    if span[0] <= lo and hi <= span[1]:
+        return []
+    return [
+        f"extrapolation: bucket messages of {format_bytes(lo)}–{format_bytes(hi)} reach "
+        f"outside the measured sizes ({format_bytes(span[0])}–{format_bytes(span[1])})"
+    ]
+
+
 def _placement_notes(n, g) -> list[str]:
     note = node_capacity_note(n, g)
     return [] if note is None else [note]
@@ -326,6 +355,8 @@ def predict_iterations(
             row.update({f: out[f][i] for f in Breakdown.FIELDS})
             row["warnings"] = _placement_notes(n, ranks_per_node)
             row["warnings"] += topology_warnings(profile, n, ranks_per_node)
+            if n > 1:  # one worker exchanges nothing
+                row["warnings"] += bucket_size_warnings(profile, workload, b)
             if interval is not None:
                 row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
             rows.append(row)

@@ -24,13 +24,12 @@ from calibration import RELIABLE_P90_LIMIT
 from costmodel import (
     Breakdown,
     Workload,
-    bucketize,
     format_bytes,
     format_choices,
 )
 
 from ._format import format_percent
-from ._predict import node_capacity_note
+from ._predict import bucket_size_warnings, node_capacity_note
 from ._search import (
     Sweep,
     TimeSpec,
@@ -976,15 +975,7 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
             f"extrapolation: {chosen.n} workers is outside the measured rank counts "
             f"({ranks[0]:g}–{ranks[1]:g})"
         )
-    if sizes is not None:
-        s, _ = bucketize(ctx.workload, chosen.b)
-        lo, hi = float(np.min(s)), float(np.max(s))
-        if lo < sizes[0] or hi > sizes[1]:
-            out.append(
-                f"extrapolation: bucket messages of {format_bytes(lo)}–{format_bytes(hi)} "
-                f"reach outside the measured sizes ({format_bytes(sizes[0])}–"
-                f"{format_bytes(sizes[1])})"
-            )
+    out += bucket_size_warnings(profile, ctx.workload, chosen.b)
     placed = min(ctx.ranks_per_node, int(chosen.n))  # a job smaller than a node: one node
     note = node_capacity_note(chosen.n, ctx.ranks_per_node)
     if note is not None:
