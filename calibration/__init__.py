@@ -15,6 +15,7 @@ _EXPORTS = {
     "CollectError": "._collect",
     "CollectResult": "._collect",
     "check_local_bounds": "._collect",
+    "mem_available_bytes": "._collect",
     "collect": "._collect",
     "summary_rows": "._collect",
     "STATISTICS": "._names",

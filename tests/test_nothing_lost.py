@@ -593,6 +593,33 @@ def test_validate_local_plan_is_bounded_by_the_cores_before_anything_starts(
     assert validation.check_validation_plan([8], colocated=True)[-1] == (8, 8)  # 4 per core
 
 
+def test_validate_plan_checks_the_model_memory_before_anything_starts(
+    tmp_path, monkeypatch, capsys, preset_profile
+):
+    # before: nothing checked memory; a 2**26-parameter MLP (256 MiB per float32 copy)
+    # on 5 processes needs 5 × 4 × 256 MiB = 5 GiB, beyond a machine with 4 GiB free
+    import calibration
+    from tuner import validation
+
+    monkeypatch.setattr(calibration, "mem_available_bytes", lambda: 4 * 1024**3)
+    spec = {"model": "mlp", "in": 8192, "width": 8192, "depth": 1, "classes": 8}
+    params = 8192 * 8192 + 8192 + 8192 * 8 + 8  # the MLP's weights and biases, typed
+    plan = validation.check_validation_plan([4], bucket_bytes=[0])
+    assert plan[-1] == (4, 5)  # 4 workers + a dedicated server
+    with pytest.raises(ValueError, match=r"--workers 4: 5 processes × 4 copies × 256 MiB"):
+        validation.check_validation_plan([4], bucket_bytes=[0], model=spec, force=True)
+    assert 5 * 4 * params * 4 > calibration.mem_available_bytes()  # the line it draws
+    # the same model on 2 workers, colocated: 2 × 4 × 256 MiB = 2 GiB fits
+    validation.check_validation_plan([2], colocated=True, bucket_bytes=[0], model=spec)
+    monkeypatch.chdir(tmp_path)
+    code = main(["validate", "--profile", str(preset_profile), "--workers", "4", "--model",
+                 "mlp", "--size", "in=8192,width=8192,depth=1,classes=8", "--json"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 2 and out.out == "" and len(out.err.strip().splitlines()) == 1
+    assert "more than this machine's available memory (4 GiB, MemAvailable)" in out.err
+    assert list(tmp_path.iterdir()) == []
+
+
 def _fake_training(fail_at: int):
     """run_training that 'measures' instantly and fails at ``fail_at`` workers, as a rank would."""
     from types import SimpleNamespace

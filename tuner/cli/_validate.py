@@ -302,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
             emulated_ranks=None if spec is None else spec.num_ranks,
             emulate_text=None if spec is None else spec.text,
             force=args.force,
+            model={"model": args.model, **(args.size or {})},
         )
     except ValueError as e:
         raise UsageError(str(e)) from None

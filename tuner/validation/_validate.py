@@ -686,6 +686,7 @@ def validate(
         emulated_ranks=None if emulate is None else emulate.spec.num_ranks,
         emulate_text=None if emulate is None else emulate.spec.text,
         force=force,
+        model=model,
     )
     writer = None
     if measurements is not None:
@@ -716,6 +717,7 @@ def check_validation_plan(
     emulated_ranks: int | None = None,
     emulate_text: str | None = None,
     force: bool = False,
+    model: dict | str | None = None,
 ) -> list[tuple[int, int]]:
     """Check, before any process starts, that every launch of a validation can run.
 
@@ -733,6 +735,11 @@ def check_validation_plan(
         emulated_ranks: the emulated cluster's rank count, or ``None`` (local processes).
         emulate_text: the cluster as ``--emulate`` gave it, for the message.
         force: lift the local per-core bound (as ``collect --force``).
+        model: the model spec (as :func:`validate`), or ``None``: when given,
+            the largest launch's ``processes × 4 × parameter bytes`` (each
+            process holds parameters, gradients, momentum and a communication
+            buffer, float32) must fit in this machine's ``MemAvailable`` —
+            all processes run here, emulated or not; ``force`` does not lift it.
 
     Returns:
         The plan: ``[(workers, processes), ...]`` in launch order (the
@@ -769,7 +776,32 @@ def check_validation_plan(
         )
     if emulated_ranks is None:
         check_local_bounds([procs], 0, force=force)
+    if model is not None:
+        _check_model_memory(model_spec(model), procs, n)
     return plan
+
+
+#: float32 copies of the model each training process holds: parameters,
+#: gradients, the optimizer's momentum, and a communication buffer.
+MODEL_COPIES = 4
+
+
+def _check_model_memory(spec: dict, procs: int, n: int) -> None:
+    from calibration import mem_available_bytes
+
+    from ._train_worker import _param_count
+
+    per_copy = _param_count(spec) * 4
+    need = procs * MODEL_COPIES * per_copy
+    avail = mem_available_bytes()
+    if avail is not None and need > avail:
+        raise ValueError(
+            f"--workers {n}: {procs} processes × {MODEL_COPIES} copies × "
+            f"{format_bytes(per_copy)} of the {spec['model']} model (--model/--size) = "
+            f"{format_bytes(need)}, more than this machine's available memory "
+            f"({format_bytes(avail)}, MemAvailable); nothing was started: give smaller "
+            "--size or fewer --workers"
+        )
 
 
 def _configurations(architectures, servers, colocated: bool, bucket_bytes) -> list[StepConfig]:
