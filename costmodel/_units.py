@@ -121,20 +121,22 @@ def format_bytes(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
-def format_seconds(seconds: float) -> str:
-    """Format a duration with a sensible unit (ns, µs, ms, s).
+def format_seconds(seconds: float, digits: int = 3) -> str:
+    """Format a duration with a sensible unit (ns, µs, ms, s) and ``digits`` significant digits.
 
     Example:
         >>> format_seconds(2.5e-5), format_seconds(0.0123), format_seconds(3.0)
         ('25 µs', '12.3 ms', '3 s')
+        >>> format_seconds(23.4567, digits=4)
+        '23.46 s'
     """
     s = float(seconds)
     if not math.isfinite(s):
         return str(s)
     for unit, mult in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if abs(s) >= mult:
-            return f"{s / mult:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
+            return f"{s / mult:.{digits}g} {unit}"
+    return f"{s / 1e-9:.{digits}g} ns"
 
 
 def format_bandwidth(bytes_per_s: float) -> str:

@@ -77,6 +77,22 @@ def _figure(out: str, pattern: str) -> float:
     return float(m.group(1).replace(",", ""))
 
 
+_UNIT_S = {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+_DURATION = r"(\S+ (?:ns|µs|ms|s))\b"
+
+
+def _seconds(text: str) -> float:
+    """'23.46 s', '845 µs' → seconds (the text shows every duration with its unit)."""
+    value, unit = text.split()
+    return float(value) * _UNIT_S[unit]
+
+
+def _duration(out: str, label: str) -> float:
+    m = re.search(label + _DURATION, out)
+    assert m, (label, out)
+    return _seconds(m.group(1))
+
+
 def test_text_output_shows_the_recommendations_figures_with_units(capsys):
     doc = _json(capsys, SMALL)  # the same query, as numbers
     code = main(SMALL)
@@ -85,21 +101,26 @@ def test_text_output_shows_the_recommendations_figures_with_units(capsys):
     assert "Recommended:" in out and "Runner-ups:" in out and "Why:" in out
     bd = doc["breakdown"]
     # every figure of the recommendation, read back from the text, to the digits shown
+    durations = {
+        r"step time\s+": doc["iteration_time_s"],
+        r"90% interval ": doc["interval_s"][0],
+        r"90% interval \S+ (?:ns|µs|ms|s) – ": doc["interval_s"][1],
+        r"forward ": bd["forward_s"],
+        r"backward ": bd["backward_s"],
+        r"communication\s+": bd["communication_s"],
+        r"exposed ": bd["exposed_communication_s"],
+        r"update\s+": bd["update_s"],
+    }
+    for label, value in durations.items():  # 4 significant digits, each with its unit
+        assert _duration(out, label) == pytest.approx(value, rel=6e-4), label
     shown = {
-        r"step time\s+(\S+) ms": doc["iteration_time_s"] * 1e3,
-        r"90% interval (\S+) ms": doc["interval_s"][0] * 1e3,
-        r"90% interval \S+ ms – (\S+) ms": doc["interval_s"][1] * 1e3,
         r"throughput\s+(\S+) samples/s": doc["throughput_samples_per_s"],
         r"scaling eff\.\s+(\S+) %": 100 * doc["scaling_efficiency"],
-        r"forward (\S+) ms": bd["forward_s"] * 1e3,
-        r"backward (\S+) ms": bd["backward_s"] * 1e3,
-        r"communication\s+(\S+) ms": bd["communication_s"] * 1e3,
-        r"exposed (\S+) ms": bd["exposed_communication_s"] * 1e3,
-        r"update\s+(\S+) ms": bd["update_s"] * 1e3,
     }
     for pattern, value in shown.items():
-        # 4 significant digits (ms), whole samples/s, one decimal of a percent
+        # whole samples/s, one decimal of a percent
         assert _figure(out, pattern) == pytest.approx(value, rel=6e-4, abs=0.051), pattern
+    assert "e+0" not in out.split("Runner-ups:")[0]  # no 2.346e+04 ms
     assert f"in {bd['num_buckets']:.0f} bucket" in out
     bucket = "per tensor" if doc["bucket_bytes"] == 0 else format_bytes(doc["bucket_bytes"])
     assert bucket in out.split("Runner-ups:")[0]
@@ -109,8 +130,9 @@ def test_text_output_shows_the_recommendations_figures_with_units(capsys):
     for alt, line in zip(doc["alternatives"], table, strict=False):
         cells = line.split()
         assert str(alt["workers"]) in cells, line
-        step = float(cells[cells.index("ms") - 1])
-        assert step == pytest.approx(alt["iteration_time_s"] * 1e3, rel=6e-4)
+        step = re.search(r"\s" + _DURATION + r"\s{2,}", line)  # the step, before the interval
+        assert step, line
+        assert _seconds(step.group(1)) == pytest.approx(alt["iteration_time_s"], rel=6e-4)
         assert float(cells[-1].rstrip("%")) == pytest.approx(
             100 * alt["scaling_efficiency"], abs=0.051
         )

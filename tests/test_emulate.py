@@ -432,5 +432,7 @@ def test_lab_check_reports_each_size_against_alpha_plus_s_over_r():
         assert s["expected_s"] == pytest.approx(alpha + s["wire_bytes"] / rate, rel=1e-9)
         assert s["ratio"] == pytest.approx(s["median_s"] / s["expected_s"], rel=1e-9)
         assert s["median_s"] >= (s["wire_bytes"] - burst) / rate
+        assert s["judged"] == (s["wire_bytes"] / rate >= 4 * alpha)  # bandwidth-bound ones
+    assert [s["judged"] for s in doc["sizes"]][-3:] == [True] * 3  # 1, 4, 16 MiB
     assert doc["size_tolerance"] == 1.0 and doc["passed"] is True
     assert len(doc["links"]) == 2

@@ -26,6 +26,7 @@ from costmodel import (
     Workload,
     format_bytes,
     format_choices,
+    format_seconds,
 )
 
 from ._format import format_percent
@@ -834,7 +835,7 @@ def _bottleneck(params, ctx, chosen: _Row) -> str:
         if v.overlaps and hasattr(v.arch, "schedule"):  # fsdp/hsdp gather during forward too
             hidden = "overlapped with forward and backward"
         return (
-            f"Compute-bound: {format_percent(comp, 0)} of the {bd['iteration_s'] * 1e3:.4g} ms step is "
+            f"Compute-bound: {format_percent(comp, 0)} of the {format_seconds(bd['iteration_s'])} step is "
             f"forward and backward compute; communication is {hidden} "
             f"(exposed: {format_percent(exposed, 0)})."
         )

@@ -1243,7 +1243,7 @@ def _provenance(summary, workload, records, inputs, timings, command) -> list[tu
             prov.append(
                 (
                     "emulated cluster",
-                    f"{em.get('nodes')} nodes × {em.get('ranks_per_node')} ranks, NICs at "
+                    f"{em.get('nodes')} nodes × {em.get('ranks_per_node')} rank{'' if em.get('ranks_per_node') == 1 else 's'} per node, NICs at "
                     f"{float(em.get('rate_bits_per_s', 0)) / 1e6:g} Mbit/s"
                     + (f" (TCP goodput {good * 8 / 1e6:.1f} Mbit/s)" if good else "")
                     + ": network namespaces on one machine",

@@ -22,9 +22,10 @@ Equivalent commands (what the folder lets you rerun)::
 
     ddltune collect --workers 2 --max-bytes 16M -o DIR/measurements.jsonl
     ddltune calibrate DIR/measurements.jsonl -o DIR/profile.json
-    ddltune recommend --profile DIR/profile.json --model resnet50 --max-workers 64 --force
+    ddltune recommend --profile DIR/profile.json --model resnet50 --max-workers 64 \\
+        --ranks-per-node 1 --force
     ddltune report --profile DIR/profile.json --measurements DIR/measurements.jsonl \\
-        --model resnet50 -o DIR
+        --model resnet50 --ranks-per-node 1 -o DIR
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def _print_errors(profile, log) -> None:
         _say(
             log,
             f"    {e['series']:<28} held-out median {100 * (e['heldout_median'] or 0):5.1f}%"
-            f"  p90 {100 * (e['heldout_p90'] or 0):5.1f}%  ({e['heldout_points']} points)",
+            f"  p90 {100 * (e['heldout_p90'] or 0):5.1f}%  ({e['heldout_points']} point{'' if e['heldout_points'] == 1 else 's'})",
         )
 
 

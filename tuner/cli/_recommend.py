@@ -339,7 +339,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ms(t: float) -> str:
-    return f"{t * 1e3:.4g} ms"
+    """A duration, 4 significant digits, with its unit (ns, µs, ms, s): 23.46 s, not 2.346e+04 ms."""
+    from costmodel import format_seconds
+
+    return format_seconds(t, digits=4)
 
 
 def _describe_workload(w, args) -> str:
@@ -401,10 +404,10 @@ def format_text(rec, workload, source: str, args) -> str:
         lines.append(head)
         for a in rec.alternatives:
             bucket = "per tensor" if a.bucket_bytes == 0 else format_bytes(a.bucket_bytes)
-            interval = f"{a.interval_s[0] * 1e3:.4g}–{a.interval_s[1] * 1e3:.4g} ms"
+            interval = f"{_ms(a.interval_s[0])} – {_ms(a.interval_s[1])}"
             lines.append(
-                f"  {a.label:<16}{(a.servers or '-')!s:>8}{a.workers:>8}{bucket:>12}"
-                f"{_ms(a.iteration_time_s):>12}{interval:>22}"
+                f"  {a.label:<16}{(a.servers or '-')!s:>8}{a.workers:>8} {bucket:>11}"
+                f" {_ms(a.iteration_time_s):>11} {interval:>21}"
                 f"{a.throughput_samples_per_s:>12,.0f}{100 * a.scaling_efficiency:>7.1f}%"
             )
     if rec.warnings:
