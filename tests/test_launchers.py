@@ -414,7 +414,9 @@ def test_hydra_ranks_agree_on_one_coordinator_address(mpiexec, tmp_path):
     code = (
         "import os\n"
         "from launch._pmi import exchange_coordinator\n"
-        "print(os.environ['PMI_RANK'], exchange_coordinator(int(os.environ['PMI_RANK'])))\n"
+        "r = os.environ['PMI_RANK']\n"
+        "line = f'{r} {exchange_coordinator(int(r))}\\n'.encode()\n"
+        "os.write(1, line)  # one write per line: the ranks' lines never interleave\n"
     )
     res = H.run_job(
         [mpiexec, "-n", "3", sys.executable, "-c", code], H.clean_env(), cwd=tmp_path, timeout_s=60
