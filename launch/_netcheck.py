@@ -35,7 +35,8 @@ import time
 _CHUNK = 1 << 16
 
 
-def _recv(bind: str, port: int, seconds: float, skip_s: float) -> dict:
+def _accept_one(bind: str, port: int, seconds: float):
+    """Listen on ``bind:port``, say ``{"listening": true}``, accept one connection."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((bind, port))
@@ -43,6 +44,23 @@ def _recv(bind: str, port: int, seconds: float, skip_s: float) -> dict:
     srv.settimeout(seconds + 15.0)
     print(json.dumps({"listening": True}), flush=True)
     conn, _ = srv.accept()
+    return srv, conn
+
+
+def _connect(to: str, port: int) -> socket.socket:
+    """Connect to ``to:port``, retrying for up to 10 s (the server may still be starting)."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            return socket.create_connection((to, port), timeout=5.0)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _recv(bind: str, port: int, seconds: float, skip_s: float) -> dict:
+    srv, conn = _accept_one(bind, port, seconds)
     conn.settimeout(5.0)
     deadline = time.monotonic() + seconds + 5.0
     total = 0
@@ -76,15 +94,7 @@ def _recv(bind: str, port: int, seconds: float, skip_s: float) -> dict:
 
 
 def _send(to: str, port: int, seconds: float, max_bytes: int) -> dict:
-    deadline = time.monotonic() + 10.0
-    while True:
-        try:
-            sock = socket.create_connection((to, port), timeout=5.0)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    sock = _connect(to, port)
     payload = b"\0" * _CHUNK
     sent = 0
     t0 = time.monotonic()
@@ -113,13 +123,7 @@ def _read_exact(conn: socket.socket, n: int, view: memoryview) -> bool:
 
 
 def _echo(bind: str, port: int, seconds: float) -> dict:
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((bind, port))
-    srv.listen(1)
-    srv.settimeout(seconds + 15.0)
-    print(json.dumps({"listening": True}), flush=True)
-    conn, _ = srv.accept()
+    srv, conn = _accept_one(bind, port, seconds)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn.settimeout(seconds + 5.0)
     buf = memoryview(bytearray(_CHUNK))
@@ -139,15 +143,7 @@ def _echo(bind: str, port: int, seconds: float) -> dict:
 
 
 def _ping(to: str, port: int, sizes: list[int], repeats: int, gap_s: float) -> dict:
-    deadline = time.monotonic() + 10.0
-    while True:
-        try:
-            sock = socket.create_connection((to, port), timeout=5.0)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    sock = _connect(to, port)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.settimeout(60.0)
     payload = b"\0" * max(sizes)

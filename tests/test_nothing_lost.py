@@ -9,7 +9,6 @@ long commands check their plan before any process starts.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import stat
@@ -117,22 +116,6 @@ def test_recommend_with_fewer_workers_than_a_node(capsys):
 # ------------------------------------------------------------ item 1: folder outputs
 
 
-def _tree(folder: Path) -> dict:
-    """Every entry under ``folder`` (links not followed) → its bytes' hash, link or 'dir'."""
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            p = Path(root) / name
-            rel = p.relative_to(folder).as_posix()
-            if p.is_symlink():
-                out[rel] = "link:" + os.readlink(p)
-            elif p.is_file():
-                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-            else:
-                out[rel] = "dir"
-    return out
-
-
 def _user_files(folder: Path) -> dict:
     files = {"figures/fig1.pdf": b"%PDF mine", "figures/sub/data.csv": b"a,b\n1,2\n",
              "notes.txt": b"mine"}  # fmt: skip
@@ -176,14 +159,14 @@ def test_report_overwrite_keeps_the_users_files(tmp_path, preset_profile, capsys
     assert "on one node" in (out / "report.md").read_text()
 
 
-def test_an_interrupted_report_leaves_the_old_folder_whole(tmp_path, monkeypatch):
+def test_an_interrupted_report_leaves_the_old_folder_whole(tmp_path, monkeypatch, tree):
     from tuner import _report
 
     out = tmp_path / "rep"
     out.mkdir()
     (out / "index.html").write_text("old report")
     _user_files(out)
-    before = _tree(out)
+    before = tree(out)
 
     def interrupted(figdir, **kw):
         figdir.mkdir(parents=True)
@@ -193,7 +176,7 @@ def test_an_interrupted_report_leaves_the_old_folder_whole(tmp_path, monkeypatch
     monkeypatch.setattr(_report, "_draw_figures", interrupted)
     with pytest.raises(KeyboardInterrupt):
         tuner.write_report(out, {"title": "t"}, overwrite=True)
-    assert _tree(out) == before and _leftovers(tmp_path) == []
+    assert tree(out) == before and _leftovers(tmp_path) == []
 
 
 def _measurements(path: Path) -> Path:
@@ -216,7 +199,9 @@ def _fast_calibrate(m_path, prof_path, *args, **kw):
 
 
 @pytest.mark.parametrize("phase", ["collect", "calibrate", "recommend", "report"])
-def test_ctrl_c_at_each_phase_of_run_leaves_the_old_folder_whole(tmp_path, monkeypatch, phase):
+def test_ctrl_c_at_each_phase_of_run_leaves_the_old_folder_whole(
+    tmp_path, monkeypatch, phase, tree
+):
     # before: each phase wrote straight into -o (the old measurements.jsonl emptied
     # by the collector, figures/ deleted by the report)
     from tuner import _run
@@ -226,7 +211,7 @@ def test_ctrl_c_at_each_phase_of_run_leaves_the_old_folder_whole(tmp_path, monke
     for name in ("measurements.jsonl", "profile.json", "index.html"):
         (out / name).write_text(f"old {name}")
     _user_files(out)
-    before = _tree(out)
+    before = tree(out)
     monkeypatch.setattr(_run, "_calibrate", _fast_calibrate)
 
     def interrupt_after(fn):
@@ -244,7 +229,7 @@ def test_ctrl_c_at_each_phase_of_run_leaves_the_old_folder_whole(tmp_path, monke
             out, measurements=[_measurements(tmp_path / "m.jsonl")], max_workers=4,
             overwrite=True, progress=False,
         )  # fmt: skip
-    assert _tree(out) == before and _leftovers(tmp_path) == []
+    assert tree(out) == before and _leftovers(tmp_path) == []
 
 
 @pytest.mark.parametrize("phase", ["collect", "calibrate", "report"])

@@ -41,22 +41,6 @@ from tuner.cli._common import option_names, safe_text
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tree(folder: Path) -> dict:
-    """Every entry under ``folder`` (links not followed) → its bytes' hash or link target."""
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            p = Path(root) / name
-            rel = p.relative_to(folder).as_posix()
-            if p.is_symlink():
-                out[rel] = "link:" + os.readlink(p)
-            elif p.is_file():
-                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-            else:
-                out[rel] = "dir"
-    return out
-
-
 def _build(files: dict):
     def build(tmp: Path) -> None:
         for rel, text in files.items():
@@ -118,40 +102,40 @@ def test_overwrite_keeps_user_files_and_replaces_only_ddltunes(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".proj.")]  # no leftovers
 
 
-def test_without_overwrite_a_non_empty_folder_is_refused(tmp_path):
+def test_without_overwrite_a_non_empty_folder_is_refused(tmp_path, tree):
     out = tmp_path / "proj"
     out.mkdir()
     (out / "x").write_text("mine")
     with pytest.raises(FileExistsError, match="--overwrite"):
         atomic_replace_dir(out, _build({"index.html": "v"}))
-    assert _tree(out) == {"x": hashlib.sha256(b"mine").hexdigest()}
+    assert tree(out) == {"x": hashlib.sha256(b"mine").hexdigest()}
 
 
-def test_a_user_file_where_ddltune_writes_is_refused_not_replaced(tmp_path):
+def test_a_user_file_where_ddltune_writes_is_refused_not_replaced(tmp_path, tree):
     out = tmp_path / "proj"
     atomic_replace_dir(out, _build({"index.html": "v1"}))
     (out / "report.md").write_text("mine")  # not ddltune's (not in the manifest)
-    before = _tree(out)
+    before = tree(out)
     with pytest.raises(OutputPathError, match=r"report\.md.*not ddltune's"):
         atomic_replace_dir(out, _build({"index.html": "v2", "report.md": "r"}), overwrite=True)
-    assert _tree(out) == before
+    assert tree(out) == before
 
 
-def test_symlinked_output_folder_is_refused(tmp_path):
+def test_symlinked_output_folder_is_refused(tmp_path, tree):
     real = tmp_path / "real"
     real.mkdir()
     (real / "keep").write_text("k")
     (tmp_path / "link").symlink_to(real)
     with pytest.raises(OutputPathError, match="link.*symbolic link"):
         atomic_replace_dir(tmp_path / "link", _build({"index.html": "v"}), overwrite=True)
-    assert _tree(real) == {"keep": hashlib.sha256(b"k").hexdigest()}
+    assert tree(real) == {"keep": hashlib.sha256(b"k").hexdigest()}
 
 
-def test_an_exception_while_building_leaves_the_old_folder_byte_identical(tmp_path):
+def test_an_exception_while_building_leaves_the_old_folder_byte_identical(tmp_path, tree):
     out = tmp_path / "proj"
     atomic_replace_dir(out, _build({"index.html": "v1", "figures/a.png": "a"}))
     (out / "figures" / "fig1.pdf").write_text("mine")
-    before = _tree(out)
+    before = tree(out)
 
     def build(tmp):
         (tmp / "index.html").write_text("half")
@@ -159,15 +143,15 @@ def test_an_exception_while_building_leaves_the_old_folder_byte_identical(tmp_pa
 
     with pytest.raises(KeyboardInterrupt):
         atomic_replace_dir(out, build, overwrite=True)
-    assert _tree(out) == before
+    assert tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
 
 
-def test_sigint_during_the_build_leaves_the_old_folder_byte_identical(tmp_path):
+def test_sigint_during_the_build_leaves_the_old_folder_byte_identical(tmp_path, tree):
     out = tmp_path / "proj"
     atomic_replace_dir(out, _build({"index.html": "v1", "figures/a.png": "a"}))
     (out / "figures" / "fig1.pdf").write_text("mine")
-    before = _tree(out)
+    before = tree(out)
     ready = tmp_path / "ready"
     script = textwrap.dedent(
         f"""
@@ -197,7 +181,7 @@ def test_sigint_during_the_build_leaves_the_old_folder_byte_identical(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
-    assert _tree(out) == before
+    assert tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj", "ready"]
 
 

@@ -322,10 +322,11 @@ def _keep_measurements(staged: Path, out: Path, log) -> Path | None:
         while dest.exists() or dest.is_symlink():
             k += 1
             dest = out.parent / f"{out.name}.measurements-{stamp}-{k}.jsonl"
-        atomic_write_text(dest, staged.read_text(encoding="utf-8"))
+        text = staged.read_text(encoding="utf-8")
+        atomic_write_text(dest, text)
     except OSError:
         return None
-    n = sum(1 for line in dest.read_text(encoding="utf-8").splitlines() if line.strip())
+    n = sum(1 for line in text.splitlines() if line.strip())
     _say(
         log,
         f"kept the {n} measurements of this run in {dest} (finish them with 'ddltune "
