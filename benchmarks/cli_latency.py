@@ -142,6 +142,27 @@ def _once(argv: list[str] | None, env: dict) -> dict:
     return out
 
 
+def _versions() -> dict:
+    """Versions of the packages whose import dominates a command (jax, its ml_dtypes, numpy)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("jax", "jaxlib", "ml_dtypes", "numpy", "equinox", "scipy"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _bytecode_dirs() -> list[str]:
+    """Folders whose modules the commands import: this repository's packages and site-packages."""
+    import sysconfig
+
+    own = [str(ROOT / p) for p in ("costmodel", "launch", "calibration", "tuner")]
+    return [*own, sysconfig.get_paths()["purelib"]]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="warm runs per command (median)")
@@ -157,6 +178,14 @@ def main() -> int:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
         env.pop("DDLTUNE_NO_COMPILATION_CACHE", None)
+        # Bytecode as after any install (pip compiles an installed package; an editable
+        # one writes it on its first import): "cold" is about XLA, not Python's parser.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", *_bytecode_dirs()],
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
         _measurements(work, env)
         shutil.rmtree(cache, ignore_errors=True)  # start truly cold
         cache.mkdir()
@@ -180,6 +209,7 @@ def main() -> int:
         "load_average": load,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "versions": _versions(),
         "results": results,
     }
     out = Path(args.output)
