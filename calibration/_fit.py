@@ -20,9 +20,11 @@ slowdown), and a Gaussian prior N(μ, σ²) centred on a datasheet preset
 (:data:`calibration._layout.PRIOR_SD`). Elements of θ that no measurement
 depends on (inter-node terms of one-node data, regimes of collectives never
 measured, compute terms without compute records) are held exactly at the
-prior. The optimiser is optax Adam (a short warm start) followed by optax
-L-BFGS with a backtracking (Armijo) line search, jitted and vmapped over
-several starting points; starts come from a segmented least-squares fit of each measured curve
+prior. The optimiser is optax Adam (a short warm start) followed by L-BFGS
+(optax's ``scale_by_lbfgs`` direction) with a backtracking (Armijo) line
+search, one jitted program in which every turn of a single while loop
+evaluates the objective's value and gradient once (the model is traced and
+compiled once), run from several starting points in turn; starts come from a segmented least-squares fit of each measured curve
 (one α-β line per size range), so the non-convex lower envelope of regimes
 starts near the right basin.
 
@@ -30,7 +32,8 @@ The number of regimes is chosen on *inner* folds of the training data
 (:func:`calibration._validation.inner_folds`), never by training error; the
 profile's validation uses an outer held-out set the fit never sees.
 
-Uncertainty is a Laplace (Gauss–Newton) approximation::
+Uncertainty is a Laplace (Gauss–Newton) approximation (J by central
+differences of the numpy evaluation of the model, nothing compiled)::
 
     Σ = (Jᵀ W J / s² + diag(1/σ²))⁻¹
 
@@ -361,7 +364,8 @@ def _predict(params: ClusterParams, data: _Data):
     """Seconds of every point (model order): costmodel's collective and compute times."""
     t = collective_batch_time(params, data.coll)
     comp = params.compute_time(data.flops, data.comp_g, calls=1.0)  # one timed call each
-    return jnp.concatenate([t, comp])
+    xp = jnp if isinstance(t, jax.Array) or isinstance(comp, jax.Array) else np
+    return xp.concatenate([t, xp.broadcast_to(comp, t.shape[:-1] + comp.shape[-1:])], axis=-1)
 
 
 def _bucket(n: int) -> int:
@@ -440,10 +444,10 @@ def _objective(theta, w, mu, prec, free, prob: _Problem):
 
 
 def _fit_one(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Problem):
-    """Adam warm start, then optax L-BFGS with a backtracking line search, from ``theta0``.
+    """Adam warm start, then L-BFGS with a backtracking (Armijo) line search, from ``theta0``.
 
     Returns θ (held at μ where not free), the objective and its gradient
-    there, the L-BFGS iteration count, and the log predictions at θ.
+    there, and the L-BFGS iteration count (accepted line searches).
     """
     # optax mixes Python floats with int32 step counts, which jax's "strict"
     # dtype promotion rejects; the optimiser runs under standard promotion.
@@ -451,68 +455,150 @@ def _fit_one(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Problem):
         return _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob)
 
 
+#: The backtracking line search (the defaults of optax.scale_by_backtracking_linesearch):
+#: Armijo slope fraction, step shrink per rejected trial, growth of the next search's
+#: first step over the last accepted one, and the most shrinks before a step is taken anyway.
+_ARMIJO_C, _SHRINK, _GROW, _MAX_BACKTRACKS = 1e-4, 0.8, 1.5, 20
+
+
+class _Opt(NamedTuple):
+    """The optimiser's carry: one objective evaluation (at ``trial``) per loop turn."""
+
+    evals: jax.Array  # evaluations done
+    k: jax.Array  # L-BFGS iterations (line searches ended)
+    started: jax.Array  # the L-BFGS start has been evaluated
+    done: jax.Array
+    x: jax.Array  # the current L-BFGS point, its value and gradient
+    fx: jax.Array
+    gx: jax.Array
+    d: jax.Array  # the search direction at x (−H·gx)
+    lr: jax.Array  # the step of the current trial
+    backtracks: jax.Array  # trials of this line search rejected so far
+    trial: jax.Array  # the point the next turn evaluates
+    adam: object
+    lbfgs: object
+
+
 def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Problem):
     # optax is imported here, when a fit is traced: importing it costs about 0.15 s,
     # which every command that only reads a profile would pay
     import optax
-    import optax.tree_utils as otu
 
     f = functools.partial(_objective, w=w, mu=mu, prec=prec, free=free, prob=prob)
+    # One call of the objective's value and gradient in the whole program: every
+    # phase (Adam, the L-BFGS start, each line-search trial) is a turn of one
+    # while loop that evaluates it once at ``trial``. The model is traced and
+    # compiled once, not once per phase (issue 21: the compile was the fit's cost).
+    vg = jax.value_and_grad(f)
     adam = optax.adam(_ADAM_LR)
-
-    def adam_step(_, carry):
-        th, st = carry
-        upd, st = adam.update(jax.grad(f)(th), st, th)
-        return optax.apply_updates(th, upd), st
-
-    th, _ = jax.lax.fori_loop(0, adam_steps, adam_step, (theta0, adam.init(theta0)))
-    th = jnp.where(jnp.all(jnp.isfinite(th)), th, theta0)
-
-    # optax's L-BFGS with a backtracking (Armijo) line search that stores the
-    # gradient it computes: on the benchmarks it reaches the zoom line search's
-    # objective to 1e-5 relative, and its smaller trace halves compilation,
-    # which dominates a calibration's wall time.
-    solver = optax.lbfgs(
-        linesearch=optax.scale_by_backtracking_linesearch(
-            max_backtracking_steps=20, store_grad=True
-        )
-    )
-    vg = optax.value_and_grad_from_state(f)
+    lbfgs = optax.scale_by_lbfgs()  # the direction; the line search is the loop below
     tol = _GTOL * jnp.sqrt(1.0 + jnp.sum(w > 0))
+    dt = theta0.dtype
+    zero = jnp.zeros_like(theta0)
 
-    def step(carry):
-        th, st = carry
-        v, g = vg(th, state=st)
-        upd, st = solver.update(g, st, th, value=v, grad=g, value_fn=f)
-        return optax.apply_updates(th, upd), st
+    def where(c, a, b):
+        return jax.tree_util.tree_map(lambda u, v: jnp.where(c, u, v), a, b)
 
-    def cond(carry):
-        _, st = carry
-        k = otu.tree_get(st, "count")
-        gn = otu.tree_norm(otu.tree_get(st, "grad"))
-        return (k == 0) | ((k < max_iter) & (gn >= tol) & jnp.isfinite(gn))
+    def turn(s: _Opt) -> _Opt:
+        v, g = vg(s.trial)
+        finite = jnp.isfinite(v) & jnp.all(jnp.isfinite(g))
+        in_adam = s.evals < adam_steps
+        # Adam: take the step from this point; a non-finite one restarts from θ₀.
+        upd, adam_st = adam.update(g, s.adam, s.trial)
+        adam_next = jnp.where(finite, s.trial + upd, theta0)
+        # L-BFGS: the Armijo test of this trial against the current point.
+        slope = jnp.vdot(s.d, s.gx)
+        err = v - s.fx - _ARMIJO_C * s.lr * slope
+        err = jnp.where(jnp.isnan(err) | ~finite, jnp.inf, jnp.maximum(err, 0.0))
+        last = s.backtracks >= _MAX_BACKTRACKS
+        take = ~s.started | (err <= 0.0) | (last & jnp.isfinite(err))
+        stuck = s.started & last & ~jnp.isfinite(err)
+        # a taken point: the new direction from L-BFGS's memory (optax)
+        h, lb_st = lbfgs.update(g, s.lbfgs, s.trial)
+        lr0 = jnp.where(s.started, jnp.minimum(_GROW * s.lr, 1.0), 1.0)
+        taken = s._replace(
+            k=s.k + s.started.astype(s.k.dtype),
+            started=jnp.asarray(True),
+            done=~finite,
+            x=s.trial,
+            fx=v,
+            gx=g,
+            d=-h,
+            lr=lr0,
+            backtracks=jnp.zeros_like(s.backtracks),
+            trial=s.trial - lr0 * h,
+            lbfgs=lb_st,
+        )
+        shrunk = s._replace(
+            done=stuck,
+            lr=_SHRINK * s.lr,
+            backtracks=s.backtracks + 1,
+            trial=s.x + _SHRINK * s.lr * s.d,
+        )
+        nxt = where(take, taken, shrunk)
+        in_adam_state = s._replace(trial=adam_next, adam=adam_st)
+        nxt = where(in_adam, in_adam_state, nxt)
+        return nxt._replace(evals=s.evals + 1)
 
-    th_l, st = jax.lax.while_loop(cond, step, (th, solver.init(th)))
-    value = otu.tree_get(st, "value")
-    ok = jnp.isfinite(value) & jnp.all(jnp.isfinite(th_l))
-    th = jnp.where(free, jnp.where(ok, th_l, th), mu)
-    grad = jnp.where(ok, otu.tree_get(st, "grad"), jnp.nan)
-    return th, jnp.where(ok, value, jnp.inf), otu.tree_get(st, "count"), grad, _log_pred(th, prob)
+    def cond(s: _Opt):
+        gn = jnp.sqrt(jnp.vdot(s.gx, s.gx))
+        going = (s.k < max_iter) & (gn >= tol) & jnp.isfinite(gn)
+        return ~s.done & ((s.evals < adam_steps) | ~s.started | going)
 
-
-@jax.jit
-def _fit_batch(theta0, weights, mu, prec, free, adam_steps, max_iter, prob: _Problem):
-    """:func:`_fit_one` vmapped over members (θ₀, weights, μ, precision, free mask)."""
-    return jax.vmap(_fit_one, in_axes=(0, 0, 0, 0, 0, None, None, None))(
-        theta0, weights, mu, prec, free, adam_steps, max_iter, prob
+    i0 = jnp.asarray(0, dtype=jnp.result_type(int))
+    s0 = _Opt(
+        evals=i0,
+        k=i0,
+        started=jnp.asarray(False),
+        done=jnp.asarray(False),
+        x=theta0,
+        fx=jnp.asarray(jnp.inf, dt),
+        gx=zero,
+        d=zero,
+        lr=jnp.asarray(1.0, dt),
+        backtracks=i0,
+        trial=theta0,
+        adam=adam.init(theta0),
+        lbfgs=lbfgs.init(theta0),
     )
+    s = jax.lax.while_loop(cond, turn, s0)
+    ok = jnp.isfinite(s.fx) & jnp.all(jnp.isfinite(s.x))
+    th = jnp.where(free, jnp.where(jnp.all(jnp.isfinite(s.x)), s.x, theta0), mu)
+    grad = jnp.where(ok, s.gx, jnp.nan)
+    return th, jnp.where(ok, s.fx, jnp.inf), s.k, grad
 
 
-@jax.jit
-def _jacobian(theta, prob: _Problem):
-    """(∂ log t̂ / ∂θ (N, P), log t̂ (N,)) in one forward-mode pass."""
-    lp = functools.partial(_log_pred, prob=prob)
-    return jax.jacfwd(lambda th: (lp(th), lp(th)), has_aux=True)(theta)
+_fit_jit = jax.jit(_fit_one)
+
+
+#: Relative step of the Jacobian's central differences (in θ, log units): the
+#: truncation error (~h²·|f'''|) and the rounding error (~1e-16·|log t|/h) balance near
+#: here: against jax.jacfwd, 1.4e-9 at most on an A100 fit (entries up to 0.75).
+_JAC_STEP = 2e-6
+
+
+def _jacobian(theta: np.ndarray, prob: _Problem) -> tuple[np.ndarray, np.ndarray]:
+    """(∂ log t̂ / ∂θ (N, P), log t̂ (N,)) at ``theta`` (P,), numpy, nothing compiled.
+
+    Central differences of the numpy evaluation of the model, the 2P + 1
+    parameter sets in one batched call; error about 1e-9 of each entry.
+    """
+    theta = np.asarray(theta, np.float64)
+    P = theta.size
+    h = _JAC_STEP * np.maximum(1.0, np.abs(theta))
+    steps = np.concatenate([np.diag(h), -np.diag(h)])
+    lp = _log_pred_np(np.vstack([theta[None], theta + steps]), prob)
+    J = (lp[1 : P + 1] - lp[P + 1 :]) / (2.0 * h)[:, None]
+    return J.T, lp[0]
+
+
+def _log_pred_np(theta: np.ndarray, prob: _Problem) -> np.ndarray:
+    """Log predictions (D, N) of parameter sets θ (D, P), in numpy, one batched call."""
+    template = prob.layout.unflatten(np.zeros(prob.layout.size))
+    params = template.from_flat(np.asarray(theta, np.float64).reshape(-1, prob.layout.size))
+    data = jax.tree_util.tree_map(np.asarray, prob.data)
+    t = _predict(params, data)
+    return np.log(np.asarray(t, np.float64))
 
 
 def _embed_index(big: ParamLayout, small: ParamLayout) -> np.ndarray:
@@ -1007,11 +1093,10 @@ def _progress(show: bool):
 
 def _laplace_posterior(res: dict, rows: _Rows, bar) -> _Posterior:
     """Jacobian at the chosen optimum → Laplace covariance, Newton decrement, predictions."""
-    dt = jnp.result_type(float)
     if bar is not None:
         bar.set_postfix_str("covariance")
     layout, big = res["layout"], res["big"]
-    J, lp = _jacobian(_device(res["theta_big"], dtype=dt), _Problem(data=rows.data, layout=big))
+    J, lp = _jacobian(res["theta_big"], _Problem(data=rows.data, layout=big))
     J, lp = np.asarray(J, np.float64)[:, _embed_index(big, layout)], np.asarray(lp, np.float64)
     if bar is not None:
         bar.update(1)
@@ -1019,9 +1104,9 @@ def _laplace_posterior(res: dict, rows: _Rows, bar) -> _Posterior:
     tr = rows.train
     cov, s, p_eff = _laplace(J[tr], r_all[tr], res["sd"], res["free"])
     decrement = _newton_decrement(J[tr], r_all[tr], res["grad"], res["sd"], res["free"])
-    params = jax.tree_util.tree_map(
-        functools.partial(_device, dtype=dt), layout.unflatten(np.asarray(res["theta"]))
-    )
+    # numpy leaves: the profile's tables and its JSON are read without XLA
+    # (eager jax ops on these leaves compiled one small program each)
+    params = layout.unflatten(np.asarray(res["theta"], np.float64))
     real = rows.real
     return _Posterior(res, params, cov, s, p_eff, decrement, np.exp(lp)[real], r_all[real])
 
@@ -1207,7 +1292,7 @@ def _fit_candidates(candidates, network, device, rows: _Rows, use_folds: bool, s
     big = _layout(max(candidates))
     meta, members = _candidate_members(candidates, network, device, big, rows, seed)
     folds = rows.folds if use_folds else rows.folds[:0]
-    batch = _Batch(meta, max(len(members), len(candidates) * len(folds)), rows.data, big)
+    batch = _Batch(meta, rows.data, big)
     if bar is not None:
         bar.set_postfix_str(f"fitting {len(members)} start(s)")
     th, loss, iters, grad, _ = batch.run(members, _ADAM_STEPS, _LBFGS_MAX_ITER)
@@ -1282,32 +1367,44 @@ def _candidate_members(candidates, network, device, big: ParamLayout, rows: _Row
 
 
 class _Batch(NamedTuple):
-    """Runs :func:`_fit_batch` on members padded to one size (one compiled shape)."""
+    """Runs the compiled fit (:func:`_fit_one`) on each member in turn.
+
+    One program for every member and every calibration of the same padded
+    size (:func:`_bucket`): members are not vmapped, since batching the
+    optimiser's while loop cost more tracing (about 2 s) than the fits
+    themselves take to run (about 20 ms each).
+    """
 
     meta: dict
-    size: int
     data: _Data
     big: ParamLayout
 
     def run(self, batch, adam_steps: int, max_iter: int):
         """(θ, loss (inf where not finite), iterations, gradient, log predictions) per member."""
         dt = jnp.result_type(float)
-        batch = batch + [batch[-1]] * (self.size - len(batch))
-        m = [self.meta[R] for R, _, _ in batch]
         f = functools.partial(_device, dtype=dt)
-        out = _fit_batch(
-            f(np.stack([th for _, th, _ in batch])),
-            f(np.stack([w for _, _, w in batch])),
-            f(np.stack([x["mu_b"] for x in m])),
-            f(np.stack([x["prec_b"] for x in m])),
-            _device(np.stack([x["free_b"] for x in m])),
-            _device(adam_steps, dtype=jnp.result_type(int)),
-            _device(max_iter, dtype=jnp.result_type(int)),
-            _Problem(data=self.data, layout=self.big),
-        )
-        th, loss, iters, grad, lp = (np.asarray(x) for x in out)
+        prob = _Problem(data=self.data, layout=self.big)
+        steps = _device(adam_steps, dtype=jnp.result_type(int))
+        iters_max = _device(max_iter, dtype=jnp.result_type(int))
+        outs = []
+        for R, th0, w in batch:
+            m = self.meta[R]
+            out = _fit_jit(
+                f(th0),
+                f(w),
+                f(m["mu_b"]),
+                f(m["prec_b"]),
+                _device(m["free_b"]),
+                steps,
+                iters_max,
+                prob,
+            )
+            outs.append([np.asarray(x) for x in out])
+        th, loss, iters, grad = (np.stack(x) for x in zip(*outs, strict=True))
+        th = th.astype(np.float64)
         loss = np.where(np.isfinite(loss), loss.astype(np.float64), np.inf)
-        return th.astype(np.float64), loss, iters, grad.astype(np.float64), lp.astype(np.float64)
+        lp = _log_pred_np(th, prob)
+        return th, loss, iters, grad.astype(np.float64), lp
 
 
 def _device(x, dtype=None):
@@ -1343,10 +1440,9 @@ def _free_mask(layout, data, thetas, train_m) -> np.ndarray:
     collectives never measured, compute terms without compute records) is
     held at the prior.
     """
-    dt = jnp.result_type(float)
     prob = _Problem(data=data, layout=layout)
     sens = np.zeros(layout.size)
     for th in thetas:
-        J = np.asarray(_jacobian(_device(th, dtype=dt), prob)[0], np.float64)[train_m]
+        J = _jacobian(th, prob)[0][train_m]
         sens = np.maximum(sens, np.nan_to_num(np.abs(J)).max(axis=0, initial=0.0))
     return sens > _FREEZE_SENSITIVITY

@@ -19,7 +19,17 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from calibration import RELIABLE_P90_LIMIT, CalibrationWarning, Profile, calibrate
-from calibration._fit import _build_data, _layout, _predict, _prepare, default_prior_preset
+from calibration._fit import (
+    _build_data,
+    _jacobian,
+    _layout,
+    _log_pred,
+    _log_pred_np,
+    _predict,
+    _prepare,
+    _Problem,
+    default_prior_preset,
+)
 from calibration._validation import holdout_mask, inner_folds
 from costmodel import (
     COLLECTIVE_NAMES,
@@ -194,6 +204,38 @@ def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
         assert got2[i] == pytest.approx(want, rel=1e-12), q
     exp_coll = {"all_to_all", "ps_push", "ps_pull"}
     assert {q["collective"] for q, c in zip(coll, changed, strict=True) if c} == exp_coll
+
+
+@pytest.mark.parametrize("R", [1, 3])
+def test_numpy_jacobian_and_parameter_batches_equal_jax(R):
+    """The fit's numpy side equals its jax side: D parameter sets in one batched numpy call
+    give each set's log predictions (the batch's collective index takes the place of the
+    configuration axis), and the central-difference Jacobian equals jax.jacfwd to 1e-8."""
+    rng = np.random.default_rng(10 + R)
+    lay = _layout(R)
+    mu = np.asarray(lay.flatten(preset("ib-hdr-200g,nvlink-a100", "a100", n_regimes=R)))
+    points = [
+        {"kind": "collective", "collective": c, "size": float(S), "num_ranks": n,
+         "ranks_per_node": g, "time_s": 1.0}
+        for c in COLLECTIVE_NAMES
+        for n, g in ((2, 2), (16, 8), (5, 1))
+        for S in (8, 3 << 20, 1 << 30)
+    ] + [{"kind": "compute", "op": "mm", "size": 1e9, "num_ranks": g, "ranks_per_node": g,
+          "time_s": 1.0} for g in (1, 3)]  # fmt: skip
+    data, _ = _build_data(points)
+    prob = _Problem(data=data, layout=lay)
+    thetas = mu + rng.normal(0.0, 0.3, (4, lay.size))
+    batched = _log_pred_np(thetas, prob)
+    assert batched.shape == (4, data.logt.shape[0])
+    for th, row in zip(thetas, batched, strict=True):
+        one = np.asarray(_log_pred(jnp.asarray(th), prob))
+        np.testing.assert_allclose(row, one, rtol=0, atol=1e-12)
+    J, lp = _jacobian(thetas[0], prob)
+    Jx = np.asarray(jax.jacfwd(lambda t: _log_pred(t, prob))(jnp.asarray(thetas[0])))
+    assert J.shape == Jx.shape == (data.logt.shape[0], lay.size)
+    np.testing.assert_allclose(lp, batched[0], rtol=0, atol=1e-12)
+    assert np.abs(Jx).max() > 0.1  # the comparison is not of zeros
+    np.testing.assert_allclose(J, Jx, rtol=0, atol=1e-8)
 
 
 def test_layout_matches_ravel_pytree_and_round_trips():

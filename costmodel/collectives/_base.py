@@ -123,8 +123,8 @@ def evaluate(
     c = COLLECTIVE_NAMES.index(collective) if isinstance(collective, str) else collective
     # (…, R) regime tables for the level in use. Parameters index from the
     # right, so leaves with leading batch axes (parameter draws) broadcast.
-    ra = params.regime_alpha_s[..., c, :, :]
-    rb = params.regime_beta_s_per_byte[..., c, :, :]
+    ra = _rows(params.regime_alpha_s, c, 2, xp)
+    rb = _rows(params.regime_beta_s_per_byte, c, 2, xp)
     inter = xp.asarray(t.inter)
     alpha = xp.where(inter[..., None], ra[..., 1, :], ra[..., 0, :])
     beta = xp.where(inter[..., None], rb[..., 1, :], rb[..., 0, :])
@@ -139,8 +139,26 @@ def evaluate(
     if params.n_regimes == 1:
         time = per_regime[..., 0]
     else:
-        time = soft_min(per_regime, params.regime_sharpness[..., c])
+        time = soft_min(per_regime, _rows(params.regime_sharpness, c, 0, xp))
     return time
+
+
+def _rows(table, c, trailing: int, xp):
+    """``table[..., c, <trailing axes>]``: one collective's row, or a row per call.
+
+    A static index (a name) leaves any leading batch axes of the parameters
+    as they are. An index array (N,) of a :class:`CollectiveBatch` takes the
+    place of the configuration axis of batched parameters (``from_flat``'s
+    (D, 1, …) leaves give (D, N, …), not (D, 1, N, …)), so that D parameter
+    sets evaluate N calls as one (D, N) array.
+    """
+    if xp.ndim(c) == 0:
+        return table[(Ellipsis, c) + (slice(None),) * trailing]
+    lead = xp.ndim(table) - 1 - trailing
+    out = xp.take(table, c, axis=lead)
+    if lead and table.shape[lead - 1] == 1:  # the configuration axis of a batch
+        out = xp.squeeze(out, axis=lead - 1)
+    return out
 
 
 def finish(params: ClusterParams, time, steps, ranks_per_node):
