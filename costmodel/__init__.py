@@ -16,6 +16,7 @@ import importlib as _importlib
 _EXPORTS = {
     "InputFileError": "._errors",
     "format_choices": "._errors",
+    "read_text_bounded": "._errors",
     "OPTIMIZER_WORDS": "._memory",
     "MemoryBreakdown": "._memory",
     "memory_per_rank": "._memory",

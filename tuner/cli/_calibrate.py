@@ -10,7 +10,7 @@ from pathlib import Path
 from calibration import STATISTICS
 from costmodel import format_bytes, format_seconds
 
-from ._common import CLIError, plural, print_json
+from ._common import CLIError, UsageError, add_model_arguments, plural, print_json
 
 NAME = "calibrate"
 HELP = "fit cluster parameters (with uncertainty and held-out accuracy) to measurements"
@@ -34,6 +34,17 @@ forced). Parameters the measurements cannot pin down (inter-node terms from
 one-node data, collectives never measured) stay at the prior and are reported
 as not identified.
 
+Training steps people already have (--steps runs.csv: one run per line,
+header workers,ranks_per_node,batch_size and samples_per_s or step_time_s;
+optional architecture (default ring), servers, colocated, bucket_bytes
+(default 25M)) calibrate the terms a real step has and microbenchmarks do not
+see: the effective compute throughput, a fixed per-step overhead and how much
+backward slows under overlapped communication. They are fitted on top of the
+measurement files' profile, or of the datasheet presets (--preset, --device)
+when no file is given; --model (or --layers/--hf-config) names what was
+trained. Terms the runs cannot separate stay at the prior and are reported as
+not identified.
+
 The profile (JSON) holds the parameters in SI units, their covariance, the
 measured ranges, the prior and provenance; 'ddltune predict --profile' and
 'ddltune recommend --profile' read it and give 90% prediction intervals."""
@@ -46,7 +57,13 @@ examples:
   ddltune calibrate ar.jsonl ag.jsonl -o dgx.json --prior-preset ib-hdr-200g,nvlink-a100:a100
 
   # two regimes exactly, a third of the sizes held out, JSON summary on stdout
-  ddltune calibrate m.jsonl -o p.json --regimes 2 --holdout 0.33 --overwrite --json"""
+  ddltune calibrate m.jsonl -o p.json --regimes 2 --holdout 0.33 --overwrite --json
+
+  # observed training runs (throughput at 1, 8 and 16 V100s) on datasheet presets
+  ddltune calibrate --steps runs.csv --model resnet50 --preset ib-edr-100g,nvlink-v100 \
+      --device v100 -o profile.json
+  ddltune predict --profile profile.json --model resnet50 --arch ring --workers 16,32 \
+      --ranks-per-node 8 --json"""
 
 
 def _holdout_arg(text: str) -> float:
@@ -89,10 +106,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ddltune calibrate``."""
     parser.add_argument(
         "files",
-        nargs="+",
+        nargs="*",
         metavar="M.jsonl",
         help="measurement files (JSON Lines, schema v1) from 'ddltune collect' or "
-        "'ddltune import-nccl-tests'; all are fitted together",
+        "'ddltune import-nccl-tests'; all are fitted together (none with --steps: "
+        "the presets are the base)",
+    )
+    st = parser.add_argument_group("training steps")
+    st.add_argument(
+        "--steps",
+        action="append",
+        metavar="RUNS.csv",
+        help="observed training runs, one per line (columns: the description above); "
+        "repeat for several files",
+    )
+    m = st.add_mutually_exclusive_group()
+    add_model_arguments(m)
+    st.add_argument(
+        "--preset",
+        metavar="NET[,INTRA]",
+        help="with --steps and no measurement file: the datasheet presets the other "
+        "parameters come from, e.g. ib-edr-100g,nvlink-v100 (as in 'ddltune predict'); "
+        "with measurement files, the prior's network (as --prior-preset)",
+    )
+    st.add_argument(
+        "--device",
+        metavar="NAME",
+        help="device preset with --preset: k80, p100, v100, a100, h100, cpu (default v100)",
     )
     parser.add_argument(
         "-o",
@@ -152,26 +192,87 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_step_args(args) -> None:
+    """Refuse combinations that cannot mean anything, naming the option."""
+    if not args.files and not args.steps:
+        raise UsageError("give measurement files (M.jsonl ...), --steps RUNS.csv, or both")
+    if args.steps and args.model is None and args.layers is None:
+        raise UsageError(
+            "--steps needs the model that was trained: --model, --layers or --hf-config"
+        )
+    if not args.steps and (args.model or args.layers):
+        raise UsageError("--model/--layers/--hf-config go with --steps (the runs' model)")
+    if args.device is not None and args.preset is None:
+        raise UsageError("--device goes with --preset")
+    if args.preset is not None and args.prior_preset is not None:
+        raise UsageError("--preset/--device and --prior-preset name the same prior: give one")
+    if args.preset is not None:
+        try:
+            args.prior_preset = _prior_arg(f"{args.preset}:{args.device or 'v100'}")
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(f"--preset/--device: {e}") from None
+    if not args.files and args.prior_preset is None:
+        raise UsageError(
+            "--steps without measurement files needs the presets the other parameters come "
+            "from: --preset NET[,INTRA] --device NAME (e.g. --preset ib-edr-100g,nvlink-v100 "
+            "--device v100)"
+        )
+
+
+def _step_workload(args):
+    from costmodel import WORKLOAD_NAMES, format_choices, get_workload, load_layers
+
+    if args.model is not None:
+        try:
+            return get_workload(args.model, 1)
+        except ValueError:
+            raise UsageError(
+                f"--model: unknown model {args.model!r}; valid: "
+                f"{format_choices(WORKLOAD_NAMES)} (or your own with --layers FILE)"
+            ) from None
+    return load_layers(args.layers, batch_size=1)  # InputFileError: file and line
+
+
 def run(args: argparse.Namespace) -> int:
     """Fit, write the profile atomically, print a summary (or JSON)."""
-    from calibration import CalibrationWarning, calibrate, check_output_file
+    from calibration import (
+        CalibrationWarning,
+        Profile,
+        calibrate,
+        check_output_file,
+        fit_steps,
+        parse_prior_preset,
+        read_steps_csv,
+    )
 
+    _check_step_args(args)
     try:  # a link, a device node, a read-only folder: refused before the fit
         out = check_output_file(args.output, overwrite=args.overwrite, what="-o")
     except FileExistsError as e:
         raise CLIError(str(e)) from None
+    runs = [r for f in args.steps or () for r in read_steps_csv(f)]  # file:line errors
+    workload = _step_workload(args) if runs else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
-        profile = calibrate(
-            args.files,
-            prior_preset=args.prior_preset,
-            statistic=args.statistic,
-            holdout=args.holdout,
-            n_regimes=args.regimes,
-            seed=args.seed,
-            progress=sys.stderr.isatty() and not args.json,
-            in_place=args.in_place.replace("-", "_"),
-        )
+        if args.files:
+            profile = calibrate(
+                args.files,
+                prior_preset=args.prior_preset,
+                statistic=args.statistic,
+                holdout=args.holdout,
+                n_regimes=args.regimes,
+                seed=args.seed,
+                progress=sys.stderr.isatty() and not args.json,
+                in_place=args.in_place.replace("-", "_"),
+            )
+        else:
+            network, device = parse_prior_preset(args.prior_preset)
+            try:
+                profile = Profile.from_preset(network, device)
+            except ValueError as e:
+                raise UsageError(f"--preset/--device: {e}") from None
+        if runs:
+            profile = fit_steps(runs, workload, profile)
     try:
         profile.save(out, overwrite=args.overwrite)
     except FileExistsError as e:
@@ -181,8 +282,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"ddltune {NAME}: warning: {w.message}", file=sys.stderr)
     if args.json:
         print_json(_summary(profile, out))
+    elif not args.files:
+        _print_steps(profile)
+        print(f"\nwrote {out}")
     else:
         _print_text(profile, out)
+        if runs:
+            print()
+            _print_steps(profile)
     return 0
 
 
@@ -203,7 +310,54 @@ def _summary(profile, out: Path) -> dict:
         "parameters": profile.parameter_table(),
         "warnings": profile.warnings,
         "notes": profile.notes,
+        "steps": profile.fit.get("steps"),
     }
+
+
+#: How a step term is shown: its physical name, unit and the transform of its leaf.
+_STEP_TERM_SHOWN = {
+    "log_flops": ("compute throughput", "FLOP/s"),
+    "log_step_overhead": ("per-step overhead", "s"),
+    "logit_interference": ("backward slowdown under overlap", ""),
+}
+
+
+def _print_steps(profile) -> None:
+    """The runs (measured against fitted) and the step terms, with what the runs identify."""
+    import math
+
+    from tuner import format_percent
+
+    st = profile.fit["steps"]
+    rows = [["run", "architecture", "workers", "per node", "batch", "measured", "fitted", "error"]]
+    for r in st["rows"]:
+        rows.append(
+            [
+                f"{r['file']}:{r['line']}",
+                r["architecture"],
+                str(r["workers"]),
+                str(r["ranks_per_node"]),
+                str(r["batch_size"]),
+                format_seconds(r["measured_s"]),
+                format_seconds(r["fitted_s"]),
+                f"{100 * (r['fitted_s'] / r['measured_s'] - 1):+.1f}%",
+            ]
+        )
+    print(f"training runs fitted: {st['runs']} (step time per run)")
+    _table(rows)
+    rows = [["term", "value", "prior", "identified"]]
+    for leaf, t in st["terms"].items():
+        name, unit = _STEP_TERM_SHOWN[leaf]
+
+        def show(x, unit=unit, leaf=leaf):
+            if leaf == "logit_interference":
+                return format_percent(1.0 / (1.0 + math.exp(-x)))
+            v = math.exp(x)
+            return format_seconds(v) if unit == "s" else f"{v / 1e12:.3g} TFLOP/s"
+
+        rows.append([name, show(t["value"]), show(t["prior"]), "yes" if t["identified"] else "no"])
+    print("\nstep terms (not identified: the runs cannot tell it apart, it stays near the prior):")
+    _table(rows)
 
 
 def _series_label(s: dict) -> str:

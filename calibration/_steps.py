@@ -1,0 +1,371 @@
+"""Calibration on training steps: observed step times as data for the iteration model.
+
+People who would use ddltune often have numbers from real training already:
+throughput at a few GPU counts, a vendor's scaling table, step times from
+their logs. :func:`read_steps_csv` reads such observations, one run per line;
+:func:`fit_steps` fits the terms of the iteration model that a training step
+has and microbenchmarks do not see, on top of a base profile (a microbenchmark
+calibration, or datasheet presets), and returns a :class:`Profile` that
+``predict``, ``recommend`` and ``report`` read as any other.
+
+The terms (leaves of :class:`costmodel.ClusterParams`, all already used by
+:func:`costmodel.iteration_time`):
+
+* ``log_flops`` — the effective compute throughput of one device (the step's
+  forward + backward FLOPs over it), which the 1-worker rows pin down;
+* ``log_step_overhead`` — a fixed per-step overhead (data loading, optimizer
+  bookkeeping, launch gaps), paid at every worker count;
+* ``logit_interference`` — how much backward compute slows while gradient
+  buckets are exchanged under it (0..1), visible only where an overlapping
+  architecture communicates.
+
+Every other leaf stays at the base profile. The objective is the calibration's
+(:mod:`calibration._fit`): a Huber loss on log step time (δ =
+:data:`HUBER_DELTA`) plus the base profile's Gaussian prior on each term
+(its posterior where the base measured it, the preset's prior otherwise). It is
+minimised by Levenberg–Marquardt on iteratively reweighted residuals, the
+Jacobian by central differences of the numpy model (all 2P + 1 parameter sets
+in one batched call per architecture: a handful of terms, nothing to compile);
+the covariance is the same Laplace approximation as the microbenchmark fit
+(:func:`calibration._fit._laplace`). A term the rows cannot move keeps its
+prior variance and is reported as not identified.
+
+CSV format (header required; ``#`` lines and blank lines ignored; one run per
+line): ``workers`` (all data-parallel ranks), ``ranks_per_node``,
+``batch_size`` (per worker), and ``samples_per_s`` (all workers together) or
+``step_time_s``; optional ``architecture`` (default ``ring``), ``servers``
+(default 1), ``colocated`` (true/false, default false) and ``bucket_bytes``
+(default 25 MiB, PyTorch DDP's; units such as ``25M`` accepted).
+
+References:
+    Huber 1964; Nocedal & Wright 2006 (Levenberg–Marquardt, §10.3); Pollux
+    (Qiao et al., OSDI 2021) and Horovod's autotuner fit such terms online, on
+    live steps — this fits them offline, from a handful of runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+from costmodel import (
+    ARCHITECTURE_NAMES,
+    DEFAULT_BUCKET_BYTES,
+    InputFileError,
+    iteration_time,
+    parse_bytes,
+    read_text_bounded,
+)
+
+from ._fit import HUBER_DELTA, _laplace
+from ._layout import ParamLayout
+from ._profile import Profile
+
+__all__ = ["STEP_TERMS", "read_steps_csv", "fit_steps", "step_time"]
+
+#: The leaves a step fit moves (field names of :class:`costmodel.ClusterParams`).
+STEP_TERMS = ("log_flops", "log_step_overhead", "logit_interference")
+
+_REQUIRED = ("workers", "ranks_per_node", "batch_size")
+_OPTIONAL = ("architecture", "servers", "colocated", "bucket_bytes")
+_TIMES = ("samples_per_s", "step_time_s")
+_TRUE, _FALSE = {"true", "yes", "1"}, {"false", "no", "0", ""}
+_JAC_STEP = 1e-5
+_MAX_ITER = 60
+#: A steps file larger than this is refused (a table of runs is a few KiB).
+_MAX_STEPS_FILE_BYTES = 16 << 20
+
+
+def read_steps_csv(path) -> list[dict]:
+    """Observed training runs from a CSV file (format: the module docstring).
+
+    Args:
+        path: the file.
+
+    Returns:
+        One dict per run: ``workers``, ``ranks_per_node``, ``batch_size``,
+        ``architecture``, ``servers``, ``colocated``, ``bucket_bytes`` (bytes),
+        ``step_time_s`` (seconds; from ``samples_per_s`` as
+        workers × batch_size / samples_per_s), ``file``, ``line``.
+
+    Raises:
+        InputFileError: naming the file, the line and the column: a missing
+            header or required column, a value that is not a positive number
+            (an integer where a count is meant), an unknown architecture,
+            neither time column given, or no run at all.
+    """
+    path = Path(path)
+    text = read_text_bounded(path, _MAX_STEPS_FILE_BYTES, what="steps file")
+    lines = [(i, ln) for i, ln in enumerate(text.splitlines(), 1)]
+    body = [(i, ln) for i, ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    if not body:
+        raise InputFileError(path, None, "no header line: expected a CSV header such as "
+                             "'workers,ranks_per_node,batch_size,samples_per_s'")  # fmt: skip
+    head_line, header = body[0]
+    cols = [c.strip().lower() for c in next(csv.reader(io.StringIO(header)))]
+    known = set(_REQUIRED + _OPTIONAL + _TIMES)
+    unknown = [c for c in cols if c not in known]
+    if unknown:
+        raise InputFileError(
+            path, head_line, f"unknown column {unknown[0]!r}; the columns are "
+            f"{', '.join(_REQUIRED + _TIMES + _OPTIONAL)}"
+        )  # fmt: skip
+    for c in _REQUIRED:
+        if c not in cols:
+            raise InputFileError(path, head_line, f"the header has no {c!r} column")
+    if not any(c in cols for c in _TIMES):
+        raise InputFileError(
+            path, head_line, "the header needs a 'samples_per_s' or a 'step_time_s' column"
+        )
+    runs = []
+    for line, raw in body[1:]:
+        values = next(csv.reader(io.StringIO(raw)))
+        if len(values) != len(cols):
+            raise InputFileError(
+                path, line, f"{len(values)} values for {len(cols)} columns ({', '.join(cols)})"
+            )
+        row = {c: v.strip() for c, v in zip(cols, values, strict=True)}
+        runs.append(_run(path, line, row))
+    if not runs:
+        raise InputFileError(path, head_line, "a header but no run below it")
+    return runs
+
+
+def _run(path, line, row: dict) -> dict:
+    def number(col, integer=False, default=None):
+        text = row.get(col, "")
+        if text == "" and default is not None:
+            return default
+        try:
+            v = float(text)
+        except ValueError:
+            raise InputFileError(path, line, f"{col}: expected a number, got {text!r}") from None
+        if not math.isfinite(v) or v <= 0 or (integer and v != int(v)):
+            what = "a positive integer" if integer else "a positive number"
+            raise InputFileError(path, line, f"{col}: expected {what}, got {text!r}")
+        return int(v) if integer else v
+
+    arch = row.get("architecture") or "ring"
+    if arch not in ARCHITECTURE_NAMES:
+        raise InputFileError(
+            path, line, f"architecture: unknown {arch!r}; valid: {', '.join(ARCHITECTURE_NAMES)}"
+        )
+    coloc = row.get("colocated", "").lower()
+    if coloc not in _TRUE | _FALSE:
+        raise InputFileError(path, line, f"colocated: expected true or false, got {coloc!r}")
+    bucket = row.get("bucket_bytes", "")
+    try:
+        bucket_bytes = float(parse_bytes(bucket)) if bucket else float(DEFAULT_BUCKET_BYTES)
+    except ValueError as e:
+        raise InputFileError(path, line, f"bucket_bytes: {e}") from None
+    n = number("workers", integer=True)
+    g = number("ranks_per_node", integer=True)
+    b = number("batch_size", integer=True)
+    if row.get("step_time_s"):
+        t = number("step_time_s")
+    elif row.get("samples_per_s"):
+        t = n * b / number("samples_per_s")
+    else:
+        raise InputFileError(path, line, "neither samples_per_s nor step_time_s is given")
+    return {
+        "workers": n,
+        "ranks_per_node": g,
+        "batch_size": b,
+        "architecture": arch,
+        "servers": number("servers", integer=True, default=1),
+        "colocated": coloc in _TRUE,
+        "bucket_bytes": bucket_bytes,
+        "step_time_s": t,
+        "file": str(path),
+        "line": line,
+    }
+
+
+def step_time(params, workload, runs: list[dict]) -> np.ndarray:
+    """Predicted step time of every run, seconds: :func:`costmodel.iteration_time`.
+
+    Args:
+        params: :class:`costmodel.ClusterParams` with numpy leaves, or a batch
+            of D parameter sets (``ClusterParams.from_flat`` of (D, P)).
+        workload: the model trained (:class:`costmodel.Workload`).
+        runs: from :func:`read_steps_csv`.
+
+    Returns:
+        (N,) seconds, or (D, N) for a batch; one numpy call per architecture.
+    """
+    out = None
+    groups: dict = {}
+    for i, r in enumerate(runs):
+        groups.setdefault((r["architecture"], r["colocated"]), []).append(i)
+    for (arch, coloc), rows in groups.items():
+        col = {k: np.asarray([runs[i][k] for i in rows], dtype=np.float64) for k in
+               ("workers", "ranks_per_node", "servers", "bucket_bytes", "batch_size")}  # fmt: skip
+        t = iteration_time(
+            params,
+            workload,
+            arch,
+            col["workers"],
+            ranks_per_node=col["ranks_per_node"],
+            servers=col["servers"],
+            bucket_bytes=col["bucket_bytes"],
+            batch_size=col["batch_size"],
+            colocated=coloc,
+        ).iteration_s
+        t = np.asarray(t, dtype=np.float64)
+        if out is None:
+            out = np.zeros(t.shape[:-1] + (len(runs),))
+        out[..., rows] = t
+    return out
+
+
+def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
+    """Fit the step terms (:data:`STEP_TERMS`) to observed runs, on top of ``base``.
+
+    Args:
+        runs: from :func:`read_steps_csv` (≥ 1).
+        workload: the model the runs trained (its batch is each run's own).
+        base: the profile the other parameters come from (a microbenchmark
+            calibration, or :meth:`Profile.from_preset`); its values and
+            covariance are the terms' prior.
+
+    Returns:
+        A new :class:`Profile`: ``base``'s parameters with the fitted terms,
+        its covariance with the terms' block replaced by their posterior (cross
+        terms zero), ``fit["steps"]`` (rows with measured and fitted time, the
+        terms with prior and posterior), ``measured_ranges`` widened to the
+        runs' ``num_ranks`` and ``ranks_per_node``, the runs' log residuals in
+        ``validation["train_log_residuals"]`` when ``base`` has none.
+
+    Raises:
+        ValueError: no runs.
+    """
+    if not runs:
+        raise ValueError("no training runs to fit")
+    layout = ParamLayout(base.params.n_regimes)
+    idx = np.concatenate([np.arange(layout.size)[layout.slices[f]] for f in STEP_TERMS])
+    theta0 = np.asarray(base.params.flat(), dtype=np.float64)
+    mu = theta0[idx]
+    sd = np.sqrt(np.clip(np.diag(base.covariance)[idx], 1e-12, None))
+    logt = np.log([r["step_time_s"] for r in runs])
+    template = base.params.to_numpy()
+
+    def log_pred(phis: np.ndarray) -> np.ndarray:  # (D, p) -> (D, N)
+        th = np.repeat(theta0[None], len(phis), axis=0)
+        th[:, idx] = phis
+        return np.log(step_time(template.from_flat(th), workload, runs))
+
+    def jac(phi):
+        h = _JAC_STEP * np.maximum(1.0, np.abs(phi))
+        pts = np.vstack([phi[None], phi + np.diag(h), phi - np.diag(h)])
+        lp = log_pred(pts)
+        p = len(phi)
+        return lp[0], ((lp[1 : p + 1] - lp[p + 1 :]) / (2 * h)[:, None]).T
+
+    phi, lam = mu.copy(), 1e-3
+    d = HUBER_DELTA
+
+    def objective(r, phi):
+        a = np.abs(r)
+        hub = np.where(a <= d, 0.5 * r * r, d * (a - 0.5 * d)) / (d * d)
+        return float(np.sum(hub) + 0.5 * np.sum(((phi - mu) / sd) ** 2))
+
+    lp, J = jac(phi)
+    r = lp - logt
+    f = objective(r, phi)
+    for _ in range(_MAX_ITER):  # Levenberg–Marquardt on Huber-reweighted residuals
+        w = np.minimum(1.0, d / np.maximum(np.abs(r), 1e-300)) / (d * d)
+        H = J.T @ (w[:, None] * J) + np.diag(1.0 / sd**2)
+        g = J.T @ (w * r) + (phi - mu) / sd**2
+        step = np.linalg.solve(H + lam * np.diag(np.diag(H)), -g)
+        cand = phi + step
+        lp_c = log_pred(cand[None])[0]
+        f_c = objective(lp_c - logt, cand)
+        if np.isfinite(f_c) and f_c <= f:
+            phi, f, lam = cand, f_c, max(lam / 10, 1e-9)
+            lp, J = jac(phi)
+            r = lp - logt
+            if np.max(np.abs(step)) < 1e-8:
+                break
+        else:
+            lam *= 10
+            if lam > 1e10:
+                break
+    cov_p, scale, p_eff = _laplace(J, r, sd, np.ones(len(phi), dtype=bool))
+    theta = theta0.copy()
+    theta[idx] = phi
+    cov = np.array(base.covariance, dtype=np.float64)
+    cov[idx, :] = 0.0
+    cov[:, idx] = 0.0
+    cov[np.ix_(idx, idx)] = cov_p
+    params = template.from_flat(theta)
+    return _profile(base, params, cov, runs, np.exp(lp), r, mu, sd, phi, cov_p, scale, p_eff)
+
+
+def _profile(base, params, cov, runs, fitted, r, mu, sd, phi, cov_p, scale, p_eff) -> Profile:
+    """The new profile: ``base`` with the step fit's parameters, covariance and records."""
+    names = [f for f in STEP_TERMS]
+    post_sd = np.sqrt(np.clip(np.diag(cov_p), 0.0, None))
+    terms = {
+        n: {
+            "value": float(v),
+            "prior": float(m),
+            "prior_sd": float(s0),
+            "posterior_sd": float(s1),
+            "identified": bool(s1 < 0.1 and s1 < 0.5 * s0),
+        }
+        for n, v, m, s0, s1 in zip(names, phi, mu, sd, post_sd, strict=True)
+    }
+    rows = [
+        {k: run[k] for k in ("file", "line", "architecture", "workers", "ranks_per_node",
+                             "servers", "colocated", "bucket_bytes", "batch_size")}
+        | {"measured_s": run["step_time_s"], "fitted_s": float(t), "log_residual": float(e)}
+        for run, t, e in zip(runs, fitted, r, strict=True)
+    ]  # fmt: skip
+    fit = dict(base.fit)
+    fit["steps"] = {
+        "runs": len(runs),
+        "terms": terms,
+        "residual_scale": scale,
+        "effective_parameters": p_eff,
+        "rows": rows,
+        "files": sorted({run["file"] for run in runs}),
+    }
+    validation = dict(base.validation)
+    if not validation.get("train_log_residuals") and not validation.get("heldout_log_residuals"):
+        validation["train_log_residuals"] = [float(e) for e in r]
+        fit.setdefault("effective_parameters", p_eff)
+    mr = dict(base.measured_ranges)
+    for key, vals in (
+        ("num_ranks", [run["workers"] for run in runs]),
+        ("ranks_per_node", [min(run["ranks_per_node"], run["workers"]) for run in runs]),
+    ):
+        old = (
+            mr.get(key) if isinstance(mr.get(key), list | tuple) and len(mr.get(key)) == 2 else None
+        )
+        lo, hi = min(vals), max(vals)
+        mr[key] = [min(lo, old[0]), max(hi, old[1])] if old else [lo, hi]
+    notes = list(base.notes) + [
+        f"step terms fitted on {len(runs)} training run(s): "
+        + ", ".join(f"{n} {'identified' if t['identified'] else 'not identified'}"
+                    for n, t in terms.items())
+    ]  # fmt: skip
+    prov = dict(base.provenance)
+    prov["steps"] = fit["steps"]["files"]
+    return Profile(
+        params=params,
+        covariance=cov,
+        leaf_names=base.leaf_names,
+        prior=base.prior,
+        fit=fit,
+        validation=validation,
+        measured_ranges=mr,
+        reliable=base.reliable,
+        heldout_p90=base.heldout_p90,
+        provenance=prov,
+        warnings=base.warnings,
+        notes=notes,
+    )

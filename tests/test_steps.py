@@ -1,0 +1,210 @@
+"""Calibration on observed training steps (issue 23): the CSV, the fit, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import equinox as eqx
+import numpy as np
+import pytest
+
+from calibration import STEP_TERMS, Profile, fit_steps, read_steps_csv, step_time
+from costmodel import InputFileError, get_workload
+from tuner.cli import main
+
+W = get_workload("resnet50", 64)
+
+
+def _truth(base: Profile, flops_scale=0.6, overhead=0.03, interference=0.3):
+    p0 = base.params.to_numpy()
+    return eqx.tree_at(
+        lambda m: (m.log_flops, m.log_step_overhead, m.logit_interference),
+        p0,
+        (
+            p0.log_flops + math.log(flops_scale),
+            np.float64(math.log(overhead)),
+            np.float64(math.log(interference / (1 - interference))),
+        ),
+    )
+
+
+def _runs(truth, design, noise=0.01, seed=0, arch="ring"):
+    runs = [
+        {
+            "workers": n,
+            "ranks_per_node": 8,
+            "batch_size": b,
+            "architecture": arch,
+            "servers": 1,
+            "colocated": False,
+            "bucket_bytes": 25.0 * 2**20,
+            "file": "synthetic",
+            "line": i + 1,
+        }
+        for i, (n, b) in enumerate(design)
+    ]
+    t = step_time(truth, W, runs)
+    t = t * np.exp(noise * np.random.default_rng(seed).normal(size=t.shape))
+    for r, x in zip(runs, t, strict=True):
+        r["step_time_s"] = float(x)
+    return runs
+
+
+DESIGN = [(1, 16), (1, 64), (2, 64), (4, 64), (8, 64), (16, 64), (16, 16)]
+
+
+def test_round_trip_recovers_compute_and_overhead_from_seeded_noisy_steps():
+    """Steps generated from known terms (1% noise) on 10 GbE: two batch sizes at one worker
+    separate FLOP rate and overhead; both come back (3% and 15%), each marked identified."""
+    base = Profile.from_preset("ethernet-10g", "v100")
+    truth = _truth(base)
+    prof = fit_steps(_runs(truth, DESIGN), W, base)
+    terms = prof.fit["steps"]["terms"]
+    assert math.exp(terms["log_flops"]["value"]) == pytest.approx(
+        float(truth.flops_per_s), rel=0.03
+    )
+    assert math.exp(terms["log_step_overhead"]["value"]) == pytest.approx(0.03, rel=0.15)
+    assert terms["log_flops"]["identified"] and terms["log_step_overhead"]["identified"]
+    # the profile predicts the runs it was fitted on to within the noise
+    rows = prof.fit["steps"]["rows"]
+    assert max(abs(r["fitted_s"] / r["measured_s"] - 1) for r in rows) < 0.05
+    # and its parameters are the fitted ones (what predict/recommend read)
+    got = step_time(
+        prof.params.to_numpy(), W, [dict(r, step_time_s=1.0) for r in _runs(truth, DESIGN)]
+    )
+    np.testing.assert_allclose(got, [r["fitted_s"] for r in rows], rtol=1e-9)
+
+
+def test_terms_the_runs_cannot_see_stay_exactly_at_the_prior():
+    """One worker only (no communication): the backward slowdown under overlap does not enter
+    the step, so it keeps its prior value and variance and is not identified; the base
+    profile's other parameters and covariance are untouched."""
+    base = Profile.from_preset("ethernet-10g", "v100")
+    prof = fit_steps(_runs(_truth(base), [(1, 16), (1, 32), (1, 64)]), W, base)
+    t = prof.fit["steps"]["terms"]["logit_interference"]
+    assert t["value"] == t["prior"] and t["posterior_sd"] == pytest.approx(t["prior_sd"])
+    assert not t["identified"]
+    lay = prof._layout
+    moved = np.concatenate([np.arange(lay.size)[lay.slices[f]] for f in STEP_TERMS])
+    keep = np.setdiff1d(np.arange(lay.size), moved)
+    np.testing.assert_array_equal(prof.params.flat()[keep], base.params.flat()[keep])
+    np.testing.assert_array_equal(
+        prof.covariance[np.ix_(keep, keep)], base.covariance[np.ix_(keep, keep)]
+    )
+    assert prof.measured_ranges["num_ranks"] == [1, 1]
+
+
+def test_profile_with_steps_round_trips_through_json(tmp_path):
+    base = Profile.from_preset("ethernet-10g", "v100")
+    prof = fit_steps(_runs(_truth(base), DESIGN), W, base)
+    path = prof.save(tmp_path / "p.json")
+    back = Profile.load(path)
+    assert back.fit["steps"]["terms"] == json.loads(json.dumps(prof.fit["steps"]["terms"]))
+    np.testing.assert_allclose(back.params.flat(), prof.params.flat(), rtol=1e-12)
+    assert back.measured_ranges["num_ranks"] == [1, 16]
+
+
+# ---------------------------------------------------------------------------- the CSV
+def test_csv_columns_defaults_and_throughput(tmp_path):
+    f = tmp_path / "runs.csv"
+    f.write_text(
+        "# from our logs\n"
+        "workers,ranks_per_node,batch_size,samples_per_s,architecture,bucket_bytes,colocated\n"
+        "\n"
+        "1,8,64,360,,,\n"
+        "16,8,64,4900,ps,4M,true\n"
+    )
+    a, b = read_steps_csv(f)
+    assert (a["architecture"], a["servers"], a["colocated"]) == ("ring", 1, False)
+    assert a["bucket_bytes"] == 25 * 2**20 and a["line"] == 4
+    assert a["step_time_s"] == pytest.approx(64 / 360)
+    assert b["step_time_s"] == pytest.approx(16 * 64 / 4900)
+    assert (b["architecture"], b["colocated"], b["bucket_bytes"]) == ("ps", True, 4 * 2**20)
+
+
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        ("", None, "no header"),
+        ("workers,batch_size,step_time_s\n1,64,0.2\n", 1, "'ranks_per_node'"),
+        ("workers,ranks_per_node,batch_size\n1,8,64\n", 1, "samples_per_s"),
+        ("workers,ranks_per_node,batch_size,step_time_s,gpus\n", 1, "unknown column 'gpus'"),
+        ("workers,ranks_per_node,batch_size,step_time_s\n", 1, "no run"),
+        ("workers,ranks_per_node,batch_size,step_time_s\n1.5,8,64,0.2\n", 2, "workers"),
+        ("workers,ranks_per_node,batch_size,step_time_s\n1,8,64,fast\n", 2, "step_time_s"),
+        ("workers,ranks_per_node,batch_size,step_time_s\n1,8,64,-1\n", 2, "step_time_s"),
+        ("workers,ranks_per_node,batch_size,step_time_s\n1,8,64\n", 2, "3 values for 4"),
+        ("workers,ranks_per_node,batch_size,samples_per_s\n1,8,64,\n", 2, "neither"),
+        (
+            "workers,ranks_per_node,batch_size,step_time_s,architecture\n1,8,64,0.2,allreduce\n",
+            2,
+            "architecture: unknown 'allreduce'",
+        ),
+        (
+            "workers,ranks_per_node,batch_size,step_time_s,bucket_bytes\n1,8,64,0.2,lots\n",
+            2,
+            "bucket_bytes",
+        ),
+    ],
+)
+def test_bad_csv_names_file_line_and_column(tmp_path, text, line, words):
+    f = tmp_path / "runs.csv"
+    f.write_text(text)
+    with pytest.raises(InputFileError) as e:
+        read_steps_csv(f)
+    assert e.value.line == line and words in str(e.value)
+    assert str(e.value).startswith(f"{f}:{line}:" if line else f"{f}:")
+
+
+# ---------------------------------------------------------------------------- the CLI
+def _csv(tmp_path, runs):
+    f = tmp_path / "runs.csv"
+    lines = ["workers,ranks_per_node,batch_size,step_time_s"]
+    lines += [
+        f"{r['workers']},{r['ranks_per_node']},{r['batch_size']},{r['step_time_s']!r}" for r in runs
+    ]
+    f.write_text("\n".join(lines) + "\n")
+    return f
+
+
+def test_cli_calibrate_steps_then_predict(tmp_path, capsys):
+    base = Profile.from_preset("ib-edr-100g,nvlink-v100", "v100")
+    runs = _runs(_truth(base, flops_scale=0.5, overhead=0.01), DESIGN[:-1])
+    f, out = _csv(tmp_path, runs), tmp_path / "p.json"
+    rc = main(["calibrate", "--steps", str(f), "--model", "resnet50",
+               "--preset", "ib-edr-100g,nvlink-v100", "--device", "v100", "-o", str(out)])  # fmt: skip
+    text = capsys.readouterr().out
+    assert rc == 0 and "compute throughput" in text and f"{f}:2" in text
+    fitted = {r["line"]: r["fitted_s"] for r in Profile.load(out).fit["steps"]["rows"]}
+    rc = main(["predict", "--profile", str(out), "--model", "resnet50", "--arch", "ring",
+               "--workers", "16,32", "--ranks-per-node", "8", "--json"])  # fmt: skip
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    rows = doc["rows"] if isinstance(doc, dict) else doc
+    by_n = {r["workers"]: r for r in rows}
+    # line 7 of the CSV is the run at 16 workers, batch 64: predict gives the fitted time
+    assert by_n[16]["iteration_s"] == pytest.approx(fitted[7], rel=1e-9)
+    assert "32 ranks were never measured" in cap.err + json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--steps", "R", "-o", "p.json"], "--steps needs the model"),
+        (["-o", "p.json"], "give measurement files"),
+        (["--steps", "R", "--model", "resnet50", "-o", "p.json"], "--preset NET"),
+        (
+            ["--steps", "R", "--model", "resnet50", "--device", "v100", "-o", "p.json"],
+            "--device goes",
+        ),
+        (["--steps", "R", "--model", "resnet50", "--preset", "nope", "-o", "p.json"], "--preset"),
+    ],
+)
+def test_cli_step_usage_errors_name_the_option(tmp_path, capsys, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "R").write_text("workers,ranks_per_node,batch_size,step_time_s\n1,8,64,0.2\n")
+    rc = main(["calibrate", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and "Traceback" not in err
+    assert not (tmp_path / "p.json").exists()
