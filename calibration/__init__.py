@@ -23,6 +23,8 @@ _EXPORTS = {
     "calibrate": "._fit",
     "STEP_TERMS": "._steps",
     "fit_steps": "._steps",
+    "read_steps": "._steps",
+    "read_step_records": "._steps",
     "read_steps_csv": "._steps",
     "step_time": "._steps",
     "default_prior_preset": "._fit",

@@ -46,6 +46,9 @@ PRIOR_SD = {
     "log_update": math.log(4.0),
     "logit_interference": 1.5,
     "log_memory": 0.1,
+    # communication in a step over its microbenchmark: issue 7 measured ~2× for an
+    # all-reduce inside a step; ×3 either way covers contention and hidden transfers
+    "log_step_comm": math.log(3.0),
 }
 _DEFAULT_SD = math.log(4.0)
 
@@ -65,6 +68,7 @@ _PHYSICAL = {
     "log_update": "update_s_per_byte",
     "logit_interference": "overlap_interference",
     "log_memory": "memory_bytes",
+    "log_step_comm": "step_comm_factor",
 }
 
 

@@ -461,7 +461,8 @@ class Profile:
             params = ClusterParams.from_dict(doc["params"])
         except ValueError as e:
             raise ValueError(f"'params': {e}") from None
-        m = _read_covariance(doc["covariance"], ParamLayout(params.n_regimes))
+        layout = ParamLayout(params.n_regimes)
+        m = _read_covariance(_with_new_leaves(doc["covariance"], layout), layout)
         if not isinstance(doc["reliable"], bool):
             raise ValueError(f"'reliable' must be true or false, got {doc['reliable']!r}")
         hp = doc.get("heldout_p90")
@@ -472,11 +473,10 @@ class Profile:
         for k in ("prior", "provenance"):
             if not isinstance(doc[k], dict):
                 raise ValueError(f"'{k}' must be an object")
-        cov = doc["covariance"]
         return cls(
             params=params,
             covariance=m,
-            leaf_names=cov["leaves"],
+            leaf_names=layout.names,
             prior=doc["prior"],
             fit=doc.get("fit") or {},
             validation=doc.get("validation") or {},
@@ -512,6 +512,36 @@ def _check_header(doc) -> None:
     missing = [k for k in _REQUIRED if k not in doc]
     if missing:
         raise ValueError(f"missing key(s) {', '.join(missing)}")
+
+
+#: Leaves added after profiles were first written: a file without them gets each
+#: at its prior variance, uncorrelated (its value comes from ClusterParams.from_dict's
+#: default, which leaves every prediction as the file's ddltune made it).
+_NEW_LEAVES = ("log_step_comm",)
+
+
+def _with_new_leaves(cov, layout: ParamLayout):
+    """``cov`` with the leaves of :data:`_NEW_LEAVES` it lacks appended (prior variance)."""
+    if not isinstance(cov, dict) or not isinstance(cov.get("leaves"), list):
+        return cov
+    names = list(cov["leaves"])
+    missing = [n for n in layout.names if n not in names]
+    if not missing or any(n.split("[")[0] not in _NEW_LEAVES for n in missing):
+        return cov
+    if names + missing != layout.names:
+        return cov
+    try:
+        m = np.asarray(cov["matrix"], dtype=np.float64)
+    except (TypeError, ValueError):
+        return cov
+    if m.shape != (len(names), len(names)):
+        return cov
+    sd = layout.prior_sd()
+    big = np.zeros((layout.size, layout.size))
+    big[: len(names), : len(names)] = m
+    for i in range(len(names), layout.size):
+        big[i, i] = sd[i] ** 2
+    return {"leaves": layout.names, "matrix": big.tolist()}
 
 
 def _read_covariance(cov, layout: ParamLayout) -> np.ndarray:

@@ -17,7 +17,12 @@ The terms (leaves of :class:`costmodel.ClusterParams`, all already used by
   bookkeeping, launch gaps), paid at every worker count;
 * ``logit_interference`` — how much backward compute slows while gradient
   buckets are exchanged under it (0..1), visible only where an overlapping
-  architecture communicates.
+  architecture communicates;
+* ``log_step_comm`` — the exchange inside a step over its collectives'
+  microbenchmark time (1: the same; issue 7 measured about 2× for an
+  all-reduce in a step), which is how the scaling curve bends: it multiplies
+  every architecture's communication, so the rows at a few worker counts set
+  it and the model carries it to the counts not run.
 
 Every other leaf stays at the base profile. The objective is the calibration's
 (:mod:`calibration._fit`): a Huber loss on log step time (δ =
@@ -47,6 +52,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from pathlib import Path
 
@@ -65,12 +71,21 @@ from ._fit import HUBER_DELTA, _laplace
 from ._layout import ParamLayout
 from ._profile import Profile
 
-__all__ = ["STEP_TERMS", "read_steps_csv", "fit_steps", "step_time"]
+__all__ = [
+    "STEP_TERMS",
+    "read_steps",
+    "read_steps_csv",
+    "read_step_records",
+    "fit_steps",
+    "step_time",
+]
 
 #: The leaves a step fit moves (field names of :class:`costmodel.ClusterParams`).
-STEP_TERMS = ("log_flops", "log_step_overhead", "logit_interference")
+STEP_TERMS = ("log_flops", "log_step_overhead", "logit_interference", "log_step_comm")
 
 _REQUIRED = ("workers", "ranks_per_node", "batch_size")
+_RECORD_FIELDS = ("architecture", "workers", "ranks_per_node", "batch_size", "servers",
+                  "bucket_bytes", "time_s")  # fmt: skip
 _OPTIONAL = ("architecture", "servers", "colocated", "bucket_bytes")
 _TIMES = ("samples_per_s", "step_time_s")
 _TRUE, _FALSE = {"true", "yes", "1"}, {"false", "no", "0", ""}
@@ -78,6 +93,67 @@ _JAC_STEP = 1e-5
 _MAX_ITER = 60
 #: A steps file larger than this is refused (a table of runs is a few KiB).
 _MAX_STEPS_FILE_BYTES = 16 << 20
+
+
+def read_steps(path) -> list[dict]:
+    """Training runs from a CSV (:func:`read_steps_csv`) or step records (:func:`read_step_records`).
+
+    A file whose first line that is not blank or a ``#`` comment starts with
+    ``{`` is JSON Lines; anything else is CSV. Errors as those functions raise.
+    """
+    path = Path(path)
+    text = read_text_bounded(path, _MAX_STEPS_FILE_BYTES, what="steps file")
+    first = next((ln.strip() for ln in text.splitlines()
+                  if ln.strip() and not ln.lstrip().startswith("#")), "")  # fmt: skip
+    return read_step_records(path) if first.startswith("{") else read_steps_csv(path)
+
+
+def read_step_records(path) -> list[dict]:
+    """Training runs from the ``kind: "step"`` records ``ddltune validate`` writes (JSON Lines).
+
+    The time of each run is the records' ``p10`` on CPU (timings there are
+    noisy upwards, as calibration fits) and the median elsewhere. Records of
+    other kinds (collectives, compute) are skipped; each run keeps the
+    record's ``model_spec`` (the harness model it trained).
+
+    Returns:
+        Runs as :func:`read_steps_csv` returns them, plus ``model_spec``.
+
+    Raises:
+        InputFileError: naming the file and line: a line that is not a JSON
+            object, a step record without one of the fields used or with a
+            non-positive value, or a file with no step record.
+    """
+    path = Path(path)
+    text = read_text_bounded(path, _MAX_STEPS_FILE_BYTES, what="steps file")
+    runs = []
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        try:
+            rec = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise InputFileError(path, line, f"not JSON: {e.msg}") from None
+        if not isinstance(rec, dict):
+            raise InputFileError(path, line, "a record must be a JSON object")
+        if rec.get("kind") != "step":
+            continue
+        missing = [k for k in _RECORD_FIELDS if k not in rec]
+        if missing:
+            raise InputFileError(path, line, f"step record without {', '.join(missing)}")
+        stats = rec["time_s"] if isinstance(rec["time_s"], dict) else {}
+        stat = "p10" if rec.get("backend") == "cpu" and "p10" in stats else "median"
+        t = stats.get(stat, stats.get("p10"))
+        row = {k: str(rec[k]) for k in ("workers", "ranks_per_node", "batch_size", "servers",
+                                         "bucket_bytes", "architecture")}  # fmt: skip
+        row["colocated"] = "true" if rec.get("colocated") else "false"
+        row["step_time_s"] = "" if t is None else repr(float(t))
+        run = _run(path, line, row)
+        run["model_spec"] = rec.get("model_spec")
+        runs.append(run)
+    if not runs:
+        raise InputFileError(path, None, "no training-step records (kind 'step') in this file")
+    return runs
 
 
 def read_steps_csv(path) -> list[dict]:
@@ -160,6 +236,8 @@ def _run(path, line, row: dict) -> dict:
     bucket = row.get("bucket_bytes", "")
     try:
         bucket_bytes = float(parse_bytes(bucket)) if bucket else float(DEFAULT_BUCKET_BYTES)
+        if bucket_bytes < 0:
+            raise ValueError(f"expected a size ≥ 0, got {bucket!r}")
     except ValueError as e:
         raise InputFileError(path, line, f"bucket_bytes: {e}") from None
     n = number("workers", integer=True)
@@ -265,7 +343,6 @@ def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
         p = len(phi)
         return lp[0], ((lp[1 : p + 1] - lp[p + 1 :]) / (2 * h)[:, None]).T
 
-    phi, lam = mu.copy(), 1e-3
     d = HUBER_DELTA
 
     def objective(r, phi):
@@ -273,27 +350,41 @@ def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
         hub = np.where(a <= d, 0.5 * r * r, d * (a - 0.5 * d)) / (d * d)
         return float(np.sum(hub) + 0.5 * np.sum(((phi - mu) / sd) ** 2))
 
-    lp, J = jac(phi)
-    r = lp - logt
-    f = objective(r, phi)
-    for _ in range(_MAX_ITER):  # Levenberg–Marquardt on Huber-reweighted residuals
-        w = np.minimum(1.0, d / np.maximum(np.abs(r), 1e-300)) / (d * d)
-        H = J.T @ (w[:, None] * J) + np.diag(1.0 / sd**2)
-        g = J.T @ (w * r) + (phi - mu) / sd**2
-        step = np.linalg.solve(H + lam * np.diag(np.diag(H)), -g)
-        cand = phi + step
-        lp_c = log_pred(cand[None])[0]
-        f_c = objective(lp_c - logt, cand)
-        if np.isfinite(f_c) and f_c <= f:
-            phi, f, lam = cand, f_c, max(lam / 10, 1e-9)
-            lp, J = jac(phi)
-            r = lp - logt
-            if np.max(np.abs(step)) < 1e-8:
-                break
-        else:
-            lam *= 10
-            if lam > 1e10:
-                break
+    def lm(phi):
+        """Levenberg–Marquardt on Huber-reweighted residuals from ``phi``."""
+        lam = 1e-3
+        lp, J = jac(phi)
+        r = lp - logt
+        f = objective(r, phi)
+        for _ in range(_MAX_ITER):
+            w = np.minimum(1.0, d / np.maximum(np.abs(r), 1e-300)) / (d * d)
+            H = J.T @ (w[:, None] * J) + np.diag(1.0 / sd**2)
+            g = J.T @ (w * r) + (phi - mu) / sd**2
+            step = np.linalg.solve(H + lam * np.diag(np.diag(H)), -g)
+            cand = phi + step
+            f_c = objective(log_pred(cand[None])[0] - logt, cand)
+            if np.isfinite(f_c) and f_c <= f:
+                phi, f, lam = cand, f_c, max(lam / 10, 1e-9)
+                lp, J = jac(phi)
+                r = lp - logt
+                if np.max(np.abs(step)) < 1e-8:
+                    break
+            else:
+                lam *= 10
+                if lam > 1e10:
+                    break
+        return f, phi, lp, J, r
+
+    # Starts: the prior, and a per-step overhead of 10% and 40% of the fastest step
+    # (a small overhead moves a step's log time little, so from a 1 ms prior the
+    # descent can settle where the other terms absorb it).
+    over = STEP_TERMS.index("log_step_overhead")
+    starts = [mu.copy()]
+    for share in (0.1, 0.4):
+        s0 = mu.copy()
+        s0[over] = math.log(share * float(np.exp(logt.min())))
+        starts.append(s0)
+    f, phi, lp, J, r = min((lm(s0) for s0 in starts), key=lambda x: x[0])
     cov_p, scale, p_eff = _laplace(J, r, sd, np.ones(len(phi), dtype=bool))
     theta = theta0.copy()
     theta[idx] = phi

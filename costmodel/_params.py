@@ -53,7 +53,12 @@ PARAMETER_UNITS = {
     "update_s_per_byte": "s/byte",
     "overlap_interference": "1",
     "memory_bytes": "bytes",
+    "step_comm_factor": "1",
 }
+
+#: Keys :meth:`ClusterParams.from_dict` accepts missing (profiles written before them),
+#: with the value that leaves every prediction as it was.
+_OPTIONAL_KEYS = {"step_comm_factor": 1.0}
 
 
 def _pair(x, name: str) -> np.ndarray:
@@ -101,6 +106,11 @@ class ClusterParams(eqx.Module):
     * ``logit_interference`` (): fraction by which backward compute slows while
       communication overlaps it.
     * ``log_memory`` (): device memory, bytes (not fitted; used by the tuner).
+    * ``log_step_comm`` (): communication inside a training step over the same
+      collectives' isolated (microbenchmark) time; 1 = the same. Multiplies every
+      architecture's exchange in :func:`costmodel.iteration_time`, never a
+      collective's own time, so microbenchmarks leave it at its prior and only
+      training steps fit it (issue 7 measured about 2× for an all-reduce in a step).
 
     Example:
         >>> p = ClusterParams.create(alpha_s=(5e-6, 20e-6), beta_s_per_byte=(1e-11, 1e-9))
@@ -124,6 +134,7 @@ class ClusterParams(eqx.Module):
     log_update: Float[Array, ""]
     logit_interference: Float[Array, ""]
     log_memory: Float[Array, ""]
+    log_step_comm: Float[Array, ""]
     n_regimes: int = eqx.field(static=True, default=1)
 
     @classmethod
@@ -147,6 +158,7 @@ class ClusterParams(eqx.Module):
         update_s_per_byte: float = 5 / 900e9,
         overlap_interference: float = 0.05,
         memory_bytes: float = 16 * 1024**3,
+        step_comm_factor: float = 1.0,
     ) -> ClusterParams:
         """Build parameters from physical values (SI units).
 
@@ -172,6 +184,8 @@ class ClusterParams(eqx.Module):
             update_s_per_byte: optimizer update time per parameter byte, > 0.
             overlap_interference: fraction in (0, 1).
             memory_bytes: device memory, bytes, > 0.
+            step_comm_factor: communication in a training step over its
+                microbenchmark time, > 0 (1: the same).
 
         Raises:
             ValueError: on any non-finite, non-positive or out-of-range value,
@@ -221,6 +235,7 @@ class ClusterParams(eqx.Module):
             log_update=f(math.log(_pos(update_s_per_byte, "update_s_per_byte"))),
             logit_interference=f(math.log(interference / (1.0 - interference))),
             log_memory=f(math.log(_pos(memory_bytes, "memory_bytes"))),
+            log_step_comm=f(math.log(_pos(step_comm_factor, "step_comm_factor"))),
             n_regimes=R,
         )
 
@@ -393,6 +408,11 @@ class ClusterParams(eqx.Module):
         """Device memory, bytes."""
         return self._xp.exp(self.log_memory)
 
+    @property
+    def step_comm_factor(self) -> Float[Array, ""]:
+        """Communication in a training step over its microbenchmark time (1: the same)."""
+        return self._xp.exp(self.log_step_comm)
+
     # ---- derived functions of the parameters ------------------------------------
     def core_share(self, ranks_per_node: Float[Array, "*b"]) -> Float[Array, "*b"]:
         """Slowdown of g ranks sharing one node's cores: softmax₂(1, g / s), ≥ 1.
@@ -482,6 +502,7 @@ class ClusterParams(eqx.Module):
             "update_s_per_byte": tolist(self.update_s_per_byte),
             "overlap_interference": tolist(self.overlap_interference),
             "memory_bytes": tolist(self.memory_bytes),
+            "step_comm_factor": tolist(self.step_comm_factor),
         }
 
     @classmethod
@@ -494,7 +515,7 @@ class ClusterParams(eqx.Module):
         """
         if not isinstance(d, Mapping):
             raise ValueError(f"parameters must be a JSON object, got {type(d).__name__}")
-        need = [k for k in PARAMETER_UNITS if k not in d] + (
+        need = [k for k in PARAMETER_UNITS if k not in d and k not in _OPTIONAL_KEYS] + (
             ["n_regimes"] if "n_regimes" not in d else []
         )
         if need:
@@ -522,6 +543,7 @@ class ClusterParams(eqx.Module):
                 update_s_per_byte=d["update_s_per_byte"],
                 overlap_interference=d["overlap_interference"],
                 memory_bytes=d["memory_bytes"],
+                step_comm_factor=d.get("step_comm_factor", 1.0),
             ).replace_sharpness(d["regime_sharpness"])
         except (TypeError, ValueError) as e:
             raise ValueError(f"invalid parameters: {e}") from None
@@ -540,7 +562,7 @@ class ClusterParams(eqx.Module):
         Keys: ``alpha`` / ``alpha_intra`` / ``alpha_inter``, ``beta`` /
         ``beta_intra`` / ``beta_inter`` (inverse bandwidth: a 2× faster network is
         ``beta_inter=0.5``), ``node_beta``, ``gamma``, ``call_overhead``,
-        ``flops``, ``step_overhead``, ``update``, ``memory``.
+        ``flops``, ``step_overhead``, ``update``, ``memory``, ``step_comm``.
 
         Raises:
             ValueError: on an unknown key or a factor that is not finite and > 0.
@@ -566,6 +588,7 @@ class ClusterParams(eqx.Module):
             "step_overhead": ("log_step_overhead", None),
             "update": ("log_update", None),
             "memory": ("log_memory", None),
+            "step_comm": ("log_step_comm", None),
         }
         out = self
         for key, factor in factors.items():
@@ -607,6 +630,7 @@ _PHYSICAL_PROPERTIES = (
     "update_s_per_byte",
     "overlap_interference",
     "memory_bytes",
+    "step_comm_factor",
 )
 
 

@@ -107,8 +107,8 @@ def _core(
         zero, ref = xp.zeros_like(wt.total_bytes), wt.total_bytes
 
         def coeffs(phase):
-            a = phase(params, zero, n, g, k)
-            return a, (phase(params, ref, n, g, k) - a) / ref
+            a = _in_step(params, phase(params, zero, n, g, k))
+            return a, (_in_step(params, phase(params, ref, n, g, k)) - a) / ref
 
         (a1, b1), (a2, b2) = coeffs(arch.phase1_s), coeffs(arch.phase2_s)
         count_suffix, bytes_suffix = suffix
@@ -120,7 +120,7 @@ def _core(
                 arch.phase1_s(params, eval_bytes, n, g, k),
                 arch.phase2_s(params, eval_bytes, n, g, k),
             )
-        c1, c2 = costs[0] * weights, costs[1] * weights
+        c1, c2 = _in_step(params, costs[0]) * weights, _in_step(params, costs[1]) * weights
         C1, C2 = xp.sum(c1, axis=0), xp.sum(c2, axis=0)
     if arch.overlaps:
         frac = xp.minimum(C1 / xp.maximum(bwd, 1e-30), 1.0)
@@ -149,6 +149,17 @@ def _core(
     count = count_suffix[0] if affine else xp.sum(weights, axis=0)
     fields = (fwd, bwd, C1 + C2, exposed, update, overhead, total, thr, eff, count)
     return Breakdown(*xp.broadcast_arrays(*fields))
+
+
+def _in_step(params: ClusterParams, seconds):
+    """An exchange's time inside a training step: its collectives' time × ``step_comm_factor``.
+
+    The bucketed timeline's one place for the factor (the sharded
+    architectures' schedule multiplies its gathers and reductions by the same
+    property). It is 1 unless training steps were fitted
+    (:func:`calibration.fit_steps`).
+    """
+    return seconds * params.step_comm_factor
 
 
 @eqx.filter_jit
@@ -560,8 +571,8 @@ def _schedule(params, arch, wt, sizes, ready_frac, suffix, n, g, k, batch, base_
     xp = xp_of(params, sizes)
     w = (sizes > 0).astype(sizes.dtype)
     bd = _core(params, arch, wt, sizes, w, ready_frac, n, g, k, batch, base_batch, False, suffix)
-    c1 = arch.phase1_s(params, sizes, n, g, k) * w
-    c2 = arch.phase2_s(params, sizes, n, g, k) * w
+    c1 = _in_step(params, arch.phase1_s(params, sizes, n, g, k)) * w
+    c2 = _in_step(params, arch.phase2_s(params, sizes, n, g, k)) * w
     if arch.overlaps:
         frac = xp.minimum(xp.sum(c1) / xp.maximum(bd.backward_s, 1e-30), 1.0)
         bwd_eff = bd.backward_s * (1.0 + params.overlap_interference * frac)

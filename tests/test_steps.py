@@ -16,15 +16,16 @@ from tuner.cli import main
 W = get_workload("resnet50", 64)
 
 
-def _truth(base: Profile, flops_scale=0.6, overhead=0.03, interference=0.3):
+def _truth(base: Profile, flops_scale=0.6, overhead=0.03, interference=0.3, comm=1.0):
     p0 = base.params.to_numpy()
     return eqx.tree_at(
-        lambda m: (m.log_flops, m.log_step_overhead, m.logit_interference),
+        lambda m: (m.log_flops, m.log_step_overhead, m.logit_interference, m.log_step_comm),
         p0,
         (
             p0.log_flops + math.log(flops_scale),
             np.float64(math.log(overhead)),
             np.float64(math.log(interference / (1 - interference))),
+            np.float64(math.log(comm)),
         ),
     )
 
@@ -51,21 +52,24 @@ def _runs(truth, design, noise=0.01, seed=0, arch="ring"):
     return runs
 
 
-DESIGN = [(1, 16), (1, 64), (2, 64), (4, 64), (8, 64), (16, 64), (16, 16)]
+DESIGN = [(1, 16), (1, 32), (1, 64), (2, 64), (4, 64), (8, 64), (16, 64), (4, 16), (16, 16)]
 
 
-def test_round_trip_recovers_compute_and_overhead_from_seeded_noisy_steps():
-    """Steps generated from known terms (1% noise) on 10 GbE: two batch sizes at one worker
-    separate FLOP rate and overhead; both come back (3% and 15%), each marked identified."""
+@pytest.mark.parametrize("comm", [1.0, 1.8])
+def test_round_trip_recovers_compute_overhead_and_in_step_comm_from_seeded_noisy_steps(comm):
+    """Steps generated from known terms (1% noise) on 10 GbE: three batch sizes at one
+    worker separate FLOP rate and overhead, the multi-worker rows set the in-step
+    communication factor; they come back within 3%, 15% and 10%."""
     base = Profile.from_preset("ethernet-10g", "v100")
-    truth = _truth(base)
+    truth = _truth(base, comm=comm)
     prof = fit_steps(_runs(truth, DESIGN), W, base)
     terms = prof.fit["steps"]["terms"]
     assert math.exp(terms["log_flops"]["value"]) == pytest.approx(
         float(truth.flops_per_s), rel=0.03
     )
     assert math.exp(terms["log_step_overhead"]["value"]) == pytest.approx(0.03, rel=0.15)
-    assert terms["log_flops"]["identified"] and terms["log_step_overhead"]["identified"]
+    assert math.exp(terms["log_step_comm"]["value"]) == pytest.approx(comm, rel=0.10)
+    assert terms["log_flops"]["identified"] and terms["log_step_comm"]["identified"]
     # the profile predicts the runs it was fitted on to within the noise
     rows = prof.fit["steps"]["rows"]
     assert max(abs(r["fitted_s"] / r["measured_s"] - 1) for r in rows) < 0.05
@@ -103,6 +107,43 @@ def test_profile_with_steps_round_trips_through_json(tmp_path):
     assert back.fit["steps"]["terms"] == json.loads(json.dumps(prof.fit["steps"]["terms"]))
     np.testing.assert_allclose(back.params.flat(), prof.params.flat(), rtol=1e-12)
     assert back.measured_ranges["num_ranks"] == [1, 16]
+
+
+def test_profile_written_before_the_step_comm_leaf_loads_with_it_at_one(tmp_path):
+    """A profile file without ``step_comm_factor`` (and its covariance without the leaf)
+    loads: the factor is 1, its variance the prior's, every prediction unchanged."""
+    base = Profile.from_preset("ethernet-10g", "v100")
+    doc = json.loads(base.to_json())
+    del doc["params"]["step_comm_factor"]
+    leaves = doc["covariance"]["leaves"]
+    i = leaves.index("log_step_comm")
+    doc["covariance"]["leaves"] = leaves[:i] + leaves[i + 1 :]
+    m = np.asarray(doc["covariance"]["matrix"])
+    doc["covariance"]["matrix"] = np.delete(np.delete(m, i, 0), i, 1).tolist()
+    f = tmp_path / "old.json"
+    f.write_text(json.dumps(doc))
+    old = Profile.load(f)
+    assert float(old.params.step_comm_factor) == 1.0
+    np.testing.assert_allclose(old.covariance, base.covariance, rtol=1e-9)
+    runs = [{"workers": 16, "ranks_per_node": 8, "batch_size": 64, "architecture": a,
+             "servers": 2, "colocated": False, "bucket_bytes": 2.0**20}
+            for a in ("ring", "ps", "fsdp")]  # fmt: skip
+    np.testing.assert_allclose(
+        step_time(old.params.to_numpy(), W, runs), step_time(base.params.to_numpy(), W, runs)
+    )
+
+
+def test_in_step_factor_scales_every_architectures_exchange():
+    """With the factor at 2, communication doubles for the bucketed and the sharded
+    families alike (compute, update and overhead unchanged)."""
+    from costmodel import iteration_time
+
+    p = Profile.from_preset("ethernet-10g", "v100").params.to_numpy()
+    p2 = p.scaled(step_comm=2.0)
+    for arch in ("ring", "ps", "p2p", "hierarchical", "fsdp", "zero2"):
+        a, b = (iteration_time(q, W, arch, 16, ranks_per_node=8, servers=2) for q in (p, p2))
+        assert float(b.communication_s) == pytest.approx(2 * float(a.communication_s), rel=1e-9)
+        assert float(b.backward_s) == float(a.backward_s) and float(b.update_s) == float(a.update_s)
 
 
 # ---------------------------------------------------------------------------- the CSV
@@ -176,22 +217,25 @@ def test_cli_calibrate_steps_then_predict(tmp_path, capsys):
                "--preset", "ib-edr-100g,nvlink-v100", "--device", "v100", "-o", str(out)])  # fmt: skip
     text = capsys.readouterr().out
     assert rc == 0 and "compute throughput" in text and f"{f}:2" in text
-    fitted = {r["line"]: r["fitted_s"] for r in Profile.load(out).fit["steps"]["rows"]}
+    fitted = {
+        (r["workers"], r["batch_size"]): r["fitted_s"]
+        for r in Profile.load(out).fit["steps"]["rows"]
+    }
     rc = main(["predict", "--profile", str(out), "--model", "resnet50", "--arch", "ring",
                "--workers", "16,32", "--ranks-per-node", "8", "--json"])  # fmt: skip
     cap = capsys.readouterr()
     doc = json.loads(cap.out)
     rows = doc["rows"] if isinstance(doc, dict) else doc
     by_n = {r["workers"]: r for r in rows}
-    # line 7 of the CSV is the run at 16 workers, batch 64: predict gives the fitted time
-    assert by_n[16]["iteration_s"] == pytest.approx(fitted[7], rel=1e-9)
+    # the run at 16 workers, batch 64: predict gives the fitted time
+    assert by_n[16]["iteration_s"] == pytest.approx(fitted[16, 64], rel=1e-9)
     assert "32 ranks were never measured" in cap.err + json.dumps(doc)
 
 
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["--steps", "R", "-o", "p.json"], "--steps needs the model"),
+        (["--steps", "R", "--preset", "ethernet-10g", "-o", "p.json"], "--steps needs the model"),
         (["-o", "p.json"], "give measurement files"),
         (["--steps", "R", "--model", "resnet50", "-o", "p.json"], "--preset NET"),
         (
@@ -208,3 +252,30 @@ def test_cli_step_usage_errors_name_the_option(tmp_path, capsys, monkeypatch, ar
     err = capsys.readouterr().err
     assert rc == 2 and words in err and "Traceback" not in err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_validate_step_records_calibrate_with_their_harness_model(tmp_path, capsys):
+    """``kind: "step"`` records (as ``ddltune validate`` writes them) are runs: p10 on CPU,
+    other kinds skipped, the harness model from ``model_spec`` (no --model needed)."""
+    spec = {"model": "mlp", "in": 64, "width": 128, "depth": 2, "classes": 10, "batch_size": 32}
+    recs = [{"schema": 1, "kind": "collective", "collective": "all_reduce"}]
+    for n, t in ((1, 0.010), (2, 0.014), (3, 0.017)):
+        recs.append({"schema": 1, "kind": "step", "architecture": "ring", "servers": 1,
+                     "colocated": False, "workers": n, "ranks_per_node": 1, "batch_size": 32,
+                     "bucket_bytes": 1 << 20, "time_s": {"p10": t, "median": 2 * t},
+                     "model_spec": spec, "backend": "cpu"})  # fmt: skip
+    f = tmp_path / "validation.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    out = tmp_path / "p.json"
+    rc = main(["calibrate", "--steps", str(f), "--preset", "ethernet-10g,shm", "--device", "cpu",
+               "-o", str(out), "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    rows = doc["steps"]["rows"]
+    assert [r["line"] for r in rows] == [2, 3, 4]
+    assert [r["measured_s"] for r in rows] == [0.010, 0.014, 0.017]  # p10, not the median
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"kind": "step", "workers": 2}) + "\n")
+    assert main(["calibrate", "--steps", str(bad), "--preset", "ethernet-10g", "-o",
+                 str(tmp_path / "q.json")]) != 0  # fmt: skip
+    assert f"{bad}:1: step record without" in capsys.readouterr().err

@@ -348,8 +348,10 @@ class FSDPArchitecture(AbstractArchitecture):
             serial order (every collective after the compute it follows).
         """
         xp = xp_of(params, fwd, bwd, s, w, r, n, g, k)
-        ag = self.gather_s(params, s, n, g, k) * w
-        gs = self.phase1_s(params, s, n, g, k) * w
+        # inside a training step: × step_comm_factor, as the bucketed timeline does
+        f = params.step_comm_factor
+        ag = self.gather_s(params, s, n, g, k) * f * w
+        gs = self.phase1_s(params, s, n, g, k) * f * w
         # units along the leading axis; every trailing axis is a configuration
         ag, gs = xp.broadcast_arrays(ag, gs)
         frac = xp.maximum(xp.diff(r, axis=0, prepend=xp.zeros_like(r[:1])), 0.0)

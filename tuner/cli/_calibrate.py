@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -38,8 +39,9 @@ Training steps people already have (--steps runs.csv: one run per line,
 header workers,ranks_per_node,batch_size and samples_per_s or step_time_s;
 optional architecture (default ring), servers, colocated, bucket_bytes
 (default 25M)) calibrate the terms a real step has and microbenchmarks do not
-see: the effective compute throughput, a fixed per-step overhead and how much
-backward slows under overlapped communication. They are fitted on top of the
+see: the effective compute throughput, a fixed per-step overhead, how much
+backward slows under overlapped communication, and how much slower (or
+faster) the exchange runs inside a step than in its microbenchmark. They are fitted on top of the
 measurement files' profile, or of the datasheet presets (--preset, --device)
 when no file is given; --model (or --layers/--hf-config) names what was
 trained. Terms the runs cannot separate stay at the prior and are reported as
@@ -117,8 +119,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--steps",
         action="append",
         metavar="RUNS.csv",
-        help="observed training runs, one per line (columns: the description above); "
-        "repeat for several files",
+        help="observed training runs: a CSV, one run per line (columns: the description "
+        "above), or the step records 'ddltune validate' writes (JSON Lines; their harness "
+        "model needs no --model); repeat for several files",
     )
     m = st.add_mutually_exclusive_group()
     add_model_arguments(m)
@@ -196,10 +199,6 @@ def _check_step_args(args) -> None:
     """Refuse combinations that cannot mean anything, naming the option."""
     if not args.files and not args.steps:
         raise UsageError("give measurement files (M.jsonl ...), --steps RUNS.csv, or both")
-    if args.steps and args.model is None and args.layers is None:
-        raise UsageError(
-            "--steps needs the model that was trained: --model, --layers or --hf-config"
-        )
     if not args.steps and (args.model or args.layers):
         raise UsageError("--model/--layers/--hf-config go with --steps (the runs' model)")
     if args.device is not None and args.preset is None:
@@ -219,9 +218,19 @@ def _check_step_args(args) -> None:
         )
 
 
-def _step_workload(args):
+def _step_workload(args, runs):
     from costmodel import WORKLOAD_NAMES, format_choices, get_workload, load_layers
 
+    if args.model is None and args.layers is None:
+        specs = {json.dumps(r.get("model_spec"), sort_keys=True) for r in runs}
+        if len(specs) == 1 and runs[0].get("model_spec"):
+            from tuner.validation import model_workload
+
+            return model_workload(runs[0]["model_spec"])  # the harness model of the records
+        raise UsageError(
+            "--steps needs the model that was trained: --model, --layers or --hf-config"
+            + (" (the step records name several models)" if len(specs) > 1 else "")
+        )
     if args.model is not None:
         try:
             return get_workload(args.model, 1)
@@ -242,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_file,
         fit_steps,
         parse_prior_preset,
-        read_steps_csv,
+        read_steps,
     )
 
     _check_step_args(args)
@@ -250,8 +259,8 @@ def run(args: argparse.Namespace) -> int:
         out = check_output_file(args.output, overwrite=args.overwrite, what="-o")
     except FileExistsError as e:
         raise CLIError(str(e)) from None
-    runs = [r for f in args.steps or () for r in read_steps_csv(f)]  # file:line errors
-    workload = _step_workload(args) if runs else None
+    runs = [r for f in args.steps or () for r in read_steps(f)]  # file:line errors
+    workload = _step_workload(args, runs) if runs else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
         if args.files:
@@ -319,6 +328,7 @@ _STEP_TERM_SHOWN = {
     "log_flops": ("compute throughput", "FLOP/s"),
     "log_step_overhead": ("per-step overhead", "s"),
     "logit_interference": ("backward slowdown under overlap", ""),
+    "log_step_comm": ("communication in a step / microbenchmark", "x"),
 }
 
 
@@ -353,6 +363,8 @@ def _print_steps(profile) -> None:
             if leaf == "logit_interference":
                 return format_percent(1.0 / (1.0 + math.exp(-x)))
             v = math.exp(x)
+            if unit == "x":
+                return f"{v:.3g}×"
             return format_seconds(v) if unit == "s" else f"{v / 1e12:.3g} TFLOP/s"
 
         rows.append([name, show(t["value"]), show(t["prior"]), "yes" if t["identified"] else "no"])
