@@ -60,6 +60,7 @@ from typing import NamedTuple
 
 from costmodel import InputFileError
 
+from ._output import refuse_input
 from ._records import SCHEMA_VERSION, RecordWriter, provenance, validate_record
 
 __all__ = [
@@ -1410,6 +1411,7 @@ def import_nccl_tests(
     if not paths:
         raise ValueError("paths: expected at least one nccl-tests output file")
     out = Path(output)
+    refuse_input(out, paths, "output")
     _refuse_existing(out, mode)
     tables = [
         parse_nccl_tests(

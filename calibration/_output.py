@@ -96,8 +96,26 @@ _KINDS = (
 )
 
 
+def refuse_input(path: str | os.PathLike, inputs, what: str = "output") -> None:
+    """Refuse an output that is one of the command's input files (the same file, by inode).
+
+    Raises:
+        OutputPathError: naming ``what`` and the path.
+    """
+    for f in inputs:
+        try:
+            same = os.path.samefile(path, f)
+        except OSError:  # either does not exist (yet): not the same file
+            same = False
+        if same:
+            raise OutputPathError(
+                path, f"{what} is one of the inputs ({f}): writing it would replace that data; "
+                "choose another output file"
+            )  # fmt: skip
+
+
 def check_output_file(
-    path: str | os.PathLike, *, overwrite: bool = True, what: str = "output"
+    path: str | os.PathLike, *, overwrite: bool = True, what: str = "output", inputs=()
 ) -> Path:
     """Refuse, before any work, an output file ddltune cannot or must not write.
 
@@ -112,16 +130,19 @@ def check_output_file(
         path: the output file.
         overwrite: an existing regular file may be replaced.
         what: how the message names it (``"-o"``, ``"--measurements"``).
+        inputs: the files the command reads; the output may be none of them
+            (``--overwrite`` would replace the data with its result).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        OutputPathError: a link or a special file, or a folder that cannot take
-            the file; the message names ``path``.
+        OutputPathError: a link or a special file, a folder that cannot take
+            the file, or one of ``inputs``; the message names ``path``.
         FileExistsError: ``path`` is a regular file and ``overwrite`` is false.
     """
     path = refuse_symlink(Path(path), what)
+    refuse_input(path, inputs, what)
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):  # a new name (its folder is probed below)

@@ -102,13 +102,15 @@ def read_steps(path) -> list[dict]:
     ``{`` is JSON Lines; anything else is CSV. Errors as those functions raise.
     """
     path = Path(path)
-    text = read_text_bounded(path, _MAX_STEPS_FILE_BYTES, what="steps file")
+    text = read_text_bounded(path, _MAX_STEPS_FILE_BYTES, what="steps file")  # read once: a pipe
     first = next((ln.strip() for ln in text.splitlines()
                   if ln.strip() and not ln.lstrip().startswith("#")), "")  # fmt: skip
-    return read_step_records(path) if first.startswith("{") else read_steps_csv(path)
+    if first.startswith("{"):
+        return read_step_records(path, text=text)
+    return read_steps_csv(path, text=text)
 
 
-def read_step_records(path) -> list[dict]:
+def read_step_records(path, *, text: str | None = None) -> list[dict]:
     """Training runs from the ``kind: "step"`` records ``ddltune validate`` writes (JSON Lines).
 
     The time of each run is the records' ``p10`` on CPU (timings there are
@@ -125,7 +127,13 @@ def read_step_records(path) -> list[dict]:
             non-positive value, or a file with no step record.
     """
     path = Path(path)
-    text = read_text_bounded(path, _MAX_STEPS_FILE_BYTES, what="steps file")
+    if text is None:
+        text = read_text_bounded(path, _MAX_STEPS_FILE_BYTES, what="steps file")
+    if text.lstrip().startswith("{\n") or '"kind": "ddltune-profile"' in text[:4096]:
+        raise InputFileError(
+            path, None, "this is a ddltune profile (JSON), not training runs: give it as "
+            "--profile to predict/recommend; --steps takes a CSV or validate's step records"
+        )  # fmt: skip
     runs = []
     for line, raw in enumerate(text.splitlines(), 1):
         if not raw.strip() or raw.lstrip().startswith("#"):
@@ -141,7 +149,13 @@ def read_step_records(path) -> list[dict]:
         missing = [k for k in _RECORD_FIELDS if k not in rec]
         if missing:
             raise InputFileError(path, line, f"step record without {', '.join(missing)}")
-        stats = rec["time_s"] if isinstance(rec["time_s"], dict) else {}
+        if not isinstance(rec["time_s"], dict):
+            raise InputFileError(path, line, "time_s: expected the statistics object "
+                                 '{"p10": …, "median": …} of a step record')  # fmt: skip
+        for k in ("workers", "ranks_per_node", "batch_size", "servers", "bucket_bytes"):
+            if isinstance(rec[k], bool) or not isinstance(rec[k], int | float):
+                raise InputFileError(path, line, f"{k}: expected a number, got {rec[k]!r}")
+        stats = rec["time_s"]
         stat = "p10" if rec.get("backend") == "cpu" and "p10" in stats else "median"
         t = stats.get(stat, stats.get("p10"))
         row = {k: str(rec[k]) for k in ("workers", "ranks_per_node", "batch_size", "servers",
@@ -156,7 +170,7 @@ def read_step_records(path) -> list[dict]:
     return runs
 
 
-def read_steps_csv(path) -> list[dict]:
+def read_steps_csv(path, *, text: str | None = None) -> list[dict]:
     """Observed training runs from a CSV file (format: the module docstring).
 
     Args:
@@ -175,7 +189,8 @@ def read_steps_csv(path) -> list[dict]:
             neither time column given, or no run at all.
     """
     path = Path(path)
-    text = read_text_bounded(path, _MAX_STEPS_FILE_BYTES, what="steps file")
+    if text is None:
+        text = read_text_bounded(path, _MAX_STEPS_FILE_BYTES, what="steps file")
     lines = [(i, ln) for i, ln in enumerate(text.splitlines(), 1)]
     body = [(i, ln) for i, ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     if not body:
@@ -184,7 +199,12 @@ def read_steps_csv(path) -> list[dict]:
     head_line, header = body[0]
     cols = [c.strip().lower() for c in next(csv.reader(io.StringIO(header)))]
     known = set(_REQUIRED + _OPTIONAL + _TIMES)
+    twice = sorted({c for c in cols if cols.count(c) > 1})
+    if twice:
+        raise InputFileError(path, head_line, f"column {twice[0]!r} appears twice in the header")
     unknown = [c for c in cols if c not in known]
+    if unknown and unknown[0] == "":
+        raise InputFileError(path, head_line, "an empty column name (a trailing comma?)")
     if unknown:
         raise InputFileError(
             path, head_line, f"unknown column {unknown[0]!r}; the columns are "
@@ -232,18 +252,30 @@ def _run(path, line, row: dict) -> dict:
         )
     coloc = row.get("colocated", "").lower()
     if coloc not in _TRUE | _FALSE:
-        raise InputFileError(path, line, f"colocated: expected true or false, got {coloc!r}")
+        raise InputFileError(
+            path, line, f"colocated: expected true/false (yes/no, 1/0), got {coloc!r}"
+        )
     bucket = row.get("bucket_bytes", "")
     try:
-        bucket_bytes = float(parse_bytes(bucket)) if bucket else float(DEFAULT_BUCKET_BYTES)
-        if bucket_bytes < 0:
-            raise ValueError(f"expected a size ≥ 0, got {bucket!r}")
+        bucket_bytes = (
+            float(parse_bytes(bucket, name="bucket_bytes"))
+            if bucket
+            else float(DEFAULT_BUCKET_BYTES)
+        )
     except ValueError as e:
-        raise InputFileError(path, line, f"bucket_bytes: {e}") from None
+        raise InputFileError(path, line, str(e)) from None
     n = number("workers", integer=True)
     g = number("ranks_per_node", integer=True)
     b = number("batch_size", integer=True)
-    if row.get("step_time_s"):
+    if row.get("step_time_s") and row.get("samples_per_s"):
+        t = number("step_time_s")
+        t2 = n * b / number("samples_per_s")
+        if abs(t / t2 - 1) > 0.01:
+            raise InputFileError(
+                path, line, f"step_time_s {t:g} s and samples_per_s (workers × batch_size / "
+                f"samples_per_s = {t2:.4g} s) disagree by more than 1%: give one of them"
+            )  # fmt: skip
+    elif row.get("step_time_s"):
         t = number("step_time_s")
     elif row.get("samples_per_s"):
         t = n * b / number("samples_per_s")

@@ -129,10 +129,13 @@ def format_seconds(seconds: float, digits: int = 3) -> str:
         ('25 µs', '12.3 ms', '3 s')
         >>> format_seconds(23.4567, digits=4)
         '23.46 s'
+        >>> format_seconds(999.6e-6)  # rounded first, so it reads 1 ms, not 1e+03 µs
+        '1 ms'
     """
     s = float(seconds)
     if not math.isfinite(s):
         return str(s)
+    s = float(f"{s:.{digits}g}")
     for unit, mult in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if abs(s) >= mult:
             return f"{s / mult:.{digits}g} {unit}"

@@ -279,3 +279,47 @@ def test_validate_step_records_calibrate_with_their_harness_model(tmp_path, caps
     assert main(["calibrate", "--steps", str(bad), "--preset", "ethernet-10g", "-o",
                  str(tmp_path / "q.json")]) != 0  # fmt: skip
     assert f"{bad}:1: step record without" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("workers,workers,ranks_per_node,batch_size,step_time_s\n1,2,8,64,0.2\n", "appears twice"),
+        ("workers,ranks_per_node,batch_size,step_time_s,\n1,8,64,0.2,\n", "trailing comma"),
+        (
+            "workers,ranks_per_node,batch_size,samples_per_s,step_time_s\n1,8,64,360,0.5\n",
+            "disagree",
+        ),
+    ],
+)
+def test_contradictory_or_ambiguous_csv_is_refused(tmp_path, text, words):
+    f = tmp_path / "runs.csv"
+    f.write_text(text)
+    with pytest.raises(InputFileError, match=words):
+        read_steps_csv(f)
+
+
+def test_a_profile_given_as_steps_says_what_it_is(tmp_path):
+    from calibration import read_steps
+
+    f = Profile.from_preset("ethernet-10g", "v100").save(tmp_path / "p.json")
+    with pytest.raises(InputFileError, match="this is a ddltune profile"):
+        read_steps(f)
+
+
+@pytest.mark.parametrize("cmd", ["calibrate", "import-nccl-tests"])
+def test_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, capsys, cmd):
+    """-o naming an input file, even with --overwrite, is refused before anything is
+    written: the data stays byte for byte."""
+    src = tmp_path / "runs.csv"
+    src.write_text("workers,ranks_per_node,batch_size,step_time_s\n1,8,64,0.2\n2,8,64,0.21\n")
+    if cmd == "calibrate":
+        argv = ["calibrate", "--steps", str(src), "--model", "resnet50", "--preset",
+                "ethernet-10g", "-o", str(src), "--overwrite"]  # fmt: skip
+    else:
+        argv = ["import-nccl-tests", str(src), "--collective", "all_reduce", "-o", str(src),
+                "--overwrite"]  # fmt: skip
+    before = src.read_bytes()
+    assert main(argv) != 0
+    assert "is one of the inputs" in capsys.readouterr().err
+    assert src.read_bytes() == before

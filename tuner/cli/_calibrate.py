@@ -62,10 +62,8 @@ examples:
   ddltune calibrate m.jsonl -o p.json --regimes 2 --holdout 0.33 --overwrite --json
 
   # observed training runs (throughput at 1, 8 and 16 V100s) on datasheet presets
-  ddltune calibrate --steps runs.csv --model resnet50 --preset ib-edr-100g,nvlink-v100 \
-      --device v100 -o profile.json
-  ddltune predict --profile profile.json --model resnet50 --arch ring --workers 16,32 \
-      --ranks-per-node 8 --json"""
+  ddltune calibrate --steps runs.csv --model resnet50 --preset ib-edr-100g,nvlink-v100 --device v100 -o profile.json
+  ddltune predict --profile profile.json --model resnet50 --arch ring --workers 16,32 --ranks-per-node 8"""
 
 
 def _holdout_arg(text: str) -> float:
@@ -203,6 +201,15 @@ def _check_step_args(args) -> None:
         raise UsageError("--model/--layers/--hf-config go with --steps (the runs' model)")
     if args.device is not None and args.preset is None:
         raise UsageError("--device goes with --preset")
+    if args.preset is not None and args.files and args.device is None:
+        raise UsageError(
+            "--preset with measurement files: give --device too (the prior's device; "
+            "without --preset the prior comes from the measured backend and device)"
+        )
+    steps = [Path(f).resolve() for f in args.steps or ()]
+    if len(set(steps)) < len(steps):
+        raise UsageError("--steps: the same file twice (its runs would count twice)")
+
     if args.preset is not None and args.prior_preset is not None:
         raise UsageError("--preset/--device and --prior-preset name the same prior: give one")
     if args.preset is not None:
@@ -256,7 +263,12 @@ def run(args: argparse.Namespace) -> int:
 
     _check_step_args(args)
     try:  # a link, a device node, a read-only folder: refused before the fit
-        out = check_output_file(args.output, overwrite=args.overwrite, what="-o")
+        out = check_output_file(
+            args.output,
+            overwrite=args.overwrite,
+            what="-o",
+            inputs=[*args.files, *(args.steps or ())],
+        )
     except FileExistsError as e:
         raise CLIError(str(e)) from None
     runs = [r for f in args.steps or () for r in read_steps(f)]  # file:line errors
@@ -295,10 +307,7 @@ def run(args: argparse.Namespace) -> int:
         _print_steps(profile)
         print(f"\nwrote {out}")
     else:
-        _print_text(profile, out)
-        if runs:
-            print()
-            _print_steps(profile)
+        _print_text(profile, out, steps=bool(runs))
     return 0
 
 
@@ -319,23 +328,48 @@ def _summary(profile, out: Path) -> dict:
         "parameters": profile.parameter_table(),
         "warnings": profile.warnings,
         "notes": profile.notes,
-        "steps": profile.fit.get("steps"),
+        "steps": _steps_summary(profile),
     }
+
+
+def _steps_summary(profile) -> dict | None:
+    """The step fit for --json: rows as fitted, each term also in SI units with its 90% interval."""
+    st = profile.fit.get("steps")
+    if not st:
+        return None
+    out = dict(st)
+    out["terms"] = {}
+    for leaf, t in st["terms"].items():
+        lo, v, hi = _term_values(leaf, t)
+        shown = _STEP_TERM_SHOWN[leaf]
+        out["terms"][leaf] = dict(
+            t, name=shown[2], si_value=v, si_low=lo, si_high=hi, unit=shown[3]
+        )
+    return out
+
+
+def _term_values(leaf: str, t: dict) -> tuple[float, float, float]:
+    """(low, value, high) of a step term in SI units: the 90% interval of its posterior."""
+    import math
+
+    z = 1.6448536269514722  # the normal quantile of 95%
+    x = [t["value"] - z * t["posterior_sd"], t["value"], t["value"] + z * t["posterior_sd"]]
+    if leaf.startswith("logit_"):
+        return tuple(1.0 / (1.0 + math.exp(-v)) for v in x)
+    return tuple(math.exp(v) for v in x)
 
 
 #: How a step term is shown: its physical name, unit and the transform of its leaf.
 _STEP_TERM_SHOWN = {
-    "log_flops": ("compute throughput", "FLOP/s"),
-    "log_step_overhead": ("per-step overhead", "s"),
-    "logit_interference": ("backward slowdown under overlap", ""),
-    "log_step_comm": ("communication in a step / microbenchmark", "x"),
+    "log_flops": ("compute throughput", "FLOP/s", "flops_per_s", "FLOP/s"),
+    "log_step_overhead": ("per-step overhead", "s", "step_overhead_s", "s"),
+    "logit_interference": ("backward slowdown under overlap", "", "overlap_interference", "1"),
+    "log_step_comm": ("communication in a step / microbenchmark", "x", "step_comm_factor", "1"),
 }
 
 
 def _print_steps(profile) -> None:
     """The runs (measured against fitted) and the step terms, with what the runs identify."""
-    import math
-
     from tuner import format_percent
 
     st = profile.fit["steps"]
@@ -355,20 +389,25 @@ def _print_steps(profile) -> None:
         )
     print(f"training runs fitted: {st['runs']} (step time per run)")
     _table(rows)
-    rows = [["term", "value", "prior", "identified"]]
+    rows = [["term", "value", "90% interval", "prior", "identified"]]
     for leaf, t in st["terms"].items():
-        name, unit = _STEP_TERM_SHOWN[leaf]
+        name, unit = _STEP_TERM_SHOWN[leaf][:2]
 
-        def show(x, unit=unit, leaf=leaf):
+        def show(v, unit=unit, leaf=leaf):
             if leaf == "logit_interference":
-                return format_percent(1.0 / (1.0 + math.exp(-x)))
-            v = math.exp(x)
+                return format_percent(v)
             if unit == "x":
                 return f"{v:.3g}×"
             return format_seconds(v) if unit == "s" else f"{v / 1e12:.3g} TFLOP/s"
 
-        rows.append([name, show(t["value"]), show(t["prior"]), "yes" if t["identified"] else "no"])
-    print("\nstep terms (not identified: the runs cannot tell it apart, it stays near the prior):")
+        lo, v, hi = _term_values(leaf, t)
+        prior = _term_values(leaf, dict(t, value=t["prior"], posterior_sd=0.0))[1]
+        ident = "yes" if t["identified"] else "no"
+        rows.append([name, show(v), f"{show(lo)} – {show(hi)}", show(prior), ident])
+    print(
+        "\nstep terms (identified: the runs pin it down to about ±16%; a term they do not "
+        "identify may still move, within its wide interval):"
+    )
     _table(rows)
 
 
@@ -396,7 +435,7 @@ def _value(row: dict) -> str:
     return f"{v:.3g}"
 
 
-def _print_text(profile, out: Path) -> None:
+def _print_text(profile, out: Path, steps: bool = False) -> None:
     from tuner import format_percent
 
     fit, v = profile.fit, profile.validation
@@ -476,5 +515,8 @@ def _print_text(profile, out: Path) -> None:
     )
     for note in profile.notes:
         print(f"note: {note}")
+    if steps:
+        print()
+        _print_steps(profile)
     state = "reliable" if profile.reliable else "UNRELIABLE"
     print(f"\nwrote {out} ({state}; held-out p90 {format_percent(profile.heldout_p90)})")
