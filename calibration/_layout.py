@@ -49,6 +49,9 @@ PRIOR_SD = {
     # communication in a step over its microbenchmark: issue 7 measured ~2× for an
     # all-reduce inside a step; ×3 either way covers contention and hidden transfers
     "log_step_comm": math.log(3.0),
+    # centred at logit −30 (no hiding, what every architecture without bucket overlap
+    # costs); wide enough (sd 15) that rows with communication move it to any share
+    "logit_backward_hide": 15.0,
 }
 _DEFAULT_SD = math.log(4.0)
 
@@ -69,6 +72,7 @@ _PHYSICAL = {
     "logit_interference": "overlap_interference",
     "log_memory": "memory_bytes",
     "log_step_comm": "step_comm_factor",
+    "logit_backward_hide": "backward_hide",
 }
 
 

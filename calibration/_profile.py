@@ -517,18 +517,22 @@ def _check_header(doc) -> None:
 #: Leaves added after profiles were first written: a file without them gets each
 #: at its prior variance, uncorrelated (its value comes from ClusterParams.from_dict's
 #: default, which leaves every prediction as the file's ddltune made it).
-_NEW_LEAVES = ("log_step_comm",)
+_NEW_LEAVES = ("log_step_comm", "logit_backward_hide")
 
 
 def _with_new_leaves(cov, layout: ParamLayout):
-    """``cov`` with the leaves of :data:`_NEW_LEAVES` it lacks appended (prior variance)."""
+    """``cov`` with the leaves of :data:`_NEW_LEAVES` it lacks added (prior variance, uncorrelated).
+
+    Anything else that differs from the layout is left for :func:`_read_covariance`
+    to report.
+    """
     if not isinstance(cov, dict) or not isinstance(cov.get("leaves"), list):
         return cov
     names = list(cov["leaves"])
     missing = [n for n in layout.names if n not in names]
     if not missing or any(n.split("[")[0] not in _NEW_LEAVES for n in missing):
         return cov
-    if names + missing != layout.names:
+    if [n for n in layout.names if n in names] != names:
         return cov
     try:
         m = np.asarray(cov["matrix"], dtype=np.float64)
@@ -536,11 +540,9 @@ def _with_new_leaves(cov, layout: ParamLayout):
         return cov
     if m.shape != (len(names), len(names)):
         return cov
-    sd = layout.prior_sd()
-    big = np.zeros((layout.size, layout.size))
-    big[: len(names), : len(names)] = m
-    for i in range(len(names), layout.size):
-        big[i, i] = sd[i] ** 2
+    pos = [layout.names.index(n) for n in names]
+    big = np.diag(layout.prior_sd() ** 2)
+    big[np.ix_(pos, pos)] = m
     return {"leaves": layout.names, "matrix": big.tolist()}
 
 

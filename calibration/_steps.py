@@ -22,7 +22,10 @@ The terms (leaves of :class:`costmodel.ClusterParams`, all already used by
   microbenchmark time (1: the same; issue 7 measured about 2× for an
   all-reduce in a step), which is how the scaling curve bends: it multiplies
   every architecture's communication, so the rows at a few worker counts set
-  it and the model carries it to the counts not run.
+  it and the model carries it to the counts not run;
+* ``logit_backward_hide`` — the share of backward that the exchange of an
+  architecture without bucket overlap (ps, ps_host, hybrid, p2p) hides behind
+  (TensorFlow's dataflow sends each gradient when it exists).
 
 Every other leaf stays at the base profile. The objective is the calibration's
 (:mod:`calibration._fit`): a Huber loss on log step time (δ =
@@ -81,7 +84,13 @@ __all__ = [
 ]
 
 #: The leaves a step fit moves (field names of :class:`costmodel.ClusterParams`).
-STEP_TERMS = ("log_flops", "log_step_overhead", "logit_interference", "log_step_comm")
+STEP_TERMS = (
+    "log_flops",
+    "log_step_overhead",
+    "logit_interference",
+    "log_step_comm",
+    "logit_backward_hide",
+)
 
 _REQUIRED = ("workers", "ranks_per_node", "batch_size")
 _RECORD_FIELDS = ("architecture", "workers", "ranks_per_node", "batch_size", "servers",
@@ -91,6 +100,11 @@ _TIMES = ("samples_per_s", "step_time_s")
 _TRUE, _FALSE = {"true", "yes", "1"}, {"false", "no", "0", ""}
 _JAC_STEP = 1e-5
 _MAX_ITER = 60
+#: The hidden share's prior in a step fit when the base profile has none (its
+#: default, logit −30): uninformed, one half, sd 2 in logit (0.02–0.98 at ±2 sd).
+#: Whether a framework hides its exchange is what the steps tell, not the presets.
+_HIDE_PRIOR = (0.0, 2.0)
+_NO_HIDE_LOGIT = -29.0
 #: A steps file larger than this is refused (a table of runs is a few KiB).
 _MAX_STEPS_FILE_BYTES = 16 << 20
 
@@ -360,6 +374,9 @@ def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
     theta0 = np.asarray(base.params.flat(), dtype=np.float64)
     mu = theta0[idx]
     sd = np.sqrt(np.clip(np.diag(base.covariance)[idx], 1e-12, None))
+    hide = STEP_TERMS.index("logit_backward_hide")
+    if base.params.flat()[idx][hide] <= _NO_HIDE_LOGIT:  # the base assumes nothing hides
+        mu[hide], sd[hide] = _HIDE_PRIOR
     logt = np.log([r["step_time_s"] for r in runs])
     template = base.params.to_numpy()
 
@@ -409,13 +426,19 @@ def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
 
     # Starts: the prior, and a per-step overhead of 10% and 40% of the fastest step
     # (a small overhead moves a step's log time little, so from a 1 ms prior the
-    # descent can settle where the other terms absorb it).
-    over = STEP_TERMS.index("log_step_overhead")
-    starts = [mu.copy()]
-    for share in (0.1, 0.4):
-        s0 = mu.copy()
-        s0[over] = math.log(share * float(np.exp(logt.min())))
-        starts.append(s0)
+    # descent can settle where the other terms absorb it), each with and without hiding.
+    # The hidden share starts at its prior (none) and at one half: at logit −30 its
+    # gradient is ~1e-13, so only a start inside (0, 1) can find rows that hide.
+    over, hide = STEP_TERMS.index("log_step_overhead"), STEP_TERMS.index("logit_backward_hide")
+    starts = []
+    for share in (None, 0.1, 0.4):
+        for h in (None, 0.0):
+            s0 = mu.copy()
+            if share is not None:
+                s0[over] = math.log(share * float(np.exp(logt.min())))
+            if h is not None:
+                s0[hide] = h
+            starts.append(s0)
     f, phi, lp, J, r = min((lm(s0) for s0 in starts), key=lambda x: x[0])
     cov_p, scale, p_eff = _laplace(J, r, sd, np.ones(len(phi), dtype=bool))
     theta = theta0.copy()

@@ -54,11 +54,22 @@ PARAMETER_UNITS = {
     "overlap_interference": "1",
     "memory_bytes": "bytes",
     "step_comm_factor": "1",
+    "backward_hide": "1",
 }
 
 #: Keys :meth:`ClusterParams.from_dict` accepts missing (profiles written before them),
 #: with the value that leaves every prediction as it was.
-_OPTIONAL_KEYS = {"step_comm_factor": 1.0}
+#: backward_hide's default: logit −30, a share of about 1e-13 (no hiding; exactly
+#: representable in (0, 1), which a logit needs).
+_NO_HIDE = 1.0 / (1.0 + math.exp(30.0))
+_OPTIONAL_KEYS = {"step_comm_factor": 1.0, "backward_hide": _NO_HIDE}
+
+
+def _logit(p, name: str) -> float:
+    v = float(p)
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {p!r}")
+    return math.log(v) - math.log1p(-v)
 
 
 def _pair(x, name: str) -> np.ndarray:
@@ -111,6 +122,11 @@ class ClusterParams(eqx.Module):
       architecture's exchange in :func:`costmodel.iteration_time`, never a
       collective's own time, so microbenchmarks leave it at its prior and only
       training steps fit it (issue 7 measured about 2× for an all-reduce in a step).
+    * ``logit_backward_hide`` (): the share h of backward that the exchange of an
+      architecture which does not overlap bucket by bucket (ps, ps_host, hybrid,
+      p2p) can still hide behind, as TensorFlow's dataflow sends each gradient
+      when it exists: that exchange costs max(0, C − h·T_bwd) after backward
+      instead of C. Default h ≈ 1e-13 (logit −30): today's serial exchange.
 
     Example:
         >>> p = ClusterParams.create(alpha_s=(5e-6, 20e-6), beta_s_per_byte=(1e-11, 1e-9))
@@ -135,6 +151,7 @@ class ClusterParams(eqx.Module):
     logit_interference: Float[Array, ""]
     log_memory: Float[Array, ""]
     log_step_comm: Float[Array, ""]
+    logit_backward_hide: Float[Array, ""]
     n_regimes: int = eqx.field(static=True, default=1)
 
     @classmethod
@@ -159,6 +176,7 @@ class ClusterParams(eqx.Module):
         overlap_interference: float = 0.05,
         memory_bytes: float = 16 * 1024**3,
         step_comm_factor: float = 1.0,
+        backward_hide: float = _NO_HIDE,
     ) -> ClusterParams:
         """Build parameters from physical values (SI units).
 
@@ -186,6 +204,8 @@ class ClusterParams(eqx.Module):
             memory_bytes: device memory, bytes, > 0.
             step_comm_factor: communication in a training step over its
                 microbenchmark time, > 0 (1: the same).
+            backward_hide: share of backward a non-overlapping exchange hides
+                behind, in (0, 1) (default about 1e-13: none).
 
         Raises:
             ValueError: on any non-finite, non-positive or out-of-range value,
@@ -236,6 +256,7 @@ class ClusterParams(eqx.Module):
             logit_interference=f(math.log(interference / (1.0 - interference))),
             log_memory=f(math.log(_pos(memory_bytes, "memory_bytes"))),
             log_step_comm=f(math.log(_pos(step_comm_factor, "step_comm_factor"))),
+            logit_backward_hide=f(_logit(backward_hide, "backward_hide")),
             n_regimes=R,
         )
 
@@ -409,6 +430,11 @@ class ClusterParams(eqx.Module):
         return self._xp.exp(self.log_memory)
 
     @property
+    def backward_hide(self) -> Float[Array, ""]:
+        """Share of backward a non-overlapping exchange (ps, ps_host, hybrid, p2p) hides behind."""
+        return 1.0 / (1.0 + self._xp.exp(-self.logit_backward_hide))
+
+    @property
     def step_comm_factor(self) -> Float[Array, ""]:
         """Communication in a training step over its microbenchmark time (1: the same)."""
         return self._xp.exp(self.log_step_comm)
@@ -503,6 +529,7 @@ class ClusterParams(eqx.Module):
             "overlap_interference": tolist(self.overlap_interference),
             "memory_bytes": tolist(self.memory_bytes),
             "step_comm_factor": tolist(self.step_comm_factor),
+            "backward_hide": tolist(self.backward_hide),
         }
 
     @classmethod
@@ -544,6 +571,7 @@ class ClusterParams(eqx.Module):
                 overlap_interference=d["overlap_interference"],
                 memory_bytes=d["memory_bytes"],
                 step_comm_factor=d.get("step_comm_factor", 1.0),
+                backward_hide=d.get("backward_hide", _NO_HIDE),
             ).replace_sharpness(d["regime_sharpness"])
         except (TypeError, ValueError) as e:
             raise ValueError(f"invalid parameters: {e}") from None
@@ -631,6 +659,7 @@ _PHYSICAL_PROPERTIES = (
     "overlap_interference",
     "memory_bytes",
     "step_comm_factor",
+    "backward_hide",
 )
 
 

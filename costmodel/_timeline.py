@@ -135,8 +135,8 @@ def _core(
             core = soft_max(xp.concatenate([first, ends]), axis=0)
         else:
             core = xp.maximum(bwd_eff, xp.max(ends, axis=0))
-    else:
-        core = bwd + C1
+    else:  # after backward, less the share h of backward it hides behind (0 by default)
+        core = bwd + xp.maximum(C1 - params.backward_hide * bwd, 0.0)
     update = arch.update_s(params, wt.total_bytes, n, k, g)
     overhead = params.step_overhead_s
     total = fwd + core + update + C2 + overhead
@@ -577,9 +577,9 @@ def _schedule(params, arch, wt, sizes, ready_frac, suffix, n, g, k, batch, base_
         frac = xp.minimum(xp.sum(c1) / xp.maximum(bd.backward_s, 1e-30), 1.0)
         bwd_eff = bd.backward_s * (1.0 + params.overlap_interference * frac)
         ready = ready_frac * bwd_eff
-    else:
+    else:  # starts the hidden share h of backward before its end (h = 0 by default)
         bwd_eff = bd.backward_s
-        ready = xp.full_like(sizes, bwd_eff)
+        ready = xp.full_like(sizes, (1.0 - params.backward_hide) * bwd_eff)
     tail = xp.cumsum(c1[::-1])[::-1]
     after = xp.concatenate([tail[1:], xp.zeros_like(tail[:1])])
     ends = cummax(xp.where(w > 0, ready + tail, -xp.inf), xp) - after

@@ -109,21 +109,26 @@ def test_profile_with_steps_round_trips_through_json(tmp_path):
     assert back.measured_ranges["num_ranks"] == [1, 16]
 
 
-def test_profile_written_before_the_step_comm_leaf_loads_with_it_at_one(tmp_path):
-    """A profile file without ``step_comm_factor`` (and its covariance without the leaf)
-    loads: the factor is 1, its variance the prior's, every prediction unchanged."""
+def test_profile_written_before_the_step_leaves_loads_with_them_at_their_defaults(tmp_path):
+    """A profile file without ``step_comm_factor`` and ``backward_hide`` (and its covariance
+    without their leaves) loads: factor 1, no hiding, their variances the prior's, every
+    prediction unchanged."""
     base = Profile.from_preset("ethernet-10g", "v100")
     doc = json.loads(base.to_json())
-    del doc["params"]["step_comm_factor"]
-    leaves = doc["covariance"]["leaves"]
-    i = leaves.index("log_step_comm")
-    doc["covariance"]["leaves"] = leaves[:i] + leaves[i + 1 :]
-    m = np.asarray(doc["covariance"]["matrix"])
-    doc["covariance"]["matrix"] = np.delete(np.delete(m, i, 0), i, 1).tolist()
+    for key, leaf in (
+        ("step_comm_factor", "log_step_comm"),
+        ("backward_hide", "logit_backward_hide"),
+    ):
+        del doc["params"][key]
+        leaves = doc["covariance"]["leaves"]
+        i = leaves.index(leaf)
+        doc["covariance"]["leaves"] = leaves[:i] + leaves[i + 1 :]
+        m = np.asarray(doc["covariance"]["matrix"])
+        doc["covariance"]["matrix"] = np.delete(np.delete(m, i, 0), i, 1).tolist()
     f = tmp_path / "old.json"
     f.write_text(json.dumps(doc))
     old = Profile.load(f)
-    assert float(old.params.step_comm_factor) == 1.0
+    assert float(old.params.step_comm_factor) == 1.0 and float(old.params.backward_hide) < 1e-12
     np.testing.assert_allclose(old.covariance, base.covariance, rtol=1e-9)
     runs = [{"workers": 16, "ranks_per_node": 8, "batch_size": 64, "architecture": a,
              "servers": 2, "colocated": False, "bucket_bytes": 2.0**20}
@@ -323,3 +328,44 @@ def test_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, capsys,
     assert main(argv) != 0
     assert "is one of the inputs" in capsys.readouterr().err
     assert src.read_bytes() == before
+
+
+@pytest.mark.parametrize("arch", ["ps", "ps_host", "hybrid", "p2p"])
+def test_backward_hide_closed_form_and_the_report_timeline_agree(arch):
+    """With h of backward hidden, a non-overlapping exchange C costs max(0, C − h·T_bwd)
+    after backward: h = 0 is today's serial cost, h = 1 full overlap; the report's
+    bucket schedule ends where iteration_time does."""
+    from costmodel import bucket_schedule, iteration_time
+
+    p = Profile.from_preset("ethernet-10g", "v100").params.to_numpy()
+    kw = dict(ranks_per_node=4, servers=2, bucket_bytes=4 * 2**20)
+    base = iteration_time(p, W, arch, 8, **kw)
+    c1 = float(base.iteration_s) - float(base.forward_s) - float(base.backward_s)
+    c1 -= float(base.update_s) + float(base.overhead_s)  # exposed = C1 + C2 today
+    for h in (0.3, 0.999999):
+        q = eqx.tree_at(lambda m: m.logit_backward_hide, p, np.float64(math.log(h / (1 - h))))
+        b = iteration_time(q, W, arch, 8, **kw)
+        saved = float(base.iteration_s) - float(b.iteration_s)
+        assert 0.0 < saved <= h * float(base.backward_s) * (1 + 1e-9)
+        assert float(b.iteration_s) >= float(b.forward_s) + float(b.backward_s)
+        sched = bucket_schedule(q, W, arch, 8, **kw)
+        assert sched.iteration_s == pytest.approx(float(b.iteration_s), rel=1e-9)
+    assert c1 > 0
+
+
+def test_round_trip_recovers_the_hidden_share_of_a_parameter_server_exchange():
+    """Parameter-server steps whose push hides behind 70% of backward (TensorFlow's
+    dataflow), at 1–16 workers and two batches on 100 GbE (where the exchange and backward
+    are of a size): the share comes back within 0.1; the profile predicts 32 workers,
+    never fitted, within 5%."""
+    base = Profile.from_preset("ethernet-100g", "v100")
+    truth = eqx.tree_at(
+        lambda m: m.logit_backward_hide, _truth(base, comm=1.0), np.float64(math.log(0.7 / 0.3))
+    )
+    design = [(1, 16), (1, 64), (2, 64), (4, 64), (8, 64), (16, 64), (4, 16), (16, 16)]
+    prof = fit_steps(_runs(truth, design, arch="ps"), W, base)
+    t = prof.fit["steps"]["terms"]["logit_backward_hide"]
+    assert 1 / (1 + math.exp(-t["value"])) == pytest.approx(0.7, abs=0.1)
+    far = _runs(truth, [(32, 64)], noise=0.0, arch="ps")
+    got = step_time(prof.params.to_numpy(), W, far)[0]
+    assert got == pytest.approx(far[0]["step_time_s"], rel=0.05)

@@ -365,6 +365,7 @@ _STEP_TERM_SHOWN = {
     "log_step_overhead": ("per-step overhead", "s", "step_overhead_s", "s"),
     "logit_interference": ("backward slowdown under overlap", "", "overlap_interference", "1"),
     "log_step_comm": ("communication in a step / microbenchmark", "x", "step_comm_factor", "1"),
+    "logit_backward_hide": ("backward a ps/p2p exchange hides behind", "", "backward_hide", "1"),
 }
 
 
@@ -394,7 +395,7 @@ def _print_steps(profile) -> None:
         name, unit = _STEP_TERM_SHOWN[leaf][:2]
 
         def show(v, unit=unit, leaf=leaf):
-            if leaf == "logit_interference":
+            if leaf.startswith("logit_"):
                 return format_percent(v)
             if unit == "x":
                 return f"{v:.3g}×"
