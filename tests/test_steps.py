@@ -265,7 +265,7 @@ def test_validate_step_records_calibrate_with_their_harness_model(tmp_path, caps
     spec = {"model": "mlp", "in": 64, "width": 128, "depth": 2, "classes": 10, "batch_size": 32}
     recs = [{"schema": 1, "kind": "collective", "collective": "all_reduce"}]
     for n, t in ((1, 0.010), (2, 0.014), (3, 0.017)):
-        recs.append({"schema": 1, "kind": "step", "architecture": "ring", "servers": 1,
+        recs.append({"schema": 1, "kind": "step", "architecture": "ring", "servers": 0,
                      "colocated": False, "workers": n, "ranks_per_node": 1, "batch_size": 32,
                      "bucket_bytes": 1 << 20, "time_s": {"p10": t, "median": 2 * t},
                      "model_spec": spec, "backend": "cpu"})  # fmt: skip
