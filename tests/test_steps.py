@@ -232,6 +232,10 @@ def test_cli_calibrate_steps_then_predict(tmp_path, capsys):
     doc = json.loads(cap.out)
     rows = doc["rows"] if isinstance(doc, dict) else doc
     by_n = {r["workers"]: r for r in rows}
+    # show says what the profile was fitted on
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "training runs: 8 at 1–16 workers" in shown and "a preset profile" not in shown
     # the run at 16 workers, batch 64: predict gives the fitted time
     assert by_n[16]["iteration_s"] == pytest.approx(fitted[16, 64], rel=1e-9)
     assert "32 ranks were never measured" in cap.err + json.dumps(doc)

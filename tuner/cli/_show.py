@@ -201,6 +201,20 @@ def summarize_profile(path: Path) -> dict:
     prof = Profile.load(path)
     out = {"file": str(path), "type": "profile"}
     out.update(profile_summary(prof))
+    steps = prof.fit.get("steps")
+    if steps:  # training runs fitted on top (calibrate --steps)
+        err = [abs(r["fitted_s"] / r["measured_s"] - 1) for r in steps["rows"]]
+        out["steps"] = {
+            "runs": steps["runs"],
+            "files": steps.get("files", []),
+            "workers": [
+                min(r["workers"] for r in steps["rows"]),
+                max(r["workers"] for r in steps["rows"]),
+            ],  # fmt: skip
+            "median_abs_error": float(sorted(err)[len(err) // 2]),
+            "max_abs_error": float(max(err)),
+            "terms": {k: {"identified": v["identified"]} for k, v in steps["terms"].items()},
+        }
     return out
 
 
@@ -210,10 +224,22 @@ def _print_profile(s: dict) -> None:
     state = "reliable" if s["reliable"] else "UNRELIABLE (the tuner refuses it without --force)"
     print(f"{s['file']}: profile — {state}")
     p90 = s.get("heldout_p90")
+    steps = s.get("steps")
     if p90 is not None and math.isfinite(p90):
         print(f"  held-out p90 error: {100 * p90:.1f}% (limit {100 * s['limit']:.0f}%)")
+    elif steps:
+        print("  held-out error: none (no microbenchmarks: datasheet presets plus training runs)")
     else:
         print("  held-out error: none (no measurements: a preset profile)")
+    if steps:
+        lo, hi = steps["workers"]
+        ident = [k for k, v in steps["terms"].items() if v["identified"]]
+        print(
+            f"  training runs: {steps['runs']} at {lo}–{hi} workers "
+            f"({', '.join(steps['files'])}); fitted step time |error| median "
+            f"{100 * steps['median_abs_error']:.1f}%, max {100 * steps['max_abs_error']:.1f}%; "
+            f"step terms identified: {', '.join(ident) if ident else 'none'}"
+        )
     if s.get("prior"):
         print(f"  prior: {s['prior']}")
     r = s.get("measured_ranges") or {}
