@@ -350,11 +350,13 @@ def test_self_check_measures_the_set_rate():
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_collect_emulate_two_nodes(tmp_path):
+    # 100 Mbit/s: the collect's self-check needs 90% of the rate on every link, and at
+    # 200 Mbit/s a clean-clone CI run measured 88% (175.8 Mbit/s) on this 2-core machine
     out = tmp_path / "emu.jsonl"
-    rate = 200e6
+    rate = 100e6
     p = subprocess.Popen(
         [
-            sys.executable, "-m", "tuner.cli", "collect", "--emulate", "2x1@200mbit",
+            sys.executable, "-m", "tuner.cli", "collect", "--emulate", "2x1@100mbit",
             "--collectives", "all_reduce", "--suite", "collectives", "--min-bytes", "256K",
             "--max-bytes", "1M", "--iters", "3", "--budget-s", "0.2", "--timeout-s", "60",
             "-o", str(out), "--json", "--no-progress",
@@ -370,7 +372,7 @@ def test_collect_emulate_two_nodes(tmp_path):
     assert p.returncode == 0, err
     recs = [json.loads(ln) for ln in out.read_text().splitlines()]
     assert [r["message_bytes"] for r in recs] == [256 * 1024, 1024 * 1024]
-    burst = EmulatedCluster("2x1@200mbit").burst_bytes
+    burst = EmulatedCluster("2x1@100mbit").burst_bytes
     for r in recs:
         assert r["num_ranks"] == 2
         assert r["ranks_per_node"] == 1  # two host names: two nodes
