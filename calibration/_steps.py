@@ -377,7 +377,7 @@ def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
     mu = theta0[idx]
     sd = np.sqrt(np.clip(np.diag(base.covariance)[idx], 1e-12, None))
     hide = STEP_TERMS.index("logit_backward_hide")
-    if base.params.flat()[idx][hide] <= _NO_HIDE_LOGIT:  # the base assumes nothing hides
+    if mu[hide] <= _NO_HIDE_LOGIT:  # the base assumes nothing hides
         mu[hide], sd[hide] = _HIDE_PRIOR
     logt = np.log([r["step_time_s"] for r in runs])
     template = base.params.to_numpy()
@@ -455,7 +455,7 @@ def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
 
 def _profile(base, params, cov, runs, fitted, r, mu, sd, phi, cov_p, scale, p_eff) -> Profile:
     """The new profile: ``base`` with the step fit's parameters, covariance and records."""
-    names = [f for f in STEP_TERMS]
+    names = list(STEP_TERMS)
     post_sd = np.sqrt(np.clip(np.diag(cov_p), 0.0, None))
     terms = {
         n: {

@@ -11,7 +11,14 @@ from pathlib import Path
 from calibration import STATISTICS
 from costmodel import format_bytes, format_seconds
 
-from ._common import CLIError, UsageError, add_model_arguments, plural, print_json
+from ._common import (
+    CLIError,
+    UsageError,
+    add_model_arguments,
+    model_workload_arg,
+    plural,
+    print_json,
+)
 
 NAME = "calibrate"
 HELP = "fit cluster parameters (with uncertainty and held-out accuracy) to measurements"
@@ -226,8 +233,6 @@ def _check_step_args(args) -> None:
 
 
 def _step_workload(args, runs):
-    from costmodel import WORKLOAD_NAMES, format_choices, get_workload, load_layers
-
     if args.model is None and args.layers is None:
         specs = {json.dumps(r.get("model_spec"), sort_keys=True) for r in runs}
         if len(specs) == 1 and runs[0].get("model_spec"):
@@ -238,15 +243,7 @@ def _step_workload(args, runs):
             "--steps needs the model that was trained: --model, --layers or --hf-config"
             + (" (the step records name several models)" if len(specs) > 1 else "")
         )
-    if args.model is not None:
-        try:
-            return get_workload(args.model, 1)
-        except ValueError:
-            raise UsageError(
-                f"--model: unknown model {args.model!r}; valid: "
-                f"{format_choices(WORKLOAD_NAMES)} (or your own with --layers FILE)"
-            ) from None
-    return load_layers(args.layers, batch_size=1)  # InputFileError: file and line
+    return model_workload_arg(args.model, args.layers, 1)  # each run's batch is its own
 
 
 def run(args: argparse.Namespace) -> int:

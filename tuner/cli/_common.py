@@ -81,6 +81,26 @@ def add_model_arguments(group) -> None:
     )
 
 
+def model_workload_arg(model: str | None, layers: str | None, batch_size: int):
+    """The workload of ``--model NAME`` or ``--layers/--hf-config FILE`` at ``batch_size``.
+
+    Raises:
+        UsageError: an unknown ``--model``, naming the valid ones.
+        InputFileError: a bad layer file (its file and line).
+    """
+    from costmodel import WORKLOAD_NAMES, format_choices, get_workload, load_layers
+
+    if model is not None:
+        try:
+            return get_workload(model, batch_size)
+        except ValueError:
+            raise UsageError(
+                f"--model: unknown model {model!r}; valid: "
+                f"{format_choices(WORKLOAD_NAMES)} (or your own with --layers FILE)"
+            ) from None
+    return load_layers(layers, batch_size=batch_size)  # InputFileError: file and line
+
+
 def add_precision_arguments(group) -> None:
     """Add ``--grad-dtype`` and ``--accumulation-steps`` (gradient bytes and exchanges per step).
 

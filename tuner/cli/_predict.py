@@ -17,6 +17,7 @@ from ._common import (
     add_precision_arguments,
     bytes_list_arg,
     int_list_arg,
+    model_workload_arg,
     name_list_arg,
     positive_float_arg,
     positive_int_arg,
@@ -284,19 +285,7 @@ def _cluster(args):
 
 
 def _workload(args):
-    from costmodel import WORKLOAD_NAMES, format_choices, get_workload, load_layers
-
-    batch = args.batch_size or 64
-    if args.model is not None:
-        try:
-            w = get_workload(args.model, batch)
-        except ValueError:
-            raise UsageError(
-                f"--model: unknown model {args.model!r}; valid: "
-                f"{format_choices(WORKLOAD_NAMES)} (or your own with --layers FILE)"
-            ) from None
-    else:
-        w = load_layers(args.layers, batch_size=batch)  # InputFileError: file and line
+    w = model_workload_arg(args.model, args.layers, args.batch_size or 64)
     if args.step_time is not None:
         w = w.with_step_time(args.step_time)
     return w
