@@ -98,7 +98,7 @@ def check_emulated_plan(text: str, counts, max_bytes: int, *, force: bool = Fals
 
 
 @contextlib.contextmanager
-def emulated(args: argparse.Namespace, *, check_seconds: float = 1.0, quiet: bool = False):
+def emulated(args: argparse.Namespace, *, check_seconds: float = 1.5, quiet: bool = False):
     """Yield a started, self-checked :class:`launch.EmulatedCluster` for ``args.emulate``.
 
     Yields ``None`` when ``--emulate`` was not given. Removes the cluster on
