@@ -187,7 +187,14 @@ class Profile:
     # ---- construction ----------------------------------------------------------
     @classmethod
     def from_preset(
-        cls, network: str, device: str, *, n_regimes: int = 1, nics_per_node: int | None = None
+        cls,
+        network: str,
+        device: str,
+        *,
+        n_regimes: int = 1,
+        nics_per_node: int | None = None,
+        compute_dtype: str | None = None,
+        model_kind: str = "",
     ) -> Profile:
         """A profile from datasheet presets, with the prior as its only uncertainty.
 
@@ -198,12 +205,21 @@ class Profile:
         Args:
             network, device, n_regimes, nics_per_node: see :func:`costmodel.preset`
                 (``nics_per_node`` None: the preset's own rail count).
+            compute_dtype, model_kind: the device's throughput for that dtype and
+                kind of model (:func:`costmodel.device_flops_per_s`).
 
         Raises:
             ValueError: on an unknown preset name (listing the valid ones), or a
                 ``nics_per_node`` that is not an integer >= 1.
         """
-        params = preset(network, device, n_regimes=n_regimes, nics_per_node=nics_per_node)
+        params = preset(
+            network,
+            device,
+            n_regimes=n_regimes,
+            nics_per_node=nics_per_node,
+            compute_dtype=compute_dtype,
+            model_kind=model_kind,
+        )
         layout = ParamLayout(n_regimes)
         sd = layout.prior_sd()
         return cls(
@@ -214,6 +230,8 @@ class Profile:
                 "preset": f"{network}:{device}",
                 "network": network,
                 "device": device,
+                "compute_dtype": compute_dtype,
+                "model_kind": model_kind,
                 "reason": "preset profile (nothing measured)",
                 "sd": layout.prior_sd_table(),
             },

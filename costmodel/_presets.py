@@ -13,7 +13,10 @@ Assumptions stated once:
   including NCCL/gloo per-step overhead), NVLink/PCIe ~5 µs.
 * Device throughput: datasheet fp32 peak (tensor-core TF32 where the device has
   it and frameworks use it by default) × a training efficiency for CNN training,
-  stated per device; calibrate to replace it.
+  stated per device; calibrate to replace it. With a compute dtype or a model
+  kind (:func:`device_flops_per_s`): the datasheet's dense peak in that dtype ×
+  the published utilisation of that kind of model (transformers: MFU 0.45;
+  CNNs in mixed precision: 0.22).
 * Optimizer update: SGD with momentum reads and writes ~5 bytes of memory per
   parameter byte: update_s_per_byte = 5 / memory bandwidth.
 * Reduction γ: 3 bytes of memory traffic per reduced byte (2 reads, 1 write):
@@ -36,6 +39,12 @@ __all__ = [
     "DEFAULT_NICS_PER_NODE",
     "NetworkPreset",
     "DevicePreset",
+    "COMPUTE_DTYPES",
+    "MODEL_KINDS",
+    "TRANSFORMER_MFU",
+    "MIXED_PRECISION_CNN_UTILISATION",
+    "FP32_UTILISATION",
+    "device_flops_per_s",
 ]
 
 
@@ -64,6 +73,13 @@ class DevicePreset:
     source: str
     node_compute_slots: float = 1e6  # GPUs: ranks do not share compute
     call_overhead_s: float = 20e-6
+    #: Dense peak FLOP/s per compute dtype (datasheet, without sparsity); a
+    #: dtype the device has no fast path for is absent.
+    peak_flops_per_s: tuple[tuple[str, float], ...] = ()
+    #: The dtype frameworks run an "fp32" model in on this device (cuDNN's
+    #: default TF32 convolutions on Ampere and later), which ``flops_per_s``
+    #: is measured against.
+    default_dtype: str = "fp32"
 
 
 GB = 1e9
@@ -145,30 +161,43 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
         12 * GiB,
         240 * GB,
         "Tesla K80 datasheet: 8.73 TFLOP/s fp32 boost per board = 4.37 per GPU, 12 GB, 240 GB/s per GPU; 30% training efficiency (tf_cnn_benchmarks ResNet-50 ~52 img/s)",
+        peak_flops_per_s=(("fp32", 4.37e12),),
     ),
     "p100": DevicePreset(
         0.40 * 10.6e12,
         16 * GiB,
         732 * GB,
-        "Tesla P100 SXM2 datasheet: 10.6 TFLOP/s fp32, 16 GB HBM2, 732 GB/s; 40% training efficiency (tf_cnn_benchmarks ResNet-50 ~219 img/s)",
+        "Tesla P100 SXM2 datasheet: 10.6 TFLOP/s fp32, 21.2 fp16, 16 GB HBM2, 732 GB/s; 40% training efficiency (tf_cnn_benchmarks ResNet-50 ~219 img/s)",
+        peak_flops_per_s=(("fp32", 10.6e12), ("fp16", 21.2e12)),
     ),
     "v100": DevicePreset(
         0.55 * 15.7e12,
         16 * GiB,
         900 * GB,
-        "Tesla V100 SXM2 datasheet: 15.7 TFLOP/s fp32, 16 GB HBM2, 900 GB/s; 55% training efficiency (fp32 ResNet-50 ~350 img/s)",
+        "Tesla V100 SXM2 datasheet: 15.7 TFLOP/s fp32, 125 fp16 tensor, 16 GB HBM2, 900 GB/s; 55% training efficiency (fp32 ResNet-50 ~350 img/s)",
+        peak_flops_per_s=(("fp32", 15.7e12), ("fp16", 125e12)),
     ),
     "a100": DevicePreset(
         0.50 * 156e12 * 0.25,
         40 * GiB,
         1555 * GB,
-        "A100 SXM4 40GB datasheet: 156 TFLOP/s TF32 tensor, 1555 GB/s; 12.5% of TF32 peak in fp32/TF32 CNN training (ResNet-50 TF32 ~ 1000 img/s => ~25 TFLOP/s; stated as 0.5 x 0.25 x peak)",
+        "A100 SXM4 40GB datasheet: 19.5 TFLOP/s fp32, 156 TF32 tensor, 312 bf16/fp16 tensor (dense), 1555 GB/s; 12.5% of TF32 peak in fp32/TF32 CNN training (ResNet-50 TF32 ~ 1000 img/s => ~25 TFLOP/s; stated as 0.5 x 0.25 x peak)",
+        peak_flops_per_s=(("fp32", 19.5e12), ("tf32", 156e12), ("bf16", 312e12), ("fp16", 312e12)),
+        default_dtype="tf32",
     ),
     "h100": DevicePreset(
         0.12 * 495e12,
         80 * GiB,
         3350 * GB,
-        "H100 SXM5 datasheet: 495 TFLOP/s dense TF32, 80 GB HBM3, 3.35 TB/s; 12% of TF32 peak in CNN training (ResNet-50 TF32 ~ 2400 img/s)",
+        "H100 SXM5 datasheet: 67 TFLOP/s fp32, 495 dense TF32, 989 dense bf16/fp16, 1979 dense fp8, 80 GB HBM3, 3.35 TB/s; 12% of TF32 peak in CNN training (ResNet-50 TF32 ~ 2400 img/s)",
+        peak_flops_per_s=(
+            ("fp32", 67e12),
+            ("tf32", 495e12),
+            ("bf16", 989e12),
+            ("fp16", 989e12),
+            ("fp8", 1979e12),
+        ),  # fmt: skip
+        default_dtype="tf32",
     ),
     "cpu": DevicePreset(
         50e9,
@@ -177,10 +206,104 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
         "a generic 2-core x86-64 CPU: ~50 GFLOP/s fp32 (AVX2 FMA, 2 cores), 20 GB/s memory; a rough prior, calibrate",
         node_compute_slots=2.0,
         call_overhead_s=50e-6,
+        peak_flops_per_s=(("fp32", 50e9),),
     ),
 }
 
 _DEFAULT_INTRA = {"cpu": "shm"}
+
+#: Compute dtypes a device preset may have a peak for.
+COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+#: Model kinds whose utilisation is known (``Workload.kind``; "" = unknown).
+MODEL_KINDS = ("cnn", "transformer", "mlp")
+
+#: Model FLOPs utilisation of dense transformer training on tensor cores, the
+#: fraction of the dtype's dense peak that the model's FLOPs (6 × parameters ×
+#: tokens plus attention) run at: Narayanan et al., "Efficient Large-Scale
+#: Language Model Training on GPU Clusters Using Megatron-LM", SC 2021, Table 1
+#: (44–52% of the A100's 312 TFLOP/s); Chowdhery et al., "PaLM", 2022, Table 3
+#: (46.2% MFU).
+TRANSFORMER_MFU = 0.45
+
+#: ResNet-50 in mixed precision on tensor cores: ~2,600 images/s on an A100
+#: (NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, AMP, batch 256) ×
+#: 3 × 8.2 GFLOP per image ≈ 64 TFLOP/s, 0.21 of 312; V100 ~1,350 img/s of 125
+#: TFLOP/s gives 0.27. Taken as 0.22 of the fp16/bf16 peak.
+MIXED_PRECISION_CNN_UTILISATION = 0.22
+
+#: fp32 on CUDA cores where the default path is TF32 (A100, H100 with TF32
+#: off): the V100's fp32 ResNet-50 efficiency (0.55 of 15.7 TFLOP/s, above).
+FP32_UTILISATION = 0.55
+
+
+def device_flops_per_s(device: str, compute_dtype: str | None = None, model_kind: str = ""):
+    """A device's effective training throughput for a compute dtype and kind of model.
+
+    dtype ``None`` is the device's default path (TF32 on A100/H100, else fp32).
+
+    * fp32 (CUDA cores, CPUs): the preset's fp32 efficiency for every model
+      (on A100/H100, where fp32 is not the default, :data:`FP32_UTILISATION`).
+    * A tensor-core dtype (tf32, bf16, fp16, fp8) and a transformer or MLP:
+      the dtype's dense peak × :data:`TRANSFORMER_MFU`.
+    * A CNN or unknown model on its device's default path: the preset's
+      ``flops_per_s`` (its stated CNN efficiency — the figure without a
+      dtype or kind); in another 16- or 8-bit dtype the peak ×
+      :data:`MIXED_PRECISION_CNN_UTILISATION`.
+
+    Args:
+        device: a name of :data:`DEVICE_PRESETS`.
+        compute_dtype: ``None`` or one of :data:`COMPUTE_DTYPES` the device has
+            a datasheet peak for.
+        model_kind: ``""`` (unknown) or one of :data:`MODEL_KINDS` ("mlp" is
+            costed as a transformer: both are dense matrix products).
+
+    Returns:
+        ``(flops_per_s, description)``: FLOP/s > 0, and one line saying where
+        the figure comes from (dtype, peak, utilisation).
+
+    Raises:
+        ValueError: an unknown device, dtype or kind, or a dtype the device has
+            no fast path for (listing the ones it has).
+
+    Example:
+        >>> round(device_flops_per_s("a100", "bf16", "transformer")[0] / 1e12, 1)
+        140.4
+        >>> device_flops_per_s("v100")[0] == DEVICE_PRESETS["v100"].flops_per_s
+        True
+    """
+    if device not in DEVICE_PRESETS:
+        raise ValueError(
+            f"unknown device preset {device!r}; valid: {format_choices(DEVICE_PRESETS)}"
+        )
+    if model_kind not in ("", *MODEL_KINDS):
+        raise ValueError(f"unknown model kind {model_kind!r}; valid: {', '.join(MODEL_KINDS)}")
+    dev = DEVICE_PRESETS[device]
+    peaks = dict(dev.peak_flops_per_s)
+    dtype = dev.default_dtype if compute_dtype is None else str(compute_dtype).lower()
+    if dtype not in COMPUTE_DTYPES:
+        raise ValueError(
+            f"unknown compute dtype {compute_dtype!r}; valid: {', '.join(COMPUTE_DTYPES)}"
+        )
+    if dtype not in peaks:
+        raise ValueError(
+            f"compute dtype {dtype}: device {device!r} has no {dtype} peak on its datasheet; "
+            "it has: " + ", ".join(peaks)
+        )
+    peak = peaks[dtype]
+    if dtype == "fp32":  # CUDA cores (or a CPU): the preset's fp32 efficiency, any model
+        util = dev.flops_per_s / peaks["fp32"] if dev.default_dtype == "fp32" else FP32_UTILISATION
+        why = "fp32 training efficiency"
+    elif model_kind in ("transformer", "mlp"):
+        util, why = TRANSFORMER_MFU, "transformer MFU (Megatron-LM SC21, PaLM)"
+    elif dtype == dev.default_dtype:
+        util, why = dev.flops_per_s / peak, "the preset's CNN training efficiency"
+    else:
+        util, why = MIXED_PRECISION_CNN_UTILISATION, "mixed-precision CNN (ResNet-50, NVIDIA)"
+    rate = peak * util
+    return rate, (
+        f"{device} {dtype}: {peak / 1e12:g} TFLOP/s dense peak × {util:.3g} {why} = "
+        f"{rate / 1e12:.3g} TFLOP/s"
+    )
 
 
 def preset(
@@ -190,6 +313,8 @@ def preset(
     intra: str | None = None,
     n_regimes: int = 1,
     nics_per_node: int | None = None,
+    compute_dtype: str | None = None,
+    model_kind: str = "",
 ) -> ClusterParams:
     """Cluster parameters from datasheet presets.
 
@@ -210,13 +335,17 @@ def preset(
             Default: the datasheet count of the DGX-class intra-node presets
             (nvlink-v100: DGX-1, 4 x EDR; nvlink-a100: DGX A100, 8 x HDR;
             nvlink-h100: DGX H100, 8 x NDR), else :data:`DEFAULT_NICS_PER_NODE` (4).
+        compute_dtype, model_kind: the device's throughput for that dtype and
+            kind of model (:func:`device_flops_per_s`); the defaults give the
+            preset's CNN figure.
 
     Returns:
         :class:`ClusterParams` in SI units.
 
     Raises:
         ValueError: on an unknown network, intra-node link or device name,
-            listing the valid names; on ``nics_per_node`` that is not an integer >= 1.
+            listing the valid names; on ``nics_per_node`` that is not an integer >= 1;
+            as :func:`device_flops_per_s` for the dtype and kind.
 
     Example:
         >>> p = preset("ethernet-10g", "v100")
@@ -248,6 +377,7 @@ def preset(
         )
     net, link, dev = NETWORK_PRESETS[inter_name], INTRA_PRESETS[intra], DEVICE_PRESETS[device]
     nics = _nics(nics_per_node, link)
+    flops = device_flops_per_s(device, compute_dtype, model_kind)[0]
     beta = (1.0 / link.bandwidth_bytes_per_s, 1.0 / net.bandwidth_bytes_per_s)
     # Node caps: a node's NICs (rails) carry nics links' worth at once (binds for
     # all_to_all and fan-in with several ranks per node, not for a ring that
@@ -264,7 +394,7 @@ def preset(
         fanin_exponent=0.1,
         all_to_all_exponent=0.1,
         node_compute_slots=dev.node_compute_slots,
-        flops_per_s=dev.flops_per_s,
+        flops_per_s=flops,
         step_overhead_s=1e-3,
         update_s_per_byte=5.0 / dev.memory_bandwidth_bytes_per_s,
         overlap_interference=0.05,

@@ -120,7 +120,8 @@ def test_colocated_servers_batch_and_ranks_per_node(capsys):
     ps, hier = doc["rows"]
     assert ps["colocated"] is True and hier["colocated"] is False
     assert ps["servers"] == 4 and ps["ranks_per_node"] == 8 and ps["bucket_bytes"] == 100 * 2**20
-    p, w = preset("ib-hdr-200g,nvlink-a100", "a100"), get_workload("bert_base", 32)
+    w = get_workload("bert_base", 32)
+    p = preset("ib-hdr-200g,nvlink-a100", "a100", model_kind=w.kind)  # transformer MFU
     want = iteration_time(
         p, w, "ps", 16, servers=4, colocated=True, ranks_per_node=8, bucket_bytes=100 * 2**20
     )
@@ -382,3 +383,23 @@ def test_predict_functions_are_the_cli_rows_and_name_bad_arguments(capsys):
         tuner.predict_iterations(p, w, ["ring"], [])
     with pytest.raises(TypeError, match="cluster"):
         tuner.predict_collective("ethernet-10g", "all_reduce", [1024], 8)
+
+
+def test_compute_dtype_follows_the_gradient_dtype_and_is_refused_with_a_profile(capsys, tmp_path):
+    base = ("--preset", "ib-hdr-200g,nvlink-a100", "--device", "a100", "--model", "gpt2",
+            "--arch", "ring", "--workers", "1", "--batch-size", "8")  # fmt: skip
+    tf32 = _json(capsys, *base)["rows"][0]
+    bf16 = _json(capsys, *base, "--grad-dtype", "bf16")["rows"][0]
+    explicit = _json(capsys, *base, "--compute-dtype", "bf16")["rows"][0]
+    # bf16's dense peak is twice TF32's on the A100: compute halves
+    assert bf16["forward_s"] == pytest.approx(tf32["forward_s"] / 2)
+    assert explicit["forward_s"] == pytest.approx(bf16["forward_s"])
+    code, _, err = _run(capsys, *base, "--compute-dtype", "bf16", "--device", "v100")
+    assert code == 2 and "--compute-dtype" in _one_line_error(err) and "fp16" in err
+    from calibration import Profile
+
+    path = tmp_path / "p.json"
+    Profile.from_preset("ethernet-10g", "v100").save(path)
+    code, _, err = _run(capsys, "--profile", str(path), "--model", "gpt2", "--arch", "ring",
+                        "--workers", "2", "--compute-dtype", "bf16")  # fmt: skip
+    assert code == 2 and "--compute-dtype applies to --preset" in _one_line_error(err)

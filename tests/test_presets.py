@@ -150,3 +150,67 @@ def test_preset_busbw_reaches_the_link_rate(network):
     t = float(collective_time(p, "all_reduce", S, n, 1))
     busbw = S / t * 2 * (n - 1) / n
     assert busbw == pytest.approx(1 / float(p.beta_s_per_byte[1]), rel=0.02)
+
+
+# ---------------------------------------------------------------------------
+# Compute dtype and model kind (issue 24, item 4)
+# ---------------------------------------------------------------------------
+def test_no_dtype_and_a_cnn_give_every_presets_own_figure():
+    from costmodel import device_flops_per_s
+
+    for name, dev in DEVICE_PRESETS.items():
+        for kind in ("", "cnn"):
+            assert device_flops_per_s(name, None, kind)[0] == pytest.approx(dev.flops_per_s)
+        # the default path's own dtype named explicitly is the same figure
+        assert device_flops_per_s(name, dev.default_dtype, "cnn")[0] == pytest.approx(
+            dev.flops_per_s
+        )
+        assert float(preset("ethernet-10g", name).flops_per_s) == pytest.approx(dev.flops_per_s)
+
+
+def test_transformer_rate_is_the_dtypes_peak_times_published_mfu():
+    from costmodel import device_flops_per_s
+    from costmodel._presets import TRANSFORMER_MFU
+
+    # A100 datasheet dense peaks: TF32 156, bf16 312 TFLOP/s
+    assert device_flops_per_s("a100", "bf16", "transformer")[0] == pytest.approx(
+        TRANSFORMER_MFU * 312e12
+    )
+    assert device_flops_per_s("a100", None, "transformer")[0] == pytest.approx(
+        TRANSFORMER_MFU * 156e12
+    )
+    # ordering of the dtypes on one device: fp8 > bf16 > tf32 > fp32
+    rates = [
+        device_flops_per_s("h100", d, "transformer")[0] for d in ("fp32", "tf32", "bf16", "fp8")
+    ]
+    assert rates == sorted(rates)
+
+
+def test_a_dtype_the_device_lacks_is_refused_with_the_ones_it_has():
+    from costmodel import device_flops_per_s
+
+    with pytest.raises(ValueError, match=r"v100.*no bf16 peak.*fp32, fp16"):
+        device_flops_per_s("v100", "bf16", "transformer")
+    with pytest.raises(ValueError, match="unknown compute dtype"):
+        device_flops_per_s("a100", "int4")
+    with pytest.raises(ValueError, match="unknown model kind"):
+        preset("ethernet-10g", "a100", model_kind="rnn")
+
+
+def test_llama2_7b_bf16_step_on_a_dgx_a100_matches_the_llama2_papers_gpu_hours():
+    # Touvron et al., "Llama 2", arXiv:2307.09288: the 7B model took 184,320 A100-80GB
+    # GPU-hours (Table 2) for 2.0T tokens (§2.2, Table 1): 3,014 tokens/s per GPU.
+    # A step of 4 sequences of 4,096 tokens per GPU is then 16,384 / 3,014 = 5.44 s.
+    # The preset's rate comes from other sources (Megatron-LM, PaLM MFU); within 30%.
+    from costmodel import get_workload, iteration_time
+
+    tokens_per_s = 2.0e12 / (184_320 * 3600)
+    published = 4 * 4096 / tokens_per_s
+    w = get_workload("llama2_7b", 4, dtype_bytes=2)
+    p = preset("ib-hdr-200g,nvlink-a100", "a100", compute_dtype="bf16", model_kind=w.kind)
+    t = float(iteration_time(p, w, "fsdp", 8, ranks_per_node=8).iteration_s)
+    assert abs(t / published - 1) < 0.30, (t, published)
+    # the old figure (one CNN-era rate for every model) was 7× off
+    old = float(iteration_time(preset("ib-hdr-200g,nvlink-a100", "a100"), w, "fsdp", 8,
+                               ranks_per_node=8).iteration_s)  # fmt: skip
+    assert old / published > 5

@@ -770,14 +770,15 @@ def _refine(ctx, params, sw: Sweep, row: _Row, caps: np.ndarray, scorer) -> _Row
 # ---------------------------------------------------------------------------
 # p_best
 # ---------------------------------------------------------------------------
-def _p_best(ctx, profile, chosen: _Row, others: list[_Row], scorer: _Scorer) -> float:
-    """Share of parameter draws in which ``chosen`` beats every row of ``others`` (ties half)."""
-    if not others:
-        return float("nan")
+def _draw_throughputs(ctx, profile, rows: list[_Row]):
+    """(D, R) throughputs of ``rows`` under D parameter draws (nominal dropped), or None.
+
+    The same draws for every row, so differences between rows are paired.
+    ``None`` when the profile has no usable covariance.
+    """
     draws, ok = parameter_draws(profile, P_BEST_DRAWS)
     if not ok:
-        return float("nan")
-    rows = [chosen, *others]
+        return None
     spec, order = TimeSpec.build(ctx.workload, ctx.ranks_per_node, _spec_rows(ctx, rows))
     out = np.asarray(spec_times_draws(draws, spec), dtype=np.float64)
     times = np.empty_like(out)
@@ -785,19 +786,35 @@ def _p_best(ctx, profile, chosen: _Row, others: list[_Row], scorer: _Scorer) -> 
     times = times[1:]  # drop the nominal draw
     n = np.array([r.n for r in rows], dtype=np.float64)
     batch = np.array([r.batch for r in rows], dtype=np.float64)
-    thr = _throughput(ctx, n[None, :], batch[None, :], times)
+    return _throughput(ctx, n[None, :], batch[None, :], times)
+
+
+def _draw_scores(scorer: _Scorer, rows: list[_Row], thr):
+    """(D, R) objective values per draw, higher better (throughput, or −price per sample)."""
     if scorer.objective == "cost":
-        score = np.stack(
+        return -np.stack(
             [scorer.cost(r.variant, r.n, r.k, thr[:, i]) for i, r in enumerate(rows)], axis=1
         )
-        better, ties = score[:, :1] < score[:, 1:], score[:, :1] == score[:, 1:]
-    elif scorer.objective == "min-workers":
+    return thr
+
+
+def _p_best(ctx, profile, chosen: _Row, others: list[_Row], scorer: _Scorer) -> float:
+    """Share of parameter draws in which ``chosen`` beats every row of ``others`` (ties half)."""
+    if not others:
+        return float("nan")
+    rows = [chosen, *others]
+    thr = _draw_throughputs(ctx, profile, rows)
+    if thr is None:
+        return float("nan")
+    if scorer.objective == "min-workers":
+        n = np.array([r.n for r in rows], dtype=np.float64)
         reach = thr[:, 0] >= (scorer.target or 0.0)
         same = n[None, 1:] <= n[0]
         better = np.where(same, thr[:, :1] > thr[:, 1:], True) & reach[:, None]
         ties = np.where(same, thr[:, :1] == thr[:, 1:], False) & reach[:, None]
     else:
-        better, ties = thr[:, :1] > thr[:, 1:], thr[:, :1] == thr[:, 1:]
+        score = _draw_scores(scorer, rows, thr)
+        better, ties = score[:, :1] > score[:, 1:], score[:, :1] == score[:, 1:]
     win = np.all(better | ties, axis=1)
     tie = win & np.any(ties, axis=1)
     return float((np.sum(win) - 0.5 * np.sum(tie)) / P_BEST_DRAWS)
@@ -883,11 +900,11 @@ def _versus_runner_up(chosen: _Row, o: _Row, scorer) -> str:
         return f"The best other architecture, {where}, needs more workers."
     else:
         gain = chosen.thr / o.thr - 1.0
+        if abs(gain) < 0.005:
+            return f"The best other architecture, {where}, is practically as fast (within 0.5%)."
         return (
-            f"The best other architecture, {where}, is practically as fast (within 0.5%)."
-            if abs(gain) < 0.005
-            else f"It is {format_percent(gain, 0)} faster than the best other architecture, {where}, "
-            f"{o.thr:,.0f} samples/s."
+            f"It is {format_percent(abs(gain), 0)} {'faster' if gain > 0 else 'slower'} than "
+            f"the best other architecture, {where}, {o.thr:,.0f} samples/s."
         )
 
 
@@ -1371,6 +1388,8 @@ def _memory_note(ctx: _Context, sweeps, keys, scorer: _Scorer, chosen: _Row, exc
         ranks_per_node=ctx.ranks_per_node, bucket_bytes=u.b,
     )  # fmt: skip
     need = max(float(wb), float(sb))
+    if need <= excluded["memory_bytes"]:
+        return ""  # it fits: something else (a tie, a constraint) decided
     return (
         f"Memory bounds the choice: {u.variant.label} with {u.n} workers would be better but "
         f"needs {format_bytes(need)} per device, over the "
@@ -1519,10 +1538,14 @@ def _machinery(r: _Row) -> tuple:
 def _prefer_simpler(ctx: _Context, scorer: _Scorer, ranked: list) -> tuple[list, str]:
     """Move the simplest configuration that ties with the lead to the front.
 
-    Two configurations tie when each one's objective lies within the other's 90%
-    interval (the step-time interval of :func:`_intervals`, carried to the
-    objective: throughput and price per sample scale as 1/t), or within
-    :data:`TIE_TOLERANCE` of it (the floor for profiles without intervals). Of
+    Two configurations tie when their objectives are within
+    :data:`TIE_TOLERANCE` of each other, or when the 90% interval of the lead's
+    relative gain over the other, over the profile's parameter draws (the same
+    draws for both: paired, as :attr:`Recommendation.p_best` counts them),
+    reaches within :data:`TIE_TOLERANCE` of zero. Comparing the two marginal
+    90% intervals instead would call every pair a tie under a datasheet prior
+    (a 7B model's step: 2–90 s for every architecture), though the draws agree
+    on which is faster. Of
     the lead and the rows that tie with it, the one with the least
     :func:`_machinery` goes first (ring/DDP before ZeRO and FSDP, fewer dedicated
     servers, fewer workers); the rest keep their order. The min-workers
@@ -1539,20 +1562,25 @@ def _prefer_simpler(ctx: _Context, scorer: _Scorer, ranked: list) -> tuple[list,
     if not simpler:
         return ranked, ""
     rows = [lead, *simpler]
-    lo, hi = _intervals(ctx, _spec_rows(ctx, rows), 0.9, [r.t for r in rows])
-
-    def band(i: int, r: _Row) -> tuple[float, float]:
-        # the objective's range when the step time ranges over [lo, hi]
-        v = abs(_row_key(scorer, r)[0])
-        a, b = v * r.t / hi[i], v * r.t / lo[i]
-        return a * (1 - TIE_TOLERANCE), b * (1 + TIE_TOLERANCE)
-
-    lead_v, (lead_a, lead_b) = abs(_row_key(scorer, lead)[0]), band(0, lead)
+    lead_v = abs(_row_key(scorer, lead)[0])
+    thr = _draw_throughputs(ctx, ctx.profile, rows)
     ties = []
     for i, r in enumerate(simpler, start=1):
-        v, (a, b) = abs(_row_key(scorer, r)[0]), band(i, r)
-        if lead_a <= v <= lead_b and a <= lead_v <= b:
+        v = abs(_row_key(scorer, r)[0])
+        if abs(v - lead_v) <= TIE_TOLERANCE * max(lead_v, v):
             ties.append(r)
+        elif thr is not None:
+            # paired: the same parameter draws for both, so what the profile does not
+            # know about the cluster moves both alike and only their difference counts
+            score = _draw_scores(scorer, [lead, r], thr[:, [0, i]])
+            gain = (
+                score[:, 0] / score[:, 1] - 1.0
+                if scorer.objective != "cost"
+                else (score[:, 1] / score[:, 0] - 1.0)
+            )
+            lo_g, hi_g = np.quantile(gain, [0.05, 0.95])
+            if lo_g <= TIE_TOLERANCE and hi_g >= -TIE_TOLERANCE:
+                ties.append(r)
     if not ties:
         return ranked, ""
     pick = min(ties, key=_machinery)
@@ -1562,7 +1590,7 @@ def _prefer_simpler(ctx: _Context, scorer: _Scorer, ranked: list) -> tuple[list,
         f"Ties go to the simpler architecture: {pick.variant.label} ({pick.n} workers) is "
         f"chosen over {lead.variant.label} ({lead.n} workers), which is predicted "
         f"{format_percent(abs(gain), 1)} {what if gain >= 0 else 'slower'}, within the 90% "
-        f"intervals of both; {pick.variant.label} needs less machinery."
+        f"interval of their difference; {pick.variant.label} needs less machinery."
     )
     return [pick, *(r for r in ranked if r is not pick)], note
 

@@ -27,6 +27,7 @@ _EXPORTS = {
     "workload_from_pytree": "._loaders",
     "workload_to_layers": "._loaders",
     "Workload": "._workload",
+    "TransformerShape": "._workload",
     "WORKLOAD_NAMES": "._names",
     "get_workload": "._zoo",
 }

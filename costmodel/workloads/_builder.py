@@ -55,6 +55,10 @@ class LayerBuilder:
         self._counts: list[int] = []
         self._flops: list[float] = []
         self._pending = 0.0
+        #: ``Workload.kind`` and ``Workload.transformer`` of what is built (a
+        #: builder of the zoo sets them).
+        self.kind = ""
+        self.transformer = None
 
     def layer(self, tensors: Sequence[tuple[str, int]], flops: float) -> None:
         """Add one layer: ``tensors`` = [(name, element count), ...] in forward order."""
@@ -77,7 +81,16 @@ class LayerBuilder:
         """FLOPs of ops before the next layer (attributed to it)."""
         self._pending += float(flops)
 
-    def build(self, name: str, *, batch_size: int, dtype_bytes: int, source: str) -> Workload:
+    def build(
+        self,
+        name: str,
+        *,
+        batch_size: int,
+        dtype_bytes: int,
+        source: str,
+        kind: str | None = None,
+        transformer=None,
+    ) -> Workload:
         flops = list(self._flops)
         flops[-1] += self._pending  # ops after the last layer go to the last tensor
         fwd = np.asarray(flops, dtype=np.float64)
@@ -90,6 +103,8 @@ class LayerBuilder:
             batch_size=batch_size,
             dtype_bytes=dtype_bytes,
             source=source,
+            kind=self.kind if kind is None else kind,
+            transformer=self.transformer if transformer is None else transformer,
         )
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import collections
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -46,12 +47,12 @@ import numpy as np
 
 from .._errors import InputFileError, read_text_bounded
 from ._hf import looks_like_hf_config, workload_from_hf_config
-from ._workload import Workload
+from ._workload import WORKLOAD_KINDS, TransformerShape, Workload
 
 __all__ = ["load_layers", "workload_from_pytree", "workload_to_layers"]
 
 _FIELDS = ("name", "params", "fwd_flops", "bwd_flops")
-_TOP_KEYS = ("name", "source", "layers")
+_TOP_KEYS = ("name", "source", "kind", "transformer", "layers")
 
 
 class _Layer:
@@ -210,6 +211,33 @@ def _json_positions(text: str):
         return 1, {}, []
 
 
+def _parse_extras(path: str, doc: dict, top_keys: dict, top_line) -> dict:
+    """The optional ``kind`` and ``transformer`` keys as Workload fields (checked)."""
+    out = {}
+    if "kind" in doc:
+        kind = doc["kind"]
+        if kind not in ("", *WORKLOAD_KINDS):
+            raise InputFileError(
+                path,
+                top_keys.get("kind", top_line),
+                f"'kind' must be one of {', '.join(WORKLOAD_KINDS)}, got {kind!r}",
+            )
+        out["kind"] = kind
+    if doc.get("transformer") is not None:
+        t = doc["transformer"]
+        line = top_keys.get("transformer", top_line)
+        fields = [f.name for f in dataclasses.fields(TransformerShape)]
+        if not isinstance(t, dict) or set(t) - set(fields):
+            raise InputFileError(
+                path, line, f"'transformer' must be an object with keys {', '.join(fields)}"
+            )
+        try:
+            out["transformer"] = TransformerShape(**t)
+        except (TypeError, ValueError) as e:
+            raise InputFileError(path, line, f"'transformer': {e}") from None
+    return out
+
+
 def _parse_json(path: str, text: str) -> tuple[str | None, str | None, list[_Layer]]:
     try:
         doc = json.loads(text)
@@ -280,7 +308,7 @@ def _parse_json(path: str, text: str) -> tuple[str | None, str | None, list[_Lay
         if bwd is not None:
             bwd = _check_flops(path, keys.get("bwd_flops", line), where, "bwd_flops", bwd)
         out.append(_Layer(lname, params, fwd, bwd, line))
-    return name, source, out
+    return name, source, out, _parse_extras(path, doc, top_keys, top_line)
 
 
 # -- CSV ----------------------------------------------------------------------------------
@@ -410,13 +438,13 @@ def load_layers(
 
     ext = os.path.splitext(path_str)[1].lower()
     is_json = ext == ".json" or (ext != ".csv" and text.lstrip().startswith("{"))
-    file_name, source = None, None
+    file_name, source, extras = None, None, {}
     if is_json and json_depth(text) > MAX_JSON_DEPTH:
         raise InputFileError(path_str, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     if is_json and looks_like_hf_config(text):  # a Hugging Face config.json (--hf-config)
         return workload_from_hf_config(path_str, batch_size, dtype_bytes=dtype_bytes, name=name)
     if is_json:
-        file_name, source, layers = _parse_json(path_str, text)
+        file_name, source, layers, extras = _parse_json(path_str, text)
     else:
         layers = _parse_csv(path_str, text)
 
@@ -442,6 +470,7 @@ def load_layers(
         batch_size=batch_size,
         dtype_bytes=dtype_bytes,
         source=source if source is not None else f"layer file {path_str}",
+        **extras,
     )
 
 
@@ -457,9 +486,13 @@ def workload_to_layers(workload: Workload) -> dict:
         >>> doc["layers"][0]
         {'name': 'features.0.weight', 'params': 23232, 'fwd_flops': 0.0, 'bwd_flops': 0.0}
     """
+    extras = {"kind": workload.kind} if workload.kind else {}
+    if workload.transformer is not None:
+        extras["transformer"] = dataclasses.asdict(workload.transformer)
     return {
         "name": workload.name,
         "source": workload.source,
+        **extras,
         "layers": [
             {
                 "name": n,

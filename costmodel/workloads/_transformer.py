@@ -34,6 +34,7 @@ References:
 from __future__ import annotations
 
 from ._builder import GELU_FLOPS, SOFTMAX_FLOPS, LayerBuilder, layernorm, linear
+from ._workload import TransformerShape
 
 
 def _attention_ops(b: LayerBuilder, t: int, d: int, heads: int) -> None:
@@ -56,6 +57,9 @@ def _bert(
     type_vocab: int = 2,
 ) -> None:
     t = seq
+    b.kind = "transformer"
+    # no vocab: the MLM logits are on the `masked` gathered positions only
+    b.transformer = TransformerShape(layers, d, heads, t, ff, vocab=0)
     e = "bert.embeddings"
     b.layer([(f"{e}.word_embeddings.weight", vocab * d)], 0.0)
     b.layer([(f"{e}.position_embeddings.weight", max_positions * d)], 0.0)
@@ -125,6 +129,8 @@ def gpt2(
     FFN width ``ff``, default 4·d) give the other sizes of an HF ``GPT2Config``.
     """
     t, ff = seq, ff or 4 * d  # HF GPT2Config: n_inner None means 4 × n_embd
+    b.kind = "transformer"
+    b.transformer = TransformerShape(layers, d, heads, t, ff, vocab=vocab)
     # wte lookup is free; the position-embedding add is the embedding layer's op.
     b.layer([("transformer.wte.weight", vocab * d), ("transformer.wpe.weight", ctx * d)], t * d)
     for i in range(layers):
@@ -195,6 +201,10 @@ def _llama(
     the same builder.
     """
     t = seq
+    b.kind = "transformer"
+    b.transformer = TransformerShape(
+        layers, d, heads, t, ff, gated=True, vocab=vocab, dropout=False
+    )
     head_dim = d // heads if head_dim is None else head_dim
     q, kv = heads * head_dim, kv_heads * head_dim
     b.layer([("model.embed_tokens.weight", vocab * d)], 0.0)  # a lookup: no FLOPs

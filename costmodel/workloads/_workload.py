@@ -30,7 +30,43 @@ import numbers
 import numpy as np
 from jaxtyping import Float, Int
 
-__all__ = ["Workload"]
+__all__ = ["Workload", "TransformerShape", "WORKLOAD_KINDS"]
+
+#: Kinds of model a workload may declare (``Workload.kind``).
+WORKLOAD_KINDS = ("cnn", "transformer", "mlp")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerShape:
+    """The shape of a transformer stack, for its activation memory.
+
+    Attributes:
+        layers: transformer layers L ≥ 1.
+        hidden: model width h ≥ 1.
+        heads: attention heads a ≥ 1.
+        seq_len: tokens per sample s ≥ 1.
+        ffn: MLP inner width f ≥ 1 (4h in GPT/BERT).
+        gated: a gated MLP (SwiGLU: gate and up projections, Llama) instead of
+            one activation (GeLU).
+        vocab: vocabulary size v ≥ 1 (the output logits), 0 when the model has
+            no LM head in the workload.
+        dropout: the layers apply dropout (GPT/BERT pre-training) and keep
+            its masks; Llama does not.
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    ffn: int
+    gated: bool = False
+    vocab: int = 0
+    dropout: bool = True
+
+    def __post_init__(self):
+        for f in ("layers", "hidden", "heads", "seq_len", "ffn"):
+            _as_int(f"transformer.{f}", getattr(self, f), minimum=1)
+        _as_int("transformer.vocab", self.vocab, minimum=0)
 
 
 def _as_int(field: str, value, *, minimum: int) -> int:
@@ -159,6 +195,12 @@ class Workload:
             FLOP-based compute time; the per-tensor FLOPs then only say *when*
             each gradient becomes ready.
         source: citation of the layer shapes / published figures.
+        kind: the kind of model, ``""`` (unknown), ``"cnn"``, ``"transformer"``
+            or ``"mlp"``: the device presets' utilisation depends on it
+            (:func:`costmodel.device_flops_per_s`).
+        transformer: the shape of a transformer (:class:`TransformerShape`:
+            layers, width, heads, tokens per sample, …), or ``None``: what its
+            activation memory is computed from (:func:`costmodel.activation_bytes`).
 
     The arrays are copied and made read-only, so a Workload is immutable.
     Equality compares every field (arrays element-wise); instances are hashable.
@@ -183,6 +225,8 @@ class Workload:
     dtype_bytes: int = 4
     step_time_s: float | None = None
     source: str = ""
+    kind: str = ""
+    transformer: TransformerShape | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -201,6 +245,15 @@ class Workload:
             set_(self, "step_time_s", _check_step_time(self.step_time_s))
         if not isinstance(self.source, str):
             raise ValueError(f"Workload.source must be a string, got {self.source!r}.")
+        if self.kind not in ("", *WORKLOAD_KINDS):
+            raise ValueError(
+                f"Workload.kind must be one of {', '.join(WORKLOAD_KINDS)} (or ''), "
+                f"got {self.kind!r}."
+            )
+        if self.transformer is not None and not isinstance(self.transformer, TransformerShape):
+            raise ValueError(
+                f"Workload.transformer must be a TransformerShape or None, got {self.transformer!r}."
+            )
 
     # -- derived quantities ------------------------------------------------------------
 
@@ -283,6 +336,8 @@ class Workload:
             and self.dtype_bytes == other.dtype_bytes
             and self.step_time_s == other.step_time_s
             and self.source == other.source
+            and self.kind == other.kind
+            and self.transformer == other.transformer
         )
 
     def __hash__(self) -> int:
@@ -297,6 +352,8 @@ class Workload:
                 self.dtype_bytes,
                 self.step_time_s,
                 self.source,
+                self.kind,
+                self.transformer,
             )
         )
 

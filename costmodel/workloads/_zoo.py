@@ -44,7 +44,7 @@ _BY_CANONICAL = {_canonical(n): n for n in WORKLOAD_NAMES}
 def _base(name: str) -> Workload:
     b = LayerBuilder()
     source = _BUILDERS[name](b)
-    return b.build(name, batch_size=1, dtype_bytes=4, source=source)
+    return b.build(name, batch_size=1, dtype_bytes=4, source=source, kind=b.kind or "cnn")
 
 
 def get_workload(name: str, batch_size: int = 64, dtype_bytes: int = 4) -> Workload:

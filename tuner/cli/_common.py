@@ -21,6 +21,7 @@ __all__ = [
     "add_model_arguments",
     "add_nics_argument",
     "add_precision_arguments",
+    "preset_compute",
     "progress_kwargs",
     "one_line_errors",
     "configure_jax",
@@ -116,6 +117,15 @@ def add_precision_arguments(group) -> None:
         "AMP with DDP's fp16/bf16 compress hook, Horovod's Compression.fp16)",
     )
     group.add_argument(
+        "--compute-dtype",
+        choices=("fp32", "tf32", "bf16", "fp16", "fp8"),
+        default=None,
+        help="with --preset: the dtype forward and backward run in, for the device's "
+        "throughput (its datasheet peak in that dtype × the published utilisation of the "
+        "model's kind: transformers 45%% MFU). Default: --grad-dtype when bf16/fp16 "
+        "(mixed precision), else the device's default path (TF32 on a100/h100, else fp32)",
+    )
+    group.add_argument(
         "--accumulation-steps",
         type=positive_int_arg,
         metavar="K",
@@ -124,6 +134,27 @@ def add_precision_arguments(group) -> None:
         "micro-batches, overlapped with the last one's backward only (DDP's no_sync); times "
         "and throughput are per optimizer step",
     )
+
+
+def preset_compute(args, workload) -> tuple[str | None, str]:
+    """(compute dtype, model kind) for a preset's device throughput (``costmodel.preset``).
+
+    The dtype is ``--compute-dtype``, else the ``--grad-dtype`` when it is a
+    16-bit one (mixed precision computes in it), else ``None`` (the device's
+    default path); the kind is the workload's (:attr:`costmodel.Workload.kind`).
+
+    Raises:
+        UsageError: ``--compute-dtype`` given with ``--profile`` (a fitted
+            profile carries the compute rate it measured).
+    """
+    explicit = getattr(args, "compute_dtype", None)
+    if explicit and getattr(args, "profile", None):
+        raise UsageError(
+            "--compute-dtype applies to --preset; a profile carries the compute rate it measured"
+        )
+    grad = getattr(args, "grad_dtype", None)
+    dtype = explicit or (grad if grad in ("bf16", "fp16") else None)
+    return dtype, getattr(workload, "kind", "")
 
 
 def add_nics_argument(group) -> None:

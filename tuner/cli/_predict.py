@@ -21,6 +21,7 @@ from ._common import (
     name_list_arg,
     positive_float_arg,
     positive_int_arg,
+    preset_compute,
     print_json,
     safe_text,
 )
@@ -248,9 +249,9 @@ def _mode(args) -> str:
     return "iteration"
 
 
-def _cluster(args):
-    """(ClusterParams, profile or None, description dict)."""
-    from costmodel import preset
+def _cluster(args, workload=None):
+    """(ClusterParams, profile or None, description dict); ``workload``: for the compute rate."""
+    from costmodel import device_flops_per_s, preset
 
     if args.profile is not None:
         if args.device is not None:
@@ -259,6 +260,7 @@ def _cluster(args):
 
         if args.nics_per_node is not None:
             raise UsageError("--nics-per-node applies to --preset; a profile holds its network")
+        preset_compute(args, workload)  # refuses --compute-dtype
         profile = Profile.load(args.profile)  # InputFileError: names the file (exit 1)
         if args.ranks_per_node is None:  # the measured topology, not a silent g = 1
             from tuner import measured_ranks_per_node
@@ -273,12 +275,23 @@ def _cluster(args):
     device = args.device or "v100"
     if args.ranks_per_node is None:
         args.ranks_per_node = 1
+    dtype, kind = preset_compute(args, workload)
     try:
-        params = preset(args.preset, device, nics_per_node=args.nics_per_node)
+        params = preset(
+            args.preset,
+            device,
+            nics_per_node=args.nics_per_node,
+            compute_dtype=dtype,
+            model_kind=kind,
+        )
+        compute = device_flops_per_s(device, dtype, kind)[1]
     except ValueError as e:  # names the preset and lists the choices
-        flag = "--device" if "device" in str(e) else "--preset"
+        msg = str(e)
+        flag = (
+            "--compute-dtype" if "dtype" in msg else "--device" if "device" in msg else "--preset"
+        )
         raise UsageError(f"{flag}: {e}") from None
-    desc = {"preset": args.preset, "device": device}
+    desc = {"preset": args.preset, "device": device, "compute": compute}
     if args.nics_per_node is not None:
         desc["nics_per_node"] = args.nics_per_node
     return params, None, desc
@@ -434,7 +447,10 @@ def _print_collectives(rows, cluster: dict) -> None:
 def _describe(cluster: dict) -> str:
     if "profile" in cluster:
         return f"profile {cluster['profile']}"
-    return f"presets {cluster['preset']} + {cluster['device']} (datasheet, nothing measured)"
+    compute = f"; compute {cluster['compute']}" if cluster.get("compute") else ""
+    return (
+        f"presets {cluster['preset']} + {cluster['device']} (datasheet, nothing measured{compute})"
+    )
 
 
 def _warn(rows) -> None:
@@ -452,7 +468,7 @@ def run(args: argparse.Namespace) -> int:
     never measured carry ``warnings``, also printed once each on stderr.
     """
     mode = _mode(args)
-    params, profile, cluster = _cluster(args)
+    params, profile, cluster = _cluster(args, _workload(args) if mode != "collective" else None)
     source = params if profile is None else profile
     if mode == "collective":
         rows = _collective_rows(args, source)

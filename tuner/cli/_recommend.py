@@ -18,6 +18,7 @@ from ._common import (
     name_list_arg,
     positive_float_arg,
     positive_int_arg,
+    preset_compute,
     print_json,
 )
 
@@ -224,12 +225,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _load_profile(args):
+def _load_profile(args, workload=None):
     from calibration import Profile
+    from costmodel import device_flops_per_s
 
     if args.profile:
         if args.nics_per_node is not None:
             raise UsageError("--nics-per-node applies to --preset; a profile holds its network")
+        preset_compute(args, workload)  # refuses --compute-dtype
         prof = Profile.load(args.profile)
         if args.ranks_per_node is None:  # the measured topology, not a silent g = 1
             from tuner import measured_ranks_per_node
@@ -240,13 +243,23 @@ def _load_profile(args):
         args.ranks_per_node = 1
     if args.device is None:
         args.device = "v100"
+    dtype, kind = preset_compute(args, workload)
     try:
-        prof = Profile.from_preset(args.preset, args.device, nics_per_node=args.nics_per_node)
+        prof = Profile.from_preset(
+            args.preset,
+            args.device,
+            nics_per_node=args.nics_per_node,
+            compute_dtype=dtype,
+            model_kind=kind,
+        )
+        compute = device_flops_per_s(args.device, dtype, kind)[1]
     except ValueError as e:
-        raise UsageError(f"--preset/--device/--nics-per-node: {e}") from None
+        flag = "--compute-dtype" if "dtype" in str(e) else "--preset/--device/--nics-per-node"
+        raise UsageError(f"{flag}: {e}") from None
     nics = "" if args.nics_per_node is None else f", {args.nics_per_node} NICs per node"
     return prof, (
-        f"presets {args.preset} + {args.device}{nics} (datasheet prior, nothing measured)"
+        f"presets {args.preset} + {args.device}{nics} (datasheet prior, nothing measured; "
+        f"compute {compute})"
     )
 
 
@@ -295,8 +308,8 @@ def run(args: argparse.Namespace) -> int:
             "--step-time is the single-worker step time at --batch-size; with --global-batch "
             "give the --batch-size it was measured at"
         )
-    profile, source = _load_profile(args)
     base_workload = _load_workload(args)
+    profile, source = _load_profile(args, base_workload)
     workload = transform_workload(base_workload, args)
     try:
         rec = tuner.recommend(

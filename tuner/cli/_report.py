@@ -12,6 +12,7 @@ from ._common import (
     add_model_arguments,
     add_precision_arguments,
     positive_int_arg,
+    preset_compute,
     print_json,
 )
 
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     import tuner
     from costmodel import get_workload, load_layers
 
+    preset_compute(args, None)  # a profile carries its compute rate: refuses --compute-dtype
     try:  # before anything is read or computed
         out = tuner.check_report_dir(Path(args.output), args.overwrite)
     except FileExistsError as e:
