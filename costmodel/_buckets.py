@@ -97,6 +97,8 @@ class WorkloadTerms(eqx.Module):
             fraction of backward done when each tensor's gradient is ready, in
             reverse (backward) order.
         measured: static, whether ``step_time_per_sample_s`` is used.
+        accumulation_steps: static, K micro-batches per optimizer step
+            (``Workload.accumulation_steps``).
     """
 
     fwd_flops: Float[Array, ""]
@@ -107,6 +109,7 @@ class WorkloadTerms(eqx.Module):
     cum_bytes_rev: Float[Array, " T"]
     ready_frac_rev: Float[Array, " T"]
     measured: bool = eqx.field(static=True, default=False)
+    accumulation_steps: int = eqx.field(static=True, default=1)
 
     @classmethod
     def from_workload(cls, workload, *, numpy: bool = False) -> WorkloadTerms:
@@ -151,6 +154,7 @@ class WorkloadTerms(eqx.Module):
             f(np.cumsum(pb)),
             f(ready),
             measured,
+            int(getattr(workload, "accumulation_steps", 1)),
         )
 
 

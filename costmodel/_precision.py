@@ -9,16 +9,17 @@ without any change to :func:`costmodel.iteration_time`:
   bucket, every collective's bandwidth term β·S and reduction term γ·S, and the
   bucketing itself see half the bytes. It is a transform of the workload
   (:attr:`Workload.dtype_bytes`); the latency terms α do not change.
-* **gradient accumulation** (:func:`accumulate`): K micro-batches per optimizer
-  step, the first K − 1 under DDP's ``no_sync()`` (no communication), the last
-  one exchanging the accumulated gradients overlapped with its own backward
-  only. With T_1 the ordinary iteration (:func:`costmodel.iteration_time`) and
-  T_fwd, T_bwd one micro-batch's compute:
+* **gradient accumulation** (:func:`accumulated_workload`): K micro-batches per
+  optimizer step, exchanged as each architecture's framework does (once, in
+  the last micro-batch, for DDP ``no_sync()``/PS/ZeRO-1; in every micro-batch
+  for ZeRO-2, FSDP and HSDP), costed by the timeline itself. With T_1 the
+  ordinary iteration and T_fwd, T_bwd one micro-batch's compute, the
+  once-per-step case is
 
       T_K = (K − 1)·(T_fwd + T_bwd) + T_1
 
-  and one step processes K micro-batches, so throughput = K·n·batch / T_K; one
-  exchange (``num_buckets`` collectives) per K micro-batches.
+  (:func:`accumulate`, the same closed form on a breakdown already computed);
+  one step processes K micro-batches, so throughput = K·n·batch / T_K.
 
 References:
     PyTorch ``DistributedDataParallel.no_sync`` ("gradients will be accumulated
@@ -127,7 +128,11 @@ def accumulate(
     batch_size=None,
     base_batch_size=None,
 ) -> Breakdown:
-    """One optimizer step of K accumulated micro-batches, from the ordinary iteration.
+    """One optimizer step of K micro-batches exchanged once (DDP ``no_sync``), from T_1.
+
+    For the architectures that exchange once per step (all but zero2, fsdp and
+    hsdp) this equals :func:`costmodel.iteration_time` of
+    :func:`accumulated_workload` (tested); for those three use that instead.
 
     With T_1 = ``breakdown.iteration_s`` and f, b = ``breakdown.forward_s``,
     ``breakdown.backward_s`` (one micro-batch, no interference):
@@ -222,8 +227,8 @@ def accumulated_iteration_time(
     """:func:`costmodel.iteration_time` with a gradient dtype and K-step accumulation.
 
     ``with_grad_dtype(workload, grad_dtype)`` (when given), then
-    :func:`costmodel.iteration_time`, then :func:`accumulate` with K =
-    ``accumulation_steps``. ``workers`` … ``smooth`` broadcast as in
+    :func:`accumulated_workload` with K = ``accumulation_steps``, then
+    :func:`costmodel.iteration_time` (every architecture's own accumulation). ``workers`` … ``smooth`` broadcast as in
     ``iteration_time``; the result is per optimizer step (K micro-batches).
 
     Args:
@@ -242,9 +247,13 @@ def accumulated_iteration_time(
     k = _check_steps(accumulation_steps)
     if grad_dtype is not None:
         workload = with_grad_dtype(workload, grad_dtype)
-    bd = iteration_time(
+    if batch_size is not None:
+        batch_size = k * batch_size  # samples per optimizer step
+    if base_batch_size is not None:
+        base_batch_size = k * base_batch_size
+    return iteration_time(
         params,
-        workload,
+        accumulated_workload(workload, k),
         architecture,
         workers,
         ranks_per_node=ranks_per_node,
@@ -255,56 +264,72 @@ def accumulated_iteration_time(
         colocated=colocated,
         smooth=smooth,
     )
-    return accumulate(
-        bd, params, workload, k, batch_size=batch_size, base_batch_size=base_batch_size
-    )
 
 
 def accumulated_workload(workload, accumulation_steps: int):
-    """K-step accumulation as a workload, for code that only takes a workload (the tuner).
+    """K-step gradient accumulation: the workload of one optimizer step of K micro-batches.
 
-    One optimizer step of K micro-batches of b samples becomes one "iteration"
-    of K·b samples whose first gradient (in backward order) is ready only after
-    (K − 1)/K of the backward compute: per-sample forward FLOPs unchanged,
-    every tensor's backward FLOPs divided by K, and (K − 1)/K of the total
-    backward FLOPs added to the last tensor in forward order (the first whose
-    gradient backward produces). The timeline then sees T_fwd' = K·T_fwd,
-    T_bwd' = K·T_bwd, ready times (K − 1)·T_bwd + r_j·T_bwd, one exchange, and
-    throughput n·K·b / T'.
+    The result has ``batch_size`` = K·b samples per worker per step and
+    ``accumulation_steps`` = K; the timeline (:func:`costmodel.iteration_time`)
+    then runs K forward/backward passes of b samples and exchanges as each
+    architecture does under accumulation (T_fwd, T_bwd: one micro-batch;
+    T_1: the ordinary iteration of b samples; U the update, O the overhead):
 
-    Exactness: equal to :func:`accumulate` (T_K = (K − 1)(T_fwd + T_bwd) + T_1)
-    for FLOP-based compute when the overlap interference ι is 0; with ι > 0 the
-    timeline spreads backward's slowdown ι·min(C, T_bwd') over all K backward
-    passes instead of the last one, which delays bucket ready times by at most
-    ι·C·(K − 1)/K (C the overlapped communication) and adds ι·(min(C, K·T_bwd) −
-    min(C, T_bwd)) when C > T_bwd. With a measured step time (which includes the
-    update and overhead once per micro-batch) the compute of the K − 1 extra
-    micro-batches also keeps their update + overhead.
+    =====================  ======================================================
+    ring, tree,            T_K = (K − 1)·(T_fwd + T_bwd) + T_1: K − 1 micro-batches
+    hierarchical, ps,      under DDP ``no_sync()`` / Horovod ``backward_passes_per_step``
+    ps_host, hybrid, p2p,  / DeepSpeed stage 1 (engine ``allreduce_gradients`` reduces
+    zero1                  "only at gradient accumulation boundaries"), then one
+                           exchange overlapped with the last backward
+    zero2                  T_K = K·(T_fwd + core) + U + C2 + O: DeepSpeed "ZeRO stage
+                           >= 2 communicates during non gradient accumulation
+                           boundaries as well" — every micro-batch's backward reduces
+                           its buckets; the parameter all-gather C2 once, after the step
+    fsdp, hsdp             T_K = K·(T_fwd + T_bwd + E) + U + O: every micro-batch
+                           gathers each unit in forward and backward and
+                           reduce-scatters it (FULL_SHARD/HYBRID_SHARD free the
+                           parameters after forward and backward, under ``no_sync``
+                           too; without it the gradients stay sharded)
+    =====================  ======================================================
+
+    With a measured step time (``step_time_s``, which includes update and
+    overhead once per micro-batch) the step time scales by K.
 
     Args:
-        workload: a :class:`costmodel.Workload`.
+        workload: a :class:`costmodel.Workload` at the micro-batch size b
+            (``accumulation_steps`` 1).
         accumulation_steps: K ≥ 1 (1 returns the workload unchanged).
 
     Returns:
         A new :class:`costmodel.Workload` at batch K·b (name suffixed ``×K``).
 
     Raises:
-        ValueError: when ``accumulation_steps`` is not an integer ≥ 1.
+        ValueError: when ``accumulation_steps`` is not an integer ≥ 1, or the
+            workload is already accumulated.
+
+    References:
+        PyTorch ``DistributedDataParallel.no_sync``; Horovod
+        ``DistributedOptimizer(backward_passes_per_step=K)``; DeepSpeed
+        ``runtime/engine.py`` ``allreduce_gradients`` and
+        ``runtime/zero/stage_1_and_2.py`` ``reduce_ready_partitions_and_remove_grads``;
+        PyTorch ``torch/distributed/fsdp/_runtime_utils.py`` (``_should_free_in_backward``)
+        and ``FullyShardedDataParallel.no_sync``.
     """
     import dataclasses
-
-    import numpy as np
 
     k = _check_steps(accumulation_steps)
     if k == 1:
         return workload
-    bwd = np.asarray(workload.bwd_flops, dtype=np.float64) / k
-    bwd[-1] += (k - 1) / k * float(np.sum(workload.bwd_flops))
+    if workload.accumulation_steps != 1:
+        raise ValueError(
+            f"workload {workload.name!r} is already accumulated "
+            f"({workload.accumulation_steps} micro-batches per step)"
+        )
     step = None if workload.step_time_s is None else workload.step_time_s * k
     return dataclasses.replace(
         workload,
         name=f"{workload.name}×{k}",
-        bwd_flops=bwd,
         batch_size=workload.batch_size * k,
         step_time_s=step,
+        accumulation_steps=k,
     )

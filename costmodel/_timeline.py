@@ -96,7 +96,8 @@ def _core(
             params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base_batch
         )
         return Breakdown(*xp.broadcast_arrays(*(getattr(out, f) for f in Breakdown.FIELDS)))
-    fwd, bwd = _compute_s(params, wt, batch, g)
+    K = wt.accumulation_steps
+    fwd, bwd = _compute_s(params, wt, batch / K, g)  # one micro-batch
     affine = params.n_regimes == 1 and suffix is not None and costs is None
     if affine:
         # With one protocol regime every per-bucket cost is exactly affine in the
@@ -139,15 +140,21 @@ def _core(
         core = bwd + xp.maximum(C1 - params.backward_hide * bwd, 0.0)
     update = arch.update_s(params, wt.total_bytes, n, k, g)
     overhead = params.step_overhead_s
-    total = fwd + core + update + C2 + overhead
+    if arch.exchanges_every_micro_step:  # K exchanges of phase 1, the step's phase 2 once
+        total = K * (fwd + core) + update + C2 + overhead
+        comm, count_k = K * C1 + C2, K
+    else:  # K − 1 micro-batches without communication, then the exchange (DDP no_sync)
+        total = (K - 1) * (fwd + bwd) + fwd + core + update + C2 + overhead
+        comm, count_k = C1 + C2, 1
+    fwd, bwd = K * fwd, K * bwd
     exposed = xp.maximum(total - fwd - bwd - update - overhead, 0.0)
     thr = n * batch / total
     one = xp.ones_like(g)
-    f1, b1_ = _compute_s(params, wt, base_batch, one)
-    base = f1 + b1_ + wt.total_bytes * params.update_s_per_byte + overhead
+    f1, b1_ = _compute_s(params, wt, base_batch / K, one)
+    base = K * (f1 + b1_) + wt.total_bytes * params.update_s_per_byte + overhead
     eff = thr / (n * base_batch / base)
-    count = count_suffix[0] if affine else xp.sum(weights, axis=0)
-    fields = (fwd, bwd, C1 + C2, exposed, update, overhead, total, thr, eff, count)
+    count = count_k * (count_suffix[0] if affine else xp.sum(weights, axis=0))
+    fields = (fwd, bwd, comm, exposed, update, overhead, total, thr, eff, count)
     return Breakdown(*xp.broadcast_arrays(*fields))
 
 

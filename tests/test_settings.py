@@ -222,13 +222,18 @@ def test_horovod_cycle_time_when_backward_fills_a_bucket_slower_than_the_default
         hvd = framework_settings(cfg, w)["horovod"]
         fill_ms = 1e3 * backward_s * bucket / g_bytes  # closed form
         if fill_ms > 1.0:  # Horovod's default cycle, 1 ms since v0.21.0
-            assert float(hvd["env"]["HOROVOD_CYCLE_TIME"]) == pytest.approx(fill_ms, rel=5e-3)
-            assert hvd["cycle_time_ms"] == pytest.approx(fill_ms, rel=5e-3)
+            # never longer than 10 ms: a ready tensor waits up to one cycle (issue 24:
+            # Qwen2-0.5B's snippet set 1,690 ms)
+            want = min(fill_ms, 10.0)
+            assert float(hvd["env"]["HOROVOD_CYCLE_TIME"]) == pytest.approx(want, rel=5e-3)
+            assert hvd["cycle_time_ms"] == pytest.approx(want, rel=5e-3)
         else:
             assert "HOROVOD_CYCLE_TIME" not in hvd["env"] and hvd["cycle_time_ms"] is None
-    # a bucket larger than the model fills when backward ends
+    # a bucket larger than the model fills when backward ends (200 ms): the cycle stays at
+    # 10 ms and the note says how much one fused message then holds (10/200 of 102 MB)
     hvd = framework_settings(_cfg("ring", 2**30, backward_s=0.2), w)["horovod"]
-    assert hvd["cycle_time_ms"] == pytest.approx(200.0, rel=5e-3)
+    assert hvd["cycle_time_ms"] == 10.0
+    assert any("about 4.87 MiB" in n for n in hvd["notes"]), hvd["notes"]
 
 
 @pytest.mark.parametrize(
@@ -376,4 +381,4 @@ def test_reads_the_tuners_configuration_and_its_to_dict():
     assert a == b
     assert a["horovod"]["env"]["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
     fill_ms = 1e3 * 0.3 * 32 * MIB / w.total_param_bytes  # backward_s from the breakdown
-    assert a["horovod"]["cycle_time_ms"] == pytest.approx(fill_ms, rel=5e-3)
+    assert a["horovod"]["cycle_time_ms"] == pytest.approx(min(fill_ms, 10.0), rel=5e-3)

@@ -22,7 +22,7 @@ from costmodel import (
     Breakdown,
     ClusterParams,
     Workload,
-    accumulate,
+    accumulated_workload,
     bucketize,
     collective_time,
     format_bytes,
@@ -274,10 +274,11 @@ def predict_iterations(
         level: interval coverage in (0, 1).
         grad_dtype: gradients on the wire: ``None`` (the workload's),
             ``"fp32"``, ``"bf16"``, ``"fp16"`` (:func:`costmodel.with_grad_dtype`).
-        accumulation_steps: K ≥ 1 micro-batches per optimizer step, one
-            exchange per step overlapped with the last backward only
-            (:func:`costmodel.accumulate`: T_K = (K − 1)(T_fwd + T_bwd) + T_1);
-            every row is then per optimizer step.
+        accumulation_steps: K ≥ 1 micro-batches of the workload's batch per
+            optimizer step, exchanged as each architecture does
+            (:func:`costmodel.accumulated_workload`: once per step for DDP/PS/
+            ZeRO-1, every micro-batch for ZeRO-2, FSDP and HSDP); every row is
+            then per optimizer step.
 
     Returns:
         A list of JSON-ready dicts (SI units: s, bytes, samples/s): keys
@@ -310,6 +311,7 @@ def predict_iterations(
     steps = accumulation_steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"accumulation_steps must be an integer >= 1, got {steps!r}")
+    workload = accumulated_workload(workload, steps)  # the timeline runs the K micro-batches
     archs = _unique(architectures, "architectures")
     if colocated and "ps" not in archs:
         raise ValueError("colocated: applies to the ps architecture; add ps to architectures")
@@ -336,7 +338,7 @@ def predict_iterations(
                 servers=k_arr,
                 bucket_bytes=b_arr,
             )
-            return accumulate(bd, p, workload, steps)
+            return bd
 
         out = predict(params).to_dict()
         interval = _interval(profile, lambda p, f=predict: f(p).iteration_s, level)

@@ -92,6 +92,11 @@ DDP_FIRST_BUCKET_BYTES = 1024 * 1024
 
 #: Horovod's default ``HOROVOD_CYCLE_TIME`` since v0.21.0, ms (5 ms before).
 HOROVOD_DEFAULT_CYCLE_TIME_MS = 1.0
+#: The longest cycle we emit, ms: Horovod waits one cycle between fusion rounds
+#: ("the larger the cycle time, the more batching, but the greater latency between
+#: each allreduce", ``horovodrun --help`` for ``--cycle-time-ms``, default 1), so
+#: a ready bucket waits up to a cycle; 1–10 ms is the range its docs and tuning use.
+HOROVOD_MAX_CYCLE_TIME_MS = 10.0
 
 _MIB = 1024 * 1024
 
@@ -315,16 +320,24 @@ def _horovod(c: _Plain) -> dict:
         # time that fills one bucket sends smaller messages than the threshold.
         fill_ms = 1e3 * c.backward_s * min(c.bucket, c.grad_bytes) / c.grad_bytes
         if fill_ms > HOROVOD_DEFAULT_CYCLE_TIME_MS:
-            cycle = float(f"{fill_ms:.3g}")
+            cycle = float(f"{min(fill_ms, HOROVOD_MAX_CYCLE_TIME_MS):.3g}")
             env["HOROVOD_CYCLE_TIME"] = f"{cycle:g}"
             flags.append(f"--cycle-time-ms {cycle:g}")
-            notes.append(
-                f"HOROVOD_CYCLE_TIME {cycle:g} ms: backward fills one "
-                f"{format_bytes(c.bucket)} bucket in {fill_ms:.3g} ms; with the default "
-                f"{HOROVOD_DEFAULT_CYCLE_TIME_MS:g} ms cycle Horovod would fuse less than "
-                "the threshold per cycle; the cost, not in the prediction: a ready bucket "
-                f"waits up to one cycle ({cycle:g} ms) before it is sent"
+            note = (
+                f"HOROVOD_CYCLE_TIME {cycle:g} ms: Horovod fuses what is ready in one cycle; "
+                f"backward fills one {format_bytes(c.bucket)} bucket in {fill_ms:.3g} ms"
             )
+            if fill_ms > HOROVOD_MAX_CYCLE_TIME_MS:
+                per_cycle = c.grad_bytes * HOROVOD_MAX_CYCLE_TIME_MS / (1e3 * c.backward_s)
+                note += (
+                    f", more than the {HOROVOD_MAX_CYCLE_TIME_MS:g} ms we set at most (a ready "
+                    "tensor waits up to one cycle): a fused message holds what backward "
+                    f"produces in {cycle:g} ms, about {format_bytes(per_cycle)}, less than the "
+                    "threshold the prediction assumed"
+                )
+            else:
+                note += f"; the cost, not in the prediction: a ready bucket waits up to {cycle:g} ms"
+            notes.append(note)
         else:
             notes.append(
                 f"HOROVOD_CYCLE_TIME: the default {HOROVOD_DEFAULT_CYCLE_TIME_MS:g} ms is enough "
@@ -442,9 +455,21 @@ def _deepspeed(c: _Plain) -> dict:
     ]
     if stage < 3:
         notes.append(
-            "the updated parameters are all-gathered after step() in allgather_bucket_size "
-            "pieces (exposed, as the prediction assumes)"
+            "each gradient bucket is all-reduced, as the prediction assumes: stage_1_and_2.py "
+            "average_tensor with use_multi_rank_bucket_allreduce (default true since DeepSpeed "
+            "0.12.4) runs one all_reduce per bucket and keeps this rank's slices"
         )
+        notes.append(
+            "the updated parameters are all-gathered after step() (exposed, as the prediction "
+            "assumes); all_gather_into_tensor gathers each parameter group in one call "
+            "(allgather_bucket_size applies only where that call is missing)"
+        )
+        if stage == 2:
+            notes.append(
+                "under gradient accumulation stage 2 reduces in every micro-batch (engine.py: "
+                "'ZeRO stage >= 2 communicates during non gradient accumulation boundaries'); "
+                "stage 1 only at the boundary"
+            )
     else:
         notes.append(
             "stage 3 gathers parameters per module (stage3_prefetch_bucket_size left at its "

@@ -37,6 +37,12 @@ class AbstractArchitecture(eqx.Module):
     name: ClassVar[str]
     overlaps: ClassVar[bool] = True
     uses_servers: ClassVar[bool] = False
+    #: Under gradient accumulation (K micro-batches per optimizer step), whether
+    #: phase 1 runs in every micro-batch's backward (DeepSpeed ZeRO stage ≥ 2)
+    #: rather than once, in the last (DDP ``no_sync``, Horovod
+    #: ``backward_passes_per_step``, ZeRO stage 1). FSDP/HSDP cost it in their
+    #: own schedule.
+    exchanges_every_micro_step: ClassVar[bool] = False
 
     @abc.abstractmethod
     def phase1_s(self, params: ClusterParams, s, n, g, k) -> Float[Array, "*b"]:

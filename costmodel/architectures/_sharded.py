@@ -8,19 +8,27 @@ reduce-scattered, parameters all-gathered (Rajbhandari et al. 2020, §5, §7).
 ``zero1`` / ``zero2`` (DeepSpeed ZeRO stage 1 / 2), per gradient bucket, in
 backward order and overlapped with the rest of backward as DDP does:
 
-    phase 1:  zero1: ring all_reduce(s)         2(n−1)α + 2(n−1)/n·s(β) + (n−1)/n·sγ
-              zero2: ring reduce_scatter(s)     (n−1)α + (n−1)/n·s(β + γ)
+    phase 1:  ring all_reduce(s)                2(n−1)α + 2(n−1)/n·s(β) + (n−1)/n·sγ
     update:   each rank its shard, G/n bytes
     phase 2:  ring all_gather(s) of the updated parameters, (n−1)α + (n−1)/n·sβ
 
-so that per step a rank sends 3·(n−1)/n·G (zero1: the gradient is all-reduced,
-each rank keeps the full gradient its unsharded gradient memory holds) or
-2·(n−1)/n·G (zero2: exactly DDP's all-reduce volume, the ZeRO paper's §7.2.1).
+Both stages all-reduce each bucket, because that is what DeepSpeed runs with
+its defaults: ``stage_1_and_2.py`` ``average_tensor`` groups a bucket's
+per-rank slices under one ``("allreduce", group)`` key when
+``use_multi_rank_bucket_allreduce`` (default True, DeepSpeed ≥ 0.12.4) and
+calls ``dist.all_reduce`` on the whole bucket; each rank then keeps only the
+slices of its partition (stage 2) — no setting makes it a reduce-scatter (with
+``use_multi_rank_bucket_allreduce: false`` it is one ``dist.reduce`` per
+destination rank). So per step a rank sends 3·(n−1)/n·G in both stages (the
+ZeRO paper's §7.2.1 counts 2Ψ for a reduce-scatter that DeepSpeed does not
+run); stage 2 differs in memory (gradient shards) and in accumulation (it
+reduces in every micro-batch: :attr:`Zero2Architecture.exchanges_every_micro_step`).
 The parameter all-gather is modelled as EXPOSED, after the step: DeepSpeed's
 stage-1/2 optimizer ``step()`` ends with ``all_gather_dp_groups`` of the updated
-fp16 partitions and returns only when they are complete (the next forward needs
+partitions and returns only when they are complete (the next forward needs
 every parameter), so nothing overlaps it. Its buckets are the gradient buckets
-(DeepSpeed's ``allgather_bucket_size`` plays the role of ``bucket_bytes``).
+(with ``all_gather_into_tensor`` DeepSpeed gathers each parameter group in one
+call: the model's per-bucket α terms over-count it by (buckets − 1)·(n − 1)·α).
 
 ``fsdp`` (PyTorch FSDP ``FULL_SHARD``), per *unit* (FSDP's wrapped module; by
 default one per layer block of the workload, see :func:`layer_blocks`; with
@@ -232,14 +240,18 @@ class Zero1Architecture(_ZeroArchitecture):
 
 
 class Zero2Architecture(_ZeroArchitecture):
-    """ZeRO-2 (optimizer state and gradients sharded): reduce_scatter per bucket, all_gather."""
+    """ZeRO-2 (optimizer state and gradients sharded): all_reduce per bucket, all_gather."""
 
     name = "zero2"
     shards = ("optimizer", "gradients")
+    #: DeepSpeed ``engine.allreduce_gradients``: "ZeRO stage >= 2 communicates
+    #: during non gradient accumulation boundaries as well" (stage_1_and_2.py
+    #: reduces every bucket in every micro-batch's backward; ``no_sync`` is refused).
+    exchanges_every_micro_step = True
 
     def phase1_s(self, params: ClusterParams, s, n, g, k):
-        """Ring reduce_scatter of the bucket (each rank keeps its 1/n of the sum)."""
-        return RingReduceScatter().time(params, s, n, g)
+        """Ring all_reduce of the bucket; each rank keeps its 1/n (DeepSpeed ``average_tensor``)."""
+        return RingAllReduce().time(params, s, n, g)
 
 
 # ---------------------------------------------------------------------------
@@ -425,19 +437,33 @@ class FSDPArchitecture(AbstractArchitecture):
         """The :class:`costmodel.Breakdown` of one configuration (called by the timeline)."""
 
         xp = xp_of(params, wt, eval_bytes, n, g, k, batch, base)
-        fwd, bwd = _compute_s(params, wt, batch, g)
+        K = wt.accumulation_steps
+        fwd, bwd = _compute_s(params, wt, batch / K, g)  # one micro-batch
         comm, exposed = self.sharded_timeline(
             params, fwd, bwd, eval_bytes, weights, ready_frac, n, g, k
         )
+        # K micro-batches each gather and reduce-scatter every unit (FULL_SHARD and
+        # HYBRID_SHARD free parameters after forward and backward, so even under
+        # no_sync every micro-batch gathers again: torch/distributed/fsdp
+        # _runtime_utils._should_free_in_backward); the update once per step.
         update = self.update_s(params, wt.total_bytes, n, k, g)
         overhead = params.step_overhead_s
-        total = fwd + bwd + exposed + update + overhead
+        total = K * (fwd + bwd + exposed) + update + overhead
         thr = n * batch / total
-        f1, b1 = _compute_s(params, wt, base, xp.ones_like(g))
-        t1 = f1 + b1 + wt.total_bytes * params.update_s_per_byte + overhead
+        f1, b1 = _compute_s(params, wt, base / K, xp.ones_like(g))
+        t1 = K * (f1 + b1) + wt.total_bytes * params.update_s_per_byte + overhead
         eff = thr / (n * base / t1)
         return Breakdown(
-            fwd, bwd, comm, exposed, update, overhead, total, thr, eff, xp.sum(weights, axis=0)
+            K * fwd,
+            K * bwd,
+            K * comm,
+            K * exposed,
+            update,
+            overhead,
+            total,
+            thr,
+            eff,
+            K * xp.sum(weights, axis=0),
         )
 
 

@@ -201,6 +201,10 @@ class Workload:
         transformer: the shape of a transformer (:class:`TransformerShape`:
             layers, width, heads, tokens per sample, …), or ``None``: what its
             activation memory is computed from (:func:`costmodel.activation_bytes`).
+        accumulation_steps: K ≥ 1 micro-batches per optimizer step: ``batch_size``
+            samples per worker per step are K micro-batches of batch_size / K, and
+            the timeline runs K forward/backward passes per step, exchanging as
+            each architecture does under accumulation (:func:`costmodel.accumulated_workload`).
 
     The arrays are copied and made read-only, so a Workload is immutable.
     Equality compares every field (arrays element-wise); instances are hashable.
@@ -227,6 +231,7 @@ class Workload:
     source: str = ""
     kind: str = ""
     transformer: TransformerShape | None = None
+    accumulation_steps: int = 1
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -250,6 +255,11 @@ class Workload:
                 f"Workload.kind must be one of {', '.join(WORKLOAD_KINDS)} (or ''), "
                 f"got {self.kind!r}."
             )
+        set_(
+            self,
+            "accumulation_steps",
+            _as_int("accumulation_steps", self.accumulation_steps, minimum=1),
+        )
         if self.transformer is not None and not isinstance(self.transformer, TransformerShape):
             raise ValueError(
                 f"Workload.transformer must be a TransformerShape or None, got {self.transformer!r}."
@@ -338,6 +348,7 @@ class Workload:
             and self.source == other.source
             and self.kind == other.kind
             and self.transformer == other.transformer
+            and self.accumulation_steps == other.accumulation_steps
         )
 
     def __hash__(self) -> int:
@@ -354,6 +365,7 @@ class Workload:
                 self.source,
                 self.kind,
                 self.transformer,
+                self.accumulation_steps,
             )
         )
 
@@ -362,5 +374,6 @@ class Workload:
         return (
             f"Workload(name={self.name!r}, tensors={self.num_tensors}, "
             f"params={self.total_params}, fwd_flops_per_sample={self.total_fwd_flops:.4g}, "
-            f"batch_size={self.batch_size}, dtype_bytes={self.dtype_bytes}, step_time_s={step})"
+            f"batch_size={self.batch_size}, dtype_bytes={self.dtype_bytes}, step_time_s={step}"
+            + (f", accumulation_steps={self.accumulation_steps})" if self.accumulation_steps > 1 else ")")
         )
