@@ -39,6 +39,8 @@ _EXPORTS = {
     "INTRA_PRESETS": "._presets",
     "NETWORK_PRESETS": "._presets",
     "describe_preset": "._presets",
+    "activation_bytes": "._memory",
+    "with_activation_checkpointing": "._memory",
     "device_flops_per_s": "._presets",
     "COMPUTE_DTYPES": "._presets",
     "preset": "._presets",

@@ -43,9 +43,12 @@ accounting and DDP's ``gradient_as_bucket_view`` do; other temporary buffers are
 the paper's "residual memory", §6, not counted). A bucket is min(cap, dΨ)
 bytes (a cap of 0, one collective per tensor, stages one tensor: counted as
 none); a unit is the largest FSDP unit, :func:`costmodel.architectures.unit_bytes`.
-Activations are not part of a :class:`~costmodel.Workload`; pass
-``activation_bytes`` when known (e.g. Korthikanti et al., arXiv:2205.05198,
-§4: s·b·h·(34 + 5·a·s/h) bytes per transformer layer in 16-bit).
+Activations: for a transformer workload (``Workload.transformer``),
+:func:`activation_bytes` (Korthikanti et al., arXiv:2205.05198, §4:
+s·b·h·(34 + 5·a·s/h) bytes per GPT layer in 16-bit; flash attention and
+selective recomputation drop the s² term, full recomputation keeps each
+layer's input); for other models none are counted unless ``activation_bytes``
+is given.
 
 References:
     Rajbhandari, Rasley, Ruwase & He, "ZeRO", SC 2020: §3.1 (16Ψ for
@@ -64,7 +67,14 @@ import numpy as np
 
 from ._errors import format_choices
 
-__all__ = ["MemoryBreakdown", "memory_per_rank", "optimizer_bytes_per_param", "OPTIMIZER_WORDS"]
+__all__ = [
+    "MemoryBreakdown",
+    "memory_per_rank",
+    "optimizer_bytes_per_param",
+    "OPTIMIZER_WORDS",
+    "activation_bytes",
+    "with_activation_checkpointing",
+]
 
 #: fp32 optimizer-state words per parameter (Kingma & Ba 2015 for Adam's m, v).
 OPTIMIZER_WORDS = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
@@ -103,6 +113,123 @@ def optimizer_bytes_per_param(optimizer, dtype_bytes: int) -> float:
     else:
         raise ValueError(f"optimizer must be a name or a number ≥ 0, got {optimizer!r}")
     return 4.0 * words + (4.0 if dtype_bytes < 4 else 0.0)
+
+
+def _layer_coefficients(t) -> tuple[float, float]:
+    """(c_h, c_s): one layer keeps s·b·h·c_h + a·s²·b·c_s bytes (16-bit; Korthikanti §4.1).
+
+    Attention block 11·sbh (QKV input 2, Q and K 4, V 2, output-projection input
+    2, dropout mask 1) + 5·as²b (softmax output 2, its dropout mask 1 and
+    output 2); two layer norms' inputs 4·sbh; MLP: input 2·sbh, then 2·sbf for
+    each tensor kept (GeLU: its input and the second linear's input, 4·sbf;
+    SwiGLU: gate, up and their product, 6·sbf) and a dropout mask sbh. With
+    f = 4h and dropout: 11 + 4 + 19 = 34 and 5, the paper's s·b·h·(34 + 5as/h).
+    Without dropout (Llama) the masks go and the s² part is the softmax output, 2.
+    """
+    drop = 1.0 if t.dropout else 0.0
+    attn = 10.0 + drop
+    mlp = 2.0 + (6.0 if t.gated else 4.0) * t.ffn / t.hidden + drop
+    return attn + 4.0 + mlp, (5.0 if t.dropout else 2.0)
+
+
+def activation_bytes(workload, batch_size=None, *, flash_attention: bool = True):
+    """Activation bytes one rank keeps for backward, for a transformer workload.
+
+    Per micro-batch of b = ``batch_size`` / ``workload.accumulation_steps``
+    sequences of s tokens, L layers of width h and a heads (Korthikanti et al.,
+    "Reducing Activation Recomputation in Large Transformer Models",
+    arXiv:2205.05198, §4.1 without tensor or sequence parallelism; 16-bit
+    activations, 1-byte dropout masks):
+
+        per layer  s·b·h·c_h + a·s²·b·c_s    (c_h = 34, c_s = 5 for GPT; see _layer_coefficients)
+        flash attention or selective recomputation:  the a·s²·b term is not kept
+        full recomputation:  2·s·b·h per layer (its input) + one layer's full set
+        output:  4·s·b·v (fp32 logits for the loss, v the vocabulary) + 4·s·b·h
+                 (the embedding output and the final norm's input)
+
+    scaled by the compute dtype's bytes / 2 when the workload's gradients are
+    fp32 (``dtype_bytes`` 4: activations in fp32 too).
+
+    Args:
+        workload: a :class:`costmodel.Workload`; without ``transformer`` the
+            result is 0 (activations unknown).
+        batch_size: samples per worker per optimizer step, ≥ 1 (default the
+            workload's); arrays broadcast.
+        flash_attention: the attention kernel keeps no s×s matrices (PyTorch
+            SDPA's flash / memory-efficient kernels, Dao et al. 2022).
+
+    Returns:
+        float64 array (the shape of ``batch_size``), bytes ≥ 0.
+
+    Example:
+        >>> from costmodel import get_workload
+        >>> w = get_workload("gpt2", 8, dtype_bytes=2)     # 12 layers, h 768, s 1024
+        >>> round(float(activation_bytes(w, flash_attention=False)) / 2**30, 2)
+        9.57
+    """
+    t = workload.transformer
+    b = np.asarray(workload.batch_size if batch_size is None else batch_size, dtype=np.float64)
+    if t is None:
+        return np.zeros_like(b)
+    micro = b / workload.accumulation_steps
+    s, h, a, L = float(t.seq_len), float(t.hidden), float(t.heads), float(t.layers)
+    c_h, c_s = _layer_coefficients(t)
+    mode = workload.activation_checkpointing
+    square = 0.0 if (flash_attention or mode == "selective") else c_s * a * s * s
+    layer = s * h * c_h + square  # per sequence
+    layers = L * 2.0 * s * h + layer if mode == "full" else L * layer
+    out = 4.0 * s * t.vocab + 4.0 * s * h
+    scale = 2.0 if workload.dtype_bytes >= 4 else 1.0
+    return micro * (layers + out) * scale
+
+
+_activations = activation_bytes  # memory_per_rank's argument of the same name hides it
+
+
+def with_activation_checkpointing(workload, mode: str):
+    """The workload under activation checkpointing: its memory mode and recompute FLOPs.
+
+    * ``"full"``: every layer's forward runs again in backward (Chen et al. 2016;
+      Korthikanti §5: about 33% more compute): ``bwd_flops`` += ``fwd_flops``.
+    * ``"selective"``: the attention core (QKᵀ, softmax, attention·V) runs again:
+      4·s²·h FLOPs per layer per sequence (Korthikanti §5, their Eq. for the
+      recompute), added to backward in proportion to each tensor's share.
+    * ``"none"``: unchanged.
+
+    Args:
+        workload: a :class:`costmodel.Workload`; ``selective`` needs its
+            ``transformer`` shape.
+        mode: one of ``"none"``, ``"selective"``, ``"full"``.
+
+    Returns:
+        A new :class:`costmodel.Workload` with ``activation_checkpointing`` = mode.
+
+    Raises:
+        ValueError: an unknown mode, or ``selective`` for a workload without a
+            transformer shape.
+    """
+    import dataclasses
+
+    from .workloads._workload import CHECKPOINTING
+
+    if mode not in CHECKPOINTING:
+        raise ValueError(
+            f"unknown activation checkpointing {mode!r}; valid: {', '.join(CHECKPOINTING)}"
+        )
+    bwd = np.asarray(workload.bwd_flops, dtype=np.float64)
+    if mode == "full":
+        bwd = bwd + np.asarray(workload.fwd_flops, dtype=np.float64)
+    elif mode == "selective":
+        t = workload.transformer
+        if t is None:
+            raise ValueError(
+                f"selective activation checkpointing recomputes attention: workload "
+                f"{workload.name!r} is not a transformer (use 'full')"
+            )
+        extra = t.layers * 4.0 * float(t.seq_len) ** 2 * t.hidden
+        total = float(bwd.sum())
+        bwd = bwd * (1.0 + extra / total) if total > 0 else bwd
+    return dataclasses.replace(workload, bwd_flops=bwd, activation_checkpointing=mode)
 
 
 class MemoryBreakdown:
@@ -181,7 +308,8 @@ def memory_per_rank(
     servers=1,
     optimizer="adam",
     bucket_bytes=None,
-    activation_bytes=0.0,
+    activation_bytes=None,
+    batch_size=None,
     colocated: bool = False,
 ) -> MemoryBreakdown:
     """Device memory one rank needs, by kind (module docstring: the accounting).
@@ -202,7 +330,11 @@ def memory_per_rank(
         bucket_bytes: gradient bucket cap, bytes ≥ 0, for zero2's staging bucket
             (0: per tensor, none); ``None`` = DDP's 25 MiB. For fsdp/hsdp with
             ``wrap="bucket"`` it is the unit cap.
-        activation_bytes: activations per rank, bytes ≥ 0 (0 = not counted).
+        activation_bytes: activations per rank, bytes ≥ 0; ``None``: the
+            transformer formula (:func:`activation_bytes`, flash attention) at
+            ``batch_size``, 0 for other models (not counted).
+        batch_size: samples per worker per step for the activations (default
+            the workload's; broadcasts).
         colocated: ``ps`` servers on workers (with a name ``architecture``).
 
     Returns:
@@ -232,6 +364,9 @@ def memory_per_rank(
     from ._timeline import DEFAULT_BUCKET_BYTES
 
     cap = DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes
+    if activation_bytes is None:
+        batch = workload.batch_size if batch_size is None else batch_size
+        activation_bytes = _activations(workload, _check("batch_size", batch, 1.0))
     n, g, k, cap, act = np.broadcast_arrays(
         _check("workers", workers, 1.0),
         _check("ranks_per_node", ranks_per_node, 1.0),

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from costmodel import (
-    ClusterParams,
     accumulate,
     accumulated_iteration_time,
     accumulated_workload,

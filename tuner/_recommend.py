@@ -1033,7 +1033,8 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
         out.append(
             f"memory: {nw + ns:,} of {total:,} configurations excluded ({'; '.join(what)}) "
             f"with {format_bytes(excluded.get('memory_bytes', 0))} per device for parameters, "
-            "gradients and optimizer state"
+            "gradients, optimizer state, buffers"
+            + (" and activations" if excluded.get("activations") else "")
         )
     return out
 
@@ -1337,6 +1338,7 @@ def _sweep_variants(ctx: _Context, variants, workers, caps, servers, memory: flo
             for s in sweeps.values()
         ),
         "memory_bytes": memory,
+        "activations": ctx.workload.transformer is not None,
     }
     return sweeps, excluded
 
@@ -1385,7 +1387,7 @@ def _memory_note(ctx: _Context, sweeps, keys, scorer: _Scorer, chosen: _Row, exc
     u = unconstrained
     wb, sb = memory_need(
         ctx.workload, u.variant, u.n, max(u.k, 1), osf,
-        ranks_per_node=ctx.ranks_per_node, bucket_bytes=u.b,
+        ranks_per_node=ctx.ranks_per_node, bucket_bytes=u.b, batch_size=u.batch,
     )  # fmt: skip
     need = max(float(wb), float(sb))
     if need <= excluded["memory_bytes"]:
@@ -1426,7 +1428,7 @@ def _configuration(ctx: _Context, scorer: _Scorer, r: _Row, interval, osf: float
     cost = scorer.cost(r.variant, r.n, r.k, r.thr)
     wb, _ = memory_need(
         ctx.workload, r.variant, r.n, max(r.k, 1), osf,
-        ranks_per_node=ctx.ranks_per_node, bucket_bytes=r.b,
+        ranks_per_node=ctx.ranks_per_node, bucket_bytes=r.b, batch_size=r.batch,
     )  # fmt: skip
     return Configuration(
         r.variant.name,
@@ -1495,12 +1497,9 @@ def _assemble(
 
 def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g, memory_note="") -> str:
     """Why a sharded architecture won: a replica does not fit (memory), or it is faster (time)."""
-    replica, _ = memory_need(
-        workload, Variant("ring"), chosen.n, 1, osf, ranks_per_node=g, bucket_bytes=chosen.b
-    )
-    own, _ = memory_need(
-        workload, chosen.variant, chosen.n, 1, osf, ranks_per_node=g, bucket_bytes=chosen.b
-    )
+    kw = dict(ranks_per_node=g, bucket_bytes=chosen.b, batch_size=chosen.batch)
+    replica, _ = memory_need(workload, Variant("ring"), chosen.n, 1, osf, **kw)
+    own, _ = memory_need(workload, chosen.variant, chosen.n, 1, osf, **kw)
     replica, own = float(replica), float(own)
     if replica > memory and memory_note:  # memory changed the answer; the note says what
         return (
@@ -1622,11 +1621,13 @@ def _infeasible(sweeps: dict[str, Sweep], scorer: _Scorer, memory: float):
                 best_need, best = float(need[i]), _row(sw, i)
         msg = (
             f"no configuration fits in memory: every worker or server needs more than the "
-            f"{format_bytes(memory)} per device for parameters, gradients and optimizer state; "
+            f"{format_bytes(memory)} per device for parameters, gradients, optimizer state, "
+            "buffers and (transformers) activations; "
             f"the least demanding, {best.variant.label} with {best.n} workers"
             + (f" and {best.k} servers" if best.k else "")
             + f", needs {format_bytes(best_need)}. Use a device with more memory "
-            "(--device-memory), more servers, or a smaller optimizer state"
+            "(--device-memory), more servers, a smaller optimizer state, a smaller batch with "
+            "--accumulation-steps, or --activation-checkpointing"
         )
         return msg, best
     reasons, cands = [], []

@@ -410,8 +410,9 @@ def sweep(
     out = _evaluate_numpy(params, workload, variant, n, k, b, g, batch, base)
     out = _fix_global(out, n, batch, global_batch)
     wb, sb = memory_need(
-        workload, variant, n, k, optimizer_state_factor, ranks_per_node=g, bucket_bytes=b
-    )
+        workload, variant, n, k, optimizer_state_factor, ranks_per_node=g, bucket_bytes=b,
+        batch_size=batch,
+    )  # fmt: skip
     feasible = (wb <= memory_bytes) & (sb <= memory_bytes)
     return Sweep(variant, n, k, b, batch, out, wb, sb, feasible)
 
@@ -425,6 +426,7 @@ def memory_need(
     *,
     ranks_per_node: int = 1,
     bucket_bytes=None,
+    batch_size=None,
 ):
     """(worker bytes, server bytes) each rank needs, as numpy: :func:`costmodel.memory_per_rank`.
 
@@ -441,13 +443,18 @@ def memory_need(
         optimizer_state_factor: fp32 state words per parameter (SGD 0, momentum 1, Adam 2).
         ranks_per_node: g ≥ 1.
         bucket_bytes: caps, bytes (broadcast with ``workers``); ``None`` = 25 MiB.
+        batch_size: samples per worker per step (broadcast), for a transformer's
+            activations (:func:`costmodel.activation_bytes`); ``None`` = the workload's.
     """
     n = np.asarray(workers, dtype=np.float64)
     k = np.maximum(np.asarray(servers, dtype=np.float64), 1.0)
     b = np.asarray(DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes, np.float64)
-    n, k, b = np.broadcast_arrays(n, k, b)
+    bs = np.asarray(workload.batch_size if batch_size is None else batch_size, np.float64)
+    n, k, b, bs = np.broadcast_arrays(n, k, b, bs)
     triples, inverse = np.unique(
-        np.stack([n.ravel(), k.ravel(), b.ravel()], axis=1), axis=0, return_inverse=True
+        np.stack([n.ravel(), k.ravel(), b.ravel(), bs.ravel()], axis=1),
+        axis=0,
+        return_inverse=True,
     )
     m = memory_per_rank(
         workload,
@@ -457,6 +464,7 @@ def memory_need(
         servers=triples[:, 1],
         optimizer=float(optimizer_state_factor),
         bucket_bytes=triples[:, 2],
+        batch_size=triples[:, 3],
     )
     inverse = np.asarray(inverse).ravel()
     return m.total_bytes[inverse].reshape(n.shape), m.server_bytes[inverse].reshape(n.shape)

@@ -336,7 +336,9 @@ def _horovod(c: _Plain) -> dict:
                     "threshold the prediction assumed"
                 )
             else:
-                note += f"; the cost, not in the prediction: a ready bucket waits up to {cycle:g} ms"
+                note += (
+                    f"; the cost, not in the prediction: a ready bucket waits up to {cycle:g} ms"
+                )
             notes.append(note)
         else:
             notes.append(

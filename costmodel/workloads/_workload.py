@@ -30,7 +30,11 @@ import numbers
 import numpy as np
 from jaxtyping import Float, Int
 
-__all__ = ["Workload", "TransformerShape", "WORKLOAD_KINDS"]
+__all__ = ["Workload", "TransformerShape", "WORKLOAD_KINDS", "CHECKPOINTING"]
+
+#: Activation checkpointing modes (``Workload.activation_checkpointing``):
+#: Korthikanti et al. 2022's none, selective (attention core) and full recompute.
+CHECKPOINTING = ("none", "selective", "full")
 
 #: Kinds of model a workload may declare (``Workload.kind``).
 WORKLOAD_KINDS = ("cnn", "transformer", "mlp")
@@ -205,6 +209,9 @@ class Workload:
             samples per worker per step are K micro-batches of batch_size / K, and
             the timeline runs K forward/backward passes per step, exchanging as
             each architecture does under accumulation (:func:`costmodel.accumulated_workload`).
+        activation_checkpointing: ``"none"``, ``"selective"`` or ``"full"``
+            (:func:`costmodel.with_activation_checkpointing`, which also adds
+            the recompute FLOPs): what :func:`costmodel.activation_bytes` keeps.
 
     The arrays are copied and made read-only, so a Workload is immutable.
     Equality compares every field (arrays element-wise); instances are hashable.
@@ -232,6 +239,7 @@ class Workload:
     kind: str = ""
     transformer: TransformerShape | None = None
     accumulation_steps: int = 1
+    activation_checkpointing: str = "none"
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -260,6 +268,11 @@ class Workload:
             "accumulation_steps",
             _as_int("accumulation_steps", self.accumulation_steps, minimum=1),
         )
+        if self.activation_checkpointing not in CHECKPOINTING:
+            raise ValueError(
+                f"Workload.activation_checkpointing must be one of {', '.join(CHECKPOINTING)}, "
+                f"got {self.activation_checkpointing!r}."
+            )
         if self.transformer is not None and not isinstance(self.transformer, TransformerShape):
             raise ValueError(
                 f"Workload.transformer must be a TransformerShape or None, got {self.transformer!r}."
@@ -349,6 +362,7 @@ class Workload:
             and self.kind == other.kind
             and self.transformer == other.transformer
             and self.accumulation_steps == other.accumulation_steps
+            and self.activation_checkpointing == other.activation_checkpointing
         )
 
     def __hash__(self) -> int:
@@ -366,6 +380,7 @@ class Workload:
                 self.kind,
                 self.transformer,
                 self.accumulation_steps,
+                self.activation_checkpointing,
             )
         )
 
@@ -375,5 +390,9 @@ class Workload:
             f"Workload(name={self.name!r}, tensors={self.num_tensors}, "
             f"params={self.total_params}, fwd_flops_per_sample={self.total_fwd_flops:.4g}, "
             f"batch_size={self.batch_size}, dtype_bytes={self.dtype_bytes}, step_time_s={step}"
-            + (f", accumulation_steps={self.accumulation_steps})" if self.accumulation_steps > 1 else ")")
+            + (
+                f", accumulation_steps={self.accumulation_steps})"
+                if self.accumulation_steps > 1
+                else ")"
+            )
         )

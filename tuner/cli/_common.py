@@ -106,8 +106,9 @@ def add_precision_arguments(group) -> None:
     """Add ``--grad-dtype`` and ``--accumulation-steps`` (gradient bytes and exchanges per step).
 
     ``--grad-dtype`` goes to :func:`costmodel.with_grad_dtype`, ``--accumulation-steps``
-    to :func:`costmodel.accumulate` (``predict``) or :func:`costmodel.accumulated_workload`
-    (``recommend``, ``report``). Both default to ``None`` (fp32, K = 1).
+    to :func:`costmodel.accumulated_workload`, ``--activation-checkpointing`` to
+    :func:`costmodel.with_activation_checkpointing`, ``--compute-dtype`` to the
+    preset (:func:`preset_compute`). All default to ``None``.
     """
     group.add_argument(
         "--grad-dtype",
@@ -115,6 +116,15 @@ def add_precision_arguments(group) -> None:
         default=None,
         help="gradient dtype on the wire: fp32 (default, 4 bytes), bf16 or fp16 (2 bytes: "
         "AMP with DDP's fp16/bf16 compress hook, Horovod's Compression.fp16)",
+    )
+    group.add_argument(
+        "--activation-checkpointing",
+        choices=("none", "selective", "full"),
+        default=None,
+        help="transformers: what backward recomputes instead of keeping (Korthikanti et al. "
+        "2022): none (default; activations of every layer kept, flash attention assumed), "
+        "selective (the attention core, +4·s²·h FLOPs per layer), full (each layer from its "
+        "input, one more forward); counted in memory per rank and in the step",
     )
     group.add_argument(
         "--compute-dtype",
@@ -130,9 +140,11 @@ def add_precision_arguments(group) -> None:
         type=positive_int_arg,
         metavar="K",
         default=None,
-        help="micro-batches per optimizer step, ≥ 1 (default 1): one gradient exchange per K "
-        "micro-batches, overlapped with the last one's backward only (DDP's no_sync); times "
-        "and throughput are per optimizer step",
+        help="micro-batches of --batch-size per optimizer step, ≥ 1 (default 1), exchanged "
+        "as each framework does: once per step in the last backward for DDP (no_sync), "
+        "Horovod, parameter servers and ZeRO-1; in every micro-batch for ZeRO-2 (DeepSpeed) "
+        "and FSDP/HSDP (gathers and reduce-scatters each time); times and throughput are "
+        "per optimizer step",
     )
 
 

@@ -298,9 +298,16 @@ def _cluster(args, workload=None):
 
 
 def _workload(args):
+    from costmodel import with_activation_checkpointing
+
     w = model_workload_arg(args.model, args.layers, args.batch_size or 64)
     if args.step_time is not None:
         w = w.with_step_time(args.step_time)
+    if args.activation_checkpointing:
+        try:
+            w = with_activation_checkpointing(w, args.activation_checkpointing)
+        except ValueError as e:
+            raise UsageError(f"--activation-checkpointing: {e}") from None
     return w
 
 
@@ -498,7 +505,8 @@ def run(args: argparse.Namespace) -> int:
     step = "" if w.step_time_s is None else f", measured step {w.step_time_s:g} s"
     dtype = f" ({args.grad_dtype})" if args.grad_dtype else ""
     accum = (
-        f"; {steps} micro-batches per step (one exchange, overlapped with the last backward)"
+        f"; {steps} micro-batches per step (exchanged once, in the last backward, by "
+        "DDP/PS/ZeRO-1; in every micro-batch by ZeRO-2, FSDP and HSDP)"
         if steps > 1
         else ""
     )

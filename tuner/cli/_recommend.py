@@ -288,10 +288,15 @@ def transform_workload(w, args):
     tuner takes a workload; see its docstring for where it differs from the
     closed form :func:`costmodel.accumulate` that ``predict`` uses).
     """
-    from costmodel import accumulated_workload, with_grad_dtype
+    from costmodel import accumulated_workload, with_activation_checkpointing, with_grad_dtype
 
     if getattr(args, "grad_dtype", None):
         w = with_grad_dtype(w, args.grad_dtype)
+    if getattr(args, "activation_checkpointing", None):
+        try:
+            w = with_activation_checkpointing(w, args.activation_checkpointing)
+        except ValueError as e:
+            raise UsageError(f"--activation-checkpointing: {e}") from None
     if (getattr(args, "accumulation_steps", None) or 1) > 1:
         w = accumulated_workload(w, args.accumulation_steps)
     return w
