@@ -210,7 +210,7 @@ def with_activation_checkpointing(workload, mode: str):
     """
     import dataclasses
 
-    from .workloads._workload import CHECKPOINTING
+    from .workloads import CHECKPOINTING
 
     if mode not in CHECKPOINTING:
         raise ValueError(

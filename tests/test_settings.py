@@ -172,7 +172,10 @@ def test_ddp_bucket_cap_mb_is_mib_and_gives_back_the_bytes(bucket):
     cap = ddp["kwargs"]["bucket_cap_mb"]
     # DDP: self.bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024)
     assert int(cap * 1024 * 1024) == bucket
-    assert ddp["first_bucket_bytes"] == DDP_FIRST_BUCKET == DDP_FIRST_BUCKET_BYTES
+    # an explicit bucket_cap_mb sizes the first bucket too since PyTorch 2.4
+    # (DistributedDataParallel.__init__: bucket_bytes_cap_default False); 1 MiB before
+    assert ddp["first_bucket_bytes"] == int(cap * 1024 * 1024)
+    assert ddp["first_bucket_bytes_before_torch_2_4"] == DDP_FIRST_BUCKET == DDP_FIRST_BUCKET_BYTES
     assert set(ddp["kwargs"]) <= DDP_KWARGS
 
 

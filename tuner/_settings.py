@@ -85,9 +85,12 @@ __all__ = [
     "format_framework_settings",
 ]
 
-#: PyTorch DDP's first bucket, bytes: ``kDefaultFirstBucketBytes = int(1024 * 1024)``
-#: (torch/csrc/distributed/c10d/reducer.hpp), exposed as
-#: ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``; not settable from Python.
+#: PyTorch DDP's default first bucket, bytes: ``kDefaultFirstBucketBytes = int(1024 *
+#: 1024)`` (torch/csrc/distributed/c10d/reducer.hpp), exposed as
+#: ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``. Since PyTorch 2.4 it applies only
+#: when ``bucket_cap_mb`` is left at None (``DistributedDataParallel.__init__`` sets
+#: ``bucket_bytes_cap_default``; an explicit cap sizes the first bucket too); before 2.4
+#: the first bucket was always this size.
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
 
 #: Horovod's default ``HOROVOD_CYCLE_TIME`` since v0.21.0, ms (5 ms before).
@@ -232,9 +235,10 @@ def _pytorch_ddp(c: _Plain) -> dict:
     notes = [
         f"bucket_cap_mb is MiB: DDP caps a bucket at int(bucket_cap_mb * 1024 * 1024) = "
         f"{cap} bytes ({format_bytes(cap)})",
-        f"first bucket: {format_bytes(DDP_FIRST_BUCKET_BYTES)}, fixed by DDP "
-        "(torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, not settable; pytorch/pytorch#61353); "
-        "the prediction sized every bucket at the cap",
+        "first bucket: the cap too, as the prediction sizes it, on PyTorch ≥ 2.4 (an explicit "
+        "bucket_cap_mb clears bucket_bytes_cap_default, torch/nn/parallel/distributed.py); "
+        f"before 2.4 it was {format_bytes(DDP_FIRST_BUCKET_BYTES)} "
+        "(torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, pytorch/pytorch#61353)",
         "gradient_as_bucket_view=True: gradients are views into the buckets (no copy, "
         "one gradient's worth less memory)",
     ]
@@ -268,7 +272,8 @@ def _pytorch_ddp(c: _Plain) -> dict:
     out = {
         "constructor": "torch.nn.parallel.DistributedDataParallel",
         "kwargs": kwargs,
-        "first_bucket_bytes": DDP_FIRST_BUCKET_BYTES,
+        "first_bucket_bytes": cap,
+        "first_bucket_bytes_before_torch_2_4": DDP_FIRST_BUCKET_BYTES,
         "env": env,
         "launch": c.torchrun,
         "notes": notes,
@@ -296,7 +301,9 @@ def _pytorch_ddp(c: _Plain) -> dict:
         out["comm_hook"] = f"torch.distributed.algorithms.ddp_comm_hooks.default_hooks.{hook}"
     if "optimizer" in out:
         lines.append(f"optimizer = {out['optimizer']}")
-    lines.append(f"# first bucket: {format_bytes(DDP_FIRST_BUCKET_BYTES)} (fixed by DDP)")
+    lines.append(
+        f"# first bucket: the cap on PyTorch >= 2.4 ({format_bytes(DDP_FIRST_BUCKET_BYTES)} before)"
+    )
     out["snippet"] = "\n".join(lines)
     return out
 

@@ -28,6 +28,7 @@ _EXPORTS = {
     "workload_to_layers": "._loaders",
     "Workload": "._workload",
     "TransformerShape": "._workload",
+    "CHECKPOINTING": "._workload",
     "WORKLOAD_NAMES": "._names",
     "get_workload": "._zoo",
 }

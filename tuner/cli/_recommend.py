@@ -371,9 +371,15 @@ def _describe_workload(w, args) -> str:
         if args.global_batch
         else f"batch {w.batch_size} per worker"
     )
+    grad = getattr(args, "grad_dtype", None)
+    nbytes = w.total_params * (2 if grad in ("bf16", "fp16") else w.dtype_bytes)
+    k = getattr(args, "accumulation_steps", None) or 1
+    steps = f", {k} micro-batches per step" if k > 1 else ""
+    ckpt = getattr(args, "activation_checkpointing", None)
+    ckpt = f", {ckpt} activation checkpointing" if ckpt and ckpt != "none" else ""
     return (
         f"{w.name}: {w.total_params / 1e6:.3g} M parameters, "
-        f"{format_bytes(w.total_param_bytes)} of gradients, {batch}"
+        f"{format_bytes(nbytes)} of gradients{f' ({grad})' if grad else ''}, {batch}{steps}{ckpt}"
     )
 
 
