@@ -347,9 +347,11 @@ def memory_per_rank(
     Example:
         >>> from costmodel import get_workload
         >>> w = get_workload("llama2_7b", 1, dtype_bytes=2)   # 6.74 B parameters
-        >>> round(float(memory_per_rank(w, "ring", 8).total_bytes) / 1e9)   # 16 Ψ
+        >>> round(float(memory_per_rank(w, "ring", 8, activation_bytes=0).total_bytes) / 1e9)
         108
-        >>> round(float(memory_per_rank(w, "fsdp", 8).total_bytes) / 1e9, 1)  # 16 Ψ / 8 + 3 layers
+        >>> round(float(memory_per_rank(w, "ring", 8).activation_bytes) / 1e9)  # 1 × 4,096 tokens
+        18
+        >>> round(float(memory_per_rank(w, "fsdp", 8, activation_bytes=0).total_bytes) / 1e9, 1)
         14.7
 
     (Long for its documentation: the body is 62 lines.)

@@ -325,12 +325,14 @@ def test_self_check_measures_the_set_rate():
     # One shaped link at a rate two loaded cores easily push: its wire rate
     # (what tbf counts) within 10% of the set rate in the best of 4 checks of 2 s,
     # and never above it by more than 5% (the shaper lets no more through).
-    # The lower side is the receiver's timing on a loaded 2-core machine: 2 s
-    # checks read 95–100% of 50 Mbit/s here, 1 s checks 68–110%; a CI run read
-    # 94.7% in the best of three 1 s checks.
-    rate = 50e6
+    # The lower side depends on the machine's load: with a two-frame bucket the link
+    # idles whenever the kernel refills it late (0.48 ms at 50 Mbit/s). Quiet, 2 s
+    # checks read 95–100% of 50 Mbit/s here; clean-clone CI runs read 94.7% (best of
+    # three 1 s checks) and 89.4% (best of four 2 s checks) at 50 Mbit/s. At 10 Mbit/s
+    # a refill has 2.4 ms.
+    rate = 10e6
     best = 0.0
-    with EmulatedCluster("2x1@50mbit") as c:
+    with EmulatedCluster("2x1@10mbit") as c:
         for _ in range(4):
             checks = c.self_check(2.0, min_fraction=0.5, attempts=1)
             assert len(checks) == 2
@@ -342,7 +344,7 @@ def test_self_check_measures_the_set_rate():
             if best >= 0.95 * rate:
                 break
         prov = c.provenance()
-    assert best >= 0.90 * rate, f"best wire rate {best / 1e6:.1f} Mbit/s of 50"
+    assert best >= 0.90 * rate, f"best wire rate {best / 1e6:.1f} Mbit/s of 10"
     assert prov["nodes"] == 2 and prov["rate_bits_per_s"] == rate
     assert 0 < prov["goodput_bytes_per_s"] <= rate / 8
     _assert_removed(os.getpid())
