@@ -99,6 +99,9 @@ class WorkloadTerms(eqx.Module):
         measured: static, whether ``step_time_per_sample_s`` is used.
         accumulation_steps: static, K micro-batches per optimizer step
             (``Workload.accumulation_steps``).
+        root_unit: static, whether the workload has parameters outside its
+            numbered layer blocks (:func:`has_root_unit`): under a block wrap
+            policy FSDP keeps them in its root unit.
     """
 
     fwd_flops: Float[Array, ""]
@@ -110,6 +113,7 @@ class WorkloadTerms(eqx.Module):
     ready_frac_rev: Float[Array, " T"]
     measured: bool = eqx.field(static=True, default=False)
     accumulation_steps: int = eqx.field(static=True, default=1)
+    root_unit: bool = eqx.field(static=True, default=False)
 
     @classmethod
     def from_workload(cls, workload, *, numpy: bool = False) -> WorkloadTerms:
@@ -155,7 +159,43 @@ class WorkloadTerms(eqx.Module):
             f(ready),
             measured,
             int(getattr(workload, "accumulation_steps", 1)),
+            has_root_unit(workload.tensor_names),
         )
+
+
+def block_key(name: str) -> str | None:
+    """The numbered layer block a tensor belongs to, or None outside every block.
+
+    A block is the tensor's name up to its first all-digit component
+    (``model.layers.3``, ``transformer.h.11``, ``layer2.1``, ``features.0``): the
+    repeated module a block wrap policy wraps (``ModuleWrapPolicy({LlamaDecoderLayer})``,
+    ``transformer_auto_wrap_policy``).
+
+    Example:
+        >>> block_key("model.layers.3.self_attn.q_proj.weight"), block_key("lm_head.weight")
+        ('model.layers.3', None)
+    """
+    parts = str(name).split(".")
+    for i, p in enumerate(parts):
+        if p.isdigit():
+            return ".".join(parts[: i + 1])
+    return None
+
+
+def has_root_unit(tensor_names) -> bool:
+    """Whether a block wrap policy leaves parameters in FSDP's root unit.
+
+    True when some tensors are in numbered blocks (:func:`block_key`) and some
+    are not (embeddings, the final norm, the head): those stay with the
+    outermost ``FullyShardedDataParallel``. A model without numbered blocks
+    has no such split (False).
+
+    Example:
+        >>> has_root_unit(["embed.weight", "layers.0.w", "head.weight"]), has_root_unit(["a", "b"])
+        (True, False)
+    """
+    keys = [block_key(n) for n in tensor_names]
+    return any(k is None for k in keys) and any(k is not None for k in keys)
 
 
 @functools.lru_cache(maxsize=64)

@@ -31,9 +31,11 @@ zero1           dΨ + dΨ + KΨ/n                none (ZeRO P_os)
 zero2           dΨ + dΨ/n + KΨ/n              one bucket of unsharded gradients
                                               (ZeRO P_os+g; DeepSpeed's
                                               ``reduce_bucket_size``)
-fsdp            (2d + K)Ψ/n                   2 gathered units (current +
-                                              prefetched, at most dΨ) + 1 unit
-                                              of unsharded gradients (P_os+g+p)
+fsdp            (2d + K)Ψ/n                   the root unit (kept gathered all
+                                              step) + 2 gathered units (current
+                                              + prefetched, at most the rest of
+                                              dΨ) + 1 unit of unsharded
+                                              gradients (P_os+g+p)
 hsdp            (2d + K)Ψ/g                   as fsdp
 ==============  ============================  ===================================
 
@@ -356,6 +358,7 @@ def memory_per_rank(
 
     (Long for its documentation: the body is 62 lines.)
     """
+    from ._buckets import has_root_unit
     from .architectures import AbstractArchitecture, get_architecture, unit_bytes
 
     arch = (
@@ -393,15 +396,21 @@ def memory_per_rank(
         return MemoryBreakdown(model, model / n, K * psi / n, bucket, act, zero)
     if name in ("fsdp", "hsdp"):
         s = n if name == "fsdp" else g
+        root = 0.0
         if getattr(arch, "wrap", "block") == "block":
-            unit = float(np.max(unit_bytes(workload, "block")))
+            units = unit_bytes(workload, "block")
+            if has_root_unit(workload.tensor_names):
+                root, units = float(units[0]), units[1:]
+            unit = float(np.max(units))
+            grads = max(unit, root)
         else:
             caps = np.unique(cap)
             largest = {c: float(np.max(unit_bytes(workload, "bucket", c))) for c in caps}
-            unit = np.vectorize(largest.__getitem__, otypes=[np.float64])(cap)
-        # gathered: the current and the prefetched unit's parameters (at most one
-        # model copy) and one unit's unsharded gradients; nothing on one rank
-        gathered = np.where(s > 1, np.minimum(2.0 * unit, model) + unit, 0.0)
+            unit = grads = np.vectorize(largest.__getitem__, otypes=[np.float64])(cap)
+        # gathered: the root unit (kept all step), the current and the prefetched
+        # unit's parameters (at most the rest of the model) and one unit's
+        # unsharded gradients; nothing on one rank
+        gathered = np.where(s > 1, root + np.minimum(2.0 * unit, model - root) + grads, 0.0)
         return MemoryBreakdown(model / s, model / s, K * psi / s, gathered, act, zero)
     if name == "ps_host":
         return MemoryBreakdown(model, model, zero, zero, act, zero)

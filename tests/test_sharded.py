@@ -111,16 +111,64 @@ def test_registered_with_names_and_overlap():
 
 
 def test_layer_blocks_of_the_zoo_decoders():
+    # ModuleWrapPolicy({LlamaDecoderLayer}): the 32 decoder layers are units, and
+    # embed_tokens, norm and lm_head stay in the root unit (index 0, first in forward)
     w = get_workload("llama2_7b")
     ids = layer_blocks(w.tensor_names)
-    assert ids.max() + 1 == 35  # embed_tokens, 32 layers, norm, lm_head
+    assert ids.max() + 1 == 33
+    names = list(w.tensor_names)
+    root = {names[i] for i in np.flatnonzero(ids == 0)}
+    assert root == {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
     units = unit_bytes(w)
     assert units.sum() == pytest.approx(w.total_param_bytes)
     layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
-    np.testing.assert_allclose(units[1:33], layer * 4)
-    assert units[0] == units[-1] == 32000 * 4096 * 4
-    # conv1, bn1, the 16 bottlenecks, fc
-    assert layer_blocks(get_workload("resnet50").tensor_names).max() + 1 == 1 + 1 + 16 + 1
+    np.testing.assert_allclose(units[1:], layer * 4)
+    assert units[0] == (2 * 32000 * 4096 + 4096) * 4  # embed + lm_head + final norm
+    # torchvision ResNet-50 under ModuleWrapPolicy({Bottleneck}): the root (conv1, bn1, fc)
+    # and the 16 bottlenecks
+    assert layer_blocks(get_workload("resnet50").tensor_names).max() + 1 == 1 + 16
+    # without numbered blocks (Inception's Mixed_5b …) units follow the first name
+    # component and there is no root
+    ids = layer_blocks(["Conv2d_1a.w", "Conv2d_1a.b", "Mixed_5b.w", "fc.w"])
+    assert ids.tolist() == [0, 0, 1, 2]
+
+
+def test_fsdp_gathers_the_root_unit_once_and_reduces_it_last():
+    """The root unit is gathered in forward only (it is not resharded after forward)
+    and reduce-scattered at the end of backward: against the same model whose every
+    tensor is in a numbered block (no root), communication differs by exactly one
+    gather of the root's bytes."""
+    from costmodel import Workload
+
+    w = blocks_workload(layers=4)
+    renamed = tuple(
+        n if n.startswith("layers.") else f"layers.{'0' if n.startswith('embed') else '3'}.{n}"
+        for n in w.tensor_names
+    )
+    p = exact_params(overlap_interference=1e-12)
+    n = 8.0
+    arch = get_architecture("fsdp")
+    root_bytes = float(unit_bytes(w)[0])
+    assert root_bytes == pytest.approx(2 * (1_000_000 // 2) * 4)  # embed + head
+    with_root = iteration_time(p, w, "fsdp", n)
+    # the same tensors with the embedding folded into block 0 and the head into block 3:
+    # units 0 and 3 grow by the root's halves, and every unit is gathered twice
+    folded = Workload(
+        "folded", renamed, w.param_counts, w.fwd_flops, None, 8, dtype_bytes=w.dtype_bytes
+    )
+    assert len(unit_bytes(folded)) == 4
+    no_root = iteration_time(p, folded, "fsdp", n)
+    f = np.float64
+    units = unit_bytes(w)
+    ag = [float(arch.gather_s(p, f(u), f(n), f(1), f(1))) for u in units]
+    rs = [float(arch.phase1_s(p, f(u), f(n), f(1), f(1))) for u in units]
+    assert float(with_root.communication_s) == pytest.approx(
+        sum(ag) + sum(ag[1:]) + sum(rs), rel=1e-12
+    )
+    assert float(with_root.communication_s) < float(no_root.communication_s)
+    # the root's reduce-scatter is the last: it waits for the end of backward and
+    # nothing hides it, so the exposed time holds at least that reduce-scatter
+    assert float(with_root.exposed_communication_s) >= rs[0] * (1 - 1e-9)
 
 
 def test_bucket_units_are_packed_backward_and_listed_forward():
@@ -214,7 +262,9 @@ def test_traffic_per_rank_as_in_the_zero_paper(n):
     # ZeRO-2 as DeepSpeed runs it: all-reduce + all-gather, 3Ψ (the paper's 2Ψ assumes a
     # reduce-scatter that stage_1_and_2.py does not issue)
     assert comm["zero2"] == pytest.approx(1.5 * ddp, rel=1e-9)
-    assert comm["fsdp"] == pytest.approx(1.5 * ddp, rel=1e-9)  # ZeRO-3: 3Ψ = 1.5×
+    # ZeRO-3: 3Ψ = 1.5×, less one gather of the root unit (embed + head, kept from forward)
+    root = float(unit_bytes(w)[0])
+    assert comm["fsdp"] == pytest.approx(1.5 * ddp - (n - 1) / n * root * BETA[1], rel=1e-9)
     assert comm["zero1"] == pytest.approx(1.5 * ddp, rel=1e-9)  # all-reduce + all-gather
     # hsdp with one rank per node: nothing to shard, the all-reduce of DDP
     assert comm["hsdp"] == pytest.approx(ddp, rel=1e-9)
@@ -235,11 +285,13 @@ def test_fsdp_exposes_only_the_pipeline_ends_when_compute_dominates():
     f = np.float64
     arch = get_architecture("fsdp")
     ag = [float(arch.gather_s(p, f(u), f(n), f(1), f(1))) for u in units]
-    rs_first = float(arch.phase1_s(p, f(units[0]), f(n), f(1), f(1)))
-    want = ag[0] + ag[-1] + rs_first
+    rs_root = float(arch.phase1_s(p, f(units[0]), f(n), f(1), f(1)))
+    # the root's forward gather (first), the last block's re-gather, the root's
+    # reduce-scatter (last: its gradients are complete when backward ends)
+    want = ag[0] + ag[-1] + rs_root
     assert float(b.exposed_communication_s) == pytest.approx(want, rel=1e-6)
     assert float(b.communication_s) == pytest.approx(
-        2 * sum(ag) + sum(float(arch.phase1_s(p, f(u), f(n), f(1), f(1))) for u in units),
+        sum(ag) + sum(ag[1:]) + sum(float(arch.phase1_s(p, f(u), f(n), f(1), f(1))) for u in units),
         rel=1e-12,
     )
 
@@ -357,9 +409,10 @@ def test_seven_billion_parameters_do_not_fit_80gb_replicated_but_fit_with_fsdp()
     fsdp = memory_per_rank(w, "fsdp", 8, optimizer="adam")
     assert _states(fsdp) == pytest.approx(16 * w.total_params / 8)  # 14 GB
     assert float(fsdp.total_bytes) < 80 * GB
-    # the gathered units (2 parameters + 1 gradient, unsharded) are counted
-    unit = float(unit_bytes(w).max())
-    assert float(fsdp.buffer_bytes) == pytest.approx(3 * unit)
+    # the gathered units are counted: the root (embed + head, kept all step), 2 blocks'
+    # parameters and 1 unit of gradients, unsharded
+    root, *blocks = unit_bytes(w)
+    assert float(fsdp.buffer_bytes) == pytest.approx(root + 2 * max(blocks) + max(root, *blocks))
     # the zoo's Llama 2 7B in bf16 alike
     llama = get_workload("llama2_7b", 1, dtype_bytes=2)
     assert float(memory_per_rank(llama, "ring", 8).total_bytes) > 80 * GB

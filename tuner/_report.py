@@ -217,6 +217,7 @@ def _unit_timeline(params, workload, arch, workers, g, bucket_bytes, bd, label) 
         full(workers),
         full(g),
         full(1.0),
+        arch.keeps_root(workload),
     )
     out = {key: np.asarray(v, dtype=np.float64) for key, v in out.items()}
     update, overhead = float(bd["update_s"]), float(bd["overhead_s"])
@@ -250,8 +251,8 @@ def _unit_timeline(params, workload, arch, workers, g, bucket_bytes, bd, label) 
 
 
 @eqx.filter_jit
-def _unit_schedule(arch, params, fwd, bwd, s, w, r, n, g, k):
-    return arch.schedule(params, fwd, bwd, s, w, r, n, g, k)
+def _unit_schedule(arch, params, fwd, bwd, s, w, r, n, g, k, root):
+    return arch.schedule(params, fwd, bwd, s, w, r, n, g, k, root)
 
 
 def _config_label(arch_label: str, workers, servers, bucket_bytes) -> str:

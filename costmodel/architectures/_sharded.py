@@ -44,10 +44,16 @@ default one per layer block of the workload, see :func:`layer_blocks`; with
     update:   each rank its shard, G/n bytes; nothing after it (the next
               forward gathers the updated shards).
 
+Under a block wrap policy the parameters outside the blocks (embeddings, final
+norm, head) are the ROOT unit: gathered first in forward, kept through backward
+(the root is not resharded after forward), reduce-scattered when all its
+gradients are ready — at the end of backward, exposed. So the root is gathered
+once per step and every block twice.
+
 All collectives of a rank run in issue order on one channel (FSDP's all-gather
 and reduce-scatter streams share the same links: a single channel is the
 conservative reading); compute waits for its unit's gather. Traffic per step
-3·(n−1)/n·G, 1.5× DDP's (ZeRO paper §7.2.2).
+3·(n−1)/n·G, 1.5× DDP's (ZeRO paper §7.2.2), less one gather of the root unit.
 
 ``hsdp`` (FSDP ``HYBRID_SHARD``): FSDP inside each node (shard group = the g
 ranks of a node, intra-node collectives), and after each unit's
@@ -74,7 +80,15 @@ from typing import ClassVar
 import equinox as eqx
 import numpy as np
 
-from .._buckets import Breakdown, BucketTable, _compute_s, bucket_table, bucketize
+from .._buckets import (
+    Breakdown,
+    BucketTable,
+    _compute_s,
+    block_key,
+    bucket_table,
+    bucketize,
+    has_root_unit,
+)
 from .._params import ClusterParams
 from .._xp import scan, xp_of
 from ..collectives import (
@@ -106,53 +120,76 @@ WRAP_POLICIES = ("block", "bucket")
 # ---------------------------------------------------------------------------
 # Units (numpy: they depend only on the workload)
 # ---------------------------------------------------------------------------
-def _block_key(name: str) -> str:
-    parts = name.split(".")
-    for i, p in enumerate(parts):
-        if p.isdigit():
-            return ".".join(parts[: i + 1])
-    return parts[0]
-
-
 def layer_blocks(tensor_names) -> np.ndarray:
     """Unit index of each tensor when FSDP wraps one unit per layer block.
 
     A tensor's block is its name up to the first all-digit component
-    (``model.layers.3``, ``transformer.h.11``, ``layer2.1``, ``features.0``), or
-    its first component when it has none (``Mixed_5b``, ``conv1``, ``lm_head``);
-    consecutive tensors with the same block form one unit (so the embeddings
-    before the first layer and the final norm after the last are units of
-    their own, as FSDP's root unit holds them).
+    (:func:`costmodel._buckets.block_key`: ``model.layers.3``,
+    ``transformer.h.11``, ``layer2.1``, ``features.0``); consecutive tensors of
+    one block form one unit. Tensors outside every numbered block (embeddings,
+    final norm, head: ``model.embed_tokens``, ``model.norm``, ``lm_head``) are
+    FSDP's ROOT unit, index 0: under ``ModuleWrapPolicy({DecoderLayer})`` they
+    belong to the outermost ``FullyShardedDataParallel``, which gathers them
+    first in forward and does not free them until the step ends
+    (``_runtime_utils._post_forward_reshard``: ``free_unsharded_flat_param =
+    not state._is_root and ...``). A model without numbered blocks (names
+    such as ``Mixed_5b``) is split by its first name component instead, with
+    no root unit.
 
     Args:
         tensor_names: the T tensor names in forward order (T ≥ 1).
 
     Returns:
-        int64 array (T,), unit indices 0, 1, … in forward order, non-decreasing.
+        int64 array (T,): 0 for the root unit (when there is one), then the
+        blocks 1, 2, … in forward order (0, 1, … without a root unit).
 
     Example:
         >>> layer_blocks(["embed.weight", "layers.0.q.weight", "layers.0.k.weight",
         ...               "layers.1.q.weight", "norm.weight"]).tolist()
-        [0, 1, 1, 2, 3]
+        [0, 1, 1, 2, 0]
     """
-    keys = [_block_key(str(n)) for n in tensor_names]
+    names = [str(n) for n in tensor_names]
+    keys = [block_key(n) for n in names]
+    root = has_root_unit(names)
+    if not any(k is not None for k in keys):
+        keys = [n.split(".")[0] for n in names]
     ids = np.zeros(len(keys), dtype=np.int64)
-    for i in range(1, len(keys)):
-        ids[i] = ids[i - 1] + (keys[i] != keys[i - 1])
+    unit, prev = (0 if root else -1), object()
+    for i, key in enumerate(keys):
+        if root and key is None:
+            continue  # the root unit, 0
+        if key != prev:
+            unit += 1
+        ids[i], prev = unit, key
     return ids
 
 
 def _block_units(workload):
-    """(sizes, ready_frac) of the layer-block units in backward order (as bucketize's)."""
+    """(sizes, ready_frac, root) of the layer-block units in BACKWARD order.
+
+    The blocks in backward order, then the root unit (when there is one,
+    ``root`` True): its gradients are reduced once all of them are ready, at
+    the end of backward (ready fraction 1). A block is ready when backward
+    has passed its first tensor; the fraction counts every tensor's backward
+    FLOPs in backward order (bytes when there are none), the root's included.
+    """
     ids = layer_blocks(workload.tensor_names)[::-1]
+    root = has_root_unit(workload.tensor_names)
     pb = np.asarray(workload.param_bytes, dtype=np.float64)[::-1]
     bwd = np.asarray(workload.bwd_flops, dtype=np.float64)[::-1]
     weights = bwd if bwd.sum() > 0 else pb
     ready = np.cumsum(weights) / weights.sum()
     ready[-1] = 1.0
-    last = np.flatnonzero(np.append(ids[1:] != ids[:-1], True))
-    sizes = np.add.reduceat(pb, np.concatenate([[0], last[:-1] + 1]))
-    return sizes, ready[last]
+    blocks = np.flatnonzero(ids > 0) if root else np.arange(len(ids))
+    bid = ids[blocks]
+    last = blocks[np.flatnonzero(np.append(bid[1:] != bid[:-1], True))]
+    first = np.concatenate([[0], np.searchsorted(blocks, last[:-1]) + 1])
+    sizes = np.add.reduceat(pb[blocks], first) if len(blocks) else np.zeros(0)
+    r = ready[last]
+    if root:
+        sizes = np.append(sizes, pb[ids == 0].sum())
+        r = np.append(r, 1.0)
+    return sizes, r, root
 
 
 def unit_bytes(workload, wrap: str = "block", bucket_bytes=None) -> np.ndarray:
@@ -184,7 +221,7 @@ def unit_bytes(workload, wrap: str = "block", bucket_bytes=None) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def _block_table(workload, caps: tuple):
 
-    sizes, ready = _block_units(workload)
+    sizes, ready, _ = _block_units(workload)
     U = 1 << max(0, int(math.ceil(math.log2(len(caps)))))
     K = 16 * int(math.ceil(len(sizes) / 16))
     row_s = np.zeros(K)
@@ -268,8 +305,8 @@ class FSDPArchitecture(AbstractArchitecture):
 
     Example:
         >>> from costmodel import get_workload
-        >>> FSDPArchitecture().num_units(get_workload("llama2_7b"))   # embed, 32 layers, norm, head
-        35
+        >>> FSDPArchitecture().num_units(get_workload("llama2_7b"))  # root (embed, norm, head), 32 layers
+        33
     """
 
     name = "fsdp"
@@ -308,6 +345,10 @@ class FSDPArchitecture(AbstractArchitecture):
         G = total_bytes + 0.0 * n
         return G * (2.0 + optimizer_state_factor) / n, xp_of(G).zeros_like(G)
 
+    def keeps_root(self, workload) -> bool:
+        """Whether this wrap leaves a root unit in ``workload`` (block wrap, :func:`layer_blocks`)."""
+        return self.wrap == "block" and has_root_unit(workload.tensor_names)
+
     def num_units(self, workload, bucket_bytes=None) -> int:
         """Number of units this wrap policy makes of ``workload``."""
         return len(unit_bytes(workload, self.wrap, bucket_bytes))
@@ -324,7 +365,7 @@ class FSDPArchitecture(AbstractArchitecture):
         caps = np.unique(np.asarray(bucket_bytes, dtype=np.float64).ravel())
         return _block_table(workload, tuple(caps.tolist()))
 
-    def sharded_timeline(self, params: ClusterParams, fwd, bwd, s, w, r, n, g, k):
+    def sharded_timeline(self, params: ClusterParams, fwd, bwd, s, w, r, n, g, k, root=False):
         """(communication, exposed) of one iteration: the per-unit recursion (module doc).
 
         Args:
@@ -333,6 +374,9 @@ class FSDPArchitecture(AbstractArchitecture):
                 0 padding, fractional in the fluid relaxation) and the
                 fraction of backward done when each unit's gradients are ready.
             n, g, k: workers, ranks per node, servers (unused).
+            root: static; the last real unit is FSDP's root unit (parameters
+                outside the wrapped blocks, :func:`layer_blocks`): gathered
+                first in forward and kept, so not gathered again in backward.
 
         Returns:
             ``(C, E)``: all communication and its exposed part, s: the time
@@ -343,10 +387,10 @@ class FSDPArchitecture(AbstractArchitecture):
             unit are in the ratio of the totals (the zoo's ``bwd = 2 × fwd``
             per tensor makes that exact).
         """
-        out = self.schedule(params, fwd, bwd, s, w, r, n, g, k)
+        out = self.schedule(params, fwd, bwd, s, w, r, n, g, k, root)
         return out["communication_s"], out["exposed_s"]
 
-    def schedule(self, params: ClusterParams, fwd, bwd, s, w, r, n, g, k) -> dict:
+    def schedule(self, params: ClusterParams, fwd, bwd, s, w, r, n, g, k, root=False) -> dict:
         """Every unit's times in the recursion of :meth:`sharded_timeline` (same arguments).
 
         Returns:
@@ -366,13 +410,20 @@ class FSDPArchitecture(AbstractArchitecture):
         gs = self.phase1_s(params, s, n, g, k) * f * w
         # units along the leading axis; every trailing axis is a configuration
         ag, gs = xp.broadcast_arrays(ag, gs)
+        # the backward gathers: every unit again, except the root (kept from forward);
+        # the root is the last real unit: the one whose successor has no weight
+        if root:
+            w_next = xp.concatenate([w[1:], xp.zeros_like(w[:1])])
+            rg = ag * xp.broadcast_to(xp.minimum(w_next, 1.0), ag.shape)
+        else:
+            rg = ag
         frac = xp.maximum(xp.diff(r, axis=0, prepend=xp.zeros_like(r[:1])), 0.0)
-        ag_total, gs_total = xp.sum(ag, axis=0), xp.sum(gs, axis=0)
-        comm = 2.0 * ag_total + gs_total
+        ag_total, gs_total, rg_total = xp.sum(ag, axis=0), xp.sum(gs, axis=0), xp.sum(rg, axis=0)
+        comm = ag_total + rg_total + gs_total
         if self.overlaps:
             iota = params.overlap_interference
             slow_f = iota * xp.minimum(ag_total / xp.maximum(fwd, 1e-30), 1.0)
-            slow_b = iota * xp.minimum((ag_total + gs_total) / xp.maximum(bwd, 1e-30), 1.0)
+            slow_b = iota * xp.minimum((rg_total + gs_total) / xp.maximum(bwd, 1e-30), 1.0)
         else:
             slow_f = slow_b = xp.zeros_like(fwd)
         fwd_eff, bwd_eff = fwd * (1.0 + slow_f), bwd * (1.0 + slow_b)
@@ -392,7 +443,7 @@ class FSDPArchitecture(AbstractArchitecture):
         (_, _, t_fwd, wait_f), (ag_start_f, ag_end_f) = scan(
             forward, (zero, zero, zero, zero), (ag[::-1], fwd_units), xp
         )
-        ag_next = xp.concatenate([ag[1:], xp.zeros_like(ag[:1])])
+        ag_next = xp.concatenate([rg[1:], xp.zeros_like(rg[:1])])
 
         def backward(carry, x):
             comm_end, b_end, gathered, wait = carry
@@ -411,7 +462,7 @@ class FSDPArchitecture(AbstractArchitecture):
                 comm_end = red_start + red
             return (comm_end, b_end, next_end, wait), (b_end, gathered, red_start, red_start + red)
 
-        first = t_fwd + ag[0]  # the last forward unit is gathered again
+        first = t_fwd + rg[0]  # the last forward unit is gathered again
         bwd_units = xp.broadcast_to(bwd_eff * frac, ag.shape)
         (comm_end, b_end, _, wait_b), (b_ends, regathered, red_start, red_end) = scan(
             backward, (first, t_fwd, first, zero), (bwd_units, ag_next, gs), xp
@@ -439,8 +490,9 @@ class FSDPArchitecture(AbstractArchitecture):
         xp = xp_of(params, wt, eval_bytes, n, g, k, batch, base)
         K = wt.accumulation_steps
         fwd, bwd = _compute_s(params, wt, batch / K, g)  # one micro-batch
+        root = bool(wt.root_unit) and self.wrap == "block"
         comm, exposed = self.sharded_timeline(
-            params, fwd, bwd, eval_bytes, weights, ready_frac, n, g, k
+            params, fwd, bwd, eval_bytes, weights, ready_frac, n, g, k, root
         )
         # K micro-batches each gather and reduce-scatter every unit (FULL_SHARD and
         # HYBRID_SHARD free parameters after forward and backward, so even under
