@@ -27,10 +27,12 @@ ps (colocated)  dΨ + dΨ + (2d + K)Ψ/k on the  none
 ps_host         dΨ + dΨ (state in host RAM)   none
 hybrid          dΨ + dΨ + (2d + K)Ψ/k on the  none
                 node ranks hosting a server
-zero1           dΨ + dΨ + KΨ/n                none (ZeRO P_os)
-zero2           dΨ + dΨ/n + KΨ/n              one bucket of unsharded gradients
-                                              (ZeRO P_os+g; DeepSpeed's
-                                              ``reduce_bucket_size``)
+zero1           dΨ + dΨ + KΨ/n                two buckets (ZeRO P_os; DeepSpeed's
+                                              ``ipg_buffer``: with
+                                              ``contiguous_gradients`` and
+                                              ``overlap_comm``, as emitted, two
+                                              of ``reduce_bucket_size``)
+zero2           dΨ + dΨ/n + KΨ/n              two buckets, as zero1 (P_os+g)
 fsdp            (2d + K)Ψ/n                   the root unit (kept gathered all
                                               step) + 2 gathered units (current
                                               + prefetched, at most the rest of
@@ -39,9 +41,12 @@ fsdp            (2d + K)Ψ/n                   the root unit (kept gathered all
 hsdp            (2d + K)Ψ/g                   as fsdp
 ==============  ============================  ===================================
 
-Buffers are the unsharded staging a rank needs beyond its sharded states (a
-rank that holds full gradients stages buckets inside them, as the ZeRO paper's
-accounting and DDP's ``gradient_as_bucket_view`` do; other temporary buffers are
+Buffers are the unsharded staging a rank needs beyond its sharded states (DDP
+stages buckets inside the full gradients, ``gradient_as_bucket_view``; DeepSpeed
+stages 1 and 2 copy gradients into their own buckets: ``stage_1_and_2.py``
+allocates ``ipg_buffer`` of ``reduce_bucket_size`` elements, one, or two with
+``overlap_comm``; Horovod's fusion buffer is not counted — the ring's memory is
+DDP's — and ``framework_settings`` says its size; other temporary buffers are
 the paper's "residual memory", §6, not counted). A bucket is min(cap, dΨ)
 bytes (a cap of 0, one collective per tensor, stages one tensor: counted as
 none); a unit is the largest FSDP unit, :func:`costmodel.architectures.unit_bytes`.
@@ -329,8 +334,8 @@ def memory_per_rank(
             on the ⌈n/g⌉ nodes).
         servers: k ≥ 1 parameter servers (ps, hybrid).
         optimizer: see :func:`optimizer_bytes_per_param` (default mixed/fp32 Adam).
-        bucket_bytes: gradient bucket cap, bytes ≥ 0, for zero2's staging bucket
-            (0: per tensor, none); ``None`` = DDP's 25 MiB. For fsdp/hsdp with
+        bucket_bytes: gradient bucket cap, bytes ≥ 0, for zero1/zero2's two
+            staging buckets (0: per tensor, none); ``None`` = DDP's 25 MiB. For fsdp/hsdp with
             ``wrap="bucket"`` it is the unit cap.
         activation_bytes: activations per rank, bytes ≥ 0; ``None``: the
             transformer formula (:func:`activation_bytes`, flash attention) at
@@ -390,10 +395,12 @@ def memory_per_rank(
     g = np.minimum(g, n)
     if name in ("ring", "tree", "hierarchical"):
         return MemoryBreakdown(model, model, K * psi, zero, act, zero)
-    if name in ("p2p", "zero1"):
+    if name == "p2p":
         return MemoryBreakdown(model, model, K * psi / n, zero, act, zero)
+    if name == "zero1":
+        return MemoryBreakdown(model, model, K * psi / n, 2.0 * bucket, act, zero)
     if name == "zero2":
-        return MemoryBreakdown(model, model / n, K * psi / n, bucket, act, zero)
+        return MemoryBreakdown(model, model / n, K * psi / n, 2.0 * bucket, act, zero)
     if name in ("fsdp", "hsdp"):
         s = n if name == "fsdp" else g
         root = 0.0

@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pytest
 
-from costmodel import get_workload
+from costmodel import get_workload, memory_per_rank
 from tuner import format_framework_settings, framework_settings
 from tuner._settings import DDP_FIRST_BUCKET_BYTES
 
@@ -53,6 +53,41 @@ HOROVOD_ENV = {
 HOROVODRUN_FLAGS = {"--fusion-threshold-mb", "--cycle-time-ms", "--hierarchical-allreduce"}
 NCCL_ALGO_VALUES = {"Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"}
 
+# hvd.DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+# backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+# groups=None, sparse_as_dense=False, process_set=global_process_set)
+# (horovod/torch/optimizer.py, Horovod 2626dc8)
+HOROVOD_OPTIMIZER_KWARGS = {
+    "named_parameters",
+    "compression",
+    "backward_passes_per_step",
+    "op",
+    "gradient_predivide_factor",
+    "num_groups",
+    "groups",
+    "sparse_as_dense",
+    "process_set",
+}
+# torch/distributed/fsdp/api.py MixedPrecision dataclass (torch 2.11.0)
+MIXED_PRECISION_FIELDS = {
+    "param_dtype",
+    "reduce_dtype",
+    "buffer_dtype",
+    "keep_low_precision_grads",
+    "cast_forward_inputs",
+    "cast_root_forward_inputs",
+}
+# DeepSpeed docs/_pages/config-json.md top-level keys (batch size, precision, ZeRO);
+# deepspeed/runtime/constants.py: communication_data_type in fp16, bf16, fp32.
+DEEPSPEED_TOP_KEYS = {
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "bf16",
+    "fp16",
+    "communication_data_type",
+    "zero_optimization",
+}
 # DeepSpeed docs/_pages/config-json.md "ZeRO Optimizations" and the ZeRO-3 / MiCS docs.
 DEEPSPEED_ZERO_KEYS = {
     "stage",
@@ -138,8 +173,9 @@ def _cfg(arch, bucket=34 * MIB, workers=16, g=8, **kw):
 
 # Which framework runs each architecture, typed from the frameworks' docs: DDP and
 # Horovod all-reduce (ring/tree/NCCL's hierarchical), TensorFlow's parameter servers,
-# DeepSpeed ZeRO stages 1-2 (ZeRO-1 ≈ DDP + a sharded optimizer, ZeRO-2 ≈ FSDP's
-# SHARD_GRAD_OP), FSDP FULL_SHARD / HYBRID_SHARD ≈ ZeRO-3.
+# DeepSpeed ZeRO stages 1-2 (ZeRO-1 ≈ DDP + a sharded optimizer; ZeRO-2 only DeepSpeed:
+# FSDP's SHARD_GRAD_OP gathers parameters in every forward, another schedule), FSDP
+# FULL_SHARD / HYBRID_SHARD ≈ ZeRO-3.
 EXPECTED_FRAMEWORKS = {
     "ring": ("pytorch_ddp", "horovod"),
     "tree": ("pytorch_ddp", "horovod"),
@@ -149,7 +185,7 @@ EXPECTED_FRAMEWORKS = {
     "hybrid": ("tensorflow",),
     "p2p": ("tensorflow",),
     "zero1": ("deepspeed", "pytorch_ddp"),
-    "zero2": ("deepspeed", "pytorch_fsdp"),
+    "zero2": ("deepspeed",),
     "fsdp": ("pytorch_fsdp", "deepspeed"),
     "hsdp": ("pytorch_fsdp", "deepspeed"),
 }
@@ -270,29 +306,50 @@ def test_parameter_servers_count_and_placement(arch, servers, colocated, ps, pla
 def test_deepspeed_stage_and_bucket_elements(arch, stage, dtype_bytes):
     bucket = 40 * MIB + 3
     ds = framework_settings(_cfg(arch, bucket), dtype_bytes=dtype_bytes)["deepspeed"]
+    assert set(ds["config"]) <= DEEPSPEED_TOP_KEYS
     zero = ds["config"]["zero_optimization"]
     assert set(zero) <= DEEPSPEED_ZERO_KEYS
     assert zero["stage"] == stage
-    assert zero["reduce_bucket_size"] == bucket // dtype_bytes  # elements, not bytes
     if stage < 3:
+        assert zero["reduce_bucket_size"] == bucket // dtype_bytes  # elements, not bytes
         assert zero["allgather_bucket_size"] == bucket // dtype_bytes
+    else:  # one FSDP unit per block: the cap is not a setting of this prediction
+        assert "reduce_bucket_size" not in zero
     assert zero["overlap_comm"] is True
     assert (zero.get("mics_shard_size") == 8) == (arch == "hsdp")
-    assert json.loads("{" + ds["snippet"] + "}") == ds["config"]  # the snippet is that JSON
+    assert json.loads(ds["snippet"]) == ds["config"]  # the snippet is ds_config.json
 
 
-def test_deepspeed_elements_follow_the_workload_dtype():
+def test_deepspeed_elements_follow_the_workload_dtype_and_stop_at_the_model():
     w = get_workload("gpt2", 8, dtype_bytes=2)
-    zero = framework_settings(_cfg("zero2", 64 * MIB), w)["deepspeed"]["config"][
-        "zero_optimization"
-    ]
-    assert zero["reduce_bucket_size"] == 32 * MIB
+    ds = framework_settings(_cfg("zero2", 64 * MIB), w)["deepspeed"]
+    assert ds["config"]["zero_optimization"]["reduce_bucket_size"] == 32 * MIB
+    # a cap above the model: DeepSpeed allocates its buckets at reduce_bucket_size, so the
+    # emitted size is the model's gradient elements, as the memory check counts
+    big = framework_settings(_cfg("zero2", 2**30), w)["deepspeed"]["config"]
+    assert big["zero_optimization"]["reduce_bucket_size"] == w.total_param_bytes // 2
+    # fsdp with wrap="bucket" (size-based units) keeps the cap as the bucket
+    zero3 = framework_settings(_cfg("fsdp", 64 * MIB, wrap="bucket"), w)["deepspeed"]
+    assert zero3["config"]["zero_optimization"]["reduce_bucket_size"] == 32 * MIB
 
 
-@pytest.mark.parametrize(
-    ("arch", "strategy"),
-    [("fsdp", "FULL_SHARD"), ("hsdp", "HYBRID_SHARD"), ("zero2", "SHARD_GRAD_OP")],
-)
+def test_zero_stages_count_deepspeeds_two_staging_buckets():
+    # stage_1_and_2.py: contiguous_gradients + overlap_comm (as emitted) allocate two
+    # ipg_buffer of reduce_bucket_size elements
+    w = get_workload("gpt2", 8, dtype_bytes=2)
+    for arch in ("zero1", "zero2"):
+        m = memory_per_rank(w, arch, 8, bucket_bytes=64 * MIB, activation_bytes=0)
+        assert float(m.buffer_bytes) == 2 * 64 * MIB
+        big = memory_per_rank(w, arch, 8, bucket_bytes=2**30, activation_bytes=0)
+        assert float(big.buffer_bytes) == 2 * w.total_param_bytes  # at most the model
+    # DDP's buckets are views into the gradients; Horovod's fusion buffer is named instead
+    assert float(memory_per_rank(w, "ring", 8, bucket_bytes=64 * MIB).buffer_bytes) == 0
+    hvd = framework_settings(_cfg("ring", 64 * MIB), w)["horovod"]
+    assert hvd["fusion_buffer_bytes"] == 64 * MIB
+    assert any("fusion buffer" in n and "64 MiB" in n for n in hvd["notes"])
+
+
+@pytest.mark.parametrize(("arch", "strategy"), [("fsdp", "FULL_SHARD"), ("hsdp", "HYBRID_SHARD")])
 def test_fsdp_names(arch, strategy):
     fsdp = framework_settings(_cfg(arch, workers=32, g=8))["pytorch_fsdp"]
     kw = fsdp["kwargs"]
@@ -305,6 +362,66 @@ def test_fsdp_names(arch, strategy):
     assert set(re.findall(r"^\s+(\w+)=", fsdp["snippet"], re.M)) <= FSDP_KWARGS
     if arch == "hsdp":  # replicas across the 4 nodes, shards within each node's 8 ranks
         assert kw["device_mesh"] == 'init_device_mesh("cuda", (4, 8))'
+    assert "mixed_precision" not in kw  # fp32 on the wire: no MixedPrecision
+
+
+def _keywords(snippet: str, func: str) -> dict:
+    """The keyword arguments (as source text) of the call to ``func`` in a Python snippet."""
+    code = "\n".join(
+        line for line in snippet.splitlines() if not line.startswith(("#", "export", "HOROVOD_"))
+    )
+    calls = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call)]
+    call = next(n for n in calls if ast.unparse(n.func).split(".")[-1] == func)
+    return {k.arg: ast.unparse(k.value) for k in call.keywords}
+
+
+def test_precision_and_accumulation_reach_every_framework():
+    """bf16 on the wire of an fp32 model, 8 micro-batches of 4: each framework's own
+    switches (names from its source: DDP no_sync, hvd.DistributedOptimizer's
+    compression/backward_passes_per_step, FSDP MixedPrecision, DeepSpeed bf16 /
+    communication_data_type / gradient_accumulation_steps)."""
+    from costmodel import accumulated_workload, with_grad_dtype
+
+    base = get_workload("gpt2", 4)  # fp32 parameters
+    w = accumulated_workload(with_grad_dtype(base, "bf16"), 8)
+    cfg = {**_cfg("ring", 32 * MIB), "batch_size": 32.0}
+    s = framework_settings(cfg, w, param_dtype_bytes=4, grad_dtype="bf16")
+    ddp = s["pytorch_ddp"]["snippet"]
+    assert "model.no_sync() if i < 7" in ddp and "bf16_compress_hook" in ddp
+    ast.parse("\n".join(x for x in ddp.splitlines() if not x.startswith("#")))
+    hvd = _keywords(s["horovod"]["snippet"], "DistributedOptimizer")
+    assert set(hvd) <= HOROVOD_OPTIMIZER_KWARGS
+    assert hvd["compression"] == "hvd.Compression.fp16"  # Horovod has no bf16 compressor
+    assert hvd["backward_passes_per_step"] == "8"
+    assert any("no bf16 compressor" in n for n in s["horovod"]["notes"])
+
+    s = framework_settings({**cfg, "architecture": "fsdp"}, w, grad_dtype="bf16")
+    fsdp = s["pytorch_fsdp"]
+    mp = _keywords(fsdp["kwargs"]["mixed_precision"], "MixedPrecision")
+    assert set(mp) <= MIXED_PRECISION_FIELDS
+    assert mp == dict.fromkeys(("param_dtype", "reduce_dtype", "buffer_dtype"), "torch.bfloat16")
+    assert "no_sync()" not in fsdp["snippet"].split("#")[0]  # every micro-batch reduces
+    assert "for micro_batch in micro_batches:  # 8 per optimizer step" in fsdp["snippet"]
+    ds = s["deepspeed"]["config"]
+    assert set(ds) <= DEEPSPEED_TOP_KEYS
+    assert ds["bf16"] == {"enabled": True} and ds["communication_data_type"] == "bf16"
+    assert ds["gradient_accumulation_steps"] == 8
+    assert ds["train_micro_batch_size_per_gpu"] == 4  # 32 per step / 8 micro-batches
+    assert "fp16" not in ds  # DeepSpeed refuses both enabled
+
+    # one micro-batch, fp32: none of the switches
+    s = framework_settings(_cfg("ring"), base)
+    assert "no_sync" not in s["pytorch_ddp"]["snippet"]
+    assert _keywords(s["horovod"]["snippet"], "DistributedOptimizer").keys() == {"named_parameters"}
+
+
+def test_fsdp_notes_name_the_root_unit_of_a_block_wrapped_decoder():
+    w = get_workload("llama2_7b", 1, dtype_bytes=2)
+    notes = framework_settings(_cfg("fsdp"), w)["pytorch_fsdp"]["notes"]
+    root = (2 * 32000 * 4096 + 4096) * 2  # embed_tokens + lm_head + norm, bf16
+    from costmodel import format_bytes
+
+    assert any("root unit" in n and format_bytes(root) in n for n in notes), notes
 
 
 def test_accepts_a_configuration_object_and_its_dict():

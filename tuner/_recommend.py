@@ -198,12 +198,20 @@ class Configuration:
             parts[-1] += " (on one node)"
         elif self.ranks_per_node > 1:
             parts[-1] += f" ({self.ranks_per_node} per node)"
-        parts.append(
-            "one collective per tensor"
-            if self.bucket_bytes == 0
-            else f"{format_bytes(self.bucket_bytes)} buckets"
-        )
+        if not self.uses_bucket_bytes:
+            parts.append("one FSDP unit per layer block")
+        else:
+            parts.append(
+                "one collective per tensor"
+                if self.bucket_bytes == 0
+                else f"{format_bytes(self.bucket_bytes)} buckets"
+            )
         return ", ".join(parts)
+
+    @property
+    def uses_bucket_bytes(self) -> bool:
+        """Whether the bucket cap is a setting of this configuration (not of block-wrapped fsdp/hsdp)."""
+        return bool(getattr(self.variant.arch, "uses_bucket_bytes", True))
 
     def to_dict(self) -> dict:
         """JSON-ready dict with the keys of :meth:`Recommendation.to_dict` for one configuration."""

@@ -20,12 +20,17 @@ hybrid, p2p        ps tasks, their placement, ``FixedShardsPartitioner``; tf_cnn
                    ``--variable_update``, ``--local_parameter_device``)
 zero1, zero2       ``deepspeed`` (``zero_optimization.stage``, ``reduce_bucket_size``,
                    ``allgather_bucket_size``); zero1 also ``pytorch_ddp`` with
-                   ``ZeroRedundancyOptimizer``; zero2 also ``pytorch_fsdp``
-                   (``ShardingStrategy.SHARD_GRAD_OP``)
+                   ``ZeroRedundancyOptimizer`` (FSDP's ``SHARD_GRAD_OP`` is not zero2's
+                   schedule: it gathers parameters in every forward)
 fsdp, hsdp         ``pytorch_fsdp`` (``ShardingStrategy.FULL_SHARD`` / ``HYBRID_SHARD``,
                    ``BackwardPrefetch.BACKWARD_PRE``), ``deepspeed`` (stage 3; hsdp:
                    MiCS ``mics_shard_size``)
 =================  ==================================================================
+
+Precision and accumulation as predicted: DDP's compression hook and ``no_sync()``,
+Horovod's ``Compression.fp16`` and ``backward_passes_per_step``, FSDP's
+``MixedPrecision``, DeepSpeed's ``"bf16"``/``"fp16"``, ``communication_data_type``,
+``gradient_accumulation_steps`` and ``train_micro_batch_size_per_gpu``.
 
 Units: bytes (``bucket_bytes``), except where a framework wants another unit —
 DDP's ``bucket_cap_mb`` is MiB (``int(bucket_cap_mb * 1024 * 1024)`` bytes in
@@ -70,6 +75,7 @@ References (documentation of each mapping):
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from collections.abc import Mapping
@@ -121,7 +127,7 @@ FRAMEWORK_ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "hybrid": ("tensorflow",),
     "p2p": ("tensorflow",),
     "zero1": ("deepspeed", "pytorch_ddp"),
-    "zero2": ("deepspeed", "pytorch_fsdp"),
+    "zero2": ("deepspeed",),
     "fsdp": ("pytorch_fsdp", "deepspeed"),
     "hsdp": ("pytorch_fsdp", "deepspeed"),
 }
@@ -188,6 +194,33 @@ class _Plain:
             )
         self.param_bytes = int(p)
         self.grad_dtype = grad_dtype
+        k = _field(config, "accumulation_steps", None)
+        if k is None:
+            k = getattr(workload, "accumulation_steps", 1) if workload is not None else 1
+        self.accumulation = _int({"accumulation_steps": k}, "accumulation_steps", 1)
+        batch = _field(config, "batch_size", None)
+        self.micro_batch = None
+        if isinstance(batch, numbers.Real) and not isinstance(batch, bool) and batch > 0:
+            micro = float(batch) / self.accumulation
+            if micro == int(micro):
+                self.micro_batch = int(micro)
+        #: the wire dtype's name: fp32, or the 16-bit one (--grad-dtype; fp16 if unnamed)
+        self.wire = {4: "fp32", 2: grad_dtype if grad_dtype in ("bf16", "fp16") else "fp16"}.get(
+            self.dtype_bytes
+        )
+        self.wrap = str(_field(config, "wrap", "block"))
+        self.root_bytes = None
+        if workload is not None and self.arch in ("fsdp", "hsdp") and self.wrap == "block":
+            from costmodel.architectures import get_architecture, unit_bytes
+
+            if get_architecture(self.arch).keeps_root(workload):
+                self.root_bytes = float(unit_bytes(workload)[0])
+
+    @property
+    def ds_bucket_elements(self) -> int:
+        """DeepSpeed's bucket in elements: the cap, at most the whole model's gradients."""
+        b = self.bucket if self.grad_bytes is None else min(self.bucket, self.grad_bytes)
+        return b // self.dtype_bytes
 
     @property
     def torchrun(self) -> str:
@@ -304,6 +337,20 @@ def _pytorch_ddp(c: _Plain) -> dict:
     lines.append(
         f"# first bucket: the cap on PyTorch >= 2.4 ({format_bytes(DDP_FIRST_BUCKET_BYTES)} before)"
     )
+    K = c.accumulation
+    if K > 1:
+        out["accumulation"] = {"no_sync_micro_batches": K - 1, "micro_batches": K}
+        notes.append(
+            f"gradient accumulation, {K} micro-batches per step: the first {K - 1} backward "
+            "passes run under model.no_sync() (no all_reduce; gradients accumulate in "
+            "param.grad) and the last reduces them, one exchange per step as predicted"
+        )
+        lines += [
+            f"for i, micro_batch in enumerate(micro_batches):  # {K} per optimizer step",
+            f"    with model.no_sync() if i < {K - 1} else contextlib.nullcontext():",
+            "        loss_fn(model(micro_batch)).backward()",
+            "optimizer.step(); optimizer.zero_grad()",
+        ]
     out["snippet"] = "\n".join(lines)
     return out
 
@@ -361,17 +408,48 @@ def _horovod(c: _Plain) -> dict:
     if c.nodes > 3:
         hosts += ",..."
     prefix = " ".join(f"{k}={v}" for k, v in env.items())
+    # hvd.DistributedOptimizer(optimizer, named_parameters, compression=Compression.none,
+    # backward_passes_per_step=1, ...) (horovod/torch/optimizer.py)
+    args = ["optimizer", "named_parameters=model.named_parameters()"]
+    if c.dtype_bytes == 2 and c.param_bytes > 2:
+        args.append("compression=hvd.Compression.fp16")
+        notes.append(
+            "compression=hvd.Compression.fp16 casts each gradient to 2 bytes for the "
+            "allreduce, as the prediction's wire dtype"
+            + (
+                "; Horovod has no bf16 compressor (horovod/torch/compression.py: none, fp16), "
+                "so the bytes are bf16's but the range is fp16's"
+                if c.wire == "bf16"
+                else ""
+            )
+        )
+    if c.accumulation > 1:
+        args.append(f"backward_passes_per_step={c.accumulation}")
+        notes.append(
+            f"backward_passes_per_step={c.accumulation}: Horovod accumulates locally and "
+            "allreduces once per optimizer step, as predicted"
+        )
+    optimizer = f"hvd.DistributedOptimizer({', '.join(args)})"
+    if c.bucket > 0:
+        notes.append(
+            f"memory: Horovod allocates a fusion buffer of the threshold, {format_bytes(c.bucket)} "
+            "per GPU (horovod/common/fusion_buffer_manager.cc); the memory per rank is DDP's, "
+            "whose buckets are views into the gradients: add it for Horovod"
+        )
     return {
         "env": env,
         "horovodrun_flags": flags,
         "cycle_time_ms": cycle,
+        "optimizer": optimizer,
+        "fusion_buffer_bytes": c.bucket,
         "launch": f"horovodrun -np {c.workers} -H {hosts} python train.py",
         "notes": notes,
         "docs": [
             _DOCS["horovod"],
             "https://horovod.readthedocs.io/en/stable/autotune_include.html",
         ],
-        "snippet": f"{prefix} horovodrun -np {c.workers} -H {hosts} python train.py",
+        "snippet": f"{prefix} horovodrun -np {c.workers} -H {hosts} python train.py\n"
+        f"# in train.py:\noptimizer = {optimizer}",
     }
 
 
@@ -442,8 +520,9 @@ def _tensorflow(c: _Plain) -> dict:
 
 def _deepspeed(c: _Plain) -> dict:
     stage = {"zero1": 1, "zero2": 2, "fsdp": 3, "hsdp": 3}[c.arch]
-    elements = c.bucket // c.dtype_bytes
+    elements = c.ds_bucket_elements
     zero = {"stage": stage}
+    notes = []
     if stage < 3:
         zero.update(
             reduce_bucket_size=elements,
@@ -452,17 +531,45 @@ def _deepspeed(c: _Plain) -> dict:
             reduce_scatter=True,
             contiguous_gradients=True,
         )
-    else:
+        notes.append(
+            f"bucket sizes are ELEMENTS: {format_bytes(elements * c.dtype_bytes)} / "
+            f"{c.dtype_bytes} bytes per gradient element = {elements}"
+        )
+    elif c.wrap == "bucket":
         zero.update(reduce_bucket_size=elements, overlap_comm=True, contiguous_gradients=True)
+        notes.append(
+            f"reduce_bucket_size is ELEMENTS: {format_bytes(elements * c.dtype_bytes)} / "
+            f"{c.dtype_bytes} bytes per gradient element = {elements}"
+        )
+    else:
+        zero.update(overlap_comm=True, contiguous_gradients=True)
     if c.arch == "hsdp":
         zero["mics_shard_size"] = c.g
         zero["mics_hierarchical_params_gather"] = False
-    notes = [
-        f"bucket sizes are ELEMENTS: {format_bytes(c.bucket)} / {c.dtype_bytes} bytes per "
-        f"gradient element = {elements}",
-        "overlap_comm=True: gradient reduction overlaps backward, as the prediction assumes",
-    ]
+    notes.append(
+        "overlap_comm=True: gradient reduction overlaps backward, as the prediction assumes "
+        "(the default is false for stages 1 and 2)"
+    )
+    config = {}
+    if c.micro_batch is not None:
+        config["train_micro_batch_size_per_gpu"] = c.micro_batch
+    config["gradient_accumulation_steps"] = c.accumulation
+    if c.micro_batch is not None:
+        notes.append(
+            f"train_batch_size = {c.micro_batch} × {c.accumulation} × {c.workers} ranks = "
+            f"{c.micro_batch * c.accumulation * c.workers} (DeepSpeed infers it from the two "
+            "given; runtime/config.py asserts train_batch = micro × accumulation × world size)"
+        )
+    if c.wire in ("bf16", "fp16"):
+        config[c.wire] = {"enabled": True}
+        config["communication_data_type"] = c.wire
+        notes.append(
+            f'"{c.wire}": enabled with communication_data_type "{c.wire}": gradients are '
+            f"exchanged in {c.dtype_bytes} bytes per element, as predicted"
+        )
+    config["zero_optimization"] = zero
     if stage < 3:
+        buffers = 2 * elements * c.dtype_bytes
         notes.append(
             "each gradient bucket is all-reduced, as the prediction assumes: stage_1_and_2.py "
             "average_tensor with use_multi_rank_bucket_allreduce (default true since DeepSpeed "
@@ -473,40 +580,48 @@ def _deepspeed(c: _Plain) -> dict:
             "assumes); all_gather_into_tensor gathers each parameter group in one call "
             "(allgather_bucket_size applies only where that call is missing)"
         )
+        notes.append(
+            "memory: contiguous_gradients with overlap_comm allocates two reduce_bucket_size "
+            f"buffers (stage_1_and_2.py ipg_buffer), {format_bytes(buffers)}, counted in the "
+            "memory per rank"
+        )
         if stage == 2:
             notes.append(
                 "under gradient accumulation stage 2 reduces in every micro-batch (engine.py: "
-                "'ZeRO stage >= 2 communicates during non gradient accumulation boundaries'); "
-                "stage 1 only at the boundary"
+                "'ZeRO stage >= 2 communicates during non gradient accumulation boundaries'), "
+                "as predicted; stage 1 only at the boundary. PyTorch FSDP's SHARD_GRAD_OP is "
+                "not this schedule (it gathers the parameters before every forward and "
+                "reduce-scatters the gradients): the prediction is DeepSpeed's"
             )
     else:
         notes.append(
-            "stage 3 gathers parameters per module (stage3_prefetch_bucket_size left at its "
-            "default); the prediction uses one unit per layer block"
+            "stage 3 gathers parameters per module and reduces gradients in buckets of "
+            "reduce_bucket_size (defaults kept); the prediction is FSDP's schedule of one unit "
+            "per layer block, which DeepSpeed approximates"
+            if c.wrap == "block"
+            else "stage 3 gathers parameters per module (stage3_prefetch_bucket_size left at "
+            "its default); the prediction's units are the gradient buckets"
         )
     if c.arch == "hsdp":
         notes.append(
             f"MiCS: parameters sharded within groups of mics_shard_size = {c.g} ranks (a node), "
             "replicated across nodes: HSDP's layout"
         )
-    body = ",\n".join(f'    "{k}": {_json(v)}' for k, v in zero.items())
     return {
-        "config": {"zero_optimization": zero},
+        "config": config,
         "element_bytes": c.dtype_bytes,
         "launch": f"deepspeed --num_nodes={c.nodes} --num_gpus={c.g} train.py --deepspeed_config ds_config.json",
         "notes": notes,
         "docs": [_DOCS["deepspeed"], "https://deepspeed.readthedocs.io/en/latest/zero3.html"],
-        "snippet": '"zero_optimization": {\n' + body + "\n}",
+        "snippet": json.dumps(config, indent=4),
     }
 
 
-def _json(v) -> str:
-    return "true" if v is True else "false" if v is False else str(v)
+_TORCH_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 
 
 def _pytorch_fsdp(c: _Plain) -> dict:
     strategy = {
-        "zero2": "ShardingStrategy.SHARD_GRAD_OP",
         "fsdp": "ShardingStrategy.FULL_SHARD",
         "hsdp": "ShardingStrategy.HYBRID_SHARD",
     }[c.arch]
@@ -516,29 +631,65 @@ def _pytorch_fsdp(c: _Plain) -> dict:
         "limit_all_gathers": True,
         "auto_wrap_policy": "ModuleWrapPolicy({<your transformer block class>})",
     }
-    notes = [
-        "one FSDP unit per layer block (auto_wrap_policy), as the prediction's units",
-        "BACKWARD_PRE: the next unit's all_gather is issued before this unit's reduce_scatter",
-    ]
+    notes = []
+    if c.wrap == "block":
+        notes.append(
+            "one FSDP unit per layer block (auto_wrap_policy), as the prediction's units; the "
+            "parameters outside the blocks (embeddings, final norm, head) stay in the root unit, "
+            "gathered once in forward and kept until the step ends, as predicted"
+            + (f" ({format_bytes(c.root_bytes)})" if c.root_bytes else "")
+        )
+    else:
+        kwargs["auto_wrap_policy"] = (
+            f"functools.partial(size_based_auto_wrap_policy, min_num_params={c.bucket // c.param_bytes})"
+        )
+        notes.append(
+            "units of about the bucket cap (size_based_auto_wrap_policy), as the prediction's"
+        )
+    notes.append(
+        "BACKWARD_PRE: the next unit's all_gather is issued before this unit's reduce_scatter"
+    )
+    if c.wire in _TORCH_DTYPES:
+        t = _TORCH_DTYPES[c.wire]
+        kwargs["mixed_precision"] = (
+            f"MixedPrecision(param_dtype={t}, reduce_dtype={t}, buffer_dtype={t})"
+        )
+        notes.append(
+            f"MixedPrecision: parameters gathered and gradients reduce-scattered in {c.wire} "
+            f"({c.dtype_bytes} bytes per element), as predicted"
+        )
     if c.arch == "hsdp":
         kwargs["device_mesh"] = f'init_device_mesh("cuda", ({c.nodes}, {c.g}))'
         notes.append(
             f"HYBRID_SHARD: shard within each node ({c.g} ranks), replicate across the "
-            f"{c.nodes} nodes (device_mesh rows = replicas, columns = shards)"
+            f"{c.nodes} nodes (device_mesh rows = replicas, columns = shards); the inter-node "
+            "all_reduce of each gradient shard runs on its own stream after the unit's "
+            "reduce_scatter (_runtime_utils.py _all_reduce_stream)"
         )
-    if c.arch == "zero2":
+    lines = [f"# {c.torchrun}", "model = FullyShardedDataParallel(", "    model,"]
+    lines += [f"    {k}={v}," for k, v in kwargs.items()]
+    lines.append(")")
+    K = c.accumulation
+    if K > 1:
         notes.append(
-            "SHARD_GRAD_OP: gradients and optimizer state sharded, parameters kept after "
-            "forward (ZeRO-2-like); DeepSpeed stage 2 is the exact counterpart"
+            f"gradient accumulation, {K} micro-batches per step: call backward on each WITHOUT "
+            "no_sync(), as predicted (every micro-batch gathers and reduce-scatters each unit); "
+            "no_sync() would keep full unsharded gradients"
+            + (f" ({format_bytes(c.grad_bytes)})" if c.grad_bytes else "")
+            + ", not in the memory per rank"
         )
-    body = ",\n".join(f"    {k}={v}" for k, v in kwargs.items())
+        lines += [
+            f"for micro_batch in micro_batches:  # {K} per optimizer step, no no_sync()",
+            "    loss_fn(model(micro_batch)).backward()",
+            "optimizer.step(); optimizer.zero_grad()",
+        ]
     return {
         "constructor": "torch.distributed.fsdp.FullyShardedDataParallel",
         "kwargs": kwargs,
         "launch": c.torchrun,
         "notes": notes,
         "docs": [_DOCS["pytorch_fsdp"]],
-        "snippet": f"# {c.torchrun}\nmodel = FullyShardedDataParallel(\n    model,\n{body},\n)",
+        "snippet": "\n".join(lines),
     }
 
 
@@ -576,9 +727,15 @@ def framework_settings(
             per tensor), and optionally ``ranks_per_node`` (g >= 1, default 1),
             ``servers`` (k >= 0), ``colocated`` (bool, ps servers on the workers),
             ``backward_s`` or ``breakdown["backward_s"]`` (single-step backward
-            time, s > 0; used for Horovod's cycle time).
+            time, s > 0; used for Horovod's cycle time), ``batch_size``
+            (samples per worker per optimizer step: DeepSpeed's
+            ``train_micro_batch_size_per_gpu`` = batch_size / accumulation
+            steps when whole), ``accumulation_steps`` (K ≥ 1, default the
+            workload's), ``wrap`` (fsdp/hsdp units: ``"block"``, default, or
+            ``"bucket"``).
         workload: the :class:`costmodel.Workload`, optional: its gradient bytes
-            (Horovod's cycle time) and element size (DeepSpeed's element counts).
+            (Horovod's cycle time, DeepSpeed's buckets at most the model), element
+            size (DeepSpeed's element counts), accumulation steps and FSDP root unit.
         dtype_bytes: bytes per gradient element on the wire, for DeepSpeed's
             element counts (default: the workload's, else 4).
         param_dtype_bytes: bytes per parameter element, when the gradients are

@@ -356,6 +356,18 @@ def run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- text output
 
 
+def _exchanges(c, bd: dict, accumulation_steps: int) -> str:
+    """What the communication is made of: buckets, or FSDP units × micro-batches."""
+    count = bd["num_buckets"]
+    if c.uses_bucket_bytes:
+        return f"{count:.0f} bucket{'s' if count != 1 else ''}"
+    k = max(1, int(accumulation_steps))
+    units = count / k
+    return f"{units:.0f} FSDP unit{'s' if units != 1 else ''}" + (
+        f" × {k} micro-batches" if k > 1 else ""
+    )
+
+
 def _ms(t: float) -> str:
     """A duration, 4 significant digits, with its unit (ns, µs, ms, s): 23.46 s, not 2.346e+04 ms."""
     from costmodel import format_seconds
@@ -402,9 +414,8 @@ def format_text(rec, workload, source: str, args) -> str:
         f"  scaling eff.     {100 * c.scaling_efficiency:.1f} %",
         f"  compute          {_ms(bd['forward_s'] + bd['backward_s'])} "
         f"(forward {_ms(bd['forward_s'])}, backward {_ms(bd['backward_s'])})",
-        f"  communication    {_ms(bd['communication_s'])} in {bd['num_buckets']:.0f} "
-        f"bucket{'s' if bd['num_buckets'] != 1 else ''}, exposed "
-        f"{_ms(bd['exposed_communication_s'])}",
+        f"  communication    {_ms(bd['communication_s'])} in {_exchanges(c, bd, getattr(args, 'accumulation_steps', None) or 1)}, "
+        f"exposed {_ms(bd['exposed_communication_s'])}",
         f"  update           {_ms(bd['update_s'])}",
     ]
     if c.cost_per_sample is not None:
@@ -427,7 +438,13 @@ def format_text(rec, workload, source: str, args) -> str:
         )
         lines.append(head)
         for a in rec.alternatives:
-            bucket = "per tensor" if a.bucket_bytes == 0 else format_bytes(a.bucket_bytes)
+            bucket = (
+                "per block"
+                if not a.uses_bucket_bytes
+                else "per tensor"
+                if a.bucket_bytes == 0
+                else format_bytes(a.bucket_bytes)
+            )
             interval = f"{_ms(a.interval_s[0])} – {_ms(a.interval_s[1])}"
             lines.append(
                 f"  {a.label:<16}{(a.servers or '-')!s:>8}{a.workers:>8} {bucket:>11}"
