@@ -95,6 +95,8 @@ def make_objective(evaluate, profile, workload, rec, max_workers):
     """The BO objective over the exhaustive search's space, plus its variants and caps."""
     import numpy as np
 
+    from costmodel import memory_per_rank
+
     sweeps = rec.sweeps
     labels = list(sweeps)
     variants = {label: sw.variant for label, sw in sweeps.items()}
@@ -112,8 +114,8 @@ def make_objective(evaluate, profile, workload, rec, max_workers):
             k = min(2**e, n)
         b = trial.suggest_categorical("bucket_bytes", caps)
         out = evaluate(profile.params, workload, v, [n], [k], [b])
-        wb, sb = v.arch.state_bytes(float(workload.total_param_bytes), n, max(k, 1), 1.0)
-        if float(wb) > memory or float(sb) > memory:
+        m = memory_per_rank(workload, v.arch, n, servers=max(k, 1), optimizer=1.0, bucket_bytes=b)
+        if float(m.total_bytes) > memory or float(m.server_bytes) > memory:
             return 0.0
         return float(np.asarray(out.throughput_samples_per_s)[0])
 

@@ -176,19 +176,6 @@ def test_where_the_update_runs():
     assert float(col) == pytest.approx(G / 2 * UPDATE)  # no more servers than workers
 
 
-def test_state_bytes():
-    G, n, k = 1e8, 16.0, 4.0
-    # momentum: optimizer state = 1 × G
-    w, s = get_architecture("ring").state_bytes(G, n, k, 1.0)
-    assert (float(w), float(s)) == (3 * G, 0.0)
-    w, s = get_architecture("p2p").state_bytes(G, n, k, 1.0)
-    assert float(w) == pytest.approx(2 * G + G / n) and float(s) == 0.0
-    w, s = get_architecture("ps").state_bytes(G, n, k, 2.0)  # Adam on the servers
-    assert float(w) == pytest.approx(2 * G) and float(s) == pytest.approx(G / k * 4)
-    w, s = get_architecture("ps", colocated=True).state_bytes(G, n, k, 2.0)
-    assert float(w) == pytest.approx(2 * G + G / k * 4) and float(s) == 0.0
-
-
 # ---------------------------------------------------------------------------
 # Scaling behaviour (the physics each architecture is known for)
 # ---------------------------------------------------------------------------

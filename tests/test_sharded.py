@@ -450,20 +450,24 @@ def test_memory_shrinks_with_ranks_for_every_sharded_stage():
     )
 
 
-@pytest.mark.parametrize(
-    ("name", "colocated"), [("ring", False), ("p2p", False), ("ps", False), ("ps", True)]
-)
-def test_fp32_model_states_agree_with_state_bytes(name, colocated):
-    # with an fp32 working copy, K = 4·w: the same accounting as the architectures'
-    # state_bytes (optimizer state in units of the model bytes)
+def test_fp32_model_states_of_the_replicated_and_server_architectures():
+    # fp32 working copy (d = 4, no master copy): K = 4·w bytes of optimizer state
     w = get_workload("resnet50", 32)
-    arch = get_architecture(name, colocated=colocated)
+    G = float(w.total_param_bytes)
     n, k = 16.0, 4.0
     for words in (0.0, 1.0, 2.0):
-        m = memory_per_rank(w, arch, n, servers=k, optimizer=words, bucket_bytes=0)
-        wb, sb = arch.state_bytes(float(w.total_param_bytes), n, k, words)
-        assert _states(m) == pytest.approx(float(wb), rel=1e-12)
-        assert float(m.server_bytes) == pytest.approx(float(sb), rel=1e-12)
+        opt = 4.0 * words * w.total_params
+        want = {  # (worker states, dedicated server)
+            ("ring", False): (2 * G + opt, 0.0),
+            ("p2p", False): (2 * G + opt / n, 0.0),  # each worker serves 1/n
+            ("ps", False): (2 * G, (2 * G + opt) / k),
+            ("ps", True): (2 * G + (2 * G + opt) / k, 0.0),  # a server's shard on the rank
+        }
+        for (name, colocated), (worker, server) in want.items():
+            arch = get_architecture(name, colocated=colocated)
+            m = memory_per_rank(w, arch, n, servers=k, optimizer=words, bucket_bytes=0)
+            assert _states(m) == pytest.approx(worker, rel=1e-12), name
+            assert float(m.server_bytes) == pytest.approx(server, rel=1e-12), name
 
 
 def test_memory_covers_every_architecture_and_checks_input():

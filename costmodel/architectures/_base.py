@@ -27,8 +27,8 @@ class AbstractArchitecture(eqx.Module):
       wait-free backprop) or starts after it;
     * :meth:`update_s` — the optimizer update on the critical path (on every
       worker for all-reduce, on a shard for peer-to-peer, on the servers for PS);
-    * :meth:`state_bytes` — parameters, gradients and optimizer state each worker
-      and each server holds, for the tuner's memory check.
+
+    (What each rank holds in memory is :func:`costmodel.memory_per_rank`.)
 
     All methods take arrays and are jit/vmap/grad-friendly; ``workers`` (n),
     ``ranks_per_node`` (g) and ``servers`` (k) are float arrays ≥ 1.
@@ -60,19 +60,6 @@ class AbstractArchitecture(eqx.Module):
                 node (``None``: one per node).
         """
         return total_bytes * params.update_s_per_byte + 0.0 * n
-
-    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
-        """(worker bytes, server bytes) of parameters + gradients + optimizer state.
-
-        Args:
-            total_bytes: G, model parameter bytes.
-            n, k: workers and servers.
-            optimizer_state_factor: optimizer state in units of G (SGD 0,
-                momentum 1, Adam 2).
-        """
-        return total_bytes * (2.0 + optimizer_state_factor) + 0.0 * n, xp_of(
-            total_bytes, n
-        ).zeros_like(total_bytes + 0.0 * n)
 
     @property
     def label(self) -> str:

@@ -32,7 +32,3 @@ class P2PArchitecture(AbstractArchitecture):
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
         return total_bytes / n * params.update_s_per_byte
-
-    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
-        worker = total_bytes * 2.0 + total_bytes / n * optimizer_state_factor
-        return worker, 0.0 * worker

@@ -63,13 +63,6 @@ class PSArchitecture(AbstractArchitecture):
         kk = xp.minimum(k, n) if self.colocated else k
         return total_bytes / kk * params.update_s_per_byte
 
-    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
-        xp = xp_of(total_bytes, n, k, optimizer_state_factor)
-        kk = xp.minimum(k, n) if self.colocated else k
-        shard = total_bytes / kk * (2.0 + optimizer_state_factor)
-        worker = total_bytes * 2.0 + (shard if self.colocated else 0.0)
-        return worker, (0.0 * worker if self.colocated else shard)
-
     @property
     def label(self) -> str:
         return f"ps ({'colocated' if self.colocated else 'dedicated'})"
@@ -111,10 +104,6 @@ class PSHostArchitecture(AbstractArchitecture):
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
         return total_bytes * params.update_s_per_byte + 0.0 * n
-
-    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
-        xp = xp_of(total_bytes, n, k, optimizer_state_factor)
-        return total_bytes * 2.0 + 0.0 * n, xp.zeros_like(total_bytes + 0.0 * n)
 
 
 class HybridArchitecture(AbstractArchitecture):

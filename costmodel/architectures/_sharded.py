@@ -252,12 +252,6 @@ class _ZeroArchitecture(AbstractArchitecture):
         """Each rank updates its 1/n shard: G/n bytes."""
         return total_bytes / n * params.update_s_per_byte
 
-    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
-        """Model states per rank in units of G (see :func:`costmodel.memory_per_rank`)."""
-        G = total_bytes + 0.0 * n
-        grads = G / n if "gradients" in self.shards else G
-        return G + grads + G * optimizer_state_factor / n, xp_of(G).zeros_like(G)
-
 
 class Zero1Architecture(_ZeroArchitecture):
     """ZeRO-1 (optimizer state sharded): all_reduce per bucket, shard update, all_gather.
@@ -339,11 +333,6 @@ class FSDPArchitecture(AbstractArchitecture):
         """Each rank updates its shard: G / (shard ranks) bytes."""
         gg = n if g is None else xp_of(n, g).minimum(g, n)
         return total_bytes / self.shard_ranks(n, gg) * params.update_s_per_byte
-
-    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
-        """Model states per rank in units of G, sharded over all n (hsdp: see the class)."""
-        G = total_bytes + 0.0 * n
-        return G * (2.0 + optimizer_state_factor) / n, xp_of(G).zeros_like(G)
 
     def keeps_root(self, workload) -> bool:
         """Whether this wrap leaves a root unit in ``workload`` (block wrap, :func:`layer_blocks`)."""
@@ -543,8 +532,3 @@ class HSDPArchitecture(FSDPArchitecture):
             params, xp.where(ar.steps > 0, evaluate(params, "all_reduce", ar), 0.0), ar.steps, g
         )
         return rs + inter
-
-    def state_bytes(self, total_bytes, n, k, optimizer_state_factor: float = 1.0):
-        """Not used: HSDP's states shard over a node's ranks (memory_per_rank knows g)."""
-        G = total_bytes + 0.0 * n
-        return G * (2.0 + optimizer_state_factor), xp_of(G).zeros_like(G)
