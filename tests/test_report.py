@@ -63,7 +63,11 @@ def test_timeline_total_equals_iteration_time(setup, arch):
         )
         # the recursion's invariants, checked on its output
         assert np.all(tl.start_s >= tl.ready_s - 1e-15)
-        assert np.all(tl.start_s[1:] >= tl.end_s[:-1] - 1e-15)
+        if arch == "hsdp":  # the inter-node all-reduces run on a second channel: in
+            # issue order, overlapping the next unit's reduce-scatter
+            assert np.all(np.diff(tl.start_s) >= -1e-15) and np.all(np.diff(tl.end_s) >= -1e-15)
+        else:  # one channel: each reduction after the previous one
+            assert np.all(tl.start_s[1:] >= tl.end_s[:-1] - 1e-15)
         assert np.all(tl.end_s >= tl.start_s)
         assert tl.bucket_bytes.sum() == pytest.approx(w.total_param_bytes)
         assert tl.overhead_start_s + tl.overhead_s == pytest.approx(tl.iteration_s)

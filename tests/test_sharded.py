@@ -319,6 +319,34 @@ def test_serial_variant_exposes_everything_and_overlap_never_loses(name):
     assert np.all(np.asarray(over.iteration_s) < np.asarray(serial.iteration_s))
 
 
+def test_hsdp_runs_its_inter_node_all_reduce_on_a_second_channel():
+    """Compute → 0, U equal units without a root, the inter-node all-reduce (a) longer
+    than a unit's intra-node gather + reduce-scatter (ag + rs): the all-reduces run back
+    to back on their own stream (FSDP's _all_reduce_stream) from the first reduce-scatter
+    on, so backward ends at U·ag (forward) + 2·ag (the first re-gather, the prefetch) +
+    rs + U·a — not after every collective in one queue."""
+    from costmodel import Workload
+
+    U, per_layer = 6, 1_000_000
+    names = tuple(f"layers.{i}.{t}.weight" for i in range(U) for t in ("a", "b"))
+    counts = np.full(2 * U, per_layer // 2)
+    w = Workload("blocks", names, counts, np.full(2 * U, 1.0), None, 8)
+    p = exact_params(overlap_interference=1e-12)
+    n, g = 32.0, 8.0
+    arch = get_architecture("hsdp")
+    u = np.float64(unit_bytes(w)[0])
+    assert len(unit_bytes(w)) == U and not arch.keeps_root(w)
+    f = np.float64
+    ag = float(arch.gather_s(p, u, f(n), f(g), f(1)))
+    rs, a = (float(x) for x in arch.reduce_phases(p, u, f(n), f(g), f(1)))
+    assert a > ag + rs  # the NIC is the bottleneck (2 GB/s against 50 GB/s inside a node)
+    b = iteration_time(p, w, arch, n, ranks_per_node=g)
+    assert float(b.exposed_communication_s) == pytest.approx(U * ag + 2 * ag + rs + U * a, rel=1e-6)
+    one_queue = U * ag + U * ag + U * (rs + a)
+    assert float(b.communication_s) == pytest.approx(one_queue, rel=1e-9)
+    assert float(b.exposed_communication_s) < one_queue - (U - 2) * ag
+
+
 def test_hsdp_on_one_node_is_fsdp():
     p, w = preset("ib-hdr-200g,nvlink-a100", "a100"), get_workload("gpt2", 8)
     a = iteration_time(p, w, "fsdp", 8, ranks_per_node=8)

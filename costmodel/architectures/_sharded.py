@@ -52,14 +52,19 @@ once per step and every block twice.
 
 All collectives of a rank run in issue order on one channel (FSDP's all-gather
 and reduce-scatter streams share the same links: a single channel is the
-conservative reading); compute waits for its unit's gather. Traffic per step
+conservative reading), except hsdp's inter-node all-reduce (below); compute
+waits for its unit's gather. Traffic per step
 3·(n−1)/n·G, 1.5× DDP's (ZeRO paper §7.2.2), less one gather of the root unit.
 
 ``hsdp`` (FSDP ``HYBRID_SHARD``): FSDP inside each node (shard group = the g
 ranks of a node, intra-node collectives), and after each unit's
 reduce-scatter an all-reduce of the 1/g gradient shard across the m = n/g
 nodes (the replicate group: g concurrent inter-node rings sharing each NIC, the
-middle phase of the hierarchical all-reduce). Memory shards over g ranks only.
+middle phase of the hierarchical all-reduce). That all-reduce runs on a second
+channel (its own stream, FSDP's ``_all_reduce_stream``, and the NIC instead of
+the intra-node links): it starts when both its unit's reduce-scatter and the
+previous all-reduce are done, and overlaps the next units' gathers and
+reduce-scatters. Memory shards over g ranks only.
 
 References:
     Rajbhandari, Rasley, Ruwase & He, "ZeRO: Memory Optimizations Toward
@@ -326,8 +331,18 @@ class FSDPArchitecture(AbstractArchitecture):
         return RingAllGather().time(params, s, n, g)
 
     def phase1_s(self, params: ClusterParams, s, n, g, k):
-        """Ring reduce_scatter of a unit's s gradient bytes, after its backward."""
-        return RingReduceScatter().time(params, s, n, g)
+        """A unit's gradient reduction after its backward: the sum of :meth:`reduce_phases`."""
+        intra, inter = self.reduce_phases(params, s, n, g, k)
+        return intra + inter
+
+    def reduce_phases(self, params: ClusterParams, s, n, g, k):
+        """(reduce-scatter, second stream) of a unit's s gradient bytes, s each.
+
+        fsdp: the ring reduce_scatter over all n ranks, and nothing on a
+        second stream.
+        """
+        rs = RingReduceScatter().time(params, s, n, g)
+        return rs, xp_of(rs).zeros_like(rs)
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
         """Each rank updates its shard: G / (shard ranks) bytes."""
@@ -396,9 +411,10 @@ class FSDPArchitecture(AbstractArchitecture):
         # inside a training step: × step_comm_factor, as the bucketed timeline does
         f = params.step_comm_factor
         ag = self.gather_s(params, s, n, g, k) * f * w
-        gs = self.phase1_s(params, s, n, g, k) * f * w
+        intra, inter = self.reduce_phases(params, s, n, g, k)
+        gs, gx = intra * f * w, inter * f * w
         # units along the leading axis; every trailing axis is a configuration
-        ag, gs = xp.broadcast_arrays(ag, gs)
+        ag, gs, gx = xp.broadcast_arrays(ag, gs, gx)
         # the backward gathers: every unit again, except the root (kept from forward);
         # the root is the last real unit: the one whose successor has no weight
         if root:
@@ -407,7 +423,8 @@ class FSDPArchitecture(AbstractArchitecture):
         else:
             rg = ag
         frac = xp.maximum(xp.diff(r, axis=0, prepend=xp.zeros_like(r[:1])), 0.0)
-        ag_total, gs_total, rg_total = xp.sum(ag, axis=0), xp.sum(gs, axis=0), xp.sum(rg, axis=0)
+        ag_total, rg_total = xp.sum(ag, axis=0), xp.sum(rg, axis=0)
+        gs_total = xp.sum(gs, axis=0) + xp.sum(gx, axis=0)
         comm = ag_total + rg_total + gs_total
         if self.overlaps:
             iota = params.overlap_interference
@@ -435,27 +452,36 @@ class FSDPArchitecture(AbstractArchitecture):
         ag_next = xp.concatenate([rg[1:], xp.zeros_like(rg[:1])])
 
         def backward(carry, x):
-            comm_end, b_end, gathered, wait = carry
-            b, a_next, red = x
+            comm_end, inter_end, b_end, gathered, wait = carry
+            b, a_next, red, red_x = x
             b_start = xp.maximum(b_end, gathered)
             wait = wait + (b_start - b_end)
             b_end = b_start + b
             if serial:  # reduce, then gather the next unit, after this unit's backward
                 red_start = xp.maximum(comm_end, b_end)
-                comm_end = red_start + red
-                next_end = comm_end + a_next
+                inter_end = red_start + red + red_x
+                next_end = inter_end + a_next
                 comm_end = next_end
             else:
                 next_end = xp.maximum(comm_end, b_start) + a_next  # BACKWARD_PRE prefetch
                 red_start = xp.maximum(next_end, b_end)  # reduce-scatter after backward
                 comm_end = red_start + red
-            return (comm_end, b_end, next_end, wait), (b_end, gathered, red_start, red_start + red)
+                # hsdp: the inter-node all_reduce of the shard, on its own stream and
+                # link, once the reduce-scatter is done (fsdp: red_x = 0)
+                inter_end = xp.maximum(inter_end, comm_end) + red_x
+            return (comm_end, inter_end, b_end, next_end, wait), (
+                b_end,
+                gathered,
+                red_start,
+                inter_end,
+            )
 
         first = t_fwd + rg[0]  # the last forward unit is gathered again
         bwd_units = xp.broadcast_to(bwd_eff * frac, ag.shape)
-        (comm_end, b_end, _, wait_b), (b_ends, regathered, red_start, red_end) = scan(
-            backward, (first, t_fwd, first, zero), (bwd_units, ag_next, gs), xp
+        (comm_end, inter_end, b_end, _, wait_b), (b_ends, regathered, red_start, red_end) = scan(
+            backward, (first, first, t_fwd, first, zero), (bwd_units, ag_next, gs, gx), xp
         )
+        comm_end = xp.maximum(comm_end, inter_end)
         tail = xp.maximum(comm_end - b_end, 0.0)
         exposed = (fwd * slow_f + bwd * slow_b) + wait_f + wait_b + tail
         return {
@@ -522,8 +548,15 @@ class HSDPArchitecture(FSDPArchitecture):
         g = xp_of(g, n).minimum(g, n)
         return RingAllGather().time(params, s, g, g)
 
-    def phase1_s(self, params: ClusterParams, s, n, g, k):
-        """Intra-node reduce_scatter, then the inter-node all_reduce of each 1/g shard."""
+    def reduce_phases(self, params: ClusterParams, s, n, g, k):
+        """(intra-node reduce_scatter, inter-node all_reduce of each 1/g shard), s each.
+
+        They run on different links and streams: FSDP issues the all_reduce over
+        the replicate group on ``_all_reduce_stream`` once the unit's
+        reduce_scatter is done (``torch/distributed/fsdp/_runtime_utils.py``,
+        PyTorch 2.11), so a unit's all_reduce overlaps the next unit's
+        reduce_scatter and gathers (the schedule's second channel).
+        """
         xp = xp_of(params, s, n, g)
         g = xp.minimum(g, n)
         rs = RingReduceScatter().time(params, s, g, g)
@@ -531,4 +564,4 @@ class HSDPArchitecture(FSDPArchitecture):
         inter = finish(
             params, xp.where(ar.steps > 0, evaluate(params, "all_reduce", ar), 0.0), ar.steps, g
         )
-        return rs + inter
+        return rs, inter
