@@ -112,12 +112,14 @@ def format_bytes(nbytes: float) -> str:
     Example:
         >>> format_bytes(67108864), format_bytes(1536), format_bytes(100)
         ('64 MiB', '1.5 KiB', '100 B')
+        >>> format_bytes(1000.2 * 2**20)  # 1000–1023 of a unit: digits, not 1e+03
+        '1000 MiB'
     """
     nbytes = float(nbytes)
     for unit, mult in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if abs(nbytes) >= mult:
             v = nbytes / mult
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
+            return f"{v:.0f} {unit}" if v == int(v) or abs(v) >= 100 else f"{v:.3g} {unit}"
     return f"{nbytes:.0f} B"
 
 

@@ -403,3 +403,37 @@ def test_compute_dtype_follows_the_gradient_dtype_and_is_refused_with_a_profile(
     code, _, err = _run(capsys, "--profile", str(path), "--model", "gpt2", "--arch", "ring",
                         "--workers", "2", "--compute-dtype", "bf16")  # fmt: skip
     assert code == 2 and "--compute-dtype applies to --preset" in _one_line_error(err)
+
+
+def test_fsdp_units_beyond_the_measured_sizes_say_how_far_and_what_to_collect(tmp_path, capsys):
+    # issue 24, item 7: a 7B decoder's FSDP units are hundreds of MB whatever the bucket
+    # cap; a profile measured up to the 16 MiB of `ddltune run` extrapolates to them.
+    # Before: the warning checked the 25 MiB buckets of the cap, not the units.
+    from calibration import Profile
+    from costmodel import get_architecture
+    from costmodel.architectures import unit_bytes
+
+    prof = Profile.from_preset("ib-hdr-200g,nvlink-a100", "a100")
+    prof.measured_ranges = {"message_bytes": [1024, 16 * 2**20], "num_ranks": [2, 16],
+                            "ranks_per_node": [8, 8], "collectives": ["all_gather",
+                            "reduce_scatter", "all_reduce"]}  # fmt: skip
+    path = tmp_path / "p.json"
+    prof.save(path)
+    doc = _json(capsys, "--profile", str(path), "--model", "llama2_7b", "--arch", "fsdp",
+                "--workers", "16", "--ranks-per-node", "8", "--grad-dtype", "bf16")  # fmt: skip
+    (row,) = doc["rows"]
+    (w,) = [x for x in row["warnings"] if "outside the measured sizes" in x]
+    w16 = get_workload("llama2_7b", 1, dtype_bytes=2)
+    units = unit_bytes(w16)
+    assert get_architecture("fsdp").keeps_root(w16)
+    largest = float(units.max())  # the root: embed_tokens + lm_head + norm, 500 MiB
+    assert largest == (2 * 32000 * 4096 + 4096) * 2
+    assert w.startswith("extrapolation: FSDP unit messages of 386 MiB–500 MiB")
+    assert f"the largest is {largest / 2**24:.3g}× the largest measured" in w
+    assert w.endswith("ddltune collect --max-bytes 512M")
+    # measured up to 1 GiB: no warning
+    prof.measured_ranges["message_bytes"] = [1024, 2**30]
+    prof.save(path, overwrite=True)
+    doc = _json(capsys, "--profile", str(path), "--model", "llama2_7b", "--arch", "fsdp",
+                "--workers", "16", "--ranks-per-node", "8", "--grad-dtype", "bf16")  # fmt: skip
+    assert not [x for x in doc["rows"][0]["warnings"] if "outside the measured sizes" in x]

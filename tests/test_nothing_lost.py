@@ -466,11 +466,13 @@ def test_predict_iterations_warn_when_the_buckets_leave_the_measured_sizes(tmp_p
     assert not [x for x in one["warnings"] if "bucket messages" in x]  # it exchanges nothing
     (w,) = [x for x in two["warnings"] if "bucket messages" in x]
     assert w.startswith("extrapolation: bucket messages of ")
-    assert w.endswith("reach outside the measured sizes (1 KiB–64 KiB)")
+    assert "reach outside the measured sizes (1 KiB–64 KiB): the largest is " in w
     from costmodel import bucketize, get_workload
 
     sizes, _ = bucketize(get_workload("resnet50"), 25 * 2**20)
-    assert max(sizes) > 65536  # the warning is about these
+    assert max(sizes) > 65536  # the warning is about these, and says how far
+    assert f"the largest is {max(sizes) / 65536:.3g}× the largest measured" in w
+    assert w.endswith("measure up to it with ddltune collect --max-bytes 32M")  # ≥ 25 MiB
     # inside the measured sizes: no warning
     prof.measured_ranges["message_bytes"] = [1.0, 2.0**31]
     prof.save(path, overwrite=True)

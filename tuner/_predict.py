@@ -11,6 +11,7 @@ to every row (:meth:`calibration.Profile.interval`).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -196,32 +197,68 @@ def size_warnings(profile, message_bytes) -> list[str]:
     ]
 
 
-def bucket_size_warnings(profile, workload: Workload, bucket_bytes) -> list[str]:
-    """A warning when a configuration's bucket messages leave the profile's measured sizes.
+def bucket_size_warnings(profile, workload: Workload, bucket_bytes, architecture=None) -> list[str]:
+    """A warning when a configuration's messages leave the profile's measured sizes.
 
     The messages are the buckets :func:`costmodel.bucketize` packs at the cap
-    ``bucket_bytes`` (what the architecture exchanges, smallest to largest).
+    ``bucket_bytes`` (what the architecture exchanges, smallest to largest),
+    or, for fsdp/hsdp, the units the architecture gathers and reduce-scatters
+    (one per layer block: a 7B decoder's are hundreds of MB, whatever the cap).
 
     Args:
         profile: a :class:`calibration.Profile`, or ``None`` (no warnings).
-        workload: the :class:`costmodel.Workload` being bucketed.
+        workload: the :class:`costmodel.Workload` being exchanged.
         bucket_bytes: the cap, bytes ≥ 0 (0: one message per tensor).
+        architecture: the architecture instance, optional (default: buckets).
 
     Returns:
-        ``[]`` when every bucket lies inside ``measured_ranges["message_bytes"]``
-        (or the profile has none), else one message naming both ranges.
+        ``[]`` when every message lies inside ``measured_ranges["message_bytes"]``
+        (or the profile has none), else one message naming both ranges, how
+        far the largest (or smallest) lies outside them, and the ``collect``
+        option that measures up to the largest.
+
+    Example:
+        >>> from costmodel import get_workload
+        >>> class P: measured_ranges = {"message_bytes": [1024, 16 * 2**20]}
+        >>> from costmodel import get_architecture
+        >>> print(bucket_size_warnings(P(), get_workload("llama2_7b"), 0, get_architecture("fsdp"))[0])
+        extrapolation: FSDP unit messages of 772 MiB–1000 MiB reach outside the measured sizes (1 KiB–16 MiB): the largest is 62.5× the largest measured; measure up to it with ddltune collect --max-bytes 1G
     """
     span = _span(profile, "message_bytes")
     if span is None:
         return []
-    sizes, _ = bucketize(workload, bucket_bytes)
+    if architecture is not None and hasattr(architecture, "bucket_table"):
+        table = architecture.bucket_table(workload, [float(bucket_bytes)])
+        sizes = table.sizes[0][table.sizes[0] > 0]
+        kind = "FSDP unit"
+    else:
+        sizes, _ = bucketize(workload, bucket_bytes)
+        kind = "bucket"
     lo, hi = float(np.min(sizes)), float(np.max(sizes))
     if span[0] <= lo and hi <= span[1]:
         return []
-    return [
-        f"extrapolation: bucket messages of {format_bytes(lo)}–{format_bytes(hi)} reach "
+    text = (
+        f"extrapolation: {kind} messages of {format_bytes(lo)}–{format_bytes(hi)} reach "
         f"outside the measured sizes ({format_bytes(span[0])}–{format_bytes(span[1])})"
-    ]
+    )
+    far = []
+    if hi > span[1]:
+        far.append(
+            f"the largest is {hi / span[1]:.3g}× the largest measured; measure up to it with "
+            f"ddltune collect --max-bytes {_size_option(hi)}"
+        )
+    if lo < span[0]:
+        far.append(f"the smallest is {span[0] / max(lo, 1.0):.3g}× below the smallest measured")
+    return [text + ": " + "; ".join(far)]
+
+
+def _size_option(nbytes: float) -> str:
+    """The power of two ≥ ``nbytes`` as a ``--max-bytes`` value (K/M/G = powers of 1024)."""
+    p = 1 << max(10, math.ceil(math.log2(max(nbytes, 1.0))))
+    for shift, suffix in ((30, "G"), (20, "M"), (10, "K")):
+        if p >= 1 << shift:
+            return f"{p >> shift}{suffix}"
+    return str(p)
 
 
 def _placement_notes(n, g) -> list[str]:
@@ -358,7 +395,7 @@ def predict_iterations(
             row["warnings"] = _placement_notes(n, ranks_per_node)
             row["warnings"] += topology_warnings(profile, n, ranks_per_node)
             if n > 1:  # one worker exchanges nothing
-                row["warnings"] += bucket_size_warnings(profile, workload, b)
+                row["warnings"] += bucket_size_warnings(profile, workload, b, arch)
             if interval is not None:
                 row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]
             rows.append(row)

@@ -1001,7 +1001,7 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
             f"extrapolation: {chosen.n} workers is outside the measured rank counts "
             f"({ranks[0]:g}–{ranks[1]:g})"
         )
-    out += bucket_size_warnings(profile, ctx.workload, chosen.b)
+    out += bucket_size_warnings(profile, ctx.workload, chosen.b, chosen.variant.arch)
     placed = min(ctx.ranks_per_node, int(chosen.n))  # a job smaller than a node: one node
     note = node_capacity_note(chosen.n, ctx.ranks_per_node)
     if note is not None:
