@@ -689,6 +689,13 @@ def test_a_tie_goes_to_the_simpler_architecture():
     assert "Ties go to the simpler architecture: zero1 (2 workers) is chosen over" in rec.rationale
     # with every architecture the ring is the fastest outright, and the simplest
     assert tuner.recommend(p, w, max_workers=2).architecture == "ring"
+    # zero1 (DDP + a sharded optimizer) is as simple as p2p (servers on the workers):
+    # tied and at one level, the faster wins (before, p2p was always preferred: the
+    # Llama-2-7B recommendation with full checkpointing was TensorFlow's P2P)
+    pair = tuner.recommend(p, w, max_workers=2, architectures=["p2p", "zero1"])
+    by_arch = {c.architecture: c for c in [pair.config, *pair.alternatives]}
+    assert by_arch["zero1"].throughput_samples_per_s > by_arch["p2p"].throughput_samples_per_s
+    assert pair.architecture == "zero1"
 
 
 def test_a_tie_follows_the_intervals():

@@ -90,18 +90,19 @@ _COLLECTIVES_USED = {
 _SHARDED = ("zero1", "zero2", "fsdp", "hsdp")
 
 #: Machinery of each architecture, least first, for ties (:func:`_prefer_simpler`):
-#: an all-reduce of replicas (DDP, Horovod); peer-to-peer or servers on the workers;
-#: dedicated servers, or ZeRO-1's sharded optimizer; ZeRO-2's sharded gradients;
-#: FSDP/HSDP's sharded parameters, gathered again every step.
+#: an all-reduce of replicas (DDP, Horovod); peer-to-peer, servers on the workers or
+#: ZeRO-1's sharded optimizer (DDP + ``ZeroRedundancyOptimizer``: the same shard
+#: exchange as p2p); dedicated servers; ZeRO-2's sharded gradients; FSDP/HSDP's
+#: sharded parameters, gathered again every step. Within a level the faster wins.
 MACHINERY = {
     "ring": 0,
     "tree": 0,
     "hierarchical": 0,
     "p2p": 1,
     "ps_host": 1,
+    "zero1": 1,
     "hybrid": 2,
     "ps": 2,
-    "zero1": 2,
     "zero2": 3,
     "fsdp": 4,
     "hsdp": 4,
@@ -911,7 +912,8 @@ def _versus_runner_up(chosen: _Row, o: _Row, scorer) -> str:
         if abs(gain) < 0.005:
             return f"The best other architecture, {where}, is practically as fast (within 0.5%)."
         return (
-            f"It is {format_percent(abs(gain), 0)} {'faster' if gain > 0 else 'slower'} than "
+            f"It is {format_percent(abs(gain), 1 if abs(gain) < 0.1 else 0)} "
+            f"{'faster' if gain > 0 else 'slower'} than "
             f"the best other architecture, {where}, {o.thr:,.0f} samples/s."
         )
 
