@@ -232,7 +232,11 @@ def test_grid_equals_brute_force_multi_rank_global_batch(resnet18):
         best = max(best, max(r[4] for r in rows))
         # fixed global batch: throughput = B / T, and efficiency = T1 / (n T)
         np.testing.assert_allclose(sw.throughput, B / sw.iteration_s, rtol=1e-12)
-    assert rec.throughput_samples_per_s == pytest.approx(best, rel=1e-12)
+    # the best of the brute force, or a simpler one that ties with it (hsdp is 0.1% ahead of
+    # hierarchical here: its inter-node all-reduce overlaps on a second stream)
+    if rec.throughput_samples_per_s != pytest.approx(best, rel=1e-12):
+        assert best * (1 - tuner._recommend.TIE_TOLERANCE) < rec.throughput_samples_per_s < best
+        assert "Ties go to the simpler architecture" in rec.rationale
     # efficiency against one worker computing the whole global batch alone
     one = iteration_time(P10G, resnet18, "ring", 1, batch_size=B)
     t1 = float(one.iteration_s)
