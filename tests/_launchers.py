@@ -438,6 +438,257 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverS
             self.base = None
 
 
+# --------------------------------------------------------------------------- SLURM across emulated nodes
+
+
+class EmulatedSlurmCluster:
+    """SLURM across the nodes of a :class:`launch.EmulatedCluster`, as on a real cluster.
+
+    One slurmd per emulated node, started inside that node's network and UTS
+    namespaces (``EmulatedCluster.wrap``: its own host name, its address on the
+    bridge, ``/etc/hosts`` mapping every node's name to its address);
+    slurmctld in node 0's namespace (node 0 is also the login node: ``srun``
+    runs there, :meth:`command`); one munged in the host's namespace, whose
+    socket every namespace reaches by its path (network namespaces do not
+    separate path-bound unix sockets). ``NodeAddr`` gives slurmctld each
+    node's address, so the daemons need no name service; the ranks resolve
+    node names through the hosts file. Every slurmd listens on the same port,
+    each in its own namespace. Nothing is in the host's network namespace.
+
+    :meth:`stop` ends the daemons by PID (SIGTERM, then SIGKILL) and removes
+    the namespaces (which kills whatever else still runs in them) and the folder.
+
+    Args:
+        spec: the emulated cluster, ``NODESx1@RATE`` (one slurmd per node; the
+            ranks per node are srun's ``--ntasks-per-node``).
+    """
+
+    BINARIES = SlurmCluster.BINARIES
+
+    def __init__(self, spec: str = "4x1@200mbit"):
+        self.spec = spec
+        self.cluster = None
+        self.base: Path | None = None
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env: dict[str, str] = {}
+        self.version = ""
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why SLURM across emulated nodes cannot start here, or ``None``."""
+        why = SlurmCluster.unavailable()
+        if why:
+            return why
+        from launch import emulation_unavailable_reason
+
+        return emulation_unavailable_reason()
+
+    @property
+    def hostnames(self) -> list[str]:
+        """The node names, node 0 first (the nodes' host names inside their namespaces)."""
+        return [n.hostname for n in self.cluster.nodes]
+
+    def _path(self, *parts: str) -> Path:
+        assert self.base is not None
+        return self.base.joinpath(*parts)
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        with open(self._path(f"{name}.out"), "wb") as out:
+            self.procs[name] = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+
+    def command(self, argv: list[str], node: int = 0) -> list[str]:
+        """``argv`` run inside emulated node ``node`` (default the login node, 0).
+
+        Like ``EmulatedCluster.wrap`` (the node's network namespace, host name
+        and hosts file) but entered with ``nsenter`` and a private mount
+        namespace of its own instead of ``ip netns exec``, which mounts a fresh
+        ``/sys`` without ``/sys/fs/cgroup``: slurmd (22.05) will not start
+        without its cgroup hierarchy, even with ``proctrack/linuxproc``.
+        """
+        n = self.cluster.nodes[node]
+        hosts = f"/etc/netns/{n.netns}/hosts"
+        return [
+            "nsenter", f"--net=/run/netns/{n.netns}", "unshare", "--uts", "--mount",
+            "--propagation", "private", "--", "sh", "-c",
+            'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"',
+            n.hostname, hosts, *argv,
+        ]  # fmt: skip
+
+    def logs(self) -> str:
+        """The tails of every daemon's output and log file."""
+        parts = []
+        assert self.base is not None
+        for f in sorted(self.base.glob("*.out")) + sorted(self.base.glob("*.log")):
+            with contextlib.suppress(OSError):
+                lines = f.read_text(errors="replace").splitlines()[-8:]
+                parts.append(f"--- {f.name}\n" + "\n".join(lines))
+        return "\n".join(parts)
+
+    def _wait(self, what: str, ready, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {p.returncode}:\n{self.logs()}")
+            if ready():
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"{what} not within {timeout_s:g} s:\n{self.logs()}")
+
+    def start(self, timeout_s: float = 60.0) -> EmulatedSlurmCluster:
+        """Build the emulated network, write the files, start the daemons, wait until idle."""
+        from launch import EmulatedCluster
+
+        self.base = Path(tempfile.mkdtemp(prefix="ddltune-eslurm-"))
+        self.base.chmod(0o755)
+        for sub in ("state", "spool"):
+            self._path(sub).mkdir()
+        self.env = clean_env(SLURM_CONF=str(self._path("slurm.conf")))
+        self.version = _version_text("srun").strip()
+        self.cluster = EmulatedCluster(self.spec)
+        self.cluster.start()
+        key = self._path("munge.key")
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        sock = self._path("munge.socket")
+        self._spawn(
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={sock}",
+                f"--pid-file={self._path('munged.pid')}",
+                f"--log-file={self._path('munged.log')}",
+                f"--seed-file={self._path('munged.seed')}",
+            ],
+        )
+        self._wait("munged's socket", sock.exists, 20)
+        cpus = os.cpu_count() or 1
+        p = self._path
+        n0 = self.cluster.nodes[0]
+        nodes = "\n".join(
+            f"NodeName={n.hostname} NodeAddr={n.address} CPUs={cpus} RealMemory=500 State=UNKNOWN"
+            for n in self.cluster.nodes
+        )
+        names = ",".join(self.hostnames)
+        conf = f"""\
+# Generated by tests/_launchers.py: SLURM across the nodes of an emulated cluster.
+ClusterName=ddltuneemu
+SlurmctldHost={n0.hostname}({n0.address})
+SlurmctldPort=6817
+SlurmdPort=6818
+AuthType=auth/munge
+AuthInfo=socket={sock}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={p("state")}
+SlurmdSpoolDir={p("spool")}/%n
+SlurmctldPidFile={p("slurmctld.pid")}
+SlurmdPidFile={p("slurmd-%n.pid")}
+SlurmctldLogFile={p("slurmctld.log")}
+SlurmdLogFile={p("slurmd-%n.log")}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+SwitchType=switch/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+KillWait=5
+MinJobAge=5
+InactiveLimit=0
+{nodes}
+PartitionName=emu Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+"""
+        p("slurm.conf").write_text(conf)
+        conf_path = str(p("slurm.conf"))
+        self._spawn("slurmctld", self.command(["slurmctld", "-D", "-f", conf_path]))
+        for n in self.cluster.nodes:
+            self._path("spool", n.hostname).mkdir()
+            self._spawn(
+                f"slurmd-{n.index}",
+                self.command(["slurmd", "-D", "-f", conf_path, "-N", n.hostname], n.index),
+            )
+        self._wait("every node idle in sinfo", self._idle, timeout_s)
+        return self
+
+    def _idle(self) -> bool:
+        try:
+            out = subprocess.run(
+                self.command(["sinfo", "-h", "-N", "-o", "%T"]),
+                capture_output=True,
+                text=True,
+                timeout=10,
+                env=self.env,
+            ).stdout
+        except subprocess.TimeoutExpired:
+            return False
+        states = out.split()
+        return len(states) == len(self.cluster.nodes) and set(states) == {"idle"}
+
+    def srun(self, nodes: int, ntasks_per_node: int) -> list[str]:
+        """``srun`` on ``nodes`` nodes × ``ntasks_per_node``, run from the login node."""
+        return self.command(
+            [
+                "srun",
+                "-N",
+                str(nodes),
+                "--ntasks-per-node",
+                str(ntasks_per_node),
+                "--overcommit",
+                "--kill-on-bad-exit=1",
+                "-t",
+                "5",
+            ]
+        )
+
+    def jobs_left(self, timeout_s: float = 20.0) -> str:
+        """``squeue``'s lines once every job ended (empty), or what is still there after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        out = ""
+        while time.monotonic() < deadline:
+            out = subprocess.run(
+                self.command(["squeue", "-h"]),
+                capture_output=True,
+                text=True,
+                timeout=10,
+                env=self.env,
+            ).stdout.strip()
+            if not out:
+                return ""
+            time.sleep(0.5)
+        return out
+
+    def stop(self) -> None:
+        """Stop every daemon by PID, remove the namespaces and the folder."""
+        for name in sorted(self.procs, key=lambda n: (n != "munged", n), reverse=True):
+            p = self.procs[name]
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        if self.cluster is not None:
+            self.cluster.close()
+        if self.base is not None:
+            shutil.rmtree(self.base, ignore_errors=True)
+            self.base = None
+
+
 # --------------------------------------------------------------------------- fake PMI server
 
 

@@ -397,6 +397,102 @@ def test_a_hung_rank_ends_the_job_within_the_timeout(launcher, tmp_path):
     assert sorted(r["message_bytes"] for r in read_records(out)) == SIZES
 
 
+# --------------------------------------------------------------------------- SLURM across emulated nodes
+
+EMULATED_NODES = 4
+
+
+@pytest.fixture(scope="module")
+def emulated_slurm():
+    """SLURM over 4 emulated nodes (one slurmd in each node's namespaces), torn down after."""
+    why = H.EmulatedSlurmCluster.unavailable()
+    if why:
+        pytest.skip(why)
+    c = H.EmulatedSlurmCluster(f"{EMULATED_NODES}x1@200mbit")
+    try:
+        c.start()
+    except BaseException:
+        c.stop()
+        raise
+    names = {n.netns for n in c.cluster.nodes} | {c.cluster.bridge_netns}
+    yield c
+    pids = [p.pid for p in c.procs.values()]
+    c.stop()
+    assert not [p for p in pids if H.alive(p)], "a daemon survived"
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not names & {line.split()[0] for line in listed.splitlines() if line.strip()}
+
+
+def _emulated_job(c, tmp_path, argv, *, fault=None, timeout_s=JOB_TIMEOUT_S):
+    env = dict(c.env, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    if fault:
+        env["DDLTUNE_COLLECT_FAULT"] = fault
+    mark = "injected fault:" if fault else None
+    res = H.run_job(argv, env, cwd=tmp_path, timeout_s=timeout_s, mark=mark)
+    assert res.returncode is not None, f"the job did not end: {res.output[-3000:]}"
+    assert res.survivors == [], f"the job left {res.survivors} running"
+    assert c.jobs_left() == "", "SLURM still lists the job"
+    return res
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_emulated_srun_places_two_tasks_on_each_node_under_its_own_name(emulated_slurm, tmp_path):
+    c = emulated_slurm
+    script = 'echo "$SLURM_PROCID $(hostname) $SLURM_NODEID $SLURM_LOCALID"'
+    res = _emulated_job(c, tmp_path, [*c.srun(EMULATED_NODES, 2), "sh", "-c", script], timeout_s=60)
+    assert res.returncode == 0, res.output[-3000:]
+    rows = sorted(
+        (int(r), host, int(node), int(local))
+        for r, host, node, local in (line.split() for line in res.output.splitlines() if line)
+    )
+    # block distribution, as ddltune's records assume: ranks 2k and 2k+1 on node k
+    assert rows == [(r, c.hostnames[r // 2], r // 2, r % 2) for r in range(2 * EMULATED_NODES)], (
+        res.output
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_emulated_srun_collect_records_eight_ranks_two_per_node(emulated_slurm, tmp_path):
+    """`srun -N 4 --ntasks-per-node 2 ddltune collect` across the emulated nodes: the
+    ranks find rank 0's node by name, gloo binds each node's NIC, and the records say
+    8 ranks, 2 per node (the host names the ranks see)."""
+    c = emulated_slurm
+    out = tmp_path / "m.jsonl"
+    argv = [*c.srun(EMULATED_NODES, 2), sys.executable, "-m", "tuner.cli", *COLLECT]
+    res = _emulated_job(c, tmp_path, [*argv, "-o", str(out)], timeout_s=240)
+    assert res.returncode == 0, res.output[-3000:]
+    recs = read_records(out)
+    assert sorted(map(_what, recs)) == [("all_reduce", s, 8, 2) for s in SIZES]
+    assert all(r["wrong"] == 0 for r in recs)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_emulated_srun_names_the_node_and_rank_that_died_and_resume_completes(
+    emulated_slurm, tmp_path
+):
+    c = emulated_slurm
+    out = tmp_path / "m.jsonl"
+    timeout_s = 30
+    argv = [*c.srun(EMULATED_NODES, 2), sys.executable, "-m", "tuner.cli", *COLLECT]
+    args = ["-o", str(out), "--timeout-s", str(timeout_s)]
+    res = _emulated_job(c, tmp_path, [*argv, *args], fault="exit:3@2", timeout_s=240)
+    assert res.returncode not in (0, None), res.output[-3000:]
+    assert "injected fault: rank 3 exits at point 2" in res.output
+    # srun names the node (rank 3 is node 1's second task) and the task
+    assert f"srun: error: {c.hostnames[1]}: task 3: Exited with exit code 17" in res.output
+    assert res.after_mark_s is not None and res.after_mark_s < 60, res.after_mark_s
+    first = read_records(out)
+    assert [r["message_bytes"] for r in first] == SIZES[: len(first)]
+    again = _emulated_job(c, tmp_path, [*argv, *args, "--resume"], timeout_s=240)
+    assert again.returncode == 0, again.output[-3000:]
+    assert sorted(r["message_bytes"] for r in read_records(out)) == SIZES
+
+
 # --------------------------------------------------------------------------- MPICH's PMI for real
 
 
