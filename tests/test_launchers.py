@@ -397,9 +397,15 @@ def test_a_hung_rank_ends_the_job_within_the_timeout(launcher, tmp_path):
     assert sorted(r["message_bytes"] for r in read_records(out)) == SIZES
 
 
-# --------------------------------------------------------------------------- SLURM across emulated nodes
+# --------------------------------------------------------------------------- across emulated nodes
 
 EMULATED_NODES = 4
+EMULATED_SPEC = f"{EMULATED_NODES}x1@200mbit"
+
+
+def _netns_names() -> set[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in listed.splitlines() if line.strip()}
 
 
 @pytest.fixture(scope="module")
@@ -408,7 +414,7 @@ def emulated_slurm():
     why = H.EmulatedSlurmCluster.unavailable()
     if why:
         pytest.skip(why)
-    c = H.EmulatedSlurmCluster(f"{EMULATED_NODES}x1@200mbit")
+    c = H.EmulatedSlurmCluster(EMULATED_SPEC)
     try:
         c.start()
     except BaseException:
@@ -419,76 +425,148 @@ def emulated_slurm():
     pids = [p.pid for p in c.procs.values()]
     c.stop()
     assert not [p for p in pids if H.alive(p)], "a daemon survived"
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not names & {line.split()[0] for line in listed.splitlines() if line.strip()}
+    assert not names & _netns_names(), "a namespace survived"
 
 
-def _emulated_job(c, tmp_path, argv, *, fault=None, timeout_s=JOB_TIMEOUT_S):
-    env = dict(c.env, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
-    if fault:
-        env["DDLTUNE_COLLECT_FAULT"] = fault
-    mark = "injected fault:" if fault else None
-    res = H.run_job(argv, env, cwd=tmp_path, timeout_s=timeout_s, mark=mark)
-    assert res.returncode is not None, f"the job did not end: {res.output[-3000:]}"
-    assert res.survivors == [], f"the job left {res.survivors} running"
-    assert c.jobs_left() == "", "SLURM still lists the job"
-    return res
+@pytest.fixture(scope="module")
+def emulated_nodes(request):
+    """4 emulated nodes for mpirun/mpiexec (an ssh stand-in enters them), torn down after:
+    the emulated SLURM's where it runs (one emulated cluster per process), else their own."""
+    if H.EmulatedSlurmCluster.unavailable() is None:
+        yield request.getfixturevalue("emulated_slurm")
+        return
+    why = H.EmulatedNodes.unavailable()
+    if why:
+        pytest.skip(why)
+    c = H.EmulatedNodes(EMULATED_SPEC)
+    try:
+        c.start()
+    except BaseException:
+        c.stop()
+        raise
+    names = {n.netns for n in c.cluster.nodes} | {c.cluster.bridge_netns}
+    yield c
+    c.stop()
+    assert not names & _netns_names(), "a namespace survived"
+
+
+class EmulatedLauncher:
+    """One launcher across the emulated nodes: how it is started, what it says of a failure."""
+
+    def __init__(self, name, nodes, start, env, jobs_left=None):
+        self.name, self.nodes, self.start, self.env = name, nodes, start, env
+        self.jobs_left = jobs_left
+
+    def run(self, tmp_path, argv, *, per_node=2, fault=None, timeout_s=JOB_TIMEOUT_S):
+        env = dict(self.env, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+        if fault:
+            env["DDLTUNE_COLLECT_FAULT"] = fault
+        mark = "injected fault:" if fault else None
+        cmd = [*self.start(EMULATED_NODES, per_node), *argv]
+        res = H.run_job(cmd, env, cwd=tmp_path, timeout_s=timeout_s, mark=mark)
+        assert res.returncode is not None, f"the job did not end: {res.output[-3000:]}"
+        assert res.survivors == [], f"the job left {res.survivors} running"
+        if self.jobs_left is not None:
+            assert self.jobs_left() == "", "SLURM still lists the job"
+        return res
+
+
+@pytest.fixture(scope="module", params=["srun", "openmpi", "mpich"])
+def emulated_launcher(request):
+    if request.param == "srun":
+        c = request.getfixturevalue("emulated_slurm")
+        return EmulatedLauncher("srun", c, c.srun, c.env, c.jobs_left)
+    argv, version = (H.find_openmpi if request.param == "openmpi" else H.find_mpich)()
+    if argv is None:
+        pytest.skip(version)
+    if request.param == "openmpi" and H.openmpi_major(version) >= 5:
+        pytest.skip(f"{version}: PRRTE sets no OMPI_MCA_orte_hnp_uri (coordinator)")
+    c = request.getfixturevalue("emulated_nodes")
+    start = c.openmpi if request.param == "openmpi" else c.mpich
+    return EmulatedLauncher(
+        request.param, c, lambda nodes, per, s=start, p=argv[0]: s(p, nodes, per), H.clean_env()
+    )
+
+
+#: Each rank's rank, host name and local rank, as each launcher names them.
+_WHO = {
+    "srun": 'echo "$SLURM_PROCID $(hostname) $SLURM_LOCALID"',
+    "openmpi": 'echo "$OMPI_COMM_WORLD_RANK $(hostname) $OMPI_COMM_WORLD_LOCAL_RANK"',
+    "mpich": 'echo "$PMI_RANK $(hostname) $MPI_LOCALRANKID"',
+}
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
-def test_emulated_srun_places_two_tasks_on_each_node_under_its_own_name(emulated_slurm, tmp_path):
-    c = emulated_slurm
-    script = 'echo "$SLURM_PROCID $(hostname) $SLURM_NODEID $SLURM_LOCALID"'
-    res = _emulated_job(c, tmp_path, [*c.srun(EMULATED_NODES, 2), "sh", "-c", script], timeout_s=60)
+def test_emulated_launcher_places_two_ranks_on_each_node_under_its_own_name(
+    emulated_launcher, tmp_path
+):
+    """The host-to-rank mapping ddltune's records assume (block placement: ranks 2k and
+    2k + 1 on node k), under each launcher, from what the ranks themselves see."""
+    la = emulated_launcher
+    res = la.run(tmp_path, ["sh", "-c", _WHO[la.name]], timeout_s=60)
     assert res.returncode == 0, res.output[-3000:]
     rows = sorted(
-        (int(r), host, int(node), int(local))
-        for r, host, node, local in (line.split() for line in res.output.splitlines() if line)
+        (int(r), host, int(local))
+        for r, host, local in (
+            line.split() for line in res.output.splitlines() if line[:1].isdigit()
+        )
     )
-    # block distribution, as ddltune's records assume: ranks 2k and 2k+1 on node k
-    assert rows == [(r, c.hostnames[r // 2], r // 2, r % 2) for r in range(2 * EMULATED_NODES)], (
-        res.output
-    )
+    hosts = la.nodes.hostnames
+    assert rows == [(r, hosts[r // 2], r % 2) for r in range(2 * EMULATED_NODES)], res.output
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_emulated_srun_collect_records_eight_ranks_two_per_node(emulated_slurm, tmp_path):
-    """`srun -N 4 --ntasks-per-node 2 ddltune collect` across the emulated nodes: the
-    ranks find rank 0's node by name, gloo binds each node's NIC, and the records say
-    8 ranks, 2 per node (the host names the ranks see)."""
-    c = emulated_slurm
+def test_emulated_launcher_collects_eight_ranks_two_per_node(emulated_launcher, tmp_path):
+    """`LAUNCHER ddltune collect` across 4 emulated nodes × 2: the ranks find rank 0's node
+    by name, gloo binds each node's NIC, and the records say 8 ranks, 2 per node."""
+    la = emulated_launcher
     out = tmp_path / "m.jsonl"
-    argv = [*c.srun(EMULATED_NODES, 2), sys.executable, "-m", "tuner.cli", *COLLECT]
-    res = _emulated_job(c, tmp_path, [*argv, "-o", str(out)], timeout_s=240)
+    argv = [sys.executable, "-m", "tuner.cli", *COLLECT, "-o", str(out)]
+    res = la.run(tmp_path, argv, timeout_s=240)
     assert res.returncode == 0, res.output[-3000:]
     recs = read_records(out)
     assert sorted(map(_what, recs)) == [("all_reduce", s, 8, 2) for s in SIZES]
     assert all(r["wrong"] == 0 for r in recs)
 
 
+def _names_the_failure(name: str, output: str, host: str) -> bool:
+    """Whether the launcher's output names the task that exited with status 17 (rank 3).
+
+    srun names its node and task; Open MPI 4.1 the process ([[job,1],3]) and its exit
+    code, not its host; MPICH's Hydra neither (it does not end the job: the peers'
+    watchdogs do, after --timeout-s, naming themselves).
+    """
+    if name == "srun":
+        return f"srun: error: {host}: task 3: Exited with exit code 17" in output
+    if name == "openmpi":
+        return "Process name: [[" in output and "],3]" in output and "Exit code:    17" in output
+    return "saw no progress for 30 s" in output
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_emulated_srun_names_the_node_and_rank_that_died_and_resume_completes(
-    emulated_slurm, tmp_path
+def test_emulated_launcher_names_the_node_and_rank_that_died_and_resume_completes(
+    emulated_launcher, tmp_path
 ):
-    c = emulated_slurm
+    la = emulated_launcher
     out = tmp_path / "m.jsonl"
     timeout_s = 30
-    argv = [*c.srun(EMULATED_NODES, 2), sys.executable, "-m", "tuner.cli", *COLLECT]
-    args = ["-o", str(out), "--timeout-s", str(timeout_s)]
-    res = _emulated_job(c, tmp_path, [*argv, *args], fault="exit:3@2", timeout_s=240)
+    argv = [sys.executable, "-m", "tuner.cli", *COLLECT, "-o", str(out), "--timeout-s", "30"]
+    res = la.run(tmp_path, argv, fault="exit:3@2", timeout_s=240)  # node 1's second rank
     assert res.returncode not in (0, None), res.output[-3000:]
     assert "injected fault: rank 3 exits at point 2" in res.output
-    # srun names the node (rank 3 is node 1's second task) and the task
-    assert f"srun: error: {c.hostnames[1]}: task 3: Exited with exit code 17" in res.output
-    assert res.after_mark_s is not None and res.after_mark_s < 60, res.after_mark_s
+    assert _names_the_failure(la.name, res.output, la.nodes.hostnames[1]), res.output[-3000:]
+    # srun and mpirun end the job, before the peers' watchdogs (timeout_s); under Hydra
+    # the watchdogs do: within 60 s either way
+    bound = timeout_s + 15 if la.name == "mpich" else timeout_s
+    assert res.after_mark_s is not None and res.after_mark_s < bound, res.after_mark_s
     first = read_records(out)
     assert [r["message_bytes"] for r in first] == SIZES[: len(first)]
-    again = _emulated_job(c, tmp_path, [*argv, *args, "--resume"], timeout_s=240)
+    again = la.run(tmp_path, [*argv, "--resume"], timeout_s=240)
     assert again.returncode == 0, again.output[-3000:]
     assert sorted(r["message_bytes"] for r in read_records(out)) == SIZES
 
