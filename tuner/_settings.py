@@ -346,6 +346,7 @@ def _pytorch_ddp(c: _Plain) -> dict:
             "param.grad) and the last reduces them, one exchange per step as predicted"
         )
         lines += [
+            "import contextlib",
             f"for i, micro_batch in enumerate(micro_batches):  # {K} per optimizer step",
             f"    with model.no_sync() if i < {K - 1} else contextlib.nullcontext():",
             "        loss_fn(model(micro_batch)).backward()",
