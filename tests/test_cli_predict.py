@@ -437,3 +437,14 @@ def test_fsdp_units_beyond_the_measured_sizes_say_how_far_and_what_to_collect(tm
     doc = _json(capsys, "--profile", str(path), "--model", "llama2_7b", "--arch", "fsdp",
                 "--workers", "16", "--ranks-per-node", "8", "--grad-dtype", "bf16")  # fmt: skip
     assert not [x for x in doc["rows"][0]["warnings"] if "outside the measured sizes" in x]
+
+
+@pytest.mark.parametrize("steps", ["0", "-3", "1.5", "65537", "99999999999999999999"])
+def test_accumulation_steps_out_of_range_is_one_line_naming_it(capsys, steps):
+    # before: 1e20 micro-batches were accepted (exit 0) and printed an exposed time
+    # 45,000x the communication
+    code = main(["predict", "--preset", "ethernet-10g", "--device", "v100", "--model", "resnet50",
+                 "--arch", "ring", "--workers", "8", "--accumulation-steps", steps])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "--accumulation-steps" in err
