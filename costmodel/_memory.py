@@ -359,7 +359,7 @@ def memory_per_rank(
         >>> round(float(memory_per_rank(w, "ring", 8).activation_bytes) / 1e9)  # 1 × 4,096 tokens
         18
         >>> round(float(memory_per_rank(w, "fsdp", 8, activation_bytes=0).total_bytes) / 1e9, 1)
-        14.7
+        15.3
 
     (Long for its documentation: the body is 62 lines.)
     """
