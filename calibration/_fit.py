@@ -305,17 +305,21 @@ def _skip_collective(rec: dict, in_place: str) -> str | None:
 
 
 def _compute_point(rec: dict, t: float, used: str) -> dict:
-    """A compute record as a point (size: FLOPs)."""
+    """A compute record as a point (size: FLOPs; ``conv`` 1 for a convolution layer's op)."""
     n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
+    shape = rec.get("shape")
+    conv = isinstance(shape, dict) and shape.get("type") == "conv2d"
     return {
         "kind": "compute",
         "op": rec["op"],
         "size": float(rec["flops"]),
+        "conv": 1.0 if conv else 0.0,
         "num_ranks": n,
         "ranks_per_node": g,
         "time_s": t,
         "statistic": used,
-        "series": {"kind": "compute", "op": rec["op"], "num_ranks": n, "ranks_per_node": g},
+        "series": {"kind": "compute", "op": rec["op"], "num_ranks": n, "ranks_per_node": g}
+        | ({"layer": shape["type"]} if isinstance(shape, dict) and "type" in shape else {}),
         "file": rec.get("_file"),
         "line": rec.get("_line"),
     }
@@ -356,6 +360,7 @@ class _Data(eqx.Module):
     coll: CollectiveBatch
     flops: jax.Array
     comp_g: jax.Array
+    conv: jax.Array
     logt: jax.Array
     n_coll: int = eqx.field(static=True)
 
@@ -363,7 +368,8 @@ class _Data(eqx.Module):
 def _predict(params: ClusterParams, data: _Data):
     """Seconds of every point (model order): costmodel's collective and compute times."""
     t = collective_batch_time(params, data.coll)
-    comp = params.compute_time(data.flops, data.comp_g, calls=1.0)  # one timed call each
+    # one timed call each
+    comp = params.compute_time(data.flops, data.comp_g, calls=1.0, conv=data.conv)
     xp = jnp if isinstance(t, jax.Array) or isinstance(comp, jax.Array) else np
     return xp.concatenate([t, xp.broadcast_to(comp, t.shape[:-1] + comp.shape[-1:])], axis=-1)
 
@@ -403,6 +409,7 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
         ),
         flops=f([points[i]["size"] for i in comp]),
         comp_g=f([points[i]["ranks_per_node"] for i in comp]),
+        conv=f([points[i].get("conv", 0.0) for i in comp]),
         logt=f(np.log([points[i]["time_s"] for i in src_rows])),
         n_coll=len(coll),
     )
@@ -724,13 +731,25 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
                 (np.log(np.maximum(alpha, 1e-12)), np.log(np.maximum(beta, 1e-18)))
             )
     comp = [i for i in sel if points[i]["kind"] == "compute"]
-    log_flops = None
+    log_flops = log_conv = None
     if comp:
-        eff = [
-            points[i]["size"] / (points[i]["time_s"] / share[points[i]["ranks_per_node"]])
-            for i in comp
-        ]
-        log_flops = math.log(float(np.median(eff)))
+
+        def rate(idx):  # the median FLOP rate of these points, FLOP/s
+            return float(
+                np.median(
+                    [
+                        points[i]["size"]
+                        / (points[i]["time_s"] / share[points[i]["ranks_per_node"]])
+                        for i in idx
+                    ]
+                )
+            )
+
+        conv = [i for i in comp if points[i].get("conv", 0.0) > 0.5]
+        dense = [i for i in comp if i not in conv]
+        log_flops = math.log(rate(dense or comp))
+        if conv and dense:
+            log_conv = math.log(rate(conv)) - log_flops
     rng = np.random.default_rng(seed)
     sl = layout.slices
     C, L = len(COLLECTIVE_NAMES), 2
@@ -740,6 +759,8 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         th[sl["log_call_overhead"]] = math.log(o)
         if log_flops is not None:
             th[sl["log_flops"]] = log_flops
+        if log_conv is not None:
+            th[sl["log_conv_efficiency"]] = log_conv
         ra = th[sl["regime_log_alpha"]].reshape(C, L, R)
         rb = th[sl["regime_log_beta"]].reshape(C, L, R)
         la, lb = mu[sl["log_alpha"]], mu[sl["log_beta"]]

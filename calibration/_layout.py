@@ -52,6 +52,9 @@ PRIOR_SD = {
     # centred at logit −30 (no hiding, what every architecture without bucket overlap
     # costs); wide enough (sd 15) that rows with communication move it to any share
     "logit_backward_hide": 15.0,
+    # a convolution's rate over a matmul's: about 1/4 on the emulated cluster's CPU
+    # (issue 22), about 1 for cuDNN on tensor cores; ×4 either way
+    "log_conv_efficiency": math.log(4.0),
 }
 _DEFAULT_SD = math.log(4.0)
 
@@ -73,6 +76,7 @@ _PHYSICAL = {
     "log_memory": "memory_bytes",
     "log_step_comm": "step_comm_factor",
     "logit_backward_hide": "backward_hide",
+    "log_conv_efficiency": "conv_efficiency",
 }
 
 

@@ -535,7 +535,7 @@ def _check_header(doc) -> None:
 #: Leaves added after profiles were first written: a file without them gets each
 #: at its prior variance, uncorrelated (its value comes from ClusterParams.from_dict's
 #: default, which leaves every prediction as the file's ddltune made it).
-_NEW_LEAVES = ("log_step_comm", "logit_backward_hide")
+_NEW_LEAVES = ("log_step_comm", "logit_backward_hide", "log_conv_efficiency")
 
 
 def _with_new_leaves(cov, layout: ParamLayout):

@@ -210,10 +210,11 @@ def worst_points(points: Sequence[dict], pred_s, heldout: np.ndarray, k: int = 5
 
 
 def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:
-    """A fit series' name: ``all_reduce n=8``, ``all_reduce n=16 g=4``.
+    """A fit series' name: ``all_reduce n=8``, ``all_reduce n=16 g=4``, ``forward conv2d n=2``.
 
     Args:
-        s: a mapping with ``collective`` (or ``op`` for compute series),
+        s: a mapping with ``collective`` (or ``op`` for compute series, and
+            ``layer`` for a model layer's: ``linear``, ``conv2d``),
             ``num_ranks`` and ``ranks_per_node``.
         always_ranks_per_node: also show ``g`` when it is 1 or n (one rank per
             node, or all on one node).
@@ -223,6 +224,8 @@ def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:
         'all_reduce n=8'
     """
     what = s.get("collective") or s.get("op") or "?"
+    if s.get("layer"):
+        what = f"{what} {s['layer']}"
     n, g = s.get("num_ranks"), s.get("ranks_per_node")
     show = always_ranks_per_node or g not in (None, 1, n)
     return f"{what} n={n}" + (f" g={g}" if show else "")

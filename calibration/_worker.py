@@ -85,7 +85,9 @@ _SPLIT = ("reduce_scatter", "all_gather", "all_to_all")  # S must split into n e
 #: Matmul sizes (m = n = k) by backend, and the small models' layer shapes.
 MATMUL_SIZES = {"cpu": (128, 256, 512, 1024), "gpu": (1024, 2048, 4096, 8192)}
 MLP = {"cpu": (64, (784, 512, 512, 10)), "gpu": (1024, (784, 4096, 4096, 10))}
-CONV = {"cpu": (8, 32, 16, 3), "gpu": (64, 56, 64, 3)}  # batch, H=W, channels, kernel
+#: batch, H=W, channel widths (C_in = C_out; four, so that the conv series has a
+#: held-out interior size: calibration.holdout_mask), kernel
+CONV = {"cpu": (8, 32, (32, 48, 64, 96), 3), "gpu": (64, 56, (32, 64, 128, 256), 3)}
 
 
 # --------------------------------------------------------------------------- plan
@@ -239,15 +241,21 @@ def _mlp_points(batch: int, dims, concurrent: int, dtype: str) -> list[dict]:
     return points
 
 
-def _conv_points(b: int, hw: int, ch: int, k: int, concurrent: int, dtype: str) -> list[dict]:
-    """Forward (2·B·H·W·Cout·Cin·kh·kw flops) and backward (twice that) of one SAME conv."""
-    fwd = 2.0 * b * hw * hw * ch * ch * k * k
-    shape = {"model": "cnn", "layer": 0, "type": "conv2d", "batch": b, "height": hw}
-    shape.update({"width": hw, "in": ch, "out": ch, "kernel": k})
+def _conv_points(b: int, hw: int, widths, k: int, concurrent: int, dtype: str) -> list[dict]:
+    """Forward (2·B·H·W·Cout·Cin·kh·kw flops) and backward (twice that) of a SAME conv per width.
+
+    One conv layer per channel width C (C_in = C_out = C), so that the fit sees
+    how a convolution's rate compares with a matmul's over a range of sizes
+    (``ClusterParams.conv_efficiency``).
+    """
     points = []
-    for op, flops in (("forward", fwd), ("backward", 2 * fwd)):
-        desc = f"cnn conv {k}x{k} {op} ({ch}→{ch} ch, {hw}², batch {b})"
-        points.append(_layer_point(op, shape, flops, concurrent, dtype, desc))
+    for i, ch in enumerate(widths):
+        fwd = 2.0 * b * hw * hw * ch * ch * k * k
+        shape = {"model": "cnn", "layer": i, "type": "conv2d", "batch": b, "height": hw}
+        shape.update({"width": hw, "in": ch, "out": ch, "kernel": k})
+        for op, flops in (("forward", fwd), ("backward", 2 * fwd)):
+            desc = f"cnn conv {k}x{k} {op} ({ch}→{ch} ch, {hw}², batch {b})"
+            points.append(_layer_point(op, shape, flops, concurrent, dtype, desc))
     return points
 
 

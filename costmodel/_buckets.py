@@ -19,7 +19,6 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._params import ClusterParams
-from ._smooth import soft_max2
 from ._xp import to_jax, xp_of
 
 #: PyTorch DDP's default ``bucket_cap_mb`` = 25 MiB.
@@ -93,6 +92,9 @@ class WorkloadTerms(eqx.Module):
         step_time_per_sample_s: measured single-worker step time / its batch
             size (s/sample); NaN when compute comes from FLOPs.
         fwd_share: forward fraction of compute time.
+        conv_share: the share of the FLOPs in convolutions (1 for a CNN,
+            ``Workload.kind == "cnn"``; else 0), run at
+            ``ClusterParams.conv_efficiency`` × ``flops_per_s``.
         cum_bytes_rev, ready_frac_rev: (T,) cumulative gradient bytes and the
             fraction of backward done when each tensor's gradient is ready, in
             reverse (backward) order.
@@ -109,6 +111,7 @@ class WorkloadTerms(eqx.Module):
     total_bytes: Float[Array, ""]
     step_time_per_sample_s: Float[Array, ""]
     fwd_share: Float[Array, ""]
+    conv_share: Float[Array, ""]
     cum_bytes_rev: Float[Array, " T"]
     ready_frac_rev: Float[Array, " T"]
     measured: bool = eqx.field(static=True, default=False)
@@ -155,6 +158,7 @@ class WorkloadTerms(eqx.Module):
             f(float(pb.sum())),
             f(step),
             f(share),
+            f(1.0 if getattr(workload, "kind", "") == "cnn" else 0.0),
             f(np.cumsum(pb)),
             f(ready),
             measured,
@@ -206,16 +210,16 @@ def _numpy_terms(workload) -> WorkloadTerms:
 def _compute_s(params: ClusterParams, wt: WorkloadTerms, batch, g):
     """(forward, backward) seconds at ``batch`` samples with g ranks sharing a node."""
     xp = xp_of(params, wt, batch, g)
-    share = soft_max2(xp.ones_like(g), g / params.node_compute_slots)
     if wt.measured:
+        share = params.core_share(g)
         total = wt.step_time_per_sample_s * batch
         # the measured step includes update and overhead: keep the compute part
         comp = total - wt.total_bytes * params.update_s_per_byte - params.step_overhead_s
         comp = xp.maximum(comp, 0.1 * total)
         return comp * wt.fwd_share * share, comp * (1.0 - wt.fwd_share) * share
     return (
-        batch * wt.fwd_flops / params.flops_per_s * share,
-        batch * wt.bwd_flops / params.flops_per_s * share,
+        params.compute_time(batch * wt.fwd_flops, g, conv=wt.conv_share),
+        params.compute_time(batch * wt.bwd_flops, g, conv=wt.conv_share),
     )
 
 

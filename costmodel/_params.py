@@ -55,6 +55,7 @@ PARAMETER_UNITS = {
     "memory_bytes": "bytes",
     "step_comm_factor": "1",
     "backward_hide": "1",
+    "conv_efficiency": "1",
 }
 
 #: Keys :meth:`ClusterParams.from_dict` accepts missing (profiles written before them),
@@ -62,7 +63,7 @@ PARAMETER_UNITS = {
 #: backward_hide's default: logit −30, a share of about 1e-13 (no hiding; exactly
 #: representable in (0, 1), which a logit needs).
 _NO_HIDE = 1.0 / (1.0 + math.exp(30.0))
-_OPTIONAL_KEYS = {"step_comm_factor": 1.0, "backward_hide": _NO_HIDE}
+_OPTIONAL_KEYS = {"step_comm_factor": 1.0, "backward_hide": _NO_HIDE, "conv_efficiency": 1.0}
 
 
 def _logit(p, name: str) -> float:
@@ -127,6 +128,12 @@ class ClusterParams(eqx.Module):
       p2p) can still hide behind, as TensorFlow's dataflow sends each gradient
       when it exists: that exchange costs max(0, C − h·T_bwd) after backward
       instead of C. Default h ≈ 1e-13 (logit −30): today's serial exchange.
+    * ``log_conv_efficiency`` (): a convolution's FLOP rate over ``flops_per_s``
+      (the rate of matrix products and dense layers); 1 = the same. On the CPU
+      of the emulated cluster a 3×3 convolution runs at about a quarter of a
+      512³ matmul's rate (issue 22); cuDNN's convolutions reach about the rate
+      of its GEMMs. Presets set it to 1: their ``flops_per_s`` is already the
+      rate of the model's kind (:func:`costmodel.device_flops_per_s`).
 
     Example:
         >>> p = ClusterParams.create(alpha_s=(5e-6, 20e-6), beta_s_per_byte=(1e-11, 1e-9))
@@ -152,6 +159,7 @@ class ClusterParams(eqx.Module):
     log_memory: Float[Array, ""]
     log_step_comm: Float[Array, ""]
     logit_backward_hide: Float[Array, ""]
+    log_conv_efficiency: Float[Array, ""]
     n_regimes: int = eqx.field(static=True, default=1)
 
     @classmethod
@@ -177,6 +185,7 @@ class ClusterParams(eqx.Module):
         memory_bytes: float = 16 * 1024**3,
         step_comm_factor: float = 1.0,
         backward_hide: float = _NO_HIDE,
+        conv_efficiency: float = 1.0,
     ) -> ClusterParams:
         """Build parameters from physical values (SI units).
 
@@ -206,12 +215,14 @@ class ClusterParams(eqx.Module):
                 microbenchmark time, > 0 (1: the same).
             backward_hide: share of backward a non-overlapping exchange hides
                 behind, in (0, 1) (default about 1e-13: none).
+            conv_efficiency: a convolution's FLOP rate over ``flops_per_s``,
+                > 0 (1: the same).
 
         Raises:
             ValueError: on any non-finite, non-positive or out-of-range value,
                 naming the argument.
 
-        (Long for its documentation: the body is 44 lines.)
+        (Long for its documentation: the body is 45 lines.)
         """
         if not isinstance(n_regimes, int) or n_regimes < 1 or n_regimes > 8:
             raise ValueError(f"n_regimes must be an integer in [1, 8], got {n_regimes!r}")
@@ -257,6 +268,7 @@ class ClusterParams(eqx.Module):
             log_memory=f(math.log(_pos(memory_bytes, "memory_bytes"))),
             log_step_comm=f(math.log(_pos(step_comm_factor, "step_comm_factor"))),
             logit_backward_hide=f(_logit(backward_hide, "backward_hide")),
+            log_conv_efficiency=f(math.log(_pos(conv_efficiency, "conv_efficiency"))),
             n_regimes=R,
         )
 
@@ -439,6 +451,11 @@ class ClusterParams(eqx.Module):
         """Communication in a training step over its microbenchmark time (1: the same)."""
         return self._xp.exp(self.log_step_comm)
 
+    @property
+    def conv_efficiency(self) -> Float[Array, ""]:
+        """A convolution's FLOP rate over ``flops_per_s`` (1: the same)."""
+        return self._xp.exp(self.log_conv_efficiency)
+
     # ---- derived functions of the parameters ------------------------------------
     def core_share(self, ranks_per_node: Float[Array, "*b"]) -> Float[Array, "*b"]:
         """Slowdown of g ranks sharing one node's cores: softmax₂(1, g / s), ≥ 1.
@@ -469,12 +486,18 @@ class ClusterParams(eqx.Module):
         return soft_max2(one, g / soft_max2(one, self.node_compute_slots))
 
     def compute_time(
-        self, flops: Float[Array, "*b"], ranks_per_node: Float[Array, "*b"], calls=0.0
+        self,
+        flops: Float[Array, "*b"],
+        ranks_per_node: Float[Array, "*b"],
+        calls=0.0,
+        conv=0.0,
     ) -> Float[Array, "*b"]:
         """Seconds of ``flops`` on one device while g ranks share its node.
 
-        (c·o + F / flops_per_s) · share(g), with o = ``call_overhead_s`` and
-        ``share`` :meth:`core_share`. The compute model of the iteration
+        (c·o + F·(1 − v + v/e) / flops_per_s) · share(g), with o =
+        ``call_overhead_s``, v the share of the FLOPs in convolutions, e
+        ``conv_efficiency`` and ``share`` :meth:`core_share` (a roofline-free
+        throughput model: each kind of layer at its own sustained rate). The compute model of the iteration
         timeline (forward and backward FLOPs inside one step: c = 0, the step's
         dispatch is ``step_overhead_s``) and of calibration's compute records
         (each one timed call of a compiled program: c = 1, the same dispatch a
@@ -484,6 +507,8 @@ class ClusterParams(eqx.Module):
             flops: F ≥ 0 floating-point operations, (*b).
             ranks_per_node: g ≥ 1 ranks computing at once on the node, (*b).
             calls: c ≥ 0 dispatched calls of a compiled program (default 0).
+            conv: v in [0, 1], the share of ``flops`` in convolutions (default
+                0: matrix products and dense layers only), (*b) or scalar.
 
         Returns:
             Seconds, broadcast shape.
@@ -493,9 +518,10 @@ class ClusterParams(eqx.Module):
             >>> round(float(p.compute_time(jnp.asarray(2e12), jnp.asarray(1.0))), 4)
             2.0
         """
-        return (calls * self.call_overhead_s + flops / self.flops_per_s) * self.core_share(
-            ranks_per_node
-        )
+        rate_factor = 1.0 - conv + conv / self.conv_efficiency
+        return (
+            calls * self.call_overhead_s + flops * rate_factor / self.flops_per_s
+        ) * self.core_share(ranks_per_node)
 
     # ---- (de)serialisation ----------------------------------------------------
     def to_dict(self) -> dict:
@@ -530,6 +556,7 @@ class ClusterParams(eqx.Module):
             "memory_bytes": tolist(self.memory_bytes),
             "step_comm_factor": tolist(self.step_comm_factor),
             "backward_hide": tolist(self.backward_hide),
+            "conv_efficiency": tolist(self.conv_efficiency),
         }
 
     @classmethod
@@ -572,6 +599,7 @@ class ClusterParams(eqx.Module):
                 memory_bytes=d["memory_bytes"],
                 step_comm_factor=d.get("step_comm_factor", 1.0),
                 backward_hide=d.get("backward_hide", _NO_HIDE),
+                conv_efficiency=d.get("conv_efficiency", 1.0),
             ).replace_sharpness(d["regime_sharpness"])
         except (TypeError, ValueError) as e:
             raise ValueError(f"invalid parameters: {e}") from None
@@ -590,7 +618,8 @@ class ClusterParams(eqx.Module):
         Keys: ``alpha`` / ``alpha_intra`` / ``alpha_inter``, ``beta`` /
         ``beta_intra`` / ``beta_inter`` (inverse bandwidth: a 2× faster network is
         ``beta_inter=0.5``), ``node_beta``, ``gamma``, ``call_overhead``,
-        ``flops``, ``step_overhead``, ``update``, ``memory``, ``step_comm``.
+        ``flops``, ``conv_efficiency``, ``step_overhead``, ``update``, ``memory``,
+        ``step_comm``.
 
         Raises:
             ValueError: on an unknown key or a factor that is not finite and > 0.
@@ -613,6 +642,7 @@ class ClusterParams(eqx.Module):
             "gamma": ("log_gamma", None),
             "call_overhead": ("log_call_overhead", None),
             "flops": ("log_flops", None),
+            "conv_efficiency": ("log_conv_efficiency", None),
             "step_overhead": ("log_step_overhead", None),
             "update": ("log_update", None),
             "memory": ("log_memory", None),
@@ -660,6 +690,7 @@ _PHYSICAL_PROPERTIES = (
     "memory_bytes",
     "step_comm_factor",
     "backward_hide",
+    "conv_efficiency",
 )
 
 

@@ -410,8 +410,9 @@ def _print_steps(profile) -> None:
 
 
 def _series_label(s: dict) -> str:
-    what = s.get("collective") or s.get("op")
-    return f"{what} n={s['num_ranks']} g={s['ranks_per_node']}"
+    from calibration import series_label
+
+    return series_label(s, always_ranks_per_node=True)
 
 
 def _table(rows: list[list[str]]) -> None:

@@ -28,7 +28,9 @@ DESCRIPTION = """\
 Measure the collectives a gradient exchange uses (all_reduce, reduce_scatter,
 all_gather, all_to_all, sendrecv, and the parameter-server fan-in ps_push and
 fan-out ps_pull) at message sizes from --min-bytes to --max-bytes, and the
-compute throughput (matmul, forward/backward of small layers), with
+compute throughput (matmul; forward/backward of the MLP's dense layers and of
+3x3 convolutions at four channel widths, which calibration gives their own
+rate, conv_efficiency), with
 jax.distributed; write one JSON Lines record per point (schema v1) for
 'ddltune calibrate'. Sizes follow nccl-tests (for all_gather/reduce_scatter the
 size is the full array). Each timed repetition is the slowest rank's time;

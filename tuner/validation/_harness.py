@@ -215,6 +215,7 @@ def model_workload(spec: dict | str, step_time_s: float | None = None):
         batch_size=s["batch_size"],
         dtype_bytes=4,
         step_time_s=step_time_s,
+        kind="cnn" if s["model"] == "cnn" else "mlp",
         source="ddltune training harness (tuner.validation._train_worker); FLOPs = 2 x MACs",
     )
 
