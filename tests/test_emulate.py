@@ -443,3 +443,48 @@ def test_lab_check_reports_each_size_against_alpha_plus_s_over_r():
     assert [s["judged"] for s in doc["sizes"]][-3:] == [True] * 3  # 1, 4, 16 MiB
     assert doc["size_tolerance"] == 1.0 and doc["passed"] is True
     assert len(doc["links"]) == 2
+
+
+@needs_net
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
+    """Issue 22, item 6: the main job on an emulated 2-node cluster with real training.
+    It collects, calibrates, recommends, trains ps/p2p/ring in the same namespaces and
+    reports; every step record was timed there (two nodes, one rank each, the set
+    rate), an MLP step with a 3.6 MiB gradient over a 100 Mbit/s NIC takes at least
+    its wire time, the report names the cluster, and no namespace is left."""
+    out = tmp_path / "run"
+    rate = 100e6
+    p = subprocess.Popen(
+        [
+            sys.executable, "-m", "tuner.cli", "run", "--emulate", "2x1@100mbit", "--validate",
+            "--budget-s", "0.02", "--max-bytes", "256K", "-o", str(out), "--json",
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )  # fmt: skip
+    try:
+        stdout, err = p.communicate(timeout=400)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    doc = json.loads(stdout)
+    assert set(doc["timings_s"]) >= {"collect", "calibrate", "recommend", "validate", "report"}
+    assert "in the emulated cluster 2x1@100mbit" in err
+    steps = [json.loads(ln) for ln in (out / "validation.jsonl").read_text().splitlines()]
+    archs = {r["architecture"] for r in steps if r["workers"] == 2}
+    assert archs == {"ps", "p2p", "ring"}
+    grad = 4 * (784 * 512 + 512 + 2 * (512 * 512 + 512) + 512 * 10 + 10)  # the default MLP
+    for r in steps:
+        em = r["emulated"]
+        assert em["nodes"] == 2 and em["ranks_per_node"] == 1 and em["rate_bits_per_s"] == rate
+        if r["workers"] == 2 and r["architecture"] == "ring":
+            # each NIC carries 2(n-1)/n·G = G bytes each way per step
+            assert r["time_s"]["min"] >= grad / (rate / 8)
+    md = (out / "report.md").read_text()
+    assert "in an emulated cluster of 2 nodes × 1 rank per node, NICs at 100 Mbit/s" in md
+    _assert_removed(p.pid)

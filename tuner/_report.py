@@ -415,6 +415,7 @@ def _params_table_from_params(params) -> list[dict]:
         "all_to_all_exponent",
         "node_compute_slots",
         "flops_per_s",
+        "conv_efficiency",
         "step_overhead_s",
         "update_s_per_byte",
         "overlap_interference",
@@ -664,8 +665,8 @@ _SECTIONS = (
 _VALIDATION_SECTION = (
     "validation",
     "Validation: real training against the predictions",
-    "Each configuration was trained for real (synchronous SGD on local "
-    "processes joined by jax.distributed) and its measured step compared with the "
+    "Each configuration was trained for real (synchronous SGD on processes joined "
+    "by jax.distributed, where the table says) and its measured step compared with the "
     "profile's prediction.",
     (),
 )
@@ -1293,6 +1294,17 @@ def _subtitle(summary, workload, rec) -> str:
     )
 
 
+def _where_trained(em) -> str:
+    """Where validation's steps ran: ``in an emulated cluster of 2 nodes × 1 rank at 200 Mbit/s``."""
+    if not isinstance(em, dict):
+        return "on local processes"
+    g = em.get("ranks_per_node")
+    return (
+        f"in an emulated cluster of {em.get('nodes')} nodes × {g} rank{'' if g == 1 else 's'} "
+        f"per node, NICs at {float(em.get('rate_bits_per_s', 0)) / 1e6:g} Mbit/s"
+    )
+
+
 def _validation_tables(v) -> list[dict]:
     rows = [
         [
@@ -1308,8 +1320,9 @@ def _validation_tables(v) -> list[dict]:
     tau = "—" if not math.isfinite(v.kendall_tau) else f"{v.kendall_tau:.2f}"
     return [
         {
-            "title": f"Real training ({v.rows[0].model if v.rows else 'model'}) on local "
-            "processes: measured vs predicted step",
+            "title": f"Real training ({v.rows[0].model if v.rows else 'model'}) "
+            + _where_trained(getattr(v, "emulated", None))
+            + ": measured vs predicted step",
             "head": ["architecture", "workers", "bucket", "measured", "predicted", "error"],
             "rows": rows,
             "note": f"MAPE {format_percent(v.mape)}; Kendall τ of the ranking {tau} (over "

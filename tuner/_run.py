@@ -430,7 +430,12 @@ def _recommend(profile, workload, max_workers, ranks_per_node, log):
 
 def _validate(profile, workers: int, records_path: Path, log, emulate=None):
     """Step 3b: real MLP training with ps, p2p and ring against the profile's predictions."""
-    _say(log, f"[3b/4] validating: real MLP training on {workers} local processes")
+    where = (
+        f"in the emulated cluster {emulate.spec.text}"
+        if emulate is not None
+        else f"on {workers} local processes"
+    )
+    _say(log, f"[3b/4] validating: real MLP training {where}")
     validation = validate_training(
         profile,
         model="mlp",

@@ -148,6 +148,9 @@ class ValidationResult:
             in the profile's 90% prediction interval (NaN without intervals).
         warnings: what the profile never measured that the predictions need
             (process counts, message sizes): those predictions extrapolate.
+        emulated: the emulated cluster the steps ran in (the step records'
+            ``"emulated"``: nodes, ranks_per_node, rate_bits_per_s, …), or
+            ``None`` for plain local processes.
     """
 
     rows: list[ValidationRow]
@@ -165,6 +168,7 @@ class ValidationResult:
     overlap: bool
     interval_coverage: float = float("nan")
     warnings: tuple[str, ...] = ()
+    emulated: dict | None = None
 
     def to_dict(self) -> dict:
         """``{"rows": [...], "mape", "kendall_tau", "regret", …}`` (fractions, not percents)."""
@@ -536,7 +540,10 @@ def compare_steps(
         for r, p, lo, hi in zip(rows_in, predicted, low, high, strict=True)
     ]
     result = _score(rows, baseline, stat, bool(overlap))
-    return dataclasses.replace(result, warnings=_coverage_warnings(prof, rows_in))
+    emulated = next((r["emulated"] for r in rows_in if isinstance(r.get("emulated"), dict)), None)
+    return dataclasses.replace(
+        result, warnings=_coverage_warnings(prof, rows_in), emulated=emulated
+    )
 
 
 def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
