@@ -32,6 +32,9 @@ _SUFFIX = {
     "GB": 1000**3,
     "TB": 1000**4,
 }
+#: The largest size :func:`parse_bytes` accepts, bytes (1 PiB): a larger bucket cap,
+#: message or memory is a typo (1e30 was read and printed as 9.3e20 GiB).
+MAX_BYTES = 1 << 50
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -41,7 +44,10 @@ def parse_bytes(text: str | int | float, *, name: str = "size", allow_zero: bool
     Args:
         text: the size. Suffixes K, M, G, T (and KiB, MiB, GiB, TiB) are powers
             of 1024, as in nccl-tests' ``-b``/``-e``; KB, MB, GB, TB are powers
-            of 1000. Case-insensitive. A bare number is bytes.
+            of 1000. Case-insensitive, except that a lowercase final ``b``
+            after K/M/G/T (``Mb``, ``kb``) is refused: it reads as bits, as
+            network rates are written (200Mbit). A bare number is bytes; at
+            most :data:`MAX_BYTES` (1 PiB).
         name: the argument's name, used in error messages.
         allow_zero: whether 0 is valid.
 
@@ -49,8 +55,9 @@ def parse_bytes(text: str | int | float, *, name: str = "size", allow_zero: bool
         The size in bytes (int, ≥ 0).
 
     Raises:
-        ValueError: on an unknown suffix, a negative or non-finite number,
-            a fractional byte count, or zero when ``allow_zero`` is false.
+        ValueError: on an unknown or bit suffix, a negative, non-finite or
+            larger than 1 PiB number, a fractional byte count, or zero when
+            ``allow_zero`` is false.
 
     Example:
         >>> parse_bytes("64M")
@@ -72,6 +79,12 @@ def parse_bytes(text: str | int | float, *, name: str = "size", allow_zero: bool
             )
         value = float(m.group(1))
         suffix = m.group(2).upper()
+        if len(m.group(2)) == 2 and m.group(2)[1] == "b" and suffix in _SUFFIX:
+            raise ValueError(
+                f"{name}: {text!r} reads as bits (a lowercase b); a size is in bytes: "
+                f"write {m.group(1)}{m.group(2)[0].upper()}B (powers of 1000) or "
+                f"{m.group(1)}{m.group(2)[0].upper()} (powers of 1024)"
+            )
         if suffix not in _SUFFIX:
             raise ValueError(
                 f"{name}: unknown size suffix {m.group(2)!r} in {text!r}; "
@@ -81,6 +94,10 @@ def parse_bytes(text: str | int | float, *, name: str = "size", allow_zero: bool
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name}: a size must be a finite number ≥ 0, got {text!r}")
     nbytes = value * mult
+    if nbytes > MAX_BYTES:
+        raise ValueError(
+            f"{name}: {text!r} is more than 1 PiB; no message, bucket or memory is that large"
+        )
     if abs(nbytes - round(nbytes)) > 1e-6 * max(1.0, nbytes):
         raise ValueError(f"{name}: {text!r} is not a whole number of bytes")
     nbytes = int(round(nbytes))

@@ -255,3 +255,16 @@ def test_collect_progress_is_throttled_when_stderr_is_not_a_terminal(monkeypatch
     text = log.getvalue()
     assert text.count("\r") <= 5  # not one redraw per point
     assert "2000/2000" in text.splitlines()[-1]  # and the bar was written, to its end
+
+
+def test_a_folder_that_is_not_empty_is_a_file_problem_without_the_exception_name(tmp_path, capsys):
+    """`run -o` into a non-empty folder: one line, exit 1, our sentence without 'FileExistsError:'."""
+    from tuner.cli import main
+
+    (tmp_path / "x").write_text("mine")
+    code = main(["run", "-o", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"ddltune run: error: -o {tmp_path}: the folder is not empty (x)")
+    assert "FileExistsError" not in err and err.count("\n") == 1
+    assert (tmp_path / "x").read_text() == "mine"

@@ -189,6 +189,9 @@ def test_objective_cost_reports_the_cost(capsys):
         ([*BASE, "--max-workers", "4", "--objective", "cost"], "--price-per-hour"),
         ([*BASE, "--max-workers", "4", "--objective", "efficiency"], "--min-efficiency"),
         ([*BASE, "--max-workers", "4", "--bucket-bytes", "1Q"], "unknown size suffix"),
+        # megabits are not a size: refused with the two spellings that are
+        ([*BASE, "--max-workers", "4", "--bucket-bytes", "25Mb"], "write 25MB (powers of 1000)"),
+        ([*BASE, "--max-workers", "4", "--bucket-bytes", "1e30"], "is more than 1 PiB"),
         (
             ["recommend", "--preset", "ethernet-1g", "--model", "resnet18", "--max-workers", "4"],
             "unknown network preset",

@@ -323,7 +323,9 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
         code = 1
     elif isinstance(exc, UsageError | ValueError | TypeError | KeyError):
         code = 2
-    elif isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
+    elif isinstance(
+        exc, FileNotFoundError | IsADirectoryError | PermissionError | FileExistsError
+    ):  # a file problem: its message, or the file and the system's words, say what
         code = 1
         if getattr(exc, "filename", None):
             msg = safe_text(f"{exc.filename}: {exc.strerror}")  # a name is the user's text
