@@ -222,6 +222,12 @@ class Profile:
         )
         layout = ParamLayout(n_regimes)
         sd = layout.prior_sd()
+        # A preset's flops_per_s is already the rate of the model's kind (a CNN's,
+        # device_flops_per_s), so its uncertainty is that rate's: conv_efficiency
+        # stays at 1 with (almost) no spread of its own, or a CNN's interval would
+        # count the compute uncertainty twice. Calibration's prior (PRIOR_SD) keeps
+        # it free, for conv records to fit.
+        sd[layout.slices["log_conv_efficiency"]] = _PRESET_CONV_SD
         return cls(
             params=params,
             covariance=np.diag(sd**2),
@@ -233,7 +239,7 @@ class Profile:
                 "compute_dtype": compute_dtype,
                 "model_kind": model_kind,
                 "reason": "preset profile (nothing measured)",
-                "sd": layout.prior_sd_table(),
+                "sd": {f: float(sd[layout.slices[f]][0]) for f in layout.fields},
             },
             provenance={"inputs": [], "versions": package_versions(), "created": utc_timestamp()},
         )
@@ -531,6 +537,9 @@ def _check_header(doc) -> None:
     if missing:
         raise ValueError(f"missing key(s) {', '.join(missing)}")
 
+
+#: Standard deviation of a preset profile's log conv_efficiency (0.1%: see Profile.from_preset).
+_PRESET_CONV_SD = 1e-3
 
 #: Leaves added after profiles were first written: a file without them gets each
 #: at its prior variance, uncorrelated (its value comes from ClusterParams.from_dict's

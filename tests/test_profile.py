@@ -206,3 +206,15 @@ def test_parameter_table_matches_params(fitted):
         assert set(r) == {"name", "value", "unit", "low", "high", "identified"}
     assert rows["regime_beta_s_per_byte[all_gather,intra,0]"]["identified"]
     assert not rows["beta_s_per_byte[inter]"]["identified"]
+
+
+def test_a_preset_counts_compute_uncertainty_once_for_a_cnn():
+    """A preset's flops_per_s is already a CNN's rate: conv_efficiency stays at 1 with no
+    spread of its own (else a CNN's interval counted the compute spread twice: ResNet-50 on
+    A100 presets went from 9.3–763 ms to 3.8 ms–1.9 s), and nothing reads as identified."""
+    prof = Profile.from_preset("ib-hdr-200g,nvlink-a100", "a100", model_kind="cnn")
+    i = prof.leaf_names.index("log_conv_efficiency")
+    j = prof.leaf_names.index("log_flops")
+    assert float(prof.params.conv_efficiency) == 1.0
+    assert prof.covariance[i, i] <= 1e-6 < prof.covariance[j, j]
+    assert not any(prof.identified.values())
