@@ -221,13 +221,7 @@ class Profile:
             model_kind=model_kind,
         )
         layout = ParamLayout(n_regimes)
-        sd = layout.prior_sd()
-        # A preset's flops_per_s is already the rate of the model's kind (a CNN's,
-        # device_flops_per_s), so its uncertainty is that rate's: conv_efficiency
-        # stays at 1 with (almost) no spread of its own, or a CNN's interval would
-        # count the compute uncertainty twice. Calibration's prior (PRIOR_SD) keeps
-        # it free, for conv records to fit.
-        sd[layout.slices["log_conv_efficiency"]] = _PRESET_CONV_SD
+        sd = preset_sd(layout)
         return cls(
             params=params,
             covariance=np.diag(sd**2),
@@ -540,6 +534,34 @@ def _check_header(doc) -> None:
 
 #: Standard deviation of a preset profile's log conv_efficiency (0.1%: see Profile.from_preset).
 _PRESET_CONV_SD = 1e-3
+
+#: Standard deviation of a preset profile's log flops_per_s: ln 2, from the evidence
+#: (issue 23, item 4; ``benchmarks/prior_widths.py``). The presets' compute rate
+#: (costmodel.device_flops_per_s, kind "cnn") against the 23 published single-GPU
+#: steps of the shared tf_cnn_benchmarks tables (K80, P100; ResNet-50/152,
+#: InceptionV3, VGG16, AlexNet): log errors of mean 0.39 and sd 0.50, the 90th
+#: percentile of |log error| 1.16 (VGG16 and AlexNet run 3x the preset's CNN rate),
+#: so a 90% interval of ±1.645·σ needs σ ≈ 0.7. The calibration prior (PRIOR_SD,
+#: ln 4) stays a weak regulariser: a CPU preset misses a measured CPU by ×4.
+PRESET_FLOPS_SD = math.log(2.0)
+
+
+def preset_sd(layout: ParamLayout) -> np.ndarray:
+    """(P,) standard deviations of θ for a preset profile (nothing measured).
+
+    The calibration prior (:meth:`ParamLayout.prior_sd`, ``PRIOR_SD``) except
+    two leaves, set from the evidence: log ``flops_per_s`` at
+    :data:`PRESET_FLOPS_SD` (ln 2), and log ``conv_efficiency`` at 0.1% —
+    a preset's ``flops_per_s`` is already the rate of the model's kind (a
+    CNN's, :func:`costmodel.device_flops_per_s`), so a CNN's interval must not
+    count the compute spread twice. Calibration keeps ``PRIOR_SD`` (×4 on
+    both), a weak regulariser that measurements override.
+    """
+    sd = layout.prior_sd()
+    sd[layout.slices["log_conv_efficiency"]] = _PRESET_CONV_SD
+    sd[layout.slices["log_flops"]] = PRESET_FLOPS_SD
+    return sd
+
 
 #: Leaves added after profiles were first written: a file without them gets each
 #: at its prior variance, uncorrelated (its value comes from ClusterParams.from_dict's
