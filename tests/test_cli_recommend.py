@@ -292,3 +292,25 @@ def test_help_explains_with_an_example(capsys):
     assert main(["recommend", "--help"]) == 0
     out, _ = capsys.readouterr()
     assert "examples:" in out and "--max-workers" in out and "ddltune recommend --preset" in out
+
+
+def test_sharding_for_memory_names_the_whole_need_per_rank(capsys):
+    """Llama-2-7B on 8 DGX A100 nodes, bf16, 8 micro-batches: a replica does not fit, so fsdp
+    wins for memory. The rationale's figure per rank is the chosen configuration's whole
+    need (activations and buffers included), as memory_bytes_per_rank says, not the model
+    states alone; the replica's need exceeds the device."""
+    code = main(
+        [
+            *("recommend", "--model", "llama2_7b", "--batch-size", "4"),
+            *("--preset", "ib-hdr-200g,nvlink-a100", "--device", "a100"),
+            *("--device-memory", "80G", "--optimizer", "adam", "--max-workers", "64"),
+            *("--ranks-per-node", "8", "--grad-dtype", "bf16", "--accumulation-steps", "8"),
+            "--json",
+        ]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["architecture"] in ("fsdp", "hsdp")
+    need = format_bytes(doc["memory_bytes_per_rank"])
+    assert f"needs {need} per rank in all" in doc["rationale"]
+    replica = doc["rationale"].split("a full replica (DDP) needs ")[1].split(",")[0]
+    assert replica.endswith("GiB") and float(replica.split()[0]) > 80

@@ -1513,8 +1513,10 @@ def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g, memory_note="
     replica, own = float(replica), float(own)
     if replica > memory and memory_note:  # memory changed the answer; the note says what
         return (
-            f"Sharding is chosen for memory: {chosen.variant.label} shards the model states "
-            f"to {format_bytes(own)} per rank."
+            f"Sharding is chosen for memory: with the model states sharded, "
+            f"{chosen.variant.label} needs {format_bytes(own)} per rank in all (activations "
+            f"and buffers included); a full replica (DDP) needs {format_bytes(replica)}, over "
+            f"the {format_bytes(memory)} available."
         )
     if replica > memory:  # the best even with unlimited memory, and a replica does not fit
         return (
