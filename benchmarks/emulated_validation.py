@@ -70,18 +70,17 @@ def _size(text: str) -> int:
     return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
 
 
-def _configs(buckets: list[int], big: int):
-    """Every configuration: 1PS dedicated/colocated, 2-PS colocated, P2P, ring per bucket cap."""
-    from tuner.validation import StepConfig
+def _configs(buckets: list[int]):
+    """Every configuration: 1PS dedicated/colocated, 2-PS colocated, P2P, ring per bucket cap.
 
-    out = [
-        StepConfig("ps", big, 1, False),
-        StepConfig("ps", big, 1, True),
-        StepConfig("ps", big, 2, True),
-        StepConfig("p2p", big),
-    ]
-    out += [StepConfig("ring", b) for b in buckets]
-    return out
+    ``tuner.validation.seed_configurations`` (what ``ddltune run --emulate
+    --validate`` trains); here one launch plan, the cluster having a node for
+    the dedicated server at every worker count.
+    """
+    from tuner.validation import seed_configurations
+
+    shared, dedicated = seed_configurations(buckets)
+    return dedicated + shared
 
 
 def _label(row) -> str:
@@ -233,7 +232,7 @@ def _train_phase(cluster, args, nodes: list[int], steps_path: Path, out: dict) -
         base, got = measure_configurations(
             args.model,
             nodes,
-            _configs(buckets, max(buckets)),
+            _configs(buckets),
             steps=args.steps,
             warmup_steps=args.warmup_steps,
             repeats=args.repeats,

@@ -76,9 +76,7 @@ def compute_errors(files: list[Path]) -> list[dict]:
 def _profile(params, flops_sd: float | None):
     """A preset profile around ``params``: from_preset's covariance, log flops_per_s's sd
     ``flops_sd`` (None: the preset profile's, ``PRESET_FLOPS_SD``)."""
-    from calibration import Profile
-    from calibration._layout import ParamLayout
-    from calibration._profile import preset_sd
+    from calibration import ParamLayout, Profile, preset_sd
 
     lay = ParamLayout(1)
     sd = preset_sd(lay)
@@ -153,8 +151,7 @@ def main(argv=None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from calibration._layout import PRIOR_SD
-    from calibration._profile import PRESET_FLOPS_SD
+    from calibration import PRESET_FLOPS_SD, PRIOR_SD
 
     files = sorted(args.data.glob("*.csv"))
     if not files:

@@ -44,7 +44,7 @@ from costmodel import ClusterParams, InputFileError, preset
 from ._layout import ParamLayout, apply_transform
 from ._records import atomic_write_text, package_versions, utc_timestamp
 
-__all__ = ["Profile", "PROFILE_SCHEMA_VERSION", "PROFILE_KIND"]
+__all__ = ["Profile", "PROFILE_SCHEMA_VERSION", "PROFILE_KIND", "PRESET_FLOPS_SD", "preset_sd"]
 
 PROFILE_SCHEMA_VERSION = 1
 PROFILE_KIND = "ddltune-profile"

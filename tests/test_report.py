@@ -33,7 +33,13 @@ from tuner._figures import (
     plot_sensitivity,
     plot_timeline,
 )
-from tuner._report import FIGURES, collective_series, iteration_timeline, write_report
+from tuner._report import (
+    FIGURES,
+    OPTIONAL_FIGURES,
+    collective_series,
+    iteration_timeline,
+    write_report,
+)
 from tuner.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -261,7 +267,7 @@ def test_write_report_folder_opens_from_disk(setup, tmp_path):
         timelines=[iteration_timeline(p, w, "ring", 8)],
         sensitivity={"beta_inter": 0.3},
     )
-    assert set(files.figures) == set(FIGURES) and not files.skipped
+    assert set(files.figures) == set(FIGURES) - set(OPTIONAL_FIGURES) and not files.skipped
     _check_folder(out)
     md = (out / "report.md").read_text()
     assert "x\\|y" in md  # a '|' inside a cell does not break the Markdown table
@@ -347,7 +353,7 @@ def test_report_cli_reliable_profile(preset_files, tmp_path, capsys):
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["reliable"] is True and doc["refusal"] is None
-    assert set(doc["figures"]) == set(FIGURES) and not doc["skipped"]
+    assert set(doc["figures"]) == set(FIGURES) - set(OPTIONAL_FIGURES) and not doc["skipped"]
     assert doc["recommendation"]["workers"] <= 4
     _check_folder(out)
     html = (out / "index.html").read_text()

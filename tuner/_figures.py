@@ -34,6 +34,7 @@ __all__ = [
     "plot_bucket_sweep",
     "plot_timeline",
     "plot_sensitivity",
+    "plot_validation",
 ]
 
 #: Colours per architecture family (stable across figures).
@@ -719,4 +720,72 @@ def plot_sensitivity(
     ax.set_title(title)
     ax.grid(True, axis="x", alpha=0.3)
     ax.tick_params(axis="y", labelsize=8)
+    return _save(fig, path)
+
+
+def plot_validation(results: Sequence, path: str | os.PathLike) -> Path:
+    """Real training against the model: iteration time vs workers per architecture (the seed paper's figure).
+
+    One panel per model (``tuner.validation.ValidationResult``); in each, per
+    architecture label (``ps k=1 (colocated)``, ``p2p``, ``ring``, …) at its
+    largest bucket cap: the measured steps (markers), the predicted ones (line)
+    and their 90% prediction interval (band, where the profile gives one,
+    clipped at 1.25× the largest point).
+
+    Args:
+        results: ≥ 1 validation results, each with rows.
+        path: PNG file to write.
+
+    Raises:
+        ValueError: if ``results`` is empty or has no rows.
+    """
+    results = [r for r in results if r.rows]
+    _check_nonempty("results", results)
+    fig = _figure(5.2 * len(results), 4.0)
+    axes = [fig.add_subplot(1, len(results), i + 1) for i in range(len(results))]
+    for ax, res in zip(axes, results, strict=True):
+        allt = np.asarray([t for r in res.rows for t in (r.measured_s, r.predicted_s)], float)
+        scale, unit = _time_unit(allt)
+        labels = list(dict.fromkeys(r.label for r in res.rows))
+        for i, lab in enumerate(labels):
+            rows = [r for r in res.rows if r.label == lab]
+            cap = max(r.bucket_bytes for r in rows)
+            rows = sorted((r for r in rows if r.bucket_bytes == cap), key=lambda r: r.workers)
+            n = np.asarray([r.workers for r in rows], float)
+            first = rows[0]
+            col = arch_colour(first.architecture, i, lab)
+            # parameter-server variants share the ps colour: told apart by line and marker
+            dedicated = first.architecture == "ps" and not first.colocated
+            style, marker = (
+                (":", "^") if dedicated else ("--", "s") if first.servers > 1 else ("-", "o")
+            )
+            lo = np.asarray([r.interval_low_s for r in rows], float) / scale
+            hi = np.asarray([r.interval_high_s for r in rows], float) / scale
+            if np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)):
+                ax.fill_between(n, lo, hi, color=col, alpha=0.08, lw=0)
+            # the prediction: a line, and a small cross so that a single worker count shows
+            ax.plot(n, [r.predicted_s / scale for r in rows], style, color=col, lw=1.4)
+            ax.plot(n, [r.predicted_s / scale for r in rows], "x", color=col, ms=5)
+            ax.plot(
+                n,
+                [r.measured_s / scale for r in rows],
+                marker,
+                color=col,
+                ms=5,
+                label=lab,
+                zorder=3,
+            )
+        # the points decide the scale: a wide band is clipped, not the data squeezed
+        ax.set_ylim(0.0, 1.25 * float(np.max(allt)) / scale)
+        ax.set_xlabel("workers")
+        ax.set_ylabel(f"iteration time ({unit})")
+        ax.xaxis.set_major_formatter(_int_formatter())
+        ax.set_xticks(sorted({r.workers for r in res.rows}))
+        ax.grid(True, alpha=0.3)
+        ax.set_title(f"{res.rows[0].model}: MAPE {100 * res.mape:.1f}%", fontsize=10)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle(
+        "Real training: measured (points) vs predicted (lines and crosses, 90% band), "
+        "largest bucket cap"
+    )
     return _save(fig, path)

@@ -67,6 +67,7 @@ from ._figures import (
     plot_scaling,
     plot_sensitivity,
     plot_timeline,
+    plot_validation,
 )
 from ._format import format_percent, series_label
 from ._search import central_differences
@@ -81,6 +82,7 @@ __all__ = [
     "write_report",
     "ReportFiles",
     "FIGURES",
+    "OPTIONAL_FIGURES",
     "REPORT_FILES",
     "check_report_dir",
     "report_owns",
@@ -94,7 +96,11 @@ FIGURES = {
     "buckets.png": "Iteration time vs bucket size for the recommended architecture and workers",
     "timeline.png": "One iteration as a timeline, recommended and best of each other architecture",
     "sensitivity.png": "Sensitivity of the iteration time to each hardware parameter",
+    "validation.png": "Real training: measured vs predicted iteration time vs workers per architecture",
 }
+
+#: Figures drawn only when their data is given (validation: real training runs).
+OPTIONAL_FIGURES = ("validation.png",)
 
 
 # --------------------------------------------------------------------------- timeline
@@ -506,6 +512,7 @@ def write_report(
     bucket_sweep: Mapping | None = None,
     timelines: Sequence[Timeline] = (),
     sensitivity: Mapping[str, float] | None = None,
+    validation: Sequence = (),
     overwrite: bool = False,
     keep: Iterable[str] = (),
 ) -> ReportFiles:
@@ -531,6 +538,8 @@ def write_report(
             ``low_s``/``high_s``, ``chosen_bytes``, ``title``.
         timelines: the recommended configuration's first.
         sensitivity: ``{parameter: elasticity}``.
+        validation: ``tuner.validation.ValidationResult`` per model (real
+            training against the model; the validation figure).
         overwrite: replace a non-empty folder's report (files in ``keep`` are
             never counted as content, e.g. the data files the run just wrote).
         keep: names in ``out_dir`` that do not make it "non-empty".
@@ -564,6 +573,7 @@ def write_report(
             bucket_sweep=bucket_sweep,
             timelines=timelines,
             sensitivity=sensitivity,
+            validation=validation,
         )
         try:
             ver = version("ddltune")
@@ -585,7 +595,15 @@ def write_report(
 
 
 def _draw_figures(
-    figdir: Path, *, collectives, curves, recommended, bucket_sweep, timelines, sensitivity
+    figdir: Path,
+    *,
+    collectives,
+    curves,
+    recommended,
+    bucket_sweep,
+    timelines,
+    sensitivity,
+    validation=(),
 ) -> tuple[dict[str, Path], dict[str, str]]:
     """Draw every figure there is data for: ``({name: path}, {name: why not drawn})``."""
     figs: dict[str, Path] = {}
@@ -617,6 +635,8 @@ def _draw_figures(
         draw("sensitivity.png", plot_sensitivity, sensitivity)
     else:
         skipped["sensitivity.png"] = "no sensitivity analysis"
+    if any(v.rows for v in validation):
+        draw("validation.png", plot_validation, validation)
     return figs, skipped
 
 
@@ -668,7 +688,7 @@ _VALIDATION_SECTION = (
     "Each configuration was trained for real (synchronous SGD on processes joined "
     "by jax.distributed, where the table says) and its measured step compared with the "
     "profile's prediction.",
-    (),
+    ("validation.png",),
 )
 
 
@@ -1381,8 +1401,9 @@ def build_report(
             on an unreliable profile (shown prominently).
         command: the command line that made the report.
         validation: a ``tuner.validation.ValidationResult`` (real training
-            runs measured against the profile's predictions), shown as a
-            table with its MAPE, Kendall τ and regret; ``None``: no such section.
+            runs measured against the profile's predictions), or a list of
+            them (one per model), each shown as a table with its MAPE, Kendall
+            τ and regret; ``None``: no such section.
         overwrite, keep: see :func:`write_report`.
         progress: optional ``callable(str)`` told what is being computed.
 
@@ -1419,8 +1440,10 @@ def build_report(
         refusal=refusal,
         command=command,
     )
+    results = []
     if validation is not None:
-        context["tables"]["validation"] = _validation_tables(validation)
+        results = list(validation) if isinstance(validation, list | tuple) else [validation]
+        context["tables"]["validation"] = [t for v in results for t in _validation_tables(v)]
     say("figures")
     return write_report(
         out,
@@ -1431,6 +1454,7 @@ def build_report(
         bucket_sweep=buckets,
         timelines=timelines,
         sensitivity=elasticity,
+        validation=results,
         overwrite=overwrite,
         keep=keep,
     )

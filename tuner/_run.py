@@ -50,6 +50,7 @@ from ._defaults import RUN_DEFAULTS
 from ._format import jsonable
 from ._recommend import RELIABLE_P90_LIMIT, UnreliableProfileError, recommend
 from ._report import build_report, profile_summary, report_owns
+from .validation import seed_experiment
 from .validation import validate as validate_training
 
 __all__ = ["RUN_DEFAULTS", "RunResult", "run_main_job", "run_owns", "DATA_FILES"]
@@ -114,9 +115,10 @@ def run_owns(rel: str) -> bool:
     """Whether an entry of a ``ddltune run`` folder (relative POSIX path) is the run's own.
 
     The report's files (:func:`tuner.report_owns`), :data:`DATA_FILES`,
-    ``validation.jsonl`` and the workers' ``logs/workers<n>/rank<r>.log``: what
-    ``--overwrite`` replaces (a previous run's ``validation.jsonl`` is removed
-    when this run writes none). Every other entry of the folder is kept.
+    ``validation.jsonl`` (and, in an emulated cluster, ``validation-cnn.jsonl``)
+    and the workers' ``logs/workers<n>/rank<r>.log``: what ``--overwrite``
+    replaces (a previous run's ``validation*.jsonl`` is removed when this run
+    writes none). Every other entry of the folder is kept.
 
     Example:
         >>> [run_owns(p) for p in ("profile.json", "logs/workers2/rank0.log", "notes.txt")]
@@ -125,7 +127,7 @@ def run_owns(rel: str) -> bool:
     return (
         report_owns(rel)
         or rel in DATA_FILES
-        or rel == "validation.jsonl"
+        or rel in ("validation.jsonl", "validation-cnn.jsonl")
         or bool(_LOG.fullmatch(rel))
     )
 
@@ -266,7 +268,7 @@ def run_main_job(
         validation = None
         if validate:
             with _timed(timings, "validate"):
-                validation = _validate(profile, workers, stage / "validation.jsonl", log, emulate)
+                validation = _validate(profile, workers, stage, log, emulate)
         with _timed(timings, "report"):
             _say(log, "[4/4] writing the report")
             _report(
@@ -428,14 +430,19 @@ def _recommend(profile, workload, max_workers, ranks_per_node, log):
         return recommend(profile, workload, force=True, **kwargs), str(e)
 
 
-def _validate(profile, workers: int, records_path: Path, log, emulate=None):
-    """Step 3b: real MLP training with ps, p2p and ring against the profile's predictions."""
-    where = (
-        f"in the emulated cluster {emulate.spec.text}"
-        if emulate is not None
-        else f"on {workers} local processes"
-    )
-    _say(log, f"[3b/4] validating: real MLP training {where}")
+def _validate(profile, workers: int, stage: Path, log, emulate=None) -> list:
+    """Step 3b: real training against the profile's predictions; one result per model.
+
+    On this machine: the MLP with ps (colocated), p2p and ring on ``workers``
+    processes (``DIR/validation.jsonl``). In an emulated cluster: the seed
+    paper's experiment (:func:`tuner.validation.seed_experiment`: 1 and 2
+    colocated servers, 1 dedicated where a rank is left, P2P, ring) at every
+    worker count from 2 to its ranks, for the MLP and the CNN
+    (``validation.jsonl``, ``validation-cnn.jsonl``).
+    """
+    if emulate is not None:
+        return _seed_experiment(profile, stage, log, emulate)
+    _say(log, f"[3b/4] validating: real MLP training on {workers} local processes")
     validation = validate_training(
         profile,
         model="mlp",
@@ -443,18 +450,45 @@ def _validate(profile, workers: int, records_path: Path, log, emulate=None):
         # colocated servers: the run uses the process count it measured
         # (dedicated ones would add a process the profile never saw)
         colocated=True,
-        measurements=records_path,
+        measurements=stage / "validation.jsonl",
         overwrite=True,
         steps=5,
         repeats=2,
-        emulate=emulate,
     )
+    _say_validation(log, validation)
+    return [validation]
+
+
+def _seed_experiment(profile, stage: Path, log, emulate) -> list:
+    """Step 3b in an emulated cluster: the seed paper's experiment, MLP and CNN."""
+    ranks = emulate.spec.num_ranks
+    out = []
+    for model, name in (("mlp", "validation.jsonl"), ("cnn", "validation-cnn.jsonl")):
+        _say(
+            log,
+            f"[3b/4] validating: real {model.upper()} training in the emulated cluster "
+            f"{emulate.spec.text}, 2–{ranks} workers",
+        )
+        v = seed_experiment(
+            profile,
+            range(2, ranks + 1),
+            processes=ranks,
+            model=model,
+            measurements=stage / name,
+            overwrite=True,
+            emulate=emulate,
+        )
+        _say_validation(log, v)
+        out.append(v)
+    return out
+
+
+def _say_validation(log, v) -> None:
     _say(
         log,
-        f"  {len(validation.rows)} configurations: MAPE {100 * validation.mape:.1f}%, "
-        f"Kendall tau {validation.kendall_tau:.2f}, regret {100 * validation.regret:.1f}%",
+        f"  {len(v.rows)} configurations: MAPE {100 * v.mape:.1f}%, "
+        f"Kendall tau {v.kendall_tau:.2f}, regret {100 * v.regret:.1f}%",
     )
-    return validation
 
 
 def _report(
@@ -526,7 +560,8 @@ def _write_recommendation(
         "profile": str(prof_path),
         "source_measurements": [str(p) for p in (measurements or [])],
     }
-    if validation is not None:
-        doc["validation"] = validation.to_dict()
+    if validation:
+        doc["validation"] = validation[0].to_dict()
+        doc["validation_by_model"] = {v.rows[0].model: v.to_dict() for v in validation if v.rows}
     doc["timings"] = {k: round(v, 3) for k, v in timings.items()}
     atomic_write_text(rec_path, json.dumps(jsonable(doc), indent=2, allow_nan=False) + "\n")

@@ -156,7 +156,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also train a small MLP for real with ps, p2p and ring all-reduce on --workers "
         "local processes and compare each measured step with the prediction (adds a minute "
-        "or two; a table in the report, step records in DIR/validation.jsonl)",
+        "or two; a table in the report, step records in DIR/validation.jsonl); with "
+        "--emulate, the seed paper's experiment: the MLP and the CNN, 1 and 2 colocated "
+        "servers, 1 dedicated where a rank is left, p2p and ring, at every worker count from "
+        "2 to the cluster's ranks (about a minute per model and worker count; a figure in the "
+        "report, the CNN's steps in DIR/validation-cnn.jsonl)",
     )
     o = parser.add_argument_group("output")
     o.add_argument(

@@ -33,6 +33,8 @@ _EXPORTS = {
     "predict_records": "._validate",
     "rank_agreement": "._validate",
     "regret": "._validate",
+    "seed_configurations": "._validate",
+    "seed_experiment": "._validate",
     "validate": "._validate",
 }
 

@@ -72,6 +72,8 @@ __all__ = [
     "check_validation_plan",
     "compare_steps",
     "validate",
+    "seed_configurations",
+    "seed_experiment",
     "DEFAULT_VALIDATE_BUCKETS",
 ]
 
@@ -711,6 +713,107 @@ def validate(
         [base.record] + [m.record for m in got],
         statistic=statistic,
         overlap=overlap,
+    )
+
+
+def seed_configurations(bucket_bytes: Sequence[int]) -> tuple[list[StepConfig], list[StepConfig]]:
+    """The seed paper's configurations: ``(on the workers' processes, with a dedicated server)``.
+
+    1 parameter server colocated on a worker, 2 colocated (skipped where there
+    are fewer workers), P2P — each at the largest bucket cap — and the ring at
+    every cap; and 1 dedicated parameter server (an extra process) at the
+    largest cap. The two lists run as separate launch plans because the
+    dedicated server needs one process more than the workers.
+
+    Example:
+        >>> a, b = seed_configurations([0, 1 << 20])
+        >>> [(c.architecture, c.servers, c.colocated, c.bucket_bytes) for c in a + b][:4]
+        [('ps', 1, True, 1048576), ('ps', 2, True, 1048576), ('p2p', 0, False, 1048576), ('ring', 0, False, 0)]
+    """
+    caps = sorted({int(b) for b in bucket_bytes})
+    if not caps or caps[0] < 0:
+        raise ValueError(f"bucket_bytes must be sizes ≥ 0 bytes, got {list(bucket_bytes)}")
+    big = caps[-1]
+    shared = [
+        StepConfig("ps", big, 1, True),
+        StepConfig("ps", big, 2, True),
+        StepConfig("p2p", big),
+    ]
+    shared += [StepConfig("ring", b) for b in caps]
+    return shared, [StepConfig("ps", big, 1, False)]
+
+
+def seed_experiment(
+    profile,
+    workers: Sequence[int],
+    *,
+    processes: int,
+    model: dict | str = "mlp",
+    bucket_bytes: Sequence[int] = DEFAULT_VALIDATE_BUCKETS,
+    steps: int = 5,
+    warmup_steps: int = 2,
+    repeats: int = 2,
+    measurements: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    timeout_s: float = 300.0,
+    emulate=None,
+) -> ValidationResult:
+    """The seed paper's experiment: every architecture at every worker count, against the model.
+
+    Trains ``model`` with :func:`seed_configurations` at each worker count
+    (one single-worker baseline for all of them), the dedicated server only
+    where ``workers + 1 ≤ processes``, and scores the profile's predictions
+    (:func:`compare_steps`): MAPE, Kendall τ, regret, interval coverage, and
+    the rows from which T(n)/T(2) per architecture follows.
+
+    Args:
+        profile: as :func:`validate`.
+        workers: worker counts, each ≥ 2 and ≤ ``processes``.
+        processes: the processes the machine or emulated cluster can run at once.
+        model, bucket_bytes, steps, warmup_steps, repeats, timeout_s, emulate:
+            as :func:`validate`.
+        measurements: also write every step record there (a new file, or
+            replaced with ``overwrite``).
+
+    Returns:
+        A :class:`ValidationResult` over every configuration.
+
+    Raises:
+        ValueError: a worker count outside 2…``processes``, or a bad argument.
+        FileExistsError: ``measurements`` exists and ``overwrite`` is false.
+        LaunchError: a training run failed.
+    """
+    params, prof = _resolve(profile)
+    ws = sorted({int(w) for w in workers})
+    if not ws or ws[0] < 2 or ws[-1] > int(processes):
+        raise ValueError(f"workers must be in 2…{processes}, got {list(workers)}")
+    shared, dedicated = seed_configurations(bucket_bytes)
+    with_server = [w for w in ws if w + 1 <= int(processes)]
+    em = dict(
+        emulated_ranks=None if emulate is None else emulate.spec.num_ranks,
+        emulate_text=None if emulate is None else emulate.spec.text,
+        model=model,
+    )
+    # every launch fits, before the first one starts
+    check_validation_plan(ws, servers=(1, 2), colocated=True, bucket_bytes=bucket_bytes, **em)
+    if with_server:
+        check_validation_plan(with_server, architectures=("ps",), bucket_bytes=bucket_bytes, **em)
+    writer = None
+    if measurements is not None:
+        writer = RecordWriter(measurements, "overwrite" if overwrite else "new")
+    kw = dict(steps=steps, warmup_steps=warmup_steps, repeats=repeats, timeout_s=timeout_s)
+    try:
+        base, got = measure_configurations(model, ws, shared, writer=writer, emulate=emulate, **kw)
+        if with_server:
+            _, more = measure_configurations(
+                model, with_server, dedicated, writer=writer, emulate=emulate, baseline=False, **kw
+            )
+            got = got + more
+    finally:
+        if writer is not None:
+            writer.close()
+    return compare_steps(
+        prof if prof is not None else params, [base.record] + [m.record for m in got]
     )
 
 
