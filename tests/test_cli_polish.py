@@ -268,3 +268,16 @@ def test_a_folder_that_is_not_empty_is_a_file_problem_without_the_exception_name
     assert err.startswith(f"ddltune run: error: -o {tmp_path}: the folder is not empty (x)")
     assert "FileExistsError" not in err and err.count("\n") == 1
     assert (tmp_path / "x").read_text() == "mine"
+
+
+def test_a_negative_value_reaches_the_options_own_check(capsys):
+    """`--device-memory -5G`: argparse took '-5G' for an option ("expected one argument");
+    attached to its option, the value gets the option's own one-line error, exit 2."""
+    from tuner.cli import main
+
+    argv = ["recommend", "--preset", "ethernet-10g", "--device", "v100", "--model", "resnet50"]
+    code = main([*argv, "--device-memory", "-5G"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "argument --device-memory:" in err and "'-5G'" in err
+    assert "expected one argument" not in err

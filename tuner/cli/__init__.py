@@ -33,6 +33,7 @@ import ast
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -141,6 +142,44 @@ def build_parser(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser
     return parser, modules
 
 
+_NEGATIVE = re.compile(r"^-(\d|\.\d)")
+
+
+def _negative_values_attached(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--opt -5G`` as ``--opt=-5G`` for a subcommand's options that take one value.
+
+    argparse reads a token that starts with ``-`` and is not a plain number as
+    an option, so ``--device-memory -5G`` failed with "expected one argument";
+    attached, the value reaches the option's own check, which says what is
+    wrong with it.
+
+    Example:
+        >>> p = argparse.ArgumentParser(); sp = p.add_subparsers(dest="c")
+        >>> _ = sp.add_parser("x").add_argument("--m")
+        >>> _negative_values_attached(p, ["x", "--m", "-5G", "-v"])
+        ['x', '--m=-5G', '-v']
+    """
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None or not argv or argv[0] not in sub.choices:
+        return argv
+    takes_one = {
+        opt
+        for a in sub.choices[argv[0]]._actions
+        if a.option_strings and a.nargs is None  # one value (flags have nargs 0)
+        for opt in a.option_strings
+    }
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok in takes_one and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
+            out.append(f"{tok}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ddltune`` console script.
 
@@ -152,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     parser, modules = build_parser(argv)
+    argv = _negative_values_attached(parser, argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help/--version (0) or usage error (2)
