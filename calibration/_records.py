@@ -363,7 +363,9 @@ def parse_record_line(line: str, path: str, lineno: int) -> dict:
         rec = json.loads(line, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         hint = "" if line.endswith("\n") else " (the line is truncated: was the run cut short?)"
-        raise InputFileError(path, lineno, f"not valid JSON: {e.msg}{hint}") from None
+        raise InputFileError(
+            path, lineno, f"not valid JSON: {e.msg} at column {e.colno}{hint}"
+        ) from None
     except RecursionError:
         raise InputFileError(
             path, lineno, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"

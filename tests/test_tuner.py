@@ -615,6 +615,8 @@ def test_sensitivity_of_one_worker_is_compute_only(resnet18):
     share = float((bd.forward_s + bd.backward_s) / bd.iteration_s)
     # the elasticities are central differences (h = 1e-5 in log units: error ~1e-10)
     assert e["flops"] == pytest.approx(-share, rel=1e-8)
+    # a CNN computes at flops_per_s × conv_efficiency: the same elasticity
+    assert resnet18.kind == "cnn" and e["conv_efficiency"] == pytest.approx(e["flops"], rel=1e-8)
 
 
 # ---------------------------------------------------------------------------

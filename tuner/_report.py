@@ -1168,9 +1168,11 @@ def _parameter_tables(summary) -> list[dict]:
             "title": "Fitted parameters",
             "head": _PARAMETER_HEAD,
             "rows": format_parameter_rows(main),
-            "note": "β (s/byte) is shown as a bandwidth, 1/β. 'no (prior)': the measurements "
-            "cannot pin it down, so it stays at the prior preset "
-            f"({summary['prior'] or 'none'}); predictions that depend on it extrapolate.",
+            "note": "β (s/byte) is shown as a bandwidth, 1/β. conv_efficiency: a convolution's "
+            "FLOP rate / flops_per_s (1 = a matmul's rate). 'no (prior)': the measurements "
+            "do not pin it down (its 90% interval is wider than about ±16%); it may have "
+            f"moved from the prior preset ({summary['prior'] or 'none'}) but not far enough "
+            "to trust, and predictions that depend on it extrapolate.",
         }
     ]
     if regimes:

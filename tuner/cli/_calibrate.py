@@ -505,6 +505,8 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
         rows.append([r["name"], _value(r), _value(lo), _value(hi)])
     if len(rows) > 1:
         _table(rows)
+    if any(r["name"] == "conv_efficiency" for r in ident):
+        print("(conv_efficiency: a convolution's FLOP rate / flops_per_s, 1 = a matmul's rate)")
     frozen = len(profile.leaf_names) - len(profile.fit.get("free_leaves", profile.leaf_names))
     print(
         f"the other {len(table) - len(ident)} are not pinned down (90% interval wider than "

@@ -135,7 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="comma-separated architectures: ps (parameter servers), ps_host (each "
         "node's CPU), hybrid (all-reduce in a node, servers across), p2p, ring, tree, "
-        "hierarchical",
+        "hierarchical, and the sharded ones: zero1, zero2 (DeepSpeed ZeRO stages), fsdp "
+        "(FULL_SHARD), hsdp (HYBRID_SHARD)",
     )
     it.add_argument(
         "--servers",
