@@ -187,9 +187,12 @@ class ParamLayout:
             out[self.slices[f]] = sd
         return out
 
-    def prior_sd_table(self) -> dict[str, float]:
-        """Prior standard deviation per leaf field (the first element's), as a profile records it."""
-        sd = self.prior_sd()
+    def prior_sd_table(self, sd: np.ndarray | None = None) -> dict[str, float]:
+        """Standard deviation per leaf field (the first element's), as a profile records it.
+
+        ``sd``: (P,) standard deviations of θ; default :meth:`prior_sd`.
+        """
+        sd = self.prior_sd() if sd is None else sd
         return {f: float(sd[self.slices[f]][0]) for f in self.fields}
 
     # ---- physical quantities ---------------------------------------------------

@@ -233,7 +233,7 @@ class Profile:
                 "compute_dtype": compute_dtype,
                 "model_kind": model_kind,
                 "reason": "preset profile (nothing measured)",
-                "sd": {f: float(sd[layout.slices[f]][0]) for f in layout.fields},
+                "sd": layout.prior_sd_table(sd),
             },
             provenance={"inputs": [], "versions": package_versions(), "created": utc_timestamp()},
         )

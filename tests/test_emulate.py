@@ -70,6 +70,25 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
 
 
+def _cli(args: list[str], timeout: float) -> tuple[subprocess.Popen, str, str]:
+    """Run ``ddltune ARGS`` in a fresh process; (the finished process, stdout, stderr).
+
+    A run past ``timeout`` is killed (and the communicate's TimeoutExpired raised);
+    the process is returned for its PID, which names what it created.
+    """
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tuner.cli", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )  # fmt: skip
+    try:
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p, out, err
+
+
 # --------------------------------------------------------------------------- spec
 
 
@@ -359,21 +378,15 @@ def test_collect_emulate_two_nodes(tmp_path):
     # 200 Mbit/s a clean-clone CI run measured 88% (175.8 Mbit/s) on this 2-core machine
     out = tmp_path / "emu.jsonl"
     rate = 100e6
-    p = subprocess.Popen(
+    p, _, err = _cli(
         [
-            sys.executable, "-m", "tuner.cli", "collect", "--emulate", "2x1@100mbit",
+            "collect", "--emulate", "2x1@100mbit",
             "--collectives", "all_reduce", "--suite", "collectives", "--min-bytes", "256K",
             "--max-bytes", "1M", "--iters", "3", "--budget-s", "0.2", "--timeout-s", "60",
             "-o", str(out), "--json", "--no-progress",
         ],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        220,
     )  # fmt: skip
-    try:
-        _, err = p.communicate(timeout=220)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert p.returncode == 0, err
     recs = [json.loads(ln) for ln in out.read_text().splitlines()]
     assert [r["message_bytes"] for r in recs] == [256 * 1024, 1024 * 1024]
@@ -417,17 +430,11 @@ def test_lab_check_without_capability_says_how_to_get_it():
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_lab_check_reports_each_size_against_alpha_plus_s_over_r():
-    p = subprocess.Popen(
-        [sys.executable, "-m", "tuner.cli", "lab", "check", "--emulate", "2x1@200mbit",
+    p, out, err = _cli(
+        ["lab", "check", "--emulate", "2x1@200mbit",
          "--seconds", "0.5", "--min-fraction", "0.5", "--size-tolerance", "1", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        140,
     )  # fmt: skip
-    try:
-        out, err = p.communicate(timeout=140)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert p.returncode == 0, err
     doc = json.loads(out)
     sizes = [s["message_bytes"] for s in doc["sizes"]]
@@ -458,20 +465,14 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     its wire time, the report names the cluster, and no namespace is left."""
     out = tmp_path / "run"
     rate = 100e6
-    p = subprocess.Popen(
+    p, stdout, err = _cli(
         [
-            sys.executable, "-m", "tuner.cli", "run", "--emulate", "2x1@100mbit", "--validate",
+            "run", "--emulate", "2x1@100mbit", "--validate",
             "--budget-s", "0.02", "--max-bytes", "256K", "-o", str(out), "--json",
             "--no-progress",
         ],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        400,
     )  # fmt: skip
-    try:
-        stdout, err = p.communicate(timeout=400)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert p.returncode == 0, err
     doc = json.loads(stdout)
     assert set(doc["timings_s"]) >= {"collect", "calibrate", "recommend", "validate", "report"}
