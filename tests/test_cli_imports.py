@@ -36,11 +36,12 @@ PROBE = r"""
 import contextlib, io, json, sys
 {setup}
 import tuner.cli
-with contextlib.redirect_stdout(io.StringIO()) as out:
+with contextlib.redirect_stdout(io.StringIO()) as out, \
+        contextlib.redirect_stderr(io.StringIO()) as err:
     rc = tuner.cli.main({argv!r})
 x64 = sys.modules["jax"].config.jax_enable_x64 if "jax" in sys.modules else None
 print(json.dumps({{"rc": rc, "loaded": sorted(m for m in {heavy!r} if m in sys.modules),
-                  "help": out.getvalue(), "x64": x64}}))
+                  "help": out.getvalue(), "err": err.getvalue(), "x64": x64}}))
 """
 
 
@@ -110,6 +111,23 @@ def test_a_subcommand_that_runs_loads_the_model_with_its_jax_settings(tmp_path):
     assert out["rc"] == 0 and '"rows"' in out["help"]
     assert "jax" in out["loaded"] and "equinox" in out["loaded"]
     assert out["x64"] is True
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--model", "resnet18", "--workers", "2"], "iteration mode needs --arch"),
+        (["--collective", "all_reduce"], "collective mode needs --num-ranks, --message-bytes"),
+        (["--model", "resnet18", "--num-ranks", "2"], "cannot be combined"),
+    ],
+)
+def test_a_usage_error_answers_before_jax_is_imported(argv, says):
+    # predict's check(args) runs before main configures jax: exit 2, the option
+    # named on stderr, nothing heavy loaded
+    out = _probe(["predict", "--preset", "ethernet-10g", *argv])
+    assert out["rc"] == 2
+    assert says in out["err"]
+    assert out["loaded"] == []
 
 
 # --------------------------------------------------------------------------- lazy faces

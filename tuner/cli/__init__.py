@@ -23,7 +23,9 @@ A subcommand module may also declare ``X64 = True`` and
 ``COMPILATION_CACHE = True`` (the JAX settings it needs: :func:`main` applies
 them once, through :func:`~tuner.cli._common.configure_jax`, before ``run``)
 and ``EXTRA = (name, modules)`` (an optional dependency group it needs:
-a missing one is a one-line error naming the extra).
+a missing one is a one-line error naming the extra), and ``check(args)``
+(pure-Python checks of the options' combination, run before jax is imported,
+so that a usage error answers as fast as ``--help``).
 """
 
 from __future__ import annotations
@@ -204,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if hasattr(mod, "EXTRA"):
             require_extra(mod.NAME, *mod.EXTRA)
+        if hasattr(mod, "check"):  # usage errors answer before jax is imported (0.6 s)
+            mod.check(args)
         configure_jax(
             x64=getattr(mod, "X64", False),
             compilation_cache=getattr(mod, "COMPILATION_CACHE", False),

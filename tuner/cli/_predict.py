@@ -468,6 +468,16 @@ def _warn(rows) -> None:
         print(f"ddltune {NAME}: warning: {w}", file=sys.stderr)
 
 
+def check(args: argparse.Namespace) -> None:
+    """The options' combination, checked before JAX is imported (:func:`tuner.cli.main`).
+
+    Raises:
+        UsageError: collective and iteration options mixed, or a mode's
+            required option missing (names it, with an example).
+    """
+    _mode(args)
+
+
 def run(args: argparse.Namespace) -> int:
     """Predict and print (a table, or ``{"rows": [...]}`` with ``--json``).
 
