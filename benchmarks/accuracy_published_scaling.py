@@ -22,7 +22,9 @@ Systems (presets chosen from datasheets, never fitted to these tables):
 * ``dgx1-p100`` — one NVIDIA DGX-1 (8 Tesla P100 SXM2). ``parameter_server``
   with ``local_parameter_device=cpu`` is ddltune's ``ps_host`` (parameters on
   the host CPU; GPUs reach it over PCIe 3.0 x16, DGX-1 datasheet) with intra
-  ``pcie3-x16``; ``replicated`` with NCCL is ``ring`` over NVLink: the
+  ``pcie3-x16`` and 4 host links (the GPUs sit in pairs on four PCIe switches,
+  each with its own uplink to a CPU: DGX-1 System Architecture white paper,
+  WP-08437-001 §2; ``host_links=4`` puts two GPUs on each); ``replicated`` with NCCL is ``ring`` over NVLink: the
   ``nvlink-v100`` preset scaled to P100's NVLink 1.0 (4 links × 20 GB/s per
   direction, P100 SXM2 datasheet, against V100's 6 × 25 GB/s: β × 150/80).
   Network ``ib-edr-100g`` (the DGX-1's 4 × EDR InfiniBand, DGX-1 datasheet;
@@ -76,6 +78,9 @@ MODELS = {
 
 # NVLink per direction: P100 SXM2 4 links x 20 GB/s, V100 SXM2 6 links x 25 GB/s (datasheets).
 P100_OVER_V100_NVLINK = 150.0 / 80.0
+# The DGX-1's eight GPUs reach the two CPUs through four PCIe switches, two GPUs (and one
+# InfiniBand NIC) on each (NVIDIA DGX-1 System Architecture white paper, WP-08437-001, §2).
+DGX1_HOST_LINKS = 4
 
 
 def _k80_servers(model: str, batch: int, instances: int) -> int:
@@ -127,9 +132,10 @@ def system_for(path: Path) -> dict:
                     )
                 return (
                     "ps_host",
-                    preset("ib-edr-100g,pcie3-x16", "p100"),
+                    preset("ib-edr-100g,pcie3-x16", "p100", host_links=DGX1_HOST_LINKS),
                     1,
-                    "parameter_server, local_parameter_device=cpu = ps_host over PCIe 3.0",
+                    "parameter_server, local_parameter_device=cpu = ps_host over PCIe 3.0, "
+                    f"{DGX1_HOST_LINKS} PCIe switches (two GPUs each) to the hosts",
                 )
             if vu.startswith("replicated"):
                 return (

@@ -169,12 +169,13 @@ class ParamLayout:
             )
         return jnp.concatenate([jnp.ravel(getattr(params, f)) for f in self.fields])
 
-    def unflatten(self, theta) -> ClusterParams:
+    def unflatten(self, theta, *, host_links: int = 1) -> ClusterParams:
         """``ClusterParams`` whose leaves are the slices of θ (traceable; numpy θ gives
-        numpy leaves, which the cost model evaluates in numpy)."""
+        numpy leaves, which the cost model evaluates in numpy); ``host_links`` is
+        the static topology value (not in θ) the parameters carry."""
         xp = jnp if isinstance(theta, jax.Array) else np
         leaves = {f: xp.reshape(theta[self.slices[f]], self.shapes[f]) for f in self.fields}
-        return ClusterParams(**leaves, n_regimes=self.n_regimes)
+        return ClusterParams(**leaves, n_regimes=self.n_regimes, host_links=host_links)
 
     # ---- prior -----------------------------------------------------------------
     def prior_sd(self) -> np.ndarray:

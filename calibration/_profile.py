@@ -195,6 +195,7 @@ class Profile:
         nics_per_node: int | None = None,
         compute_dtype: str | None = None,
         model_kind: str = "",
+        host_links: int = 1,
     ) -> Profile:
         """A profile from datasheet presets, with the prior as its only uncertainty.
 
@@ -207,10 +208,13 @@ class Profile:
                 (``nics_per_node`` None: the preset's own rail count).
             compute_dtype, model_kind: the device's throughput for that dtype and
                 kind of model (:func:`costmodel.device_flops_per_s`).
+            host_links: links from a node's devices to host memory (see
+                :func:`costmodel.preset`).
 
         Raises:
-            ValueError: on an unknown preset name (listing the valid ones), or a
-                ``nics_per_node`` that is not an integer >= 1.
+            ValueError: on an unknown preset name (listing the valid ones), a
+                ``nics_per_node`` that is not an integer >= 1, or ``host_links``
+                outside [1, 64].
         """
         params = preset(
             network,
@@ -219,6 +223,7 @@ class Profile:
             nics_per_node=nics_per_node,
             compute_dtype=compute_dtype,
             model_kind=model_kind,
+            host_links=host_links,
         )
         layout = ParamLayout(n_regimes)
         sd = preset_sd(layout)
@@ -362,9 +367,10 @@ class Profile:
             return self._interval_batched(fn, z, level)
         theta = self.theta
         layout = self._layout
+        links = self.params.host_links
 
         def g(th):
-            return jnp.asarray(fn(layout.unflatten(th)))
+            return jnp.asarray(fn(layout.unflatten(th, host_links=links)))
 
         y = g(theta)
         root = self._covariance_root()

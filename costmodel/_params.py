@@ -18,7 +18,9 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -56,6 +58,7 @@ PARAMETER_UNITS = {
     "step_comm_factor": "1",
     "backward_hide": "1",
     "conv_efficiency": "1",
+    "host_links": "links",
 }
 
 #: Keys :meth:`ClusterParams.from_dict` accepts missing (profiles written before them),
@@ -63,7 +66,33 @@ PARAMETER_UNITS = {
 #: backward_hide's default: logit −30, a share of about 1e-13 (no hiding; exactly
 #: representable in (0, 1), which a logit needs).
 _NO_HIDE = 1.0 / (1.0 + math.exp(30.0))
-_OPTIONAL_KEYS = {"step_comm_factor": 1.0, "backward_hide": _NO_HIDE, "conv_efficiency": 1.0}
+_OPTIONAL_KEYS = {
+    "step_comm_factor": 1.0,
+    "backward_hide": _NO_HIDE,
+    "conv_efficiency": 1.0,
+    "host_links": 1,
+}
+#: The most host links per node :meth:`ClusterParams.create` accepts.
+MAX_HOST_LINKS = 64
+
+
+def _check_host_links(host_links) -> None:
+    if (
+        isinstance(host_links, bool)
+        or not isinstance(host_links, numbers.Integral)
+        or not 1 <= host_links <= MAX_HOST_LINKS
+    ):
+        raise ValueError(
+            f"host_links must be an integer in [1, {MAX_HOST_LINKS}] "
+            f"(host links per node), got {host_links!r}"
+        )
+
+
+def _integer(v):
+    """A JSON number that is a whole number as an int (2.0 -> 2); anything else unchanged."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
 
 
 def _logit(p, name: str) -> float:
@@ -135,6 +164,10 @@ class ClusterParams(eqx.Module):
       of its GEMMs. Presets set it to 1: their ``flops_per_s`` is already the
       rate of the model's kind (:func:`costmodel.device_flops_per_s`).
 
+    Static (not fitted, not in θ): ``n_regimes`` (R) and ``host_links``, the
+    independent links over which a node's devices reach host memory (one per
+    PCIe switch uplink; ``ps_host`` puts ⌈g / host_links⌉ devices on each).
+
     Example:
         >>> p = ClusterParams.create(alpha_s=(5e-6, 20e-6), beta_s_per_byte=(1e-11, 1e-9))
         >>> round(float(p.alpha_s[1]) * 1e6, 3)   # µs
@@ -161,6 +194,7 @@ class ClusterParams(eqx.Module):
     logit_backward_hide: Float[Array, ""]
     log_conv_efficiency: Float[Array, ""]
     n_regimes: int = eqx.field(static=True, default=1)
+    host_links: int = eqx.field(static=True, default=1)
 
     @classmethod
     def create(
@@ -186,6 +220,7 @@ class ClusterParams(eqx.Module):
         step_comm_factor: float = 1.0,
         backward_hide: float = _NO_HIDE,
         conv_efficiency: float = 1.0,
+        host_links: int = 1,
     ) -> ClusterParams:
         """Build parameters from physical values (SI units).
 
@@ -217,6 +252,12 @@ class ClusterParams(eqx.Module):
                 behind, in (0, 1) (default about 1e-13: none).
             conv_efficiency: a convolution's FLOP rate over ``flops_per_s``,
                 > 0 (1: the same).
+            host_links: the independent links over which a node's devices
+                reach host memory (one per PCIe switch uplink), an integer in
+                [1, :data:`MAX_HOST_LINKS`] (static, not fitted). ``ps_host``
+                spreads a node's g devices evenly over them: ⌈g / links⌉ share
+                one link. Default 1 (every device of a node through one link);
+                NVIDIA DGX-1: 4 (four PCIe switches, two GPUs each).
 
         Raises:
             ValueError: on any non-finite, non-positive or out-of-range value,
@@ -226,6 +267,7 @@ class ClusterParams(eqx.Module):
         """
         if not isinstance(n_regimes, int) or n_regimes < 1 or n_regimes > 8:
             raise ValueError(f"n_regimes must be an integer in [1, 8], got {n_regimes!r}")
+        _check_host_links(host_links)
         alpha = _pair(alpha_s, "alpha_s")
         beta = _pair(beta_s_per_byte, "beta_s_per_byte")
         node_beta = (
@@ -270,6 +312,7 @@ class ClusterParams(eqx.Module):
             logit_backward_hide=f(_logit(backward_hide, "backward_hide")),
             log_conv_efficiency=f(math.log(_pos(conv_efficiency, "conv_efficiency"))),
             n_regimes=R,
+            host_links=int(host_links),
         )
 
     # ---- array namespace ------------------------------------------------------
@@ -536,6 +579,7 @@ class ClusterParams(eqx.Module):
 
         return {
             "n_regimes": self.n_regimes,
+            "host_links": self.host_links,
             "collectives": list(COLLECTIVE_NAMES),
             "levels": list(LEVELS),
             "alpha_s": tolist(self.alpha_s),
@@ -600,9 +644,19 @@ class ClusterParams(eqx.Module):
                 step_comm_factor=d.get("step_comm_factor", 1.0),
                 backward_hide=d.get("backward_hide", _NO_HIDE),
                 conv_efficiency=d.get("conv_efficiency", 1.0),
+                host_links=_integer(d.get("host_links", 1)),
             ).replace_sharpness(d["regime_sharpness"])
         except (TypeError, ValueError) as e:
             raise ValueError(f"invalid parameters: {e}") from None
+
+    def with_host_links(self, host_links: int) -> ClusterParams:
+        """A copy with ``host_links`` links from a node's devices to host memory.
+
+        Raises:
+            ValueError: as :meth:`create` for a value outside [1, :data:`MAX_HOST_LINKS`].
+        """
+        _check_host_links(host_links)
+        return dataclasses.replace(self, host_links=int(host_links))
 
     def replace_sharpness(self, k) -> ClusterParams:
         """A copy with the regimes' envelope sharpness set to ``k`` (scalar or (C,))."""
@@ -720,6 +774,7 @@ class NumpyParams:
             params = params.to_numpy()
         self.source = params
         self.n_regimes = params.n_regimes
+        self.host_links = params.host_links
         self.log_alpha = params.log_alpha
         self.log_gamma = params.log_gamma
         for name in _PHYSICAL_PROPERTIES:

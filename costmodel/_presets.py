@@ -315,6 +315,7 @@ def preset(
     nics_per_node: int | None = None,
     compute_dtype: str | None = None,
     model_kind: str = "",
+    host_links: int = 1,
 ) -> ClusterParams:
     """Cluster parameters from datasheet presets.
 
@@ -338,13 +339,18 @@ def preset(
         compute_dtype, model_kind: the device's throughput for that dtype and
             kind of model (:func:`device_flops_per_s`); the defaults give the
             preset's CNN figure.
+        host_links: independent links from a node's devices to host memory
+            (PCIe switch uplinks), an integer ≥ 1; ``ps_host`` puts ⌈g /
+            host_links⌉ devices on each (:class:`ClusterParams`). Default 1;
+            NVIDIA DGX-1: 4 (two GPUs per PCIe switch, WP-08437-001 §2).
 
     Returns:
         :class:`ClusterParams` in SI units.
 
     Raises:
         ValueError: on an unknown network, intra-node link or device name,
-            listing the valid names; on ``nics_per_node`` that is not an integer >= 1;
+            listing the valid names; on ``nics_per_node`` that is not an integer >= 1
+            or ``host_links`` outside [1, 64];
             as :func:`device_flops_per_s` for the dtype and kind.
 
     Example:
@@ -399,6 +405,7 @@ def preset(
         update_s_per_byte=5.0 / dev.memory_bandwidth_bytes_per_s,
         overlap_interference=0.05,
         memory_bytes=dev.memory_bytes,
+        host_links=host_links,
     )
 
 

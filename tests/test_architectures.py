@@ -15,6 +15,8 @@ Closed forms, typed here from their sources:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -158,6 +160,35 @@ def test_one_worker_with_a_separate_server_still_communicates():
     one, two = phases("ps_host", s, 1, g=1)
     assert one == pytest.approx(ALPHA[0] + s * BETA[0] + s * GAMMA, rel=1e-12)
     assert two == pytest.approx(ALPHA[0] + s * BETA[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("g,links", [(2, 1), (8, 1), (8, 2), (8, 4), (8, 8), (6, 4), (3, 8)])
+def test_ps_host_puts_ceil_g_over_links_gpus_on_each_host_link(g, links):
+    """One node (n = g, so no host-to-host exchange): p = ⌈g/links⌉ GPUs share one link to
+    the host, the links run side by side, the host sums all g gradients:
+    push α + p·s·β·pᵉ + g·s·γ, pull α + p·s·β·pᵉ (intra level)."""
+    s = 1e8
+    p_link = math.ceil(g / links)
+    one, two = phases("ps_host", s, g, g=g, params=exact_params(host_links=links))
+    move = ALPHA[0] + p_link * s * BETA[0] * p_link**FANIN_E
+    assert one == pytest.approx(move + g * s * GAMMA, rel=1e-12)
+    assert two == pytest.approx(move, rel=1e-12)
+
+
+def test_ps_host_exchange_does_not_grow_with_links_and_default_is_one_link():
+    s, g = 5e7, 8.0
+    t = [
+        sum(phases("ps_host", s, 16, g=g, params=exact_params(host_links=h))) for h in range(1, 10)
+    ]
+    assert all(b <= a for a, b in zip(t, t[1:], strict=False)), t
+    assert t[0] > t[3]  # DGX-1-like 4 links: strictly cheaper than one shared link
+    assert t[7] == t[8]  # beyond one link per GPU nothing changes
+    assert sum(phases("ps_host", s, 16, g=g)) == t[0]
+    # only ps_host reads it: every other architecture is the same with 1 or 4 links
+    for name in ("ps", "hybrid", "p2p", "ring", "hierarchical"):
+        a = phases(name, s, 16, g=g, k=2, params=exact_params(host_links=1))
+        b = phases(name, s, 16, g=g, k=2, params=exact_params(host_links=4))
+        assert a == b, name
 
 
 # ---------------------------------------------------------------------------

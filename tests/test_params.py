@@ -11,7 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from costmodel import COLLECTIVE_NAMES, LEVELS, PARAMETER_UNITS, ClusterParams, collective_time
+from costmodel import (
+    COLLECTIVE_NAMES,
+    LEVELS,
+    PARAMETER_UNITS,
+    ClusterParams,
+    collective_time,
+    preset,
+)
 
 SI = dict(
     alpha_s=(3e-6, 40e-6),
@@ -194,7 +201,7 @@ def test_is_a_pytree_of_arrays_with_static_structure():
     p3 = ClusterParams.create(n_regimes=3)
     leaves, treedef = jax.tree_util.tree_flatten(p3)
     assert all(isinstance(x, jax.Array) for x in leaves)
-    assert len(leaves) == len(p3.__dataclass_fields__) - 1
+    assert len(leaves) == len(p3.__dataclass_fields__) - 2  # n_regimes, host_links
     assert treedef != jax.tree_util.tree_structure(ClusterParams.create(n_regimes=2))
     # differentiable with respect to every leaf: d(all_reduce time)/d(log β) = β·∂T/∂β > 0
     g = jax.grad(lambda q: collective_time(q, "all_reduce", 1e8, 8, 1))(p3)
@@ -203,3 +210,28 @@ def test_is_a_pytree_of_arrays_with_static_structure():
     stack = jax.tree_util.tree_map(lambda *x: jnp.stack(x), p3, p3.scaled(beta=2.0))
     t = eqx.filter_vmap(lambda q: collective_time(q, "all_reduce", 1e8, 8, 1))(stack)
     assert t.shape == (2,) and float(t[1]) > float(t[0])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 65, 2.5, True, "4", None])
+def test_host_links_must_be_a_whole_number_of_links(bad):
+    with pytest.raises(ValueError, match=r"host_links must be an integer in \[1, 64\]"):
+        ClusterParams.create(host_links=bad)
+    with pytest.raises(ValueError, match=r"host_links"):
+        preset("ethernet-10g", "v100", host_links=bad)
+
+
+def test_host_links_is_static_and_survives_json_and_flat_round_trips():
+    p = ClusterParams.create(host_links=4)
+    assert p.host_links == 4 and ClusterParams.create().host_links == 1
+    # structure, not a leaf: θ is the same length, and from_flat / to_numpy keep it
+    assert p.flat().shape == ClusterParams.create().flat().shape
+    assert p.from_flat(p.flat()[None]).host_links == 4 and p.to_numpy().host_links == 4
+    d = json.loads(json.dumps(p.to_dict()))
+    assert d["host_links"] == 4 and ClusterParams.from_dict(d).host_links == 4
+    d["host_links"] = 4.0  # a JSON writer may print a whole number as a float
+    assert ClusterParams.from_dict(d).host_links == 4
+    del d["host_links"]  # written before the field: one link, as every prediction then
+    assert ClusterParams.from_dict(d).host_links == 1
+    d["host_links"] = 0
+    with pytest.raises(ValueError, match=r"invalid parameters: host_links must be"):
+        ClusterParams.from_dict(d)

@@ -9,8 +9,13 @@ parameter servers studied in the paper, communication follows backward (no
 overlap) and the update runs on the servers.
 
 ``ps_host``: TensorFlow's ``local_parameter_device=cpu``: each node's host CPU
-holds a 1/m shard (m nodes); GPUs push to their host over the intra-node link
-(fan-in of g), hosts exchange shards over the network, and back.
+holds a 1/m shard (m nodes); GPUs push to their host over the intra-node link,
+hosts exchange shards over the network, and back. A node's g GPUs reach host
+memory through ``params.host_links`` independent links (PCIe switch uplinks,
+:class:`~costmodel.ClusterParams`), spread evenly: the fan-in on one link is
+⌈g / links⌉ (all g with the default of one link; two on an NVIDIA DGX-1, whose
+eight GPUs sit in pairs on four PCIe switches, NVIDIA WP-08437-001 §2); the
+host sums all g gradients (γ).
 
 ``hybrid``: TensorFlow's ``distributed_replicated``: all-reduce inside a node,
 parameter servers (k, on the nodes) across nodes.
@@ -79,14 +84,16 @@ class PSHostArchitecture(AbstractArchitecture):
         g = xp.minimum(g, n)
         m = xp.ceil(n / g)
         one = xp.ones_like(s)
-        # GPUs of a node ↔ their host over the intra-node link (fan-in of g).
+        # GPUs of a node ↔ their host, ⌈g / links⌉ on each of the node's host links
+        # (the links run side by side: one link's fan-in is the phase's time).
+        per_link = xp.ceil(g / params.host_links)
         local = _exchange(
             params,
             collective,
             s,
-            g,
+            per_link,
             one,
-            g + 1.0,
+            per_link + 1.0,
             colocated=False,
             inter=xp.zeros_like(s, dtype=bool),
         )

@@ -15,6 +15,7 @@ from ._common import (
     CLIError,
     UsageError,
     add_model_arguments,
+    host_links_arg,
     model_workload_arg,
     plural,
     print_json,
@@ -141,6 +142,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--device",
         metavar="NAME",
         help="device preset with --preset: k80, p100, v100, a100, h100, cpu (default v100)",
+    )
+    st.add_argument(
+        "--host-links",
+        type=host_links_arg,
+        metavar="N",
+        default=None,
+        help="links from a node's GPUs to host memory (PCIe switch uplinks) on the cluster "
+        "measured, 1-64, kept in the profile: ps_host puts ⌈ranks per node / N⌉ GPUs on "
+        "each (default 1; an NVIDIA DGX-1 has 4: nvidia-smi topo -m)",
     )
     parser.add_argument(
         "-o",
@@ -289,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
                 profile = Profile.from_preset(network, device)
             except ValueError as e:
                 raise UsageError(f"--preset/--device: {e}") from None
+        if args.host_links is not None:  # topology: no microbenchmark or step measures it
+            profile.params = profile.params.with_host_links(args.host_links)
         if runs:
             profile = fit_steps(runs, workload, profile)
     try:
@@ -300,7 +312,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"ddltune {NAME}: warning: {w.message}", file=sys.stderr)
     if args.json:
         print_json(_summary(profile, out))
-    elif not args.files:
+        return 0
+    if args.host_links is not None:
+        links = args.host_links
+        print(
+            f"host links per node: {links} (--host-links; ps_host puts ⌈ranks per node / "
+            f"{links}⌉ GPUs on each link to the host)\n"
+        )
+    if not args.files:
         _print_steps(profile)
         print(f"\nwrote {out}")
     else:
@@ -315,6 +334,7 @@ def _summary(profile, out: Path) -> dict:
         "reliable": profile.reliable,
         "heldout_p90": profile.heldout_p90,
         "n_regimes": profile.params.n_regimes,
+        "host_links": profile.params.host_links,
         "prior": profile.prior.get("preset"),
         "fit": {k: profile.fit.get(k) for k in ("statistic", "regime_selection", "points")},
         "train": v.get("train"),

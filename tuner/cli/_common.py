@@ -20,6 +20,8 @@ __all__ = [
     "add_common_arguments",
     "add_model_arguments",
     "add_nics_argument",
+    "add_host_links_argument",
+    "host_links_arg",
     "add_precision_arguments",
     "preset_compute",
     "progress_kwargs",
@@ -181,6 +183,19 @@ def add_nics_argument(group) -> None:
     )
 
 
+def add_host_links_argument(group) -> None:
+    """Add ``--host-links N`` (:func:`costmodel.preset`'s ``host_links``)."""
+    group.add_argument(
+        "--host-links",
+        type=host_links_arg,
+        metavar="N",
+        default=None,
+        help="with --preset: independent links from a node's GPUs to host memory (PCIe "
+        "switch uplinks), 1-64; ps_host puts ⌈ranks per node / N⌉ GPUs on each "
+        "(default 1; an NVIDIA DGX-1 has 4, two GPUs per switch: nvidia-smi topo -m)",
+    )
+
+
 #: Python argument names in library messages → the CLI options that set them.
 _OPTION_NAMES = {
     "max_bytes": "--max-bytes",
@@ -197,6 +212,7 @@ _OPTION_NAMES = {
     "accumulation_steps": "--accumulation-steps",
     "grad_dtype": "--grad-dtype",
     "nics_per_node": "--nics-per-node",
+    "host_links": "--host-links",
     "min_efficiency": "--min-efficiency",
     "target_throughput": "--target-throughput",
     "price_per_hour": "--price-per-hour",
@@ -436,6 +452,14 @@ def positive_int_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {text!r}")
+    return v
+
+
+def host_links_arg(text: str) -> int:
+    """argparse type: host links per node, an integer in [1, 64]."""
+    v = positive_int_arg(text)
+    if v > 64:
+        raise argparse.ArgumentTypeError(f"expected at most 64 host links per node, got {text!r}")
     return v
 
 

@@ -12,6 +12,7 @@ import argparse
 
 from ._common import (
     UsageError,
+    add_host_links_argument,
     add_model_arguments,
     add_nics_argument,
     add_precision_arguments,
@@ -197,6 +198,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_precision_arguments(it)
     add_nics_argument(src)
+    add_host_links_argument(src)
     parser.add_argument(
         "--json",
         action="store_true",
@@ -261,6 +263,8 @@ def _cluster(args, workload=None):
 
         if args.nics_per_node is not None:
             raise UsageError("--nics-per-node applies to --preset; a profile holds its network")
+        if args.host_links is not None:
+            raise UsageError("--host-links applies to --preset; a profile holds its host links")
         preset_compute(args, workload)  # refuses --compute-dtype
         profile = Profile.load(args.profile)  # InputFileError: names the file (exit 1)
         if args.ranks_per_node is None:  # the measured topology, not a silent g = 1
@@ -284,6 +288,7 @@ def _cluster(args, workload=None):
             nics_per_node=args.nics_per_node,
             compute_dtype=dtype,
             model_kind=kind,
+            host_links=args.host_links or 1,
         )
         compute = device_flops_per_s(device, dtype, kind)[1]
     except ValueError as e:  # names the preset and lists the choices
@@ -295,6 +300,8 @@ def _cluster(args, workload=None):
     desc = {"preset": args.preset, "device": device, "compute": compute}
     if args.nics_per_node is not None:
         desc["nics_per_node"] = args.nics_per_node
+    if args.host_links is not None:
+        desc["host_links"] = args.host_links
     return params, None, desc
 
 

@@ -9,6 +9,7 @@ import textwrap
 from ._common import (
     CLIError,
     UsageError,
+    add_host_links_argument,
     add_model_arguments,
     add_nics_argument,
     add_precision_arguments,
@@ -98,6 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="device preset with --preset: k80, p100, v100 (default), a100, h100, cpu",
     )
     add_nics_argument(src)
+    add_host_links_argument(src)
     wl = parser.add_argument_group("model (one of)")
     m = wl.add_mutually_exclusive_group(required=True)
     add_model_arguments(m)
@@ -232,6 +234,8 @@ def _load_profile(args, workload=None):
     if args.profile:
         if args.nics_per_node is not None:
             raise UsageError("--nics-per-node applies to --preset; a profile holds its network")
+        if args.host_links is not None:
+            raise UsageError("--host-links applies to --preset; a profile holds its host links")
         preset_compute(args, workload)  # refuses --compute-dtype
         prof = Profile.load(args.profile)
         if args.ranks_per_node is None:  # the measured topology, not a silent g = 1
@@ -251,12 +255,15 @@ def _load_profile(args, workload=None):
             nics_per_node=args.nics_per_node,
             compute_dtype=dtype,
             model_kind=kind,
+            host_links=args.host_links or 1,
         )
         compute = device_flops_per_s(args.device, dtype, kind)[1]
     except ValueError as e:
         flag = "--compute-dtype" if "dtype" in str(e) else "--preset/--device/--nics-per-node"
         raise UsageError(f"{flag}: {e}") from None
     nics = "" if args.nics_per_node is None else f", {args.nics_per_node} NICs per node"
+    if args.host_links is not None:
+        nics += f", {args.host_links} host links per node"
     return prof, (
         f"presets {args.preset} + {args.device}{nics} (datasheet prior, nothing measured; "
         f"compute {compute})"
