@@ -459,6 +459,8 @@ def test_cli_host_links_reach_the_profile_and_predict(tmp_path, capsys):
                "-o", str(out), "--json"])  # fmt: skip
     assert rc == 0 and json.loads(capsys.readouterr().out)["host_links"] == 4
     assert Profile.load(out).params.host_links == 4
+    assert main(["show", str(out)]) == 0
+    assert "host links per node: 4" in capsys.readouterr().out
     what = ["--model", "resnet50", "--arch", "ps_host", "--workers", "8", "--ranks-per-node", "8",
             "--bucket-bytes", "0", "--json"]  # fmt: skip
     assert main(["predict", "--profile", str(out), "--host-links", "4", *what]) == 2

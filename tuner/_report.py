@@ -808,6 +808,7 @@ def profile_summary(profile) -> dict:
         "prior": prior.get("preset") if isinstance(prior, Mapping) else str(prior),
         "statistic": fit.get("statistic"),
         "n_regimes": fit.get("n_regimes"),
+        "host_links": int(getattr(profile.params, "host_links", 1)),
         "measured_ranges": dict(profile.measured_ranges or {}),
         "parameters": [dict(r) for r in profile.parameter_table()],
         "series": series,

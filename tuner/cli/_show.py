@@ -242,6 +242,10 @@ def _print_profile(s: dict) -> None:
         )
     if s.get("prior"):
         print(f"  prior: {s['prior']}")
+    if s.get("host_links", 1) != 1:
+        print(
+            f"  host links per node: {s['host_links']} (ps_host puts ⌈g / {s['host_links']}⌉ GPUs on each)"
+        )
     r = s.get("measured_ranges") or {}
     if r.get("message_bytes"):
         lo, hi = r["message_bytes"]
