@@ -217,10 +217,10 @@ def _compute_s(params: ClusterParams, wt: WorkloadTerms, batch, g):
         comp = total - wt.total_bytes * params.update_s_per_byte - params.step_overhead_s
         comp = xp.maximum(comp, 0.1 * total)
         return comp * wt.fwd_share * share, comp * (1.0 - wt.fwd_share) * share
-    return (
-        params.compute_time(batch * wt.fwd_flops, g, conv=wt.conv_share),
-        params.compute_time(batch * wt.bwd_flops, g, conv=wt.conv_share),
-    )
+    # compute_time is linear in the FLOPs (no dispatched calls inside a step):
+    # one evaluation per sample, scaled by forward's and backward's FLOPs
+    per_flop = params.compute_time(batch, g, conv=wt.conv_share)
+    return per_flop * wt.fwd_flops, per_flop * wt.bwd_flops
 
 
 # ---------------------------------------------------------------------------

@@ -75,6 +75,7 @@ def _core(
     smooth: bool,
     suffix=None,
     costs=None,
+    coeffs=None,
 ) -> Breakdown:
     """The iteration for one configuration, or for a batch of them.
 
@@ -88,7 +89,10 @@ def _core(
     The namespace (numpy or jax.numpy) follows the operands (:mod:`costmodel._xp`).
     ``costs``, optional: ``(phase1, phase2)`` (K, *b), each bucket's phase
     times already evaluated (the numpy sweep evaluates each distinct bucket
-    size once per distinct (n, g, k) and gathers them).
+    size once per distinct (n, g, k) and gathers them). ``coeffs``, optional,
+    with one regime and ``suffix``: :func:`_affine_coeffs` of the
+    configurations, already evaluated (the numpy sweep: once per distinct
+    (n, g, k), gathered).
     """
     xp = xp_of(params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base_batch, suffix)
     if hasattr(arch, "iteration_breakdown"):  # exchanges in forward too (fsdp, hsdp)
@@ -100,18 +104,7 @@ def _core(
     fwd, bwd = _compute_s(params, wt, batch / K, g)  # one micro-batch
     affine = params.n_regimes == 1 and suffix is not None and costs is None
     if affine:
-        # With one protocol regime every per-bucket cost is exactly affine in the
-        # bucket's bytes (α terms + β/γ terms × s; the node cap, congestion and
-        # core sharing scale both alike): c_b = a + b·s_b. Two evaluations per
-        # configuration then replace one per bucket, and suffix sums of the
-        # costs follow from suffix sums of counts and bytes.
-        zero, ref = xp.zeros_like(wt.total_bytes), wt.total_bytes
-
-        def coeffs(phase):
-            a = _in_step(params, phase(params, zero, n, g, k))
-            return a, (_in_step(params, phase(params, ref, n, g, k)) - a) / ref
-
-        (a1, b1), (a2, b2) = coeffs(arch.phase1_s), coeffs(arch.phase2_s)
+        a1, b1, a2, b2 = _affine_coeffs(params, arch, wt, n, g, k) if coeffs is None else coeffs
         count_suffix, bytes_suffix = suffix
         C1 = a1 * count_suffix[0] + b1 * bytes_suffix[0]
         C2 = a2 * count_suffix[0] + b2 * bytes_suffix[0]
@@ -149,13 +142,32 @@ def _core(
     fwd, bwd = K * fwd, K * bwd
     exposed = xp.maximum(total - fwd - bwd - update - overhead, 0.0)
     thr = n * batch / total
-    one = xp.ones_like(g)
-    f1, b1_ = _compute_s(params, wt, base_batch / K, one)
+    f1, b1_ = _compute_s(params, wt, base_batch / K, xp.ones_like(wt.total_bytes))
     base = K * (f1 + b1_) + wt.total_bytes * params.update_s_per_byte + overhead
     eff = thr / (n * base_batch / base)
     count = count_k * (count_suffix[0] if affine else xp.sum(weights, axis=0))
     fields = (fwd, bwd, comm, exposed, update, overhead, total, thr, eff, count)
     return Breakdown(*xp.broadcast_arrays(*fields))
+
+
+def _affine_coeffs(params, arch, wt, n, g, k):
+    """``(a1, b1, a2, b2)``: each phase's per-bucket cost a + b·s (seconds, s/byte).
+
+    With one protocol regime every per-bucket cost is exactly affine in the
+    bucket's bytes (α terms + β/γ terms × s; the node cap, congestion and core
+    sharing scale both alike): c_b = a + b·s_b. Two evaluations per
+    configuration then replace one per bucket, and suffix sums of the costs
+    follow from suffix sums of counts and bytes. Broadcasts like ``n, g, k``.
+    """
+    xp = xp_of(params, wt, n, g, k)
+    zero, ref = xp.zeros_like(wt.total_bytes), wt.total_bytes
+
+    def line(phase):
+        a = _in_step(params, phase(params, zero, n, g, k))
+        return a, (_in_step(params, phase(params, ref, n, g, k)) - a) / ref
+
+    (a1, b1), (a2, b2) = line(arch.phase1_s), line(arch.phase2_s)
+    return a1, b1, a2, b2
 
 
 def _in_step(params: ClusterParams, seconds):
@@ -257,6 +269,12 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
         groups = [(np.arange(i, min(i + step, N)), 1) for i in range(0, N, step)]
     with np.errstate(all="ignore"):  # untaken branches of where (n = 1, empty buckets)
         phase = _phase_table(params, arch, table, idx, n, g, k) if per_cap and sweepable else None
+        lines = None
+        if not per_cap:  # the affine costs of each distinct (n, g, k), evaluated once
+            triples, triple_of = _unique_rows(n, g, k)
+            tn, tg, tk = (triples[:, i] for i in range(3))
+            lines = [np.broadcast_to(c, np.broadcast_shapes(np.shape(c), pshape + tn.shape))
+                     for c in _affine_coeffs(params, arch, wt, tn, tg, tk)]  # fmt: skip
         for rows, Kr in groups:
             ix = idx[rows]
             B = len(np.broadcast_shapes(pshape, rows.shape))
@@ -290,6 +308,7 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
                 bool(smooth),
                 (col(cnt), col(byt)),
                 costs,
+                None if lines is None else tuple(c[..., triple_of[rows]] for c in lines),
             )
             for f in Breakdown.FIELDS:
                 out[f][..., rows] = getattr(bd, f)
@@ -324,7 +343,7 @@ def _phase_table(params, arch, table, idx, n, g, k):
     uniq, inverse = np.unique(table.sizes[real], return_inverse=True)
     size_of = np.zeros(table.sizes.shape, dtype=np.int64)
     size_of[real] = np.asarray(inverse).ravel()
-    triples, triple_of = np.unique(np.stack([n, g, k], axis=1), axis=0, return_inverse=True)
+    triples, triple_of = _unique_rows(n, g, k)
     pshape = np.shape(params.log_gamma)  # () or (D, 1): parameter sets against triples
     s = uniq.reshape((uniq.size,) + (1,) * max(len(pshape), 1))
     tn, tg, tk = (triples[:, i] for i in range(3))
@@ -335,6 +354,46 @@ def _phase_table(params, arch, table, idx, n, g, k):
         arch.phase1_s(params, s, tn, tg, tk) + full,
         arch.phase2_s(params, s, tn, tg, tk) + full,
     )
+
+
+def _unique_rows(*cols):
+    """The distinct rows of equal-length 1-D float columns and each row's index among them.
+
+    Returns ``(uniq, inverse)``: (U, C) distinct rows in lexicographic order and
+    (N,) int64 with ``uniq[inverse] == rows`` — what ``np.unique(rows, axis=0,
+    return_inverse=True)`` returns, which sorts structured rows and takes about
+    30 ms for 16,384 of them. Whole-number columns of small range (worker,
+    rank and server counts) are ranked in a dense table instead, O(N + range);
+    anything else is ranked by ``np.lexsort``.
+    """
+    rows = np.stack(cols, axis=1)
+    n = rows.shape[0]
+    if n == 0:
+        return rows, np.zeros(0, dtype=np.int64)
+    lo = np.array([c.min() for c in cols])  # per column: a strided (N, C) reduction is slow
+    span = np.array([c.max() for c in cols]) - lo + 1.0
+    if np.all(np.isfinite(span)) and float(np.prod(span)) <= 4 * n + (1 << 16):
+        ints = [c - m for c, m in zip(cols, lo, strict=True)]
+        if all(np.array_equal(c, np.floor(c)) for c in ints):
+            key = np.zeros(n, dtype=np.int64)
+            for c, w in zip(ints, span, strict=True):  # mixed radix, first column first
+                key = key * int(w) + c.astype(np.int64)
+            seen = np.zeros(int(np.prod(span)), dtype=bool)
+            seen[key] = True
+            present = np.flatnonzero(seen)
+            rank = np.zeros(seen.size, dtype=np.int64)
+            rank[present] = np.arange(present.size)
+            first = np.zeros(present.size, dtype=np.int64)
+            first[rank[key][::-1]] = np.arange(n)[::-1]  # a row of each key
+            return rows[first], rank[key]
+    order = np.lexsort(rows.T[::-1])
+    srt = rows[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = np.any(srt[1:] != srt[:-1], axis=1)
+    ids = np.cumsum(new) - 1
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = ids
+    return srt[new], inverse
 
 
 #: Elements of one (buckets × configurations) array in a numpy sweep chunk.

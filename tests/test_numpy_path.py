@@ -150,3 +150,24 @@ def test_bucket_schedule_in_numpy_ends_where_iteration_time_does(arch):
     assert s.iteration_s == pytest.approx(t, rel=1e-12)
     assert s.overhead_start_s + s.overhead_s == pytest.approx(t, rel=1e-9)
     assert np.all(np.diff(s.end_s) >= 0) and np.all(s.start_s >= s.ready_s - 1e-15)
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_unique_rows_equals_numpy_unique(case):
+    # _unique_rows ranks whole-number columns densely and anything else by
+    # lexsort; both must return exactly what np.unique(axis=0) returns
+    from costmodel._timeline import _unique_rows
+
+    rng = np.random.default_rng(case)
+    size = int(rng.integers(1, 3000))
+    if case % 3 == 0:  # non-integer values: the lexsort path
+        cols = [rng.choice([0.5, 1.0, 2.25, 7.0], size) for _ in range(3)]
+    elif case % 3 == 1:  # small whole numbers: the dense table
+        cols = [rng.integers(1, 9, size).astype(float) for _ in range(3)]
+    else:  # a wide range of whole numbers: too big for the table, lexsort
+        cols = [rng.integers(0, 1 << 20, size).astype(float) for _ in range(3)]
+    uniq, inverse = _unique_rows(*cols)
+    want, want_inverse = np.unique(np.stack(cols, 1), axis=0, return_inverse=True)
+    np.testing.assert_array_equal(uniq, want)
+    np.testing.assert_array_equal(inverse, np.asarray(want_inverse).ravel())
+    np.testing.assert_array_equal(uniq[inverse], np.stack(cols, 1))
