@@ -139,8 +139,10 @@ def _core(
     else:  # K − 1 micro-batches without communication, then the exchange (DDP no_sync)
         total = (K - 1) * (fwd + bwd) + fwd + core + update + C2 + overhead
         comm, count_k = C1 + C2, 1
+    # what the step waits on communication: total − compute − update − overhead,
+    # written without that cancellation (0 exactly where nothing is exposed)
+    exposed = xp.maximum((K if arch.exchanges_every_micro_step else 1) * (core - bwd) + C2, 0.0)
     fwd, bwd = K * fwd, K * bwd
-    exposed = xp.maximum(total - fwd - bwd - update - overhead, 0.0)
     thr = n * batch / total
     f1, b1_ = _compute_s(params, wt, base_batch / K, xp.ones_like(wt.total_bytes))
     base = K * (f1 + b1_) + wt.total_bytes * params.update_s_per_byte + overhead
@@ -273,7 +275,8 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
         if not per_cap:  # the affine costs of each distinct (n, g, k), evaluated once
             triples, triple_of = _unique_rows(n, g, k)
             tn, tg, tk = (triples[:, i] for i in range(3))
-            lines = [np.broadcast_to(c, np.broadcast_shapes(np.shape(c), pshape + tn.shape))
+            shape = np.broadcast_shapes(pshape, tn.shape)  # parameter sets against triples
+            lines = [np.broadcast_to(c, np.broadcast_shapes(np.shape(c), shape))
                      for c in _affine_coeffs(params, arch, wt, tn, tg, tk)]  # fmt: skip
         for rows, Kr in groups:
             ix = idx[rows]

@@ -77,8 +77,9 @@ def test_numpy_sweep_equals_jitted_sweep(arch, workload):
             assert np.all(np.abs(x - y) <= 1e-9 * scale), (label, f, np.max(np.abs(x - y) / scale))
 
 
-def test_a_batch_of_parameter_sets_equals_one_set_at_a_time():
-    fitted, _ = _fitted(3, seed=1)
+@pytest.mark.parametrize("n_regimes", [1, 3])  # 1: the affine sweep, 3: per bucket cap
+def test_a_batch_of_parameter_sets_equals_one_set_at_a_time(n_regimes):
+    fitted, _ = _fitted(n_regimes, seed=1)
     w = get_workload("resnet50")
     rng = np.random.default_rng(2)
     thetas = fitted.flat() + rng.normal(0, 0.05, (4, fitted.flat().size))
