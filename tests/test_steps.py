@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from calibration import STEP_TERMS, Profile, fit_steps, read_steps_csv, step_time
-from costmodel import InputFileError, get_workload
+from costmodel import PARAMETER_UNITS, InputFileError, get_workload
 from tuner.cli import main
 
 W = get_workload("resnet50", 64)
@@ -238,6 +238,10 @@ def test_cli_calibrate_steps_then_predict(tmp_path, capsys):
     assert main(["show", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "training runs: 8 at 1–16 workers" in shown and "a preset profile" not in shown
+    # the identified terms by their parameter names (as --json and the report name them)
+    ident = shown.split("step terms identified: ")[1].splitlines()[0]
+    assert ident != "none" and "log_" not in ident and "logit_" not in ident, ident
+    assert set(ident.split(", ")) <= set(PARAMETER_UNITS), ident
     # the run at 16 workers, batch 64: predict gives the fitted time
     assert by_n[16]["iteration_s"] == pytest.approx(fitted[16, 64], rel=1e-9)
     assert "32 ranks were never measured" in cap.err + json.dumps(doc)

@@ -263,7 +263,7 @@ def _load_profile(args, workload=None):
         raise UsageError(f"{flag}: {e}") from None
     nics = "" if args.nics_per_node is None else f", {args.nics_per_node} NICs per node"
     if args.host_links is not None:
-        nics += f", {args.host_links} host links per node"
+        nics += f", {args.host_links} host link{'s' if args.host_links != 1 else ''} per node"
     return prof, (
         f"presets {args.preset} + {args.device}{nics} (datasheet prior, nothing measured; "
         f"compute {compute})"

@@ -233,7 +233,13 @@ def _print_profile(s: dict) -> None:
         print("  held-out error: none (no measurements: a preset profile)")
     if steps:
         lo, hi = steps["workers"]
-        ident = [k for k, v in steps["terms"].items() if v["identified"]]
+        from tuner.cli._calibrate import _STEP_TERM_SHOWN  # the terms' parameter names
+
+        ident = [
+            _STEP_TERM_SHOWN[k][2] if k in _STEP_TERM_SHOWN else k
+            for k, v in steps["terms"].items()
+            if v["identified"]
+        ]
         print(
             f"  training runs: {steps['runs']} at {lo}–{hi} workers "
             f"({', '.join(steps['files'])}); fitted step time |error| median "
@@ -257,7 +263,10 @@ def _print_profile(s: dict) -> None:
     for k, v in (s.get("provenance") or {}).items():
         if isinstance(v, str | int | float):
             print(f"  {k}: {v}")
-    print("\nparameters (90% interval; 'no' = held at the prior: the data cannot tell)")
+    print(
+        "\nparameters (90% interval; 'no' = not identified: the data cannot pin it down; "
+        "its value may have moved from the prior, within a wide interval)"
+    )
     main = [r for r in s["parameters"] if not str(r["name"]).startswith("regime_")]
     regimes = [r for r in s["parameters"] if str(r["name"]).startswith("regime_")]
     shown = [r for r in regimes if r.get("identified")]
@@ -266,7 +275,7 @@ def _print_profile(s: dict) -> None:
         print("  " + line)
     if len(regimes) > len(shown):
         print(
-            f"  (+ {len(regimes) - len(shown)} protocol-regime values held at the prior; "
+            f"  (+ {len(regimes) - len(shown)} protocol-regime values not identified; "
             "--json lists every one)"
         )
     if s["series"]:
