@@ -594,21 +594,46 @@ class EmulatedCluster:
         n = self.nodes[node] if isinstance(node, int) else node
         return [
             "ip", "netns", "exec", n.netns, "unshare", "--uts", "--",
-            "sh", "-c", 'hostname "$0" && exec "$@"', n.hostname, *argv,
+            "sh", "-c", 'hostname "$0" && exec "$@"', n.hostname, *self._pin(n), *argv,
         ]  # fmt: skip
 
+    def node_cpus(self, node: Node | int) -> list[int]:
+        """The CPUs ``node``'s processes are pinned to (``taskset``), so that nodes do not
+        share cores where the machine has enough: with C usable CPUs and N nodes, node i
+        gets CPUs i·⌊C/N⌋ … (i+1)·⌊C/N⌋ − 1 when N ≤ C, else CPU i mod C (nodes then
+        share cores, and :meth:`provenance` says so).
+
+        Example: 2 nodes on a 2-CPU machine: node 0 runs on CPU 0, node 1 on CPU 1 —
+        two hosts of one core each, as the cost model sees two nodes.
+        """
+        i = node if isinstance(node, int) else node.index
+        cpus = sorted(os.sched_getaffinity(0))
+        k = len(cpus) // self.spec.nodes
+        if k >= 1:
+            return cpus[i * k : (i + 1) * k]
+        return [cpus[i % len(cpus)]]
+
+    def _pin(self, node: Node | int) -> list[str]:
+        return ["taskset", "-c", ",".join(map(str, self.node_cpus(node)))]
+
     def provenance(self) -> dict:
-        """``{"nodes", "ranks_per_node", "rate_bits_per_s", "goodput_bytes_per_s"}`` for records.
+        """``{"nodes", "ranks_per_node", "rate_bits_per_s", "goodput_bytes_per_s",
+        "cpus_per_node", "nodes_per_cpu"}`` for records.
 
         ``goodput_bytes_per_s`` is the lowest steady-state goodput of the last
-        :meth:`self_check` (``None`` before one, or with one node).
+        :meth:`self_check` (``None`` before one, or with one node);
+        ``cpus_per_node`` the CPUs each node is pinned to (:meth:`node_cpus`),
+        ``nodes_per_cpu`` how many nodes share each (1: no two nodes share a core).
         """
         good = min((c.goodput_bytes_per_s for c in self.checks), default=None)
+        ncpu = len(os.sched_getaffinity(0))
         return {
             "nodes": self.spec.nodes,
             "ranks_per_node": self.spec.ranks_per_node,
             "rate_bits_per_s": self.spec.rate_bits_per_s,
             "goodput_bytes_per_s": good,
+            "cpus_per_node": len(self.node_cpus(0)),
+            "nodes_per_cpu": max(1, math.ceil(self.spec.nodes / ncpu)),
         }
 
     # ------------------------------------------------------------------ self-check
@@ -696,7 +721,7 @@ class EmulatedCluster:
             for k, (_, dst) in enumerate(pairs):
                 d = self.nodes[dst]
                 cmd = [
-                    "ip", "netns", "exec", d.netns, py, "-m", "launch._netcheck", "recv",
+                    "ip", "netns", "exec", d.netns, *self._pin(d), py, "-m", "launch._netcheck", "recv",
                     "--bind", d.address, "--port", str(port + k), "--seconds", str(seconds),
                 ]  # fmt: skip
                 recv.append(_popen(cmd, env))
@@ -706,7 +731,7 @@ class EmulatedCluster:
             for k, (src, dst) in enumerate(pairs):
                 s = self.nodes[src]
                 cmd = [
-                    "ip", "netns", "exec", s.netns, py, "-m", "launch._netcheck", "send",
+                    "ip", "netns", "exec", s.netns, *self._pin(s), py, "-m", "launch._netcheck", "send",
                     "--to", self.nodes[dst].address, "--port", str(port + k),
                     "--seconds", str(seconds), "--max-bytes", str(max_bytes),
                 ]  # fmt: skip
@@ -812,14 +837,14 @@ class EmulatedCluster:
         wire_s = sum(repeats * (wire_bytes(x, self.mtu) / rate + gap_s) for x in sizes)
         limit = 2.0 * wire_s + 30.0
         echo = _popen(
-            ["ip", "netns", "exec", b.netns, py, "-m", "launch._netcheck", "echo",
+            ["ip", "netns", "exec", b.netns, *self._pin(b), py, "-m", "launch._netcheck", "echo",
              "--bind", b.address, "--port", "5301", "--seconds", f"{limit:.0f}"], env,
         )  # fmt: skip
         ping = None
         try:
             _expect_line(echo, "listening", 60.0)
             ping = _popen(
-                ["ip", "netns", "exec", a.netns, py, "-m", "launch._netcheck", "ping",
+                ["ip", "netns", "exec", a.netns, *self._pin(a), py, "-m", "launch._netcheck", "ping",
                  "--to", b.address, "--port", "5301", "--sizes", ",".join(map(str, sizes)),
                  "--repeats", str(repeats), "--gap-s", str(gap_s)], env,
             )  # fmt: skip

@@ -212,6 +212,33 @@ def test_self_check_failure_names_the_rate_it_can(monkeypatch):
     c._active = False
 
 
+@pytest.mark.parametrize(
+    ("spec", "cpus", "want", "per_cpu"),
+    [
+        ("2x1@100mbit", {0, 1}, [[0], [1]], 1),  # this machine: a core per node
+        ("2x2@100mbit", {0, 1, 2, 3, 4, 5, 6, 7}, [[0, 1, 2, 3], [4, 5, 6, 7]], 1),
+        ("3x1@100mbit", {2, 5, 7, 9}, [[2], [5], [7]], 1),  # the affinity's CPUs, not 0…
+        ("4x1@100mbit", {0, 1}, [[0], [1], [0], [1]], 2),  # more nodes than cores: shared
+    ],
+)
+def test_each_node_runs_on_its_own_cores_where_there_are_enough(
+    monkeypatch, spec, cpus, want, per_cpu
+):
+    """Issue 22: nodes that share cores are not separate hosts (the two ranks' matmul
+    records of a 2-node run differed by 27%). Each node's processes are pinned
+    (taskset) to ⌊C/N⌋ CPUs of its own, or to CPU i mod C when N > C, and the records'
+    provenance says how many CPUs a node has and how many nodes share one."""
+    monkeypatch.setattr(emu.os, "sched_getaffinity", lambda pid: set(cpus))
+    c = EmulatedCluster(spec)
+    assert [c.node_cpus(i) for i in range(c.spec.nodes)] == want
+    argv = c.wrap(1, ["python", "-m", "x"])
+    i = argv.index("taskset")
+    assert argv[i : i + 3] == ["taskset", "-c", ",".join(map(str, want[1]))]
+    assert argv[i + 3 :] == ["python", "-m", "x"]
+    prov = c.provenance()
+    assert prov["cpus_per_node"] == len(want[0]) and prov["nodes_per_cpu"] == per_cpu
+
+
 # --------------------------------------------------------------------------- real namespaces
 
 
@@ -374,13 +401,14 @@ def test_self_check_measures_the_set_rate():
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_collect_emulate_two_nodes(tmp_path):
-    # 100 Mbit/s: the collect's self-check needs 90% of the rate on every link, and at
-    # 200 Mbit/s a clean-clone CI run measured 88% (175.8 Mbit/s) on this 2-core machine
+    # 50 Mbit/s: the collect's self-check needs 90% of the rate on every link; at
+    # 200 Mbit/s a clean-clone CI run measured 88% (175.8 Mbit/s) on this 2-core machine,
+    # and at 100 Mbit/s this machine on 2026-12-03 65–87% in 3 of 6 runs (idle)
     out = tmp_path / "emu.jsonl"
-    rate = 100e6
+    rate = 50e6
     p, _, err = _cli(
         [
-            "collect", "--emulate", "2x1@100mbit",
+            "collect", "--emulate", "2x1@50mbit",
             "--collectives", "all_reduce", "--suite", "collectives", "--min-bytes", "256K",
             "--max-bytes", "1M", "--iters", "3", "--budget-s", "0.2", "--timeout-s", "60",
             "-o", str(out), "--json", "--no-progress",
@@ -390,7 +418,7 @@ def test_collect_emulate_two_nodes(tmp_path):
     assert p.returncode == 0, err
     recs = [json.loads(ln) for ln in out.read_text().splitlines()]
     assert [r["message_bytes"] for r in recs] == [256 * 1024, 1024 * 1024]
-    burst = EmulatedCluster("2x1@100mbit").burst_bytes
+    burst = EmulatedCluster("2x1@50mbit").burst_bytes
     for r in recs:
         assert r["num_ranks"] == 2
         assert r["ranks_per_node"] == 1  # two host names: two nodes
@@ -464,10 +492,10 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     rate), an MLP step with a 3.6 MiB gradient over a 100 Mbit/s NIC takes at least
     its wire time, the report names the cluster, and no namespace is left."""
     out = tmp_path / "run"
-    rate = 100e6
+    rate = 50e6  # the self-check's 90% of 100 Mbit/s failed in 3 of 6 idle runs here
     p, stdout, err = _cli(
         [
-            "run", "--emulate", "2x1@100mbit", "--validate",
+            "run", "--emulate", "2x1@50mbit", "--validate", "--validate-steps", "2",
             "--budget-s", "0.02", "--max-bytes", "256K", "-o", str(out), "--json",
             "--no-progress",
         ],
@@ -476,7 +504,7 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     assert p.returncode == 0, err
     doc = json.loads(stdout)
     assert set(doc["timings_s"]) >= {"collect", "calibrate", "recommend", "validate", "report"}
-    assert "in the emulated cluster 2x1@100mbit" in err
+    assert "in the emulated cluster 2x1@50mbit" in err
     steps = [json.loads(ln) for ln in (out / "validation.jsonl").read_text().splitlines()]
     archs = {r["architecture"] for r in steps if r["workers"] == 2}
     assert archs == {"ps", "p2p", "ring"}
@@ -488,7 +516,7 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
             # each NIC carries 2(n-1)/n·G = G bytes each way per step
             assert r["time_s"]["min"] >= grad / (rate / 8)
     md = (out / "report.md").read_text()
-    assert "in an emulated cluster of 2 nodes × 1 rank per node, NICs at 100 Mbit/s" in md
+    assert "in an emulated cluster of 2 nodes × 1 rank per node, NICs at 50 Mbit/s" in md
     # the seed paper's experiment for both models: the CNN's steps, its table, the figure
     cnn = [json.loads(ln) for ln in (out / "validation-cnn.jsonl").read_text().splitlines()]
     assert {r["model_spec"]["model"] for r in cnn} == {"cnn"}

@@ -422,6 +422,7 @@ def _params_table_from_params(params) -> list[dict]:
         "node_compute_slots",
         "flops_per_s",
         "conv_efficiency",
+        "conv_backward_efficiency",
         "step_overhead_s",
         "update_s_per_byte",
         "overlap_interference",
@@ -1170,7 +1171,8 @@ def _parameter_tables(summary) -> list[dict]:
             "head": _PARAMETER_HEAD,
             "rows": format_parameter_rows(main),
             "note": "β (s/byte) is shown as a bandwidth, 1/β. conv_efficiency: a convolution's "
-            "FLOP rate / flops_per_s (1 = a matmul's rate). 'no (prior)': the measurements "
+            "FLOP rate / flops_per_s (1 = a matmul's rate); conv_backward_efficiency: its backward "
+            "rate / its forward rate. 'no (prior)': the measurements "
             "do not pin it down (its 90% interval is wider than about ±16%); it may have "
             f"moved from the prior preset ({summary['prior'] or 'none'}) but not far enough "
             "to trust, and predictions that depend on it extrapolate.",
@@ -1249,6 +1251,16 @@ def _worst_points_table(summary) -> dict:
     }
 
 
+def _emulated_cores(em: dict) -> str:
+    """How an emulated cluster's nodes share this machine's cores, for the provenance table."""
+    per_node, per_cpu = em.get("cpus_per_node"), em.get("nodes_per_cpu")
+    if not per_node:  # records from before the nodes were pinned
+        return ", sharing its cores"
+    if per_cpu and per_cpu > 1:
+        return f", {per_cpu} nodes on each CPU"
+    return f", each node on {per_node} CPU{'' if per_node == 1 else 's'} of its own"
+
+
 def _provenance(summary, workload, records, inputs, timings, command) -> list[tuple[str, str]]:
     """Inputs (with sha256), measured ranges, prior, workload, command, timings, versions, date."""
     prov = []
@@ -1271,7 +1283,8 @@ def _provenance(summary, workload, records, inputs, timings, command) -> list[tu
                     f"{em.get('nodes')} nodes × {em.get('ranks_per_node')} rank{'' if em.get('ranks_per_node') == 1 else 's'} per node, NICs at "
                     f"{float(em.get('rate_bits_per_s', 0)) / 1e6:g} Mbit/s"
                     + (f" (TCP goodput {good * 8 / 1e6:.1f} Mbit/s)" if good else "")
-                    + ": network namespaces on one machine",
+                    + ": network namespaces on one machine"
+                    + _emulated_cores(em),
                 )
             )
         prov.append(("fitted statistic", str(summary["statistic"])))
