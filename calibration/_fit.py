@@ -305,7 +305,8 @@ def _skip_collective(rec: dict, in_place: str) -> str | None:
 
 
 def _compute_point(rec: dict, t: float, used: str) -> dict:
-    """A compute record as a point (size: FLOPs; ``conv`` 1 for a convolution layer's op)."""
+    """A compute record as a point (size: FLOPs; ``conv`` 1 for a convolution layer's op,
+    ``backward`` 1 for a backward pass)."""
     n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
     shape = rec.get("shape")
     conv = isinstance(shape, dict) and shape.get("type") == "conv2d"
@@ -314,6 +315,7 @@ def _compute_point(rec: dict, t: float, used: str) -> dict:
         "op": rec["op"],
         "size": float(rec["flops"]),
         "conv": 1.0 if conv else 0.0,
+        "backward": 1.0 if rec["op"] == "backward" else 0.0,
         "num_ranks": n,
         "ranks_per_node": g,
         "time_s": t,
@@ -361,6 +363,7 @@ class _Data(eqx.Module):
     flops: jax.Array
     comp_g: jax.Array
     conv: jax.Array
+    backward: jax.Array
     logt: jax.Array
     n_coll: int = eqx.field(static=True)
 
@@ -369,7 +372,9 @@ def _predict(params: ClusterParams, data: _Data):
     """Seconds of every point (model order): costmodel's collective and compute times."""
     t = collective_batch_time(params, data.coll)
     # one timed call each
-    comp = params.compute_time(data.flops, data.comp_g, calls=1.0, conv=data.conv)
+    comp = params.compute_time(
+        data.flops, data.comp_g, calls=1.0, conv=data.conv, backward=data.backward
+    )
     xp = jnp if isinstance(t, jax.Array) or isinstance(comp, jax.Array) else np
     return xp.concatenate([t, xp.broadcast_to(comp, t.shape[:-1] + comp.shape[-1:])], axis=-1)
 
@@ -410,6 +415,7 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
         flops=f([points[i]["size"] for i in comp]),
         comp_g=f([points[i]["ranks_per_node"] for i in comp]),
         conv=f([points[i].get("conv", 0.0) for i in comp]),
+        backward=f([points[i].get("backward", 0.0) for i in comp]),
         logt=f(np.log([points[i]["time_s"] for i in src_rows])),
         n_coll=len(coll),
     )
@@ -654,6 +660,24 @@ def _segment_costs(S, T):
     return cost, np.nan_to_num(a), np.nan_to_num(b)
 
 
+def _overlap_evidence(S, T) -> float:
+    """How much better a curve's points fit max(t₀, S·b) than t₀ + S·b (log-squared units).
+
+    t₀ is the time of the smallest size, b the slope through the origin at the
+    largest: the two ends of α + S·β. Positive when the sizes between are nearer the
+    larger of the two terms than their sum — the latency runs under the transfer
+    (``ClusterParams.latency_overlap``) — as on the emulated cluster, where 1 and
+    4 KiB take the same time and 16 KiB its wire time alone. 0 for fewer than 3 sizes.
+    """
+    if len(S) < 3 or not np.all(np.asarray(T) > 0):
+        return 0.0
+    t0, b = float(T[0]), float(T[-1]) / float(S[-1])
+    lt = np.log(T)
+    add = np.sum((np.log(t0 + S * b) - lt) ** 2)
+    over = np.sum((np.log(np.maximum(t0, S * b)) - lt) ** 2)
+    return float(add - over)
+
+
 def _segmentations(S, T, R: int, top: int):
     """The ``top`` best splits of a sorted curve into R runs of ≥ 2 points: [(a (R,), b (R,))]."""
     m = len(S)
@@ -711,9 +735,11 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         ).append(p["time_s"] / share[p["ranks_per_node"]])
     tops = max(1, n_starts)
     per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
+    overlap_vote = np.zeros(2)  # per level: Σ over series of (additive − overlapped) cost
     for (c, n, g), bysize in series.items():
         S = np.asarray(sorted(bysize))
         T = np.asarray([np.median(bysize[s]) for s in S])
+        overlap_vote[1 if n > g else 0] += _overlap_evidence(S, T)
         terms = get_collective(c).terms(
             np.asarray(1.0), np.asarray(float(n)), np.asarray(float(min(g, n)))
         )
@@ -731,7 +757,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
                 (np.log(np.maximum(alpha, 1e-12)), np.log(np.maximum(beta, 1e-18)))
             )
     comp = [i for i in sel if points[i]["kind"] == "compute"]
-    log_flops = log_conv = None
+    log_flops = log_conv = log_conv_bwd = None
     if comp:
 
         def rate(idx):  # the median FLOP rate of these points, FLOP/s
@@ -748,8 +774,12 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         conv = [i for i in comp if points[i].get("conv", 0.0) > 0.5]
         dense = [i for i in comp if i not in conv]
         log_flops = math.log(rate(dense or comp))
+        fwd_conv = [i for i in conv if points[i].get("backward", 0.0) < 0.5]
+        bwd_conv = [i for i in conv if i not in fwd_conv]
         if conv and dense:
-            log_conv = math.log(rate(conv)) - log_flops
+            log_conv = math.log(rate(fwd_conv or conv)) - log_flops
+        if fwd_conv and bwd_conv:
+            log_conv_bwd = math.log(rate(bwd_conv)) - math.log(rate(fwd_conv))
     rng = np.random.default_rng(seed)
     sl = layout.slices
     C, L = len(COLLECTIVE_NAMES), 2
@@ -761,6 +791,16 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
             th[sl["log_flops"]] = log_flops
         if log_conv is not None:
             th[sl["log_conv_efficiency"]] = log_conv
+        if log_conv_bwd is not None:
+            th[sl["log_conv_backward_efficiency"]] = log_conv_bwd
+        # a level whose curves look overlapped (_overlap_evidence) starts its latency
+        # overlap at d ≈ 0.88; elsewhere it stays at the prior's d ≈ 1e-13 (logit −30),
+        # where no prediction depends on it, so it is held there: α + S·β as before
+        overlap = th[sl["logit_latency_overlap"]]
+        for level in range(L):
+            if overlap_vote[level] > 0:
+                overlap[level] = 2.0
+        th[sl["logit_latency_overlap"]] = overlap
         ra = th[sl["regime_log_alpha"]].reshape(C, L, R)
         rb = th[sl["regime_log_beta"]].reshape(C, L, R)
         la, lb = mu[sl["log_alpha"]], mu[sl["log_beta"]]

@@ -55,6 +55,12 @@ PRIOR_SD = {
     # a convolution's rate over a matmul's: about 1/4 on the emulated cluster's CPU
     # (issue 22), about 1 for cuDNN on tensor cores; ×4 either way
     "log_conv_efficiency": math.log(4.0),
+    # a convolution's backward rate over its forward: 0.5–0.65 on XLA:CPU (issue 22),
+    # about 1 for a dense layer; ×2 either way
+    "log_conv_backward_efficiency": math.log(2.0),
+    # centred at logit −30 (α + S·β, Hockney); wide (sd 15) so that a measured
+    # curve whose small sizes take the same time moves it anywhere in (0, 1)
+    "logit_latency_overlap": 15.0,
 }
 _DEFAULT_SD = math.log(4.0)
 
@@ -77,6 +83,8 @@ _PHYSICAL = {
     "log_step_comm": "step_comm_factor",
     "logit_backward_hide": "backward_hide",
     "log_conv_efficiency": "conv_efficiency",
+    "log_conv_backward_efficiency": "conv_backward_efficiency",
+    "logit_latency_overlap": "latency_overlap",
 }
 
 

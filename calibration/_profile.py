@@ -556,8 +556,9 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     """(P,) standard deviations of θ for a preset profile (nothing measured).
 
     The calibration prior (:meth:`ParamLayout.prior_sd`, ``PRIOR_SD``) except
-    two leaves, set from the evidence: log ``flops_per_s`` at
-    :data:`PRESET_FLOPS_SD` (ln 2), and log ``conv_efficiency`` at 0.1% —
+    three leaves, set from the evidence: log ``flops_per_s`` at
+    :data:`PRESET_FLOPS_SD` (ln 2), and log ``conv_efficiency`` and
+    ``conv_backward_efficiency`` at 0.1% —
     a preset's ``flops_per_s`` is already the rate of the model's kind (a
     CNN's, :func:`costmodel.device_flops_per_s`), so a CNN's interval must not
     count the compute spread twice. Calibration keeps ``PRIOR_SD`` (×4 on
@@ -565,6 +566,7 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     """
     sd = layout.prior_sd()
     sd[layout.slices["log_conv_efficiency"]] = _PRESET_CONV_SD
+    sd[layout.slices["log_conv_backward_efficiency"]] = _PRESET_CONV_SD
     sd[layout.slices["log_flops"]] = PRESET_FLOPS_SD
     return sd
 
@@ -572,7 +574,13 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
 #: Leaves added after profiles were first written: a file without them gets each
 #: at its prior variance, uncorrelated (its value comes from ClusterParams.from_dict's
 #: default, which leaves every prediction as the file's ddltune made it).
-_NEW_LEAVES = ("log_step_comm", "logit_backward_hide", "log_conv_efficiency")
+_NEW_LEAVES = (
+    "log_step_comm",
+    "logit_backward_hide",
+    "log_conv_efficiency",
+    "log_conv_backward_efficiency",
+    "logit_latency_overlap",
+)
 
 
 def _with_new_leaves(cov, layout: ParamLayout):

@@ -219,8 +219,9 @@ def _compute_s(params: ClusterParams, wt: WorkloadTerms, batch, g):
         return comp * wt.fwd_share * share, comp * (1.0 - wt.fwd_share) * share
     # compute_time is linear in the FLOPs (no dispatched calls inside a step):
     # one evaluation per sample, scaled by forward's and backward's FLOPs
-    per_flop = params.compute_time(batch, g, conv=wt.conv_share)
-    return per_flop * wt.fwd_flops, per_flop * wt.bwd_flops
+    fwd = params.compute_time(batch, g, conv=wt.conv_share)
+    bwd = params.compute_time(batch, g, conv=wt.conv_share, backward=1.0)
+    return fwd * wt.fwd_flops, bwd * wt.bwd_flops
 
 
 # ---------------------------------------------------------------------------

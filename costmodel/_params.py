@@ -58,6 +58,8 @@ PARAMETER_UNITS = {
     "step_comm_factor": "1",
     "backward_hide": "1",
     "conv_efficiency": "1",
+    "conv_backward_efficiency": "1",
+    "latency_overlap": "1",
     "host_links": "links",
 }
 
@@ -70,6 +72,8 @@ _OPTIONAL_KEYS = {
     "step_comm_factor": 1.0,
     "backward_hide": _NO_HIDE,
     "conv_efficiency": 1.0,
+    "conv_backward_efficiency": 1.0,
+    "latency_overlap": _NO_HIDE,
     "host_links": 1,
 }
 #: The most host links per node :meth:`ClusterParams.create` accepts.
@@ -163,6 +167,19 @@ class ClusterParams(eqx.Module):
       512³ matmul's rate (issue 22); cuDNN's convolutions reach about the rate
       of its GEMMs. Presets set it to 1: their ``flops_per_s`` is already the
       rate of the model's kind (:func:`costmodel.device_flops_per_s`).
+    * ``log_conv_backward_efficiency`` (): a convolution's backward FLOP rate (the
+      gradients of its input and of its filter, 2× the forward FLOPs) over its
+      forward rate; 1 = the same. XLA:CPU runs a 3×3 convolution's backward at
+      about 0.5–0.65 of its forward rate (issue 22: forward 604 MFLOP 12.1 ms,
+      backward 1.21 GFLOP 41.3 ms, one core of the emulated cluster), while a dense
+      layer's backward runs at its forward rate; presets set it to 1.
+    * ``logit_latency_overlap`` (L,): per level, the share d of a collective's
+      latency term that runs under its bandwidth term: T = (1 − d)·(L + B) +
+      d·softmax₂(L, B) (:func:`costmodel.collectives.evaluate`); d = 0 is
+      Hockney's α + S·β, d = 1 the larger of the two (LogGP's overhead hidden
+      behind the gap of a pipelined transfer). Default d ≈ 1e-13 (logit −30):
+      α + S·β. Measured on the emulated cluster (issue 22): 1 and 4 KiB take the
+      same 0.4–1.3 ms, and 16 KiB its wire time alone.
 
     Static (not fitted, not in θ): ``n_regimes`` (R) and ``host_links``, the
     independent links over which a node's devices reach host memory (one per
@@ -193,6 +210,8 @@ class ClusterParams(eqx.Module):
     log_step_comm: Float[Array, ""]
     logit_backward_hide: Float[Array, ""]
     log_conv_efficiency: Float[Array, ""]
+    log_conv_backward_efficiency: Float[Array, ""]
+    logit_latency_overlap: Float[Array, "2"]
     n_regimes: int = eqx.field(static=True, default=1)
     host_links: int = eqx.field(static=True, default=1)
 
@@ -220,6 +239,8 @@ class ClusterParams(eqx.Module):
         step_comm_factor: float = 1.0,
         backward_hide: float = _NO_HIDE,
         conv_efficiency: float = 1.0,
+        conv_backward_efficiency: float = 1.0,
+        latency_overlap: float | Sequence[float] = _NO_HIDE,
         host_links: int = 1,
     ) -> ClusterParams:
         """Build parameters from physical values (SI units).
@@ -252,6 +273,11 @@ class ClusterParams(eqx.Module):
                 behind, in (0, 1) (default about 1e-13: none).
             conv_efficiency: a convolution's FLOP rate over ``flops_per_s``,
                 > 0 (1: the same).
+            conv_backward_efficiency: a convolution's backward FLOP rate over
+                its forward rate, > 0 (1: the same).
+            latency_overlap: per level (intra, inter), the share of a
+                collective's latency hidden under its bandwidth term, in
+                (0, 1); a scalar sets both (default about 1e-13: α + S·β).
             host_links: the independent links over which a node's devices
                 reach host memory (one per PCIe switch uplink), an integer in
                 [1, :data:`MAX_HOST_LINKS`] (static, not fitted). ``ps_host``
@@ -311,6 +337,17 @@ class ClusterParams(eqx.Module):
             log_step_comm=f(math.log(_pos(step_comm_factor, "step_comm_factor"))),
             logit_backward_hide=f(_logit(backward_hide, "backward_hide")),
             log_conv_efficiency=f(math.log(_pos(conv_efficiency, "conv_efficiency"))),
+            log_conv_backward_efficiency=f(
+                math.log(_pos(conv_backward_efficiency, "conv_backward_efficiency"))
+            ),
+            logit_latency_overlap=f(
+                np.array(
+                    [
+                        _logit(v, "latency_overlap")
+                        for v in np.broadcast_to(np.asarray(latency_overlap, np.float64), (2,))
+                    ]
+                )
+            ),
             n_regimes=R,
             host_links=int(host_links),
         )
@@ -499,6 +536,16 @@ class ClusterParams(eqx.Module):
         """A convolution's FLOP rate over ``flops_per_s`` (1: the same)."""
         return self._xp.exp(self.log_conv_efficiency)
 
+    @property
+    def conv_backward_efficiency(self) -> Float[Array, ""]:
+        """A convolution's backward FLOP rate over its forward rate (1: the same)."""
+        return self._xp.exp(self.log_conv_backward_efficiency)
+
+    @property
+    def latency_overlap(self) -> Float[Array, "2"]:
+        """Per level (intra, inter), the share of a collective's latency under its bandwidth term."""
+        return 1.0 / (1.0 + self._xp.exp(-self.logit_latency_overlap))
+
     # ---- derived functions of the parameters ------------------------------------
     def core_share(self, ranks_per_node: Float[Array, "*b"]) -> Float[Array, "*b"]:
         """Slowdown of g ranks sharing one node's cores: softmax₂(1, g / s), ≥ 1.
@@ -534,12 +581,14 @@ class ClusterParams(eqx.Module):
         ranks_per_node: Float[Array, "*b"],
         calls=0.0,
         conv=0.0,
+        backward=0.0,
     ) -> Float[Array, "*b"]:
         """Seconds of ``flops`` on one device while g ranks share its node.
 
-        (c·o + F·(1 − v + v/e) / flops_per_s) · share(g), with o =
-        ``call_overhead_s``, v the share of the FLOPs in convolutions, e
-        ``conv_efficiency`` and ``share`` :meth:`core_share` (a roofline-free
+        (c·o + F·(1 − v + v·(1 − w + w/b)/e) / flops_per_s) · share(g), with o =
+        ``call_overhead_s``, v the share of the FLOPs in convolutions, w the share
+        of those in a backward pass, e ``conv_efficiency``, b
+        ``conv_backward_efficiency`` and ``share`` :meth:`core_share` (a roofline-free
         throughput model: each kind of layer at its own sustained rate). The compute model of the iteration
         timeline (forward and backward FLOPs inside one step: c = 0, the step's
         dispatch is ``step_overhead_s``) and of calibration's compute records
@@ -552,6 +601,8 @@ class ClusterParams(eqx.Module):
             calls: c ≥ 0 dispatched calls of a compiled program (default 0).
             conv: v in [0, 1], the share of ``flops`` in convolutions (default
                 0: matrix products and dense layers only), (*b) or scalar.
+            backward: w in [0, 1], the share of the convolutions' FLOPs in
+                backward passes (default 0: forward), (*b) or scalar.
 
         Returns:
             Seconds, broadcast shape.
@@ -561,7 +612,10 @@ class ClusterParams(eqx.Module):
             >>> round(float(p.compute_time(jnp.asarray(2e12), jnp.asarray(1.0))), 4)
             2.0
         """
-        rate_factor = 1.0 - conv + conv / self.conv_efficiency
+        conv_factor = (1.0 - backward + backward / self.conv_backward_efficiency) / (
+            self.conv_efficiency
+        )
+        rate_factor = 1.0 - conv + conv * conv_factor
         return (
             calls * self.call_overhead_s + flops * rate_factor / self.flops_per_s
         ) * self.core_share(ranks_per_node)
@@ -601,6 +655,8 @@ class ClusterParams(eqx.Module):
             "step_comm_factor": tolist(self.step_comm_factor),
             "backward_hide": tolist(self.backward_hide),
             "conv_efficiency": tolist(self.conv_efficiency),
+            "conv_backward_efficiency": tolist(self.conv_backward_efficiency),
+            "latency_overlap": tolist(self.latency_overlap),
         }
 
     @classmethod
@@ -644,6 +700,8 @@ class ClusterParams(eqx.Module):
                 step_comm_factor=d.get("step_comm_factor", 1.0),
                 backward_hide=d.get("backward_hide", _NO_HIDE),
                 conv_efficiency=d.get("conv_efficiency", 1.0),
+                conv_backward_efficiency=d.get("conv_backward_efficiency", 1.0),
+                latency_overlap=d.get("latency_overlap", _NO_HIDE),
                 host_links=_integer(d.get("host_links", 1)),
             ).replace_sharpness(d["regime_sharpness"])
         except (TypeError, ValueError) as e:
@@ -672,7 +730,7 @@ class ClusterParams(eqx.Module):
         Keys: ``alpha`` / ``alpha_intra`` / ``alpha_inter``, ``beta`` /
         ``beta_intra`` / ``beta_inter`` (inverse bandwidth: a 2× faster network is
         ``beta_inter=0.5``), ``node_beta``, ``gamma``, ``call_overhead``,
-        ``flops``, ``conv_efficiency``, ``step_overhead``, ``update``, ``memory``,
+        ``flops``, ``conv_efficiency``, ``conv_backward_efficiency``, ``step_overhead``, ``update``, ``memory``,
         ``step_comm``.
 
         Raises:
@@ -697,6 +755,7 @@ class ClusterParams(eqx.Module):
             "call_overhead": ("log_call_overhead", None),
             "flops": ("log_flops", None),
             "conv_efficiency": ("log_conv_efficiency", None),
+            "conv_backward_efficiency": ("log_conv_backward_efficiency", None),
             "step_overhead": ("log_step_overhead", None),
             "update": ("log_update", None),
             "memory": ("log_memory", None),
@@ -745,6 +804,8 @@ _PHYSICAL_PROPERTIES = (
     "step_comm_factor",
     "backward_hide",
     "conv_efficiency",
+    "conv_backward_efficiency",
+    "latency_overlap",
 )
 
 

@@ -47,6 +47,7 @@ from ._params import ClusterParams, numpy_params
 from ._smooth import soft_max
 from ._xp import cummax, is_traced, xp_of
 from .architectures import AbstractArchitecture, get_architecture
+from .collectives import NEGLIGIBLE_OVERLAP
 
 __all__ = [
     "Breakdown",
@@ -102,7 +103,7 @@ def _core(
         return Breakdown(*xp.broadcast_arrays(*(getattr(out, f) for f in Breakdown.FIELDS)))
     K = wt.accumulation_steps
     fwd, bwd = _compute_s(params, wt, batch / K, g)  # one micro-batch
-    affine = params.n_regimes == 1 and suffix is not None and costs is None
+    affine = costs_are_affine(params) and suffix is not None and costs is None
     if affine:
         a1, b1, a2, b2 = _affine_coeffs(params, arch, wt, n, g, k) if coeffs is None else coeffs
         count_suffix, bytes_suffix = suffix
@@ -152,10 +153,24 @@ def _core(
     return Breakdown(*xp.broadcast_arrays(*fields))
 
 
+def costs_are_affine(params) -> bool:
+    """True when every collective's cost is exactly affine in its bytes: one protocol
+    regime and no latency overlap (``ClusterParams.latency_overlap`` ≤
+    :data:`costmodel.collectives.NEGLIGIBLE_OVERLAP` on both
+    levels, checked on concrete values; traced parameters count as not affine)."""
+    if params.n_regimes != 1:
+        return False
+    lo = params.latency_overlap
+    if is_traced(lo):
+        return False
+    return bool(np.all(np.asarray(lo) <= NEGLIGIBLE_OVERLAP))
+
+
 def _affine_coeffs(params, arch, wt, n, g, k):
     """``(a1, b1, a2, b2)``: each phase's per-bucket cost a + b·s (seconds, s/byte).
 
-    With one protocol regime every per-bucket cost is exactly affine in the
+    With one protocol regime and no latency overlap (:func:`costs_are_affine`)
+    every per-bucket cost is exactly affine in the
     bucket's bytes (α terms + β/γ terms × s; the node cap, congestion and core
     sharing scale both alike): c_b = a + b·s_b. Two evaluations per
     configuration then replace one per bucket, and suffix sums of the costs
@@ -251,7 +266,7 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
     byt = np.cumsum(sizes[:, ::-1], axis=1)[:, ::-1]
     ready = np.asarray(table.ready_frac, dtype=np.float64)
     sweepable = not hasattr(arch, "iteration_breakdown")
-    per_cap = not (params.n_regimes == 1 and sweepable)
+    per_cap = not (costs_are_affine(params) and sweepable)
     if per_cap:
         groups = [(r, max(1, int(table.counts[idx[r[0]]]))) for r in _rows_by(idx)]
     elif arch.overlaps:

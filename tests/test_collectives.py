@@ -376,6 +376,28 @@ def test_one_regime_is_the_plain_line_exactly():
     np.testing.assert_allclose(got, want, rtol=1e-14)
 
 
+@pytest.mark.parametrize("d", [0.0, 0.5, 1.0])
+def test_latency_overlap_blends_the_sum_and_the_larger_of_latency_and_transfer(d):
+    """T = (1 − d)·(L + B) + d·(L⁸ + B⁸)^(1/8) with L the α steps and B the bytes'
+    terms (β, γ) of the closed form (ring all_reduce, 8 ranks on 8 nodes): d = 0 is
+    α + S·β exactly (the default), d = 1 never more than the sum, equal to L at 0
+    bytes, within 2^(1/8) of max(L, B) at the crossover and → B at large sizes."""
+    dd = min(max(d, 1e-13), 1 - 1e-13)
+    p = exact_params(latency_overlap=(1e-13, dd))
+    S = np.geomspace(1.0, 1e10, 21)
+    got = np.asarray(collective_time(p, "all_reduce", S, 8, 1))
+    L = closed_form("all_reduce", None, 0.0, 8, 1)
+    B = np.array([closed_form("all_reduce", None, s, 8, 1) for s in S]) - L
+    smax = (L**8 + B**8) ** 0.125
+    want = (1 - dd) * (L + B) + dd * smax if d > 0 else L + B
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert np.all(got <= L + B + 1e-18)
+    assert np.all(np.diff(got) >= 0)  # never falls with the size (flat where L dominates)
+    if d == 1.0:
+        assert float(collective_time(p, "all_reduce", 0.0, 8, 1)) == pytest.approx(L, rel=1e-12)
+        assert got[-1] == pytest.approx(B[-1], rel=1e-9)
+
+
 # ---------------------------------------------------------------------------
 # Gradients, jit and vmap
 # ---------------------------------------------------------------------------

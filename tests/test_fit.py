@@ -390,6 +390,90 @@ def test_convolutions_fit_their_own_rate_and_a_matmul_fit_leaves_it_at_the_prior
     assert got == pytest.approx(want, rel=1e-9)
 
 
+def test_a_convolutions_backward_fits_its_own_rate_over_its_forward():
+    """Forward conv records take o + F/(R·e), backward ones o + F/(R·e·b) with b = 0.6
+    (conv_backward_efficiency: XLA:CPU's convolution gradients, issue 22), matmuls
+    o + F/R. The fit recovers e and b within 3%, both identified; without backward
+    records b stays exactly at its prior (1); a CNN's backward compute in the
+    timeline is its FLOPs at R·e·b and its forward at R·e."""
+    rng = np.random.default_rng(7)
+    R, e, b, o = 4e10, 0.8, 0.6, 30e-6
+    gpu = {"backend": "gpu", "device_kind": "A100"}
+
+    def layer(op, f, i, rate):
+        return {
+            **comp(f, 1, (o + f / rate) * math.exp(0.02 * rng.normal())),
+            **gpu,
+            "op": op,
+            "shape": {"model": "cnn", "layer": i, "type": "conv2d", "batch": 8},
+        }
+
+    mm = [
+        {**comp(f, 1, (o + f / R) * math.exp(0.02 * rng.normal())), **gpu}
+        for f in np.geomspace(1e7, 1e10, 12)
+    ]
+    fs = np.geomspace(1e7, 1e10, 8)
+    fwd = [layer("forward", f, i, R * e) for i, f in enumerate(fs)]
+    bwd = [layer("backward", 2 * f, i, R * e * b) for i, f in enumerate(fs)]
+    fit = calibrate(mm + fwd + bwd, n_regimes=1, holdout=0.0)
+    assert float(fit.params.conv_efficiency) == pytest.approx(e, rel=0.03)
+    assert float(fit.params.conv_backward_efficiency) == pytest.approx(b, rel=0.03)
+    assert fit.identified["conv_backward_efficiency"] and fit.identified["conv_efficiency"]
+    fwd_only = calibrate(mm + fwd, n_regimes=1, holdout=0.0)
+    assert float(fwd_only.params.conv_backward_efficiency) == pytest.approx(1.0, rel=1e-9)
+    assert not fwd_only.identified["conv_backward_efficiency"]
+    from costmodel._buckets import WorkloadTerms, _compute_s
+    from costmodel.workloads import get_workload
+
+    cnn = get_workload("resnet50")
+    p = fit.params.to_numpy()
+    wt = WorkloadTerms.from_workload(cnn, numpy=True)
+    f_s, b_s = _compute_s(p, wt, np.float64(2.0), np.float64(1.0))
+    v = float(wt.conv_share)
+    rate = float(p.flops_per_s)
+    pe, pb = float(p.conv_efficiency), float(p.conv_backward_efficiency)
+    want_f = 2 * float(np.sum(cnn.fwd_flops)) * (1 - v + v / pe) / rate
+    want_b = 2 * float(np.sum(cnn.bwd_flops)) * (1 - v + v / (pe * pb)) / rate
+    assert float(f_s) == pytest.approx(want_f, rel=1e-9)
+    assert float(b_s) == pytest.approx(want_b, rel=1e-9)
+
+
+def _overlapped_truth(d):
+    return ClusterParams.create(
+        alpha_s=(2e-6, 400e-6),
+        beta_s_per_byte=(1 / 5e9, 1 / 12e6),
+        call_overhead_s=50e-6,
+        latency_overlap=(1e-13, d),
+    )
+
+
+@pytest.mark.parametrize("d", [0.95, 1e-13])
+def test_latency_overlap_is_fitted_where_small_sizes_take_the_same_time(d):
+    """Two-rank inter-node curves 1 KiB – 16 MiB made with latency overlap d (the
+    emulated cluster: 1 and 4 KiB take the same time, 16 KiB its wire time; d = 0.95)
+    or without (α + S·β, d ≈ 0). With overlap, the fit finds d > 0.8 and predicts
+    held-out sizes within 3%; without, d stays exactly at its prior (α + S·β, not
+    identified) and the fitted α within 3% of the truth."""
+    rng = np.random.default_rng(11)
+    truth = _overlapped_truth(d)
+    sizes = [1024 * 4**i for i in range(8)]
+    recs = [
+        coll(c, S, 2, 1, float(collective_time(truth, c, S, 2, 1)) * math.exp(0.01 * rng.normal()))
+        for c in ("all_reduce", "all_gather", "ps_push")
+        for S in sizes
+    ]
+    fit = calibrate(recs, n_regimes=1)
+    got = float(fit.params.latency_overlap[1])
+    if d > 0.5:
+        assert got > 0.8
+        assert fit.heldout_p90 < 0.03
+    else:
+        assert got == pytest.approx(float(truth.latency_overlap[1]), rel=1e-6)
+        assert not fit.identified["latency_overlap[inter]"]
+        a = float(fit.params.regime_alpha_s[0, 1, 0])  # all_reduce, inter
+        assert a == pytest.approx(float(truth.regime_alpha_s[0, 1, 0]), rel=0.03)
+
+
 def costmodel_compute_s(params, workload, batch):
     """Forward + backward seconds of ``batch`` samples on a lone rank, from the timeline's terms."""
     from costmodel._buckets import WorkloadTerms, _compute_s

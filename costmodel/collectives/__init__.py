@@ -18,6 +18,7 @@ from ._abstract import AbstractCollective as AbstractCollective
 from ._all_to_all import AllToAll as AllToAll
 from ._base import _EXPONENT_PROPERTIES, check_static_ranks
 from ._base import CONGESTION_EXPONENT as CONGESTION_EXPONENT
+from ._base import NEGLIGIBLE_OVERLAP as NEGLIGIBLE_OVERLAP
 from ._base import CollectiveBatch as CollectiveBatch
 from ._base import Terms as Terms
 from ._base import collective_batch_time as collective_batch_time

@@ -5,17 +5,21 @@ count — latency steps, bytes through the busiest rank's link, bytes through th
 busiest node's shared resource, bytes reduced, and a congestion factor — and
 :func:`evaluate` turns those terms into a time with a cluster's parameters:
 
-    T_r = steps·α_r + softmax₂(link_bytes·β_r, node_bytes·β_node)·η + reduce_bytes·γ
+    L_r = steps·α_r,   B_r = softmax₂(link_bytes·β_r, node_bytes·β_node)·η + reduce_bytes·γ
+    T_r = (1 − d)·(L_r + B_r) + d·softmax₂(L_r, B_r)
     T   = (softmin_r T_r + o_call) · share(g),      0 when no transfer is needed
 
 where r runs over the protocol regimes (one regime: the plain α-β line), η is a
-congestion factor (fan-in, all-to-all), o_call the per-call overhead and
+congestion factor (fan-in, all-to-all), d the level's latency overlap (0: the
+latency adds to the transfer, Hockney; 1: the larger of the two, as when the
+latency of a pipelined transfer runs under its bytes), o_call the per-call overhead and
 share(g) = softmax₂(1, g / slots) the slowdown of ranks that share a node's cores.
 The level (intra- or inter-node α, β) is the inter-node one as soon as the
 collective spans more than one node (``num_ranks > ranks_per_node``).
 
 References:
-    Hockney 1994 (α-β); Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005 (per-collective
+    Hockney 1994 (α-β); Alexandrov et al., SPAA 1995 (LogGP: overhead and gap);
+    Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005 (per-collective
     costs, γ); NCCL protocols LL/LL128/Simple (NVIDIA NCCL docs, "NCCL_PROTO").
 """
 
@@ -40,6 +44,7 @@ __all__ = [
     "as_float",
     "check_static_ranks",
     "CONGESTION_EXPONENT",
+    "NEGLIGIBLE_OVERLAP",
     "CollectiveBatch",
     "collective_batch_time",
 ]
@@ -133,9 +138,12 @@ def evaluate(
     bw_node = t.node_bytes * node_beta
     bw_link = t.link_bytes[..., None] * beta
     bw = soft_max2(bw_link, bw_node[..., None]) * t.congestion[..., None]
-    per_regime = (
-        t.steps[..., None] * alpha + bw + (t.reduce_bytes * params.gamma_s_per_byte)[..., None]
-    )
+    lat = t.steps[..., None] * alpha
+    xfer = bw + (t.reduce_bytes * params.gamma_s_per_byte)[..., None]
+    lo = params.latency_overlap
+    d = xp.where(inter, lo[..., 1], lo[..., 0])[..., None]
+    d = xp.where(d <= NEGLIGIBLE_OVERLAP, 0.0, d)  # the default: α + S·β exactly
+    per_regime = lat + xfer - d * (lat + xfer - soft_max2(lat, xfer))
     if params.n_regimes == 1:
         time = per_regime[..., 0]
     else:
@@ -179,6 +187,11 @@ def finish(params: ClusterParams, time, steps, ranks_per_node):
     active = steps > 0
     return xp.where(active, (time + params.call_overhead_s) * share, 0.0)
 
+
+#: Latency overlap (``ClusterParams.latency_overlap``) at or below which it is taken
+#: as 0, so that the default (logit −30, about 1e-13) is α + S·β exactly and every
+#: cost affine in its bytes (the iteration timeline's fast path).
+NEGLIGIBLE_OVERLAP = 1e-12
 
 #: Collectives whose congestion factor η is ``base ** exponent`` with a fitted
 #: exponent, and the :class:`~costmodel.ClusterParams` property holding it

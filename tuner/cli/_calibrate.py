@@ -527,6 +527,11 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
         _table(rows)
     if any(r["name"] == "conv_efficiency" for r in ident):
         print("(conv_efficiency: a convolution's FLOP rate / flops_per_s, 1 = a matmul's rate)")
+    if any(r["name"] == "conv_backward_efficiency" for r in ident):
+        print(
+            "(conv_backward_efficiency: a convolution's backward FLOP rate / its forward rate, "
+            "1 = the same)"
+        )
     frozen = len(profile.leaf_names) - len(profile.fit.get("free_leaves", profile.leaf_names))
     print(
         f"the other {len(table) - len(ident)} are not pinned down (90% interval wider than "
