@@ -179,6 +179,7 @@ def run_main_job(
     command: str | None = None,
     validate: bool = False,
     emulate=None,
+    validate_steps: int = 5,
 ) -> RunResult:
     """Measure this machine (or read measurements), calibrate, recommend and write the report.
 
@@ -213,6 +214,8 @@ def run_main_job(
         emulate: a started :class:`launch.EmulatedCluster`: collect (and
             validate) in it; ``workers`` becomes its rank count and every
             record carries ``"emulated"``.
+        validate_steps: training steps timed per configuration and repeat
+            when validating, ≥ 1 (default 5, after 2 warm-up steps).
 
     Returns:
         A :class:`RunResult`.
@@ -227,7 +230,7 @@ def run_main_job(
     t_start = time.monotonic()
     if emulate is not None:
         workers = emulate.spec.num_ranks
-    _check_run_args(workers, batch_size, max_workers, ranks_per_node, budget_s)
+    _check_run_args(workers, batch_size, max_workers, ranks_per_node, budget_s, validate_steps)
     # Everything that can be checked cheaply is checked before the slow part.
     workload = (
         load_layers(layers, batch_size=batch_size)
@@ -268,7 +271,7 @@ def run_main_job(
         validation = None
         if validate:
             with _timed(timings, "validate"):
-                validation = _validate(profile, workers, stage, log, emulate)
+                validation = _validate(profile, workers, stage, log, emulate, validate_steps)
         with _timed(timings, "report"):
             _say(log, "[4/4] writing the report")
             _report(
@@ -348,12 +351,15 @@ def _timed(timings: dict, key: str):
         timings[key] = time.monotonic() - t0
 
 
-def _check_run_args(workers, batch_size, max_workers, ranks_per_node, budget_s) -> None:
+def _check_run_args(
+    workers, batch_size, max_workers, ranks_per_node, budget_s, validate_steps=5
+) -> None:
     for name, v, lo in (
         ("workers", workers, 2),
         ("batch_size", batch_size, 1),
         ("max_workers", max_workers, 1),
         ("ranks_per_node", ranks_per_node, 1),
+        ("validate_steps", validate_steps, 1),
     ):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{name} must be an integer ≥ {lo}, got {v!r}")
@@ -430,7 +436,7 @@ def _recommend(profile, workload, max_workers, ranks_per_node, log):
         return recommend(profile, workload, force=True, **kwargs), str(e)
 
 
-def _validate(profile, workers: int, stage: Path, log, emulate=None) -> list:
+def _validate(profile, workers: int, stage: Path, log, emulate=None, steps: int = 5) -> list:
     """Step 3b: real training against the profile's predictions; one result per model.
 
     On this machine: the MLP with ps (colocated), p2p and ring on ``workers``
@@ -441,7 +447,7 @@ def _validate(profile, workers: int, stage: Path, log, emulate=None) -> list:
     (``validation.jsonl``, ``validation-cnn.jsonl``).
     """
     if emulate is not None:
-        return _seed_experiment(profile, stage, log, emulate)
+        return _seed_experiment(profile, stage, log, emulate, steps)
     _say(log, f"[3b/4] validating: real MLP training on {workers} local processes")
     validation = validate_training(
         profile,
@@ -452,14 +458,14 @@ def _validate(profile, workers: int, stage: Path, log, emulate=None) -> list:
         colocated=True,
         measurements=stage / "validation.jsonl",
         overwrite=True,
-        steps=5,
+        steps=steps,
         repeats=2,
     )
     _say_validation(log, validation)
     return [validation]
 
 
-def _seed_experiment(profile, stage: Path, log, emulate) -> list:
+def _seed_experiment(profile, stage: Path, log, emulate, steps: int = 5) -> list:
     """Step 3b in an emulated cluster: the seed paper's experiment, MLP and CNN."""
     ranks = emulate.spec.num_ranks
     out = []
@@ -477,6 +483,7 @@ def _seed_experiment(profile, stage: Path, log, emulate) -> list:
             measurements=stage / name,
             overwrite=True,
             emulate=emulate,
+            steps=steps,
         )
         _say_validation(log, v)
         out.append(v)

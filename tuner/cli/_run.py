@@ -162,6 +162,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "2 to the cluster's ranks (about a minute per model and worker count; a figure in the "
         "report, the CNN's steps in DIR/validation-cnn.jsonl)",
     )
+    parser.add_argument(
+        "--validate-steps",
+        type=positive_int_arg,
+        default=5,
+        metavar="N",
+        help="with --validate: training steps timed per configuration, twice, after 2 "
+        "warm-up steps (default 5; fewer is faster and noisier)",
+    )
     o = parser.add_argument_group("output")
     o.add_argument(
         "-o",
@@ -273,6 +281,7 @@ def _run_main_job(args: argparse.Namespace, prior):
         command="ddltune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["run"] else None,
         validate=args.validate,
         emulate=getattr(args, "emulate_cluster", None),
+        validate_steps=args.validate_steps,
     )
 
 
