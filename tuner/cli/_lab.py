@@ -221,8 +221,7 @@ def _clean(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from costmodel import format_bytes
-    from launch import EmulatedCluster, EmulationError
-    from launch._emulate import STOLEN_FRACTION
+    from launch import STOLEN_FRACTION, EmulatedCluster, EmulationError
 
     spec = parse_spec(args.emulate)
     if not 0.3 <= args.seconds <= 30:
