@@ -239,45 +239,26 @@ def run_job(
 # --------------------------------------------------------------------------- SLURM
 
 
-class SlurmCluster:
-    """A single-host SLURM for tests: munged, slurmctld and slurmd of this machine.
+class _SlurmDaemons:
+    """What both test SLURMs share: their daemons, each a process of its own session
+    with its output in the cluster's folder, a munged of their own, ``sinfo``/``squeue``
+    through :meth:`_cmd` (as is here; inside the login node across emulated nodes).
 
-    Everything lives in a fresh folder under the system's temporary directory
-    (munged wants every directory above its socket to be searchable by all,
-    which pytest's 0700 ``tmp_path`` is not): a 1 KiB munge key, munged's
-    socket, pid, log and seed files, ``slurm.conf`` with ports picked free,
-    the state and spool folders and the daemons' logs. NodeName is this
-    host's ``hostname -s`` with the CPU layout ``slurmd -C`` reports;
-    ``select/cons_tres``, ``proctrack/linuxproc``, ``task/none``: no cgroups.
-
-    Use :meth:`start` (raises :class:`RuntimeError` with the logs when a
-    daemon fails) and :meth:`stop` (SIGTERM, then SIGKILL, by PID; removes the
-    folder). :meth:`srun` gives the argv prefix and :attr:`env` the
-    environment (``SLURM_CONF``) for ``srun``/``sinfo``.
+    Subclasses set :attr:`base` (the folder), :attr:`env` and provide ``_path``.
     """
 
     BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sinfo", "squeue")
 
     def __init__(self):
-        self.base: Path | None = None
         self.procs: dict[str, subprocess.Popen] = {}
         self.env: dict[str, str] = {}
         self.version = ""
-        self.node = ""
 
-    @classmethod
-    def unavailable(cls) -> str | None:
-        """Why a single-host SLURM cannot start here, or ``None``."""
-        missing = [b for b in cls.BINARIES if shutil.which(b) is None]
-        if missing:
-            return f"SLURM not installed ({', '.join(missing)} missing; {APT_HINT})"
-        if os.geteuid() != 0:
-            return "the single-host SLURM runs slurmd and munged as root; not root here"
-        return None
+    def _cmd(self, argv: list[str]) -> list[str]:
+        return argv
 
-    def _path(self, *parts: str) -> Path:
-        assert self.base is not None
-        return self.base.joinpath(*parts)
+    def _node_count(self) -> int:
+        return 1
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         with open(self._path(f"{name}.out"), "wb") as out:
@@ -293,10 +274,11 @@ class SlurmCluster:
     def logs(self) -> str:
         """The tails of every daemon's output and log file."""
         parts = []
-        for name in ("munged.out", "slurmctld.out", "slurmctld.log", "slurmd.out", "slurmd.log"):
+        assert self.base is not None
+        for f in sorted(self.base.glob("*.out")) + sorted(self.base.glob("*.log")):
             with contextlib.suppress(OSError):
-                lines = self._path(name).read_text(errors="replace").splitlines()[-8:]
-                parts.append(f"--- {name}\n" + "\n".join(lines))
+                lines = f.read_text(errors="replace").splitlines()[-8:]
+                parts.append(f"--- {f.name}\n" + "\n".join(lines))
         return "\n".join(parts)
 
     def _wait(self, what: str, ready, timeout_s: float) -> None:
@@ -310,15 +292,12 @@ class SlurmCluster:
             time.sleep(0.3)
         raise RuntimeError(f"{what} not within {timeout_s:g} s:\n{self.logs()}")
 
-    def start(self, timeout_s: float = 60.0) -> SlurmCluster:
-        """Generate the files, start munged, slurmctld and slurmd, wait until the node is idle."""
-        self.base = Path(tempfile.mkdtemp(prefix="ddltune-slurm-"))
-        self.base.chmod(0o755)
+    def _start_munged(self) -> Path:
+        """Write a fresh 1 KiB key, start munged on a socket in the folder; its path."""
         for sub in ("state", "spool"):
             self._path(sub).mkdir()
         self.env = clean_env(SLURM_CONF=str(self._path("slurm.conf")))
         self.version = _version_text("srun").strip()
-
         key = self._path("munge.key")
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
@@ -337,6 +316,127 @@ class SlurmCluster:
             ],
         )
         self._wait("munged's socket", sock.exists, 20)
+        return sock
+
+    def _conf(self, sock: Path, head: str, tail: str, *, per_node: str = "") -> str:
+        """slurm.conf: ``head`` (cluster and controller lines), the settings both
+        share (munge on ``sock``, no cgroups, no accounting), then ``tail`` (nodes,
+        partition); ``per_node`` goes into the names of slurmd's spool, pid and log."""
+        p = self._path
+        return f"""\
+{head}
+AuthType=auth/munge
+AuthInfo=socket={sock}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={p("state")}
+SlurmdSpoolDir={p("spool")}{"/" + per_node if per_node else ""}
+SlurmctldPidFile={p("slurmctld.pid")}
+SlurmdPidFile={p("slurmd" + ("-" + per_node if per_node else "") + ".pid")}
+SlurmctldLogFile={p("slurmctld.log")}
+SlurmdLogFile={p("slurmd" + ("-" + per_node if per_node else "") + ".log")}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+SwitchType=switch/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+KillWait=5
+MinJobAge=5
+InactiveLimit=0
+{tail}
+"""
+
+    def _idle(self) -> bool:
+        try:
+            out = subprocess.run(
+                self._cmd(["sinfo", "-h", "-N", "-o", "%T"]),
+                capture_output=True,
+                text=True,
+                timeout=10,
+                env=self.env,
+            ).stdout
+        except subprocess.TimeoutExpired:
+            return False
+        states = out.split()
+        return len(states) == self._node_count() and set(states) == {"idle"}
+
+    def jobs_left(self, timeout_s: float = 20.0) -> str:
+        """``squeue``'s lines once every job ended (empty), or what is still there after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        out = ""
+        while time.monotonic() < deadline:
+            out = subprocess.run(
+                self._cmd(["squeue", "-h"]),
+                capture_output=True,
+                text=True,
+                timeout=10,
+                env=self.env,
+            ).stdout.strip()
+            if not out:
+                return ""
+            time.sleep(0.5)
+        return out
+
+    def _stop_daemons(self) -> None:
+        """SIGTERM, then SIGKILL, by PID: the slurmds, slurmctld, then munged."""
+        for name in sorted(self.procs, key=lambda n: (n != "munged", n), reverse=True):
+            p = self.procs[name]
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        self.procs.clear()
+
+
+class SlurmCluster(_SlurmDaemons):
+    """A single-host SLURM for tests: munged, slurmctld and slurmd of this machine.
+
+    Everything lives in a fresh folder under the system's temporary directory
+    (munged wants every directory above its socket to be searchable by all,
+    which pytest's 0700 ``tmp_path`` is not): a 1 KiB munge key, munged's
+    socket, pid, log and seed files, ``slurm.conf`` with ports picked free,
+    the state and spool folders and the daemons' logs. NodeName is this
+    host's ``hostname -s`` with the CPU layout ``slurmd -C`` reports;
+    ``select/cons_tres``, ``proctrack/linuxproc``, ``task/none``: no cgroups.
+
+    Use :meth:`start` (raises :class:`RuntimeError` with the logs when a
+    daemon fails) and :meth:`stop` (SIGTERM, then SIGKILL, by PID; removes the
+    folder). :meth:`srun` gives the argv prefix and :attr:`env` the
+    environment (``SLURM_CONF``) for ``srun``/``sinfo``.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.base: Path | None = None
+        self.node = ""
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why a single-host SLURM cannot start here, or ``None``."""
+        missing = [b for b in cls.BINARIES if shutil.which(b) is None]
+        if missing:
+            return f"SLURM not installed ({', '.join(missing)} missing; {APT_HINT})"
+        if os.geteuid() != 0:
+            return "the single-host SLURM runs slurmd and munged as root; not root here"
+        return None
+
+    def _path(self, *parts: str) -> Path:
+        assert self.base is not None
+        return self.base.joinpath(*parts)
+
+    def start(self, timeout_s: float = 60.0) -> SlurmCluster:
+        """Generate the files, start munged, slurmctld and slurmd, wait until the node is idle."""
+        self.base = Path(tempfile.mkdtemp(prefix="ddltune-slurm-"))
+        self.base.chmod(0o755)
+        sock = self._start_munged()
 
         probe = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30)
         words = dict(w.split("=", 1) for w in probe.stdout.split() if "=" in w)
@@ -353,86 +453,28 @@ class SlurmCluster:
         while slurmd_port == ctld_port:
             slurmd_port = free_port()
         p = self._path
-        conf = f"""\
-# Generated by tests/_launchers.py: a single-host SLURM for the launcher tests.
-ClusterName=ddltunetest
-SlurmctldHost={self.node}(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-AuthType=auth/munge
-AuthInfo=socket={sock}
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={p("state")}
-SlurmdSpoolDir={p("spool")}
-SlurmctldPidFile={p("slurmctld.pid")}
-SlurmdPidFile={p("slurmd.pid")}
-SlurmctldLogFile={p("slurmctld.log")}
-SlurmdLogFile={p("slurmd.log")}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-SwitchType=switch/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-ReturnToService=2
-KillWait=5
-MinJobAge=5
-InactiveLimit=0
-NodeName={self.node} NodeAddr=127.0.0.1 {layout} RealMemory=500 State=UNKNOWN
-PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
-"""
+        conf = self._conf(
+            sock,
+            "# Generated by tests/_launchers.py: a single-host SLURM for the launcher tests.\n"
+            f"ClusterName=ddltunetest\nSlurmctldHost={self.node}(127.0.0.1)\n"
+            f"SlurmctldPort={ctld_port}\nSlurmdPort={slurmd_port}",
+            f"NodeName={self.node} NodeAddr=127.0.0.1 {layout} RealMemory=500 State=UNKNOWN\n"
+            f"PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP "
+            "OverSubscribe=FORCE:4",
+        )
         p("slurm.conf").write_text(conf)
         self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(p("slurm.conf"))])
         self._spawn("slurmd", ["slurmd", "-D", "-f", str(p("slurm.conf"))])
         self._wait("the node idle in sinfo", self._idle, timeout_s)
         return self
 
-    def _idle(self) -> bool:
-        try:
-            out = subprocess.run(
-                ["sinfo", "-h", "-N", "-o", "%T"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                env=self.env,
-            ).stdout
-        except subprocess.TimeoutExpired:
-            return False
-        return out.strip() == "idle"
-
     def srun(self, ntasks: int = 2) -> list[str]:
         """The argv prefix for ``ntasks`` tasks (even on fewer CPUs) that all end when one fails."""
         return ["srun", "-n", str(ntasks), "--overcommit", "--kill-on-bad-exit=1", "-t", "5"]
 
-    def jobs_left(self, timeout_s: float = 20.0) -> str:
-        """``squeue``'s lines once every job ended (empty), or what is still there after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        out = ""
-        while time.monotonic() < deadline:
-            out = subprocess.run(
-                ["squeue", "-h"], capture_output=True, text=True, timeout=10, env=self.env
-            ).stdout.strip()
-            if not out:
-                return ""
-            time.sleep(0.5)
-        return out
-
     def stop(self) -> None:
         """Stop slurmd, slurmctld and munged by PID (SIGTERM, then SIGKILL) and remove the folder."""
-        for name in ("slurmd", "slurmctld", "munged"):
-            p = self.procs.get(name)
-            if p is not None and p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        self.procs.clear()
+        self._stop_daemons()
         if self.base is not None:
             shutil.rmtree(self.base, ignore_errors=True)
             self.base = None
@@ -559,7 +601,7 @@ class EmulatedNodes:
 # --------------------------------------------------------------------------- SLURM across emulated nodes
 
 
-class EmulatedSlurmCluster(EmulatedNodes):
+class EmulatedSlurmCluster(EmulatedNodes, _SlurmDaemons):
     """SLURM across the nodes of a :class:`launch.EmulatedCluster`, as on a real cluster.
 
     One slurmd per emulated node, started inside that node's network and UTS
@@ -581,76 +623,25 @@ class EmulatedSlurmCluster(EmulatedNodes):
             ranks per node are srun's ``--ntasks-per-node``).
     """
 
-    BINARIES = SlurmCluster.BINARIES
-
     def __init__(self, spec: str = "4x1@200mbit"):
-        super().__init__(spec)
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.env: dict[str, str] = {}
-        self.version = ""
+        EmulatedNodes.__init__(self, spec)
+        _SlurmDaemons.__init__(self)
+
+    def _cmd(self, argv: list[str]) -> list[str]:
+        return self.command(argv)
+
+    def _node_count(self) -> int:
+        return len(self.cluster.nodes)
 
     @classmethod
     def unavailable(cls) -> str | None:
         """Why SLURM across emulated nodes cannot start here, or ``None``."""
         return SlurmCluster.unavailable() or EmulatedNodes.unavailable()
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        with open(self._path(f"{name}.out"), "wb") as out:
-            self.procs[name] = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,
-            )
-
-    def logs(self) -> str:
-        """The tails of every daemon's output and log file."""
-        parts = []
-        assert self.base is not None
-        for f in sorted(self.base.glob("*.out")) + sorted(self.base.glob("*.log")):
-            with contextlib.suppress(OSError):
-                lines = f.read_text(errors="replace").splitlines()[-8:]
-                parts.append(f"--- {f.name}\n" + "\n".join(lines))
-        return "\n".join(parts)
-
-    def _wait(self, what: str, ready, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for name, p in self.procs.items():
-                if p.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {p.returncode}:\n{self.logs()}")
-            if ready():
-                return
-            time.sleep(0.3)
-        raise RuntimeError(f"{what} not within {timeout_s:g} s:\n{self.logs()}")
-
     def start(self, timeout_s: float = 60.0) -> EmulatedSlurmCluster:
         """Build the emulated network, write the files, start the daemons, wait until idle."""
         super().start()
-        for sub in ("state", "spool"):
-            self._path(sub).mkdir()
-        self.env = clean_env(SLURM_CONF=str(self._path("slurm.conf")))
-        self.version = _version_text("srun").strip()
-        key = self._path("munge.key")
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o600)
-        sock = self._path("munge.socket")
-        self._spawn(
-            "munged",
-            [
-                "munged",
-                "--foreground",
-                "--force",
-                f"--key-file={key}",
-                f"--socket={sock}",
-                f"--pid-file={self._path('munged.pid')}",
-                f"--log-file={self._path('munged.log')}",
-                f"--seed-file={self._path('munged.seed')}",
-            ],
-        )
-        self._wait("munged's socket", sock.exists, 20)
+        sock = self._start_munged()
         cpus = os.cpu_count() or 1
         p = self._path
         n0 = self.cluster.nodes[0]
@@ -659,38 +650,15 @@ class EmulatedSlurmCluster(EmulatedNodes):
             for n in self.cluster.nodes
         )
         names = ",".join(self.hostnames)
-        conf = f"""\
-# Generated by tests/_launchers.py: SLURM across the nodes of an emulated cluster.
-ClusterName=ddltuneemu
-SlurmctldHost={n0.hostname}({n0.address})
-SlurmctldPort=6817
-SlurmdPort=6818
-AuthType=auth/munge
-AuthInfo=socket={sock}
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={p("state")}
-SlurmdSpoolDir={p("spool")}/%n
-SlurmctldPidFile={p("slurmctld.pid")}
-SlurmdPidFile={p("slurmd-%n.pid")}
-SlurmctldLogFile={p("slurmctld.log")}
-SlurmdLogFile={p("slurmd-%n.log")}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-SwitchType=switch/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-ReturnToService=2
-KillWait=5
-MinJobAge=5
-InactiveLimit=0
-{nodes}
-PartitionName=emu Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
-"""
+        conf = self._conf(
+            sock,
+            "# Generated by tests/_launchers.py: SLURM across the nodes of an emulated cluster.\n"
+            f"ClusterName=ddltuneemu\nSlurmctldHost={n0.hostname}({n0.address})\n"
+            "SlurmctldPort=6817\nSlurmdPort=6818",
+            f"{nodes}\nPartitionName=emu Nodes={names} Default=YES MaxTime=INFINITE State=UP "
+            "OverSubscribe=FORCE:4",
+            per_node="%n",
+        )
         p("slurm.conf").write_text(conf)
         conf_path = str(p("slurm.conf"))
         self._spawn("slurmctld", self.command(["slurmctld", "-D", "-f", conf_path]))
@@ -702,20 +670,6 @@ PartitionName=emu Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscr
             )
         self._wait("every node idle in sinfo", self._idle, timeout_s)
         return self
-
-    def _idle(self) -> bool:
-        try:
-            out = subprocess.run(
-                self.command(["sinfo", "-h", "-N", "-o", "%T"]),
-                capture_output=True,
-                text=True,
-                timeout=10,
-                env=self.env,
-            ).stdout
-        except subprocess.TimeoutExpired:
-            return False
-        states = out.split()
-        return len(states) == len(self.cluster.nodes) and set(states) == {"idle"}
 
     def srun(self, nodes: int, ntasks_per_node: int) -> list[str]:
         """``srun`` on ``nodes`` nodes × ``ntasks_per_node``, run from the login node."""
@@ -733,35 +687,10 @@ PartitionName=emu Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscr
             ]
         )
 
-    def jobs_left(self, timeout_s: float = 20.0) -> str:
-        """``squeue``'s lines once every job ended (empty), or what is still there after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        out = ""
-        while time.monotonic() < deadline:
-            out = subprocess.run(
-                self.command(["squeue", "-h"]),
-                capture_output=True,
-                text=True,
-                timeout=10,
-                env=self.env,
-            ).stdout.strip()
-            if not out:
-                return ""
-            time.sleep(0.5)
-        return out
-
     def stop(self) -> None:
         """Stop every daemon by PID, remove the namespaces and the folder."""
-        for name in sorted(self.procs, key=lambda n: (n != "munged", n), reverse=True):
-            p = self.procs[name]
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        super().stop()
+        self._stop_daemons()
+        EmulatedNodes.stop(self)
 
 
 # --------------------------------------------------------------------------- fake PMI server

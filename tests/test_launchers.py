@@ -280,20 +280,29 @@ class Launcher:
         return res
 
 
+def _up_and_down(c):
+    """Start a test cluster ``c`` (SLURM, emulated nodes), yield it, stop it: no daemon
+    (by the PIDs it started) or namespace of it left."""
+    try:
+        c.start()
+    except BaseException:
+        c.stop()
+        raise
+    emu = getattr(c, "cluster", None)
+    names = set() if emu is None else {n.netns for n in emu.nodes} | {emu.bridge_netns}
+    yield c
+    pids = [p.pid for p in getattr(c, "procs", {}).values()]
+    c.stop()
+    assert not [p for p in pids if H.alive(p)], "a daemon survived"
+    assert not names & _netns_names(), "a namespace survived"
+
+
 @pytest.fixture(scope="module")
 def slurm():
     why = H.SlurmCluster.unavailable()
     if why:
         pytest.skip(why)
-    cluster = H.SlurmCluster()
-    try:
-        cluster.start()
-    except BaseException:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
-    assert not [p.pid for p in cluster.procs.values() if H.alive(p.pid)]
+    yield from _up_and_down(H.SlurmCluster())
 
 
 @pytest.fixture(scope="module", params=["srun", "openmpi", "mpich"])
@@ -415,18 +424,7 @@ def emulated_slurm():
     why = H.EmulatedSlurmCluster.unavailable()
     if why:
         pytest.skip(why)
-    c = H.EmulatedSlurmCluster(EMULATED_SPEC)
-    try:
-        c.start()
-    except BaseException:
-        c.stop()
-        raise
-    names = {n.netns for n in c.cluster.nodes} | {c.cluster.bridge_netns}
-    yield c
-    pids = [p.pid for p in c.procs.values()]
-    c.stop()
-    assert not [p for p in pids if H.alive(p)], "a daemon survived"
-    assert not names & _netns_names(), "a namespace survived"
+    yield from _up_and_down(H.EmulatedSlurmCluster(EMULATED_SPEC))
 
 
 @pytest.fixture(scope="module")
@@ -439,16 +437,7 @@ def emulated_nodes(request):
     why = H.EmulatedNodes.unavailable()
     if why:
         pytest.skip(why)
-    c = H.EmulatedNodes(EMULATED_SPEC)
-    try:
-        c.start()
-    except BaseException:
-        c.stop()
-        raise
-    names = {n.netns for n in c.cluster.nodes} | {c.cluster.bridge_netns}
-    yield c
-    c.stop()
-    assert not names & _netns_names(), "a namespace survived"
+    yield from _up_and_down(H.EmulatedNodes(EMULATED_SPEC))
 
 
 class EmulatedLauncher:
