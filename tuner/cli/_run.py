@@ -343,5 +343,5 @@ def _print_summary(args: argparse.Namespace, res) -> None:
     if not args.emulate and not args.measurements and emulation_unavailable_reason() is None:
         print(
             "\nthis machine can emulate a cluster, where the network and not the shared cores "
-            "decides step times: ddltune run --emulate 2x1@200mbit (see 'ddltune lab --help')"
+            "decides step times: ddltune run --emulate 2x1@100mbit (see 'ddltune lab --help')"
         )
