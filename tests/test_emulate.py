@@ -166,20 +166,23 @@ def test_wire_bytes_count_every_frame_header():
 @pytest.mark.timeout(120)
 def test_one_message_crosses_in_alpha_plus_s_over_r_at_every_size():
     """A NIC carries one message in α + S/R at every size. Here, median of 5 messages
-    after an idle link, 1 KiB … 1 MiB over 200 Mbit/s (25 MB/s):
+    after an idle link, 1 KiB … 1 MiB over 50 Mbit/s (6.25 MB/s), α the time of 1 KiB
+    (it fits in the bucket):
 
     * no message crosses faster than its wire bytes at the rate, less the 2-frame
       bucket: (W − 3028 B)/R — physics, whatever the machine's load;
-    * from 64 KiB, where the wire time (≥ 2.7 ms) dwarfs the stack's jitter, the
-      time is one α-β line within 15% (measured 0.93–1.02 on a busy machine);
-      below, the α of a loaded 2-core machine jitters by ±50% and is not bounded.
+    * from 64 KiB, where the wire time (≥ 10.8 ms) dwarfs the stack's jitter, the
+      time is one α-β line within 15%; below, the α of a loaded 2-core machine
+      jitters by ±50% and is not bounded. At 200 Mbit/s this VM carried 64–256 KiB
+      single messages at 1.47–1.62× of α + S/R (3% steal): the bucket's refill
+      every 121 µs waits on timers of a halted vCPU; a median-excess α had hidden it.
 
-    The positive control: a 100 kB bucket (the old rate/HZ default) lets a 64 KiB
-    message through in about 0.12 of its wire time; the same bound catches it."""
+    The positive control: a 62.5 kB bucket (10 ms of the rate) lets a 64 KiB message
+    through in a fraction of its wire time; the same bound catches it."""
     sizes = [1024, 4096, 16384, 65536, 262144, 1 << 20]
-    rate = 200e6 / 8
+    rate = 50e6 / 8
     with _unless_stolen():
-        with EmulatedCluster("2x1@200mbit") as c:
+        with EmulatedCluster("2x1@50mbit") as c:
             burst = c.burst_bytes
             checks = c.size_check(sizes)
             ns = c.nodes[0].netns
@@ -190,7 +193,7 @@ def test_one_message_crosses_in_alpha_plus_s_over_r_at_every_size():
                 assert 0.85 <= x.ratio <= 1.15, [round(y.ratio, 2) for y in checks]
         big = checks[-1]  # bandwidth-bound: the wire bytes at the rate
         assert big.median_s == pytest.approx(big.wire_bytes / rate, rel=0.15)
-    with EmulatedCluster("2x1@200mbit", burst_s=0.004) as deep:
+    with EmulatedCluster("2x1@50mbit", burst_s=0.01) as deep:
         loose = {x.message_bytes: x for x in deep.size_check(sizes)}
     m = loose[65536]
     assert m.median_s < 0.5 * (m.wire_bytes - burst) / rate, m
@@ -568,29 +571,35 @@ def test_lab_check_without_capability_says_how_to_get_it():
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_lab_check_reports_each_size_against_alpha_plus_s_over_r():
-    p, out, err = _cli(
-        ["lab", "check", "--emulate", "2x1@200mbit",
-         "--seconds", "0.5", "--min-fraction", "0.5", "--size-tolerance", "1", "--json"],
-        140,
-    )  # fmt: skip
-    _skip_if_stolen(p, err)
-    assert p.returncode == 0, err
-    doc = json.loads(out)
-    sizes = [s["message_bytes"] for s in doc["sizes"]]
-    assert sizes == [1024 * 4**k for k in range(8)]  # 1 KiB … 16 MiB: 10 s of wire time
-    rate, burst = 200e6 / 8, doc["burst_bytes"]
-    alpha = doc["sizes"][0]["expected_s"] - doc["sizes"][0]["wire_bytes"] / rate
-    for s in doc["sizes"]:
-        assert s["wire_bytes"] == emu.wire_bytes(s["message_bytes"])
-        assert s["expected_s"] == pytest.approx(alpha + s["wire_bytes"] / rate, rel=1e-9)
-        assert s["ratio"] == pytest.approx(s["median_s"] / s["expected_s"], rel=1e-9)
-        assert s["median_s"] >= (s["wire_bytes"] - burst) / rate
-        # bandwidth-bound ones, where the bucket's head start is at most 1/8
-        want = s["wire_bytes"] / rate >= 4 * alpha and s["wire_bytes"] >= 8 * burst
-        assert s["judged"] == want
-    assert doc["sizes"][-1]["judged"]  # 16 MiB: 0.7 s of wire time, ~5,500 buckets
-    assert doc["size_tolerance"] == 1.0 and doc["passed"] is True
-    assert len(doc["links"]) == 2
+    with _unless_stolen():  # a size checked while the hypervisor took the CPUs
+        p, out, err = _cli(
+            ["lab", "check", "--emulate", "2x1@50mbit",
+             "--seconds", "0.5", "--min-fraction", "0.5", "--size-tolerance", "1", "--json"],
+            140,
+        )  # fmt: skip
+        _skip_if_stolen(p, err)
+        assert p.returncode == 0, err
+        doc = json.loads(out)
+        sizes = [s["message_bytes"] for s in doc["sizes"]]
+        assert sizes == [1024 * 4**k for k in range(7)]  # 1 KiB … 4 MiB: 10 s budget
+        rate, burst = 50e6 / 8, doc["burst_bytes"]
+        alpha = doc["sizes"][0]["expected_s"] - doc["sizes"][0]["wire_bytes"] / rate
+        # α is the time of the sizes the full bucket passes at once (1 KiB: 1,090 wire bytes
+        # of 3,028), not the median excess over all sizes, which took in the large sizes'
+        # shortfall on a busy machine (9.7–17.9 ms where 1 KiB took 0.5 ms)
+        assert doc["alpha_s"] == pytest.approx(alpha, rel=1e-9)
+        assert alpha == pytest.approx(doc["sizes"][0]["median_s"], rel=1e-6)
+        for s in doc["sizes"]:
+            assert s["wire_bytes"] == emu.wire_bytes(s["message_bytes"])
+            assert s["expected_s"] == pytest.approx(alpha + s["wire_bytes"] / rate, rel=1e-9)
+            assert s["ratio"] == pytest.approx(s["median_s"] / s["expected_s"], rel=1e-9)
+            assert s["median_s"] >= (s["wire_bytes"] - burst) / rate
+            # bandwidth-bound ones, where the bucket's head start is at most 1/8
+            want = s["wire_bytes"] / rate >= 4 * alpha and s["wire_bytes"] >= 8 * burst
+            assert s["judged"] == want
+        assert doc["sizes"][-1]["judged"]  # 4 MiB: 0.7 s of wire time, ~1,400 buckets
+        assert doc["size_tolerance"] == 1.0 and doc["passed"] is True
+        assert len(doc["links"]) == 2
 
 
 @needs_net

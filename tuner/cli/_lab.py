@@ -220,7 +220,7 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from costmodel import format_bytes
+    from costmodel import format_bytes, format_seconds
     from launch import STOLEN_FRACTION, EmulatedCluster, EmulationError
 
     spec = parse_spec(args.emulate)
@@ -240,7 +240,8 @@ def _check(args: argparse.Namespace) -> int:
         except EmulationError as e:
             failure = str(e)
             checks = cluster.checks
-        sizes = cluster.size_check() if spec.nodes >= 2 else []
+        # a link that failed its self-check is not timed per size: the command stops there
+        sizes = cluster.size_check() if spec.nodes >= 2 and failure is None else []
         rate_b = spec.rate_bits_per_s / 8
         alpha0 = (sizes[0].expected_s - sizes[0].wire_bytes / rate_b) if sizes else 0.0
         # judged where the wire time is at least 4 α (below, a loaded machine's α jitters)
@@ -259,9 +260,15 @@ def _check(args: argparse.Namespace) -> int:
                 f"size check failed: {len(off)} of {len(judged)} bandwidth-bound message sizes "
                 f"miss the link's α + S/R by more than {tol:.0%} (worst "
                 f"{format_bytes(worst.message_bytes)}: {worst.ratio:.2f}× of "
-                f"{worst.expected_s * 1e3:.3g} ms): the token bucket ({cluster.burst_bytes} B) "
+                f"{format_seconds(worst.expected_s)}): the token bucket ({cluster.burst_bytes} B) "
                 "is not a NIC's, or this machine was busy; run it again on a quieter machine"
             )
+            steal = cluster.size_check_steal_fraction
+            if steal is not None and steal >= STOLEN_FRACTION:
+                failure += (
+                    f" (the hypervisor took {steal:.0%} of its CPU time meanwhile, 'steal' in "
+                    "/proc/stat)"
+                )
         check_s = time.monotonic() - t0
         doc = {
             "emulate": spec.text,
@@ -274,6 +281,8 @@ def _check(args: argparse.Namespace) -> int:
             "addresses": [n.address for n in cluster.nodes],
             "links": [c.as_dict() for c in checks],
             "steal_fraction": cluster.check_steal_fraction,
+            "alpha_s": alpha0 if sizes else None,
+            "size_check_steal_fraction": cluster.size_check_steal_fraction,
             "sizes": [c.as_dict() | {"judged": c in judged} for c in sizes],
             "size_tolerance": tol,
             "goodput_bytes_per_s": cluster.provenance()["goodput_bytes_per_s"],
@@ -317,8 +326,8 @@ def _check(args: argparse.Namespace) -> int:
             print(f"# {'size':>9} {'measured(ms)':>13} {'α+S/R(ms)':>10} {'ratio':>6}")
             for c in sizes:
                 flag = "" if abs(c.ratio - 1.0) <= tol else "  off"
-                if flag and c not in judged:
-                    flag += " (α- or bucket-bound: not judged)"
+                if c not in judged:
+                    flag += "  (α- or bucket-bound: not judged)"
                 print(
                     f"  {format_bytes(c.message_bytes):>9} {c.median_s * 1e3:>13.3f} "
                     f"{c.expected_s * 1e3:>10.3f} {c.ratio:>6.2f}{flag}"
