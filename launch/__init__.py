@@ -12,6 +12,7 @@ starts ranks into (``emulate=``). The collector (:mod:`calibration`) and the tra
 
 from ._devices import Ranks as Ranks
 from ._emulate import STOLEN_FRACTION as STOLEN_FRACTION
+from ._emulate import STOLEN_RETRIES as STOLEN_RETRIES
 from ._emulate import EmulatedCluster as EmulatedCluster
 from ._emulate import EmulateSpec as EmulateSpec
 from ._emulate import EmulationError as EmulationError

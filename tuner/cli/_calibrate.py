@@ -464,8 +464,9 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
         f"{k}: {format_percent(s)}" for k, s in (sel.get("scores") or {}).items() if s is not None
     )
     print(
-        f"fitted {plural(pts.get('train', 0), 'point')}, held out {pts.get('heldout', 0)} "
-        f"({pts.get('collective', 0)} collective, {pts.get('compute', 0)} compute); "
+        f"fitted {plural(pts.get('train', 0), 'point')}, held out {pts.get('heldout', 0)}, "
+        f"of {pts.get('collective', 0)} collective and {pts.get('compute', 0)} compute "
+        "records; "
         f"statistic {fit.get('statistic')}; prior {profile.prior.get('preset')}"
     )
     print(

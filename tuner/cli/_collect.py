@@ -246,7 +246,7 @@ def format_tables(rows: list[dict]) -> str:
         for r in rs:
             out.append(
                 f"  {r['collective']:>14} {r['message_bytes']:>10d} {r['count']:>10d} "
-                f"{r['time_s'] * 1e6:>10.1f} {r['algbw'] / 1e9:>11.3f} {r['busbw'] / 1e9:>11.3f} "
+                f"{r['time_s'] * 1e6:>10.1f} {r['algbw'] / 1e9:>11.4g} {r['busbw'] / 1e9:>11.4g} "
                 f"{r['wrong']:>6d}"
             )
         out.append("")

@@ -113,11 +113,18 @@ def emulated(args: argparse.Namespace, *, check_seconds: float = 1.5, quiet: boo
     if not text:
         yield None
         return
-    from launch import EmulatedCluster, EmulationError
+    from launch import STOLEN_RETRIES, EmulatedCluster, EmulationError
 
     spec = parse_spec(text)
     try:
         with EmulatedCluster(spec) as cluster:
+            if not quiet and spec.nodes > 1:
+                print(
+                    f"# emulated cluster {spec.text}: built; checking each link's rate "
+                    f"({check_seconds:g} s per check, up to {3 + STOLEN_RETRIES} checks) …",
+                    file=sys.stderr,
+                    flush=True,
+                )
             checks = cluster.self_check(check_seconds)
             if not quiet and checks:
                 worst = min(c.goodput_bytes_per_s for c in checks)
