@@ -143,10 +143,7 @@ def evaluate(
     lo = params.latency_overlap
     d = xp.where(inter, lo[..., 1], lo[..., 0])[..., None]
     d = xp.where(d <= NEGLIGIBLE_OVERLAP, 0.0, d)  # the default: α + S·β exactly
-    if xp is np and not np.any(d):  # concrete and no overlap: the same value, no soft max
-        per_regime = lat + xfer
-    else:
-        per_regime = lat + xfer - d * (lat + xfer - soft_max2(lat, xfer))
+    per_regime = lat + xfer - d * (lat + xfer - soft_max2(lat, xfer))
     if params.n_regimes == 1:
         time = per_regime[..., 0]
     else:

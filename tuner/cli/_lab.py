@@ -113,7 +113,7 @@ def emulated(args: argparse.Namespace, *, check_seconds: float = 1.5, quiet: boo
     if not text:
         yield None
         return
-    from launch import STOLEN_RETRIES, EmulatedCluster, EmulationError
+    from launch import EmulatedCluster, EmulationError
 
     spec = parse_spec(text)
     try:
@@ -121,7 +121,7 @@ def emulated(args: argparse.Namespace, *, check_seconds: float = 1.5, quiet: boo
             if not quiet and spec.nodes > 1:
                 print(
                     f"# emulated cluster {spec.text}: built; checking each link's rate "
-                    f"({check_seconds:g} s per check, up to {3 + STOLEN_RETRIES} checks) …",
+                    f"({check_seconds:g} s per check) …",
                     file=sys.stderr,
                     flush=True,
                 )
