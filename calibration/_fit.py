@@ -1500,10 +1500,29 @@ def _free_mask(layout, data, thetas, train_m) -> np.ndarray:
     points is below 10⁻⁶ (inter-node terms of one-node data, regimes of
     collectives never measured, compute terms without compute records) is
     held at the prior.
+
+    The node cap of a level (``log_node_ratio``, β_node / β) is free only when
+    some training collective at that level moves more bytes through the node
+    than through one rank's link (several flows share it: a hierarchical
+    all-reduce's g rings, a parameter server's fan-in on a node of g ranks). Where
+    every flow is alone (one rank per node, a ring crossing each node once) the
+    node's bytes equal the link's, the two terms are the same NIC, and the fit
+    could trade β against the cap at their tie without either being measured.
     """
     prob = _Problem(data=data, layout=layout)
     sens = np.zeros(layout.size)
     for th in thetas:
         J = _jacobian(th, prob)[0][train_m]
         sens = np.maximum(sens, np.nan_to_num(np.abs(J)).max(axis=0, initial=0.0))
-    return sens > _FREEZE_SENSITIVITY
+    free = sens > _FREEZE_SENSITIVITY
+    terms = data.coll.terms
+    rows = np.asarray(train_m, dtype=bool)[: np.shape(terms.link_bytes)[0]]
+    link = np.asarray(terms.link_bytes)[rows]
+    node = np.asarray(terms.node_bytes)[rows]
+    inter = np.asarray(terms.inter, dtype=bool)[rows]
+    shared = node > link * (1.0 + 1e-9)
+    ratio = layout.slices["log_node_ratio"]
+    for level, at_level in enumerate((~inter, inter)):
+        if not np.any(shared & at_level):
+            free[ratio.start + level] = False
+    return free

@@ -32,7 +32,7 @@ __all__ = ["ParamLayout", "Quantity", "PRIOR_SD"]
 PRIOR_SD = {
     "log_alpha": math.log(4.0),
     "log_beta": math.log(3.0),
-    "log_node_beta": math.log(4.0),
+    "log_node_ratio": math.log(4.0),  # NICs per node (or a node cap) within ×4
     "log_gamma": math.log(4.0),
     "regime_log_alpha": (math.log(1.5), math.log(10.0)),  # (one regime, several)
     "regime_log_beta": (math.log(1.5), math.log(10.0)),
@@ -68,7 +68,7 @@ _DEFAULT_SD = math.log(4.0)
 _PHYSICAL = {
     "log_alpha": "alpha_s",
     "log_beta": "beta_s_per_byte",
-    "log_node_beta": "node_beta_s_per_byte",
+    "log_node_ratio": "node_ratio",
     "log_gamma": "gamma_s_per_byte",
     "log_sharpness": "regime_sharpness",
     "log_call_overhead": "call_overhead_s",

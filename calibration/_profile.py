@@ -486,7 +486,8 @@ class Profile:
         except ValueError as e:
             raise ValueError(f"'params': {e}") from None
         layout = ParamLayout(params.n_regimes)
-        m = _read_covariance(_with_new_leaves(doc["covariance"], layout), layout)
+        cov = _with_new_leaves(_node_ratio_leaves(doc["covariance"]), layout)
+        m = _read_covariance(cov, layout)
         if not isinstance(doc["reliable"], bool):
             raise ValueError(f"'reliable' must be true or false, got {doc['reliable']!r}")
         hp = doc.get("heldout_p90")
@@ -581,6 +582,32 @@ _NEW_LEAVES = (
     "log_conv_backward_efficiency",
     "logit_latency_overlap",
 )
+
+
+def _node_ratio_leaves(cov):
+    """``cov`` of a file written before the node cap became a ratio to β, translated.
+
+    Such files name ``log_node_beta[LEVEL]`` (log β_node); the leaf is now
+    ``log_node_ratio[LEVEL]`` = log β_node − log β, a linear map A of θ, so the
+    covariance becomes A Σ Aᵀ exactly. Anything else is returned as it is.
+    """
+    if not isinstance(cov, dict) or not isinstance(cov.get("leaves"), list):
+        return cov
+    names = [str(n) for n in cov["leaves"]]
+    old = [i for i, n in enumerate(names) if n.startswith("log_node_beta[")]
+    if not old:
+        return cov
+    try:
+        m = np.asarray(cov["matrix"], dtype=np.float64)
+        if m.shape != (len(names), len(names)):
+            return cov
+        A = np.eye(len(names))
+        for i in old:
+            A[i, names.index("log_beta" + names[i][len("log_node_beta") :])] = -1.0
+    except (TypeError, ValueError):
+        return cov
+    new = [n.replace("log_node_beta[", "log_node_ratio[", 1) for n in names]
+    return {"leaves": new, "matrix": (A @ m @ A.T).tolist()}
 
 
 def _with_new_leaves(cov, layout: ParamLayout):

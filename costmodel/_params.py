@@ -131,8 +131,14 @@ class ClusterParams(eqx.Module):
 
     * ``log_alpha`` (L,): log α, per-step latency of a collective algorithm, s.
     * ``log_beta`` (L,): log β, a rank's link inverse bandwidth, s/byte.
-    * ``log_node_beta`` (L,): inverse bandwidth of what all ranks of one node
-      share (intra: memory / PCIe switch / cores of the node; inter: the NIC), s/byte.
+    * ``log_node_ratio`` (L,): log of β_node / β, the inverse bandwidth of what
+      all ranks of one node share (intra: memory / PCIe switch / cores of the
+      node; inter: its NICs) over one rank's link: −log(NICs per node) across
+      nodes. Relative, so that a fit that moves a link's β carries the node's
+      cap with it (a 200 Mbit/s emulated NIC fitted from a 10 GbE prior kept
+      a 4.5 GB/s node cap when the cap was a leaf of its own, and the two
+      flows of a hierarchical all-reduce through one NIC were predicted at
+      half their measured time).
     * ``log_gamma`` (): γ, reduction cost per byte, s/byte.
     * ``regime_log_alpha``, ``regime_log_beta`` (C, L, R): per-collective,
       per-regime log factors on α and β (0 = the base value). The collective time
@@ -193,7 +199,7 @@ class ClusterParams(eqx.Module):
 
     log_alpha: Float[Array, "2"]
     log_beta: Float[Array, "2"]
-    log_node_beta: Float[Array, "2"]
+    log_node_ratio: Float[Array, "2"]
     log_gamma: Float[Array, ""]
     regime_log_alpha: Float[Array, "C 2 R"]
     regime_log_beta: Float[Array, "C 2 R"]
@@ -320,7 +326,7 @@ class ClusterParams(eqx.Module):
         return cls(
             log_alpha=f(np.log(alpha)),
             log_beta=f(np.log(beta)),
-            log_node_beta=f(np.log(node_beta)),
+            log_node_ratio=f(np.log(node_beta) - np.log(beta)),
             log_gamma=f(math.log(_pos(gamma_s_per_byte, "gamma_s_per_byte"))),
             regime_log_alpha=f(np.log(ra)),
             regime_log_beta=f(np.log(rb)),
@@ -444,7 +450,18 @@ class ClusterParams(eqx.Module):
     @property
     def node_beta_s_per_byte(self) -> Float[Array, "2"]:
         """Per-node shared inverse bandwidth per level, s/byte."""
-        return self._xp.exp(self.log_node_beta)
+        return self._xp.exp(self.log_beta + self.log_node_ratio)
+
+    @property
+    def node_ratio(self) -> Float[Array, "2"]:
+        """β_node / β per level (intra, inter): the node's cap in units of one flow's link.
+
+        A collective's node term is its node bytes × its own regime β × this
+        ratio (``costmodel.collectives._base.evaluate``): the node's NICs carry
+        1 / ratio flows of that collective at once (1 / ratio = NICs per node
+        across nodes), at whatever rate its protocol achieves on one.
+        """
+        return self._xp.exp(self.log_node_ratio)
 
     @property
     def nics_per_node(self) -> Float[Array, ""]:
@@ -454,7 +471,7 @@ class ClusterParams(eqx.Module):
         to its NIC count (:func:`costmodel.preset`), a fit to what the data say
         (any real > 0, not rounded).
         """
-        return self._xp.exp(self.log_beta[..., 1] - self.log_node_beta[..., 1])
+        return self._xp.exp(-self.log_node_ratio[..., 1])
 
     @property
     def gamma_s_per_byte(self) -> Float[Array, ""]:
@@ -556,8 +573,10 @@ class ClusterParams(eqx.Module):
         so slots below 1 act as one (a lone rank: at most the smoothing's
         2^(1/8) at the knee). Without that floor a fit on one rank per node
         traded every speed of the model against slots < 1, one global scale,
-        and identified none of them. Multiplies compute and CPU-driven
-        communication (collectives' ``finish``).
+        and identified none of them. Multiplies compute and the cores'
+        part of communication: latency steps, reductions, call overhead and
+        intra-node copies (``costmodel.collectives._base.evaluate``), not the
+        bytes on the wire between nodes.
 
         Args:
             ranks_per_node: g ≥ 1 concurrent ranks on the node, float array (*b).
@@ -729,7 +748,8 @@ class ClusterParams(eqx.Module):
 
         Keys: ``alpha`` / ``alpha_intra`` / ``alpha_inter``, ``beta`` /
         ``beta_intra`` / ``beta_inter`` (inverse bandwidth: a 2× faster network is
-        ``beta_inter=0.5``), ``node_beta``, ``gamma``, ``call_overhead``,
+        ``beta_inter=0.5``; the node's cap ``node_beta`` keeps its value: scale both
+        for faster NICs), ``node_beta``, ``gamma``, ``call_overhead``,
         ``flops``, ``conv_efficiency``, ``conv_backward_efficiency``, ``step_overhead``, ``update``, ``memory``,
         ``step_comm``.
 
@@ -748,9 +768,9 @@ class ClusterParams(eqx.Module):
             "beta": ("log_beta", None),
             "beta_intra": ("log_beta", 0),
             "beta_inter": ("log_beta", 1),
-            "node_beta": ("log_node_beta", None),
-            "node_beta_intra": ("log_node_beta", 0),
-            "node_beta_inter": ("log_node_beta", 1),
+            "node_beta": ("log_node_ratio", None),
+            "node_beta_intra": ("log_node_ratio", 0),
+            "node_beta_inter": ("log_node_ratio", 1),
             "gamma": ("log_gamma", None),
             "call_overhead": ("log_call_overhead", None),
             "flops": ("log_flops", None),
@@ -779,6 +799,9 @@ class ClusterParams(eqx.Module):
                 shift[idx] = math.log(f)
                 new = leaf + shift
             out = eqx.tree_at(lambda p, a=attr: getattr(p, a), out, new)
+            if attr == "log_beta":  # the node's cap stays where it was (its own key)
+                ratio = out.log_node_ratio - (new - leaf)
+                out = eqx.tree_at(lambda p: p.log_node_ratio, out, ratio)
         return out
 
 
@@ -787,6 +810,7 @@ _PHYSICAL_PROPERTIES = (
     "alpha_s",
     "beta_s_per_byte",
     "node_beta_s_per_byte",
+    "node_ratio",
     "nics_per_node",
     "gamma_s_per_byte",
     "regime_alpha_s",

@@ -149,7 +149,9 @@ INTRA_PRESETS: dict[str, NetworkPreset] = {
     "shm": NetworkPreset(
         20e-6,
         5e9,
-        "shared memory between CPU processes (gloo over loopback TCP): ~5 GB/s, 20 µs; a rough prior, calibrate",
+        "shared memory between CPU processes (gloo over loopback TCP): ~5 GB/s, 20 µs; a rough prior, calibrate; "
+        "1 NIC: a CPU node's ranks share its one network interface (gloo binds one, GLOO_SOCKET_IFNAME)",
+        nics_per_node=1,
     ),
 }
 

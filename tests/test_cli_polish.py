@@ -128,12 +128,12 @@ def test_nics_per_node_on_predict(capsys):
         assert code == 0, err
         times[nics] = json.loads(out)["rows"][0]["time_s"]
     # Only the inter-node phase changes: 8 rings of S/8 move 2(m−1)/m·S through the node
-    # (m = 8 nodes), at HDR's 0.92 × 200 Gb/s = 23 GB/s per NIC. Its time is the p = 8
-    # smooth max of the rank's link term L = moved/8/B and the node term moved/(nics·B):
-    # (1 + 8⁸)^(1/8)·L with one NIC, 2^(1/8)·L with eight.
+    # (m = 8 nodes), at HDR's 0.92 × 200 Gb/s = 23 GB/s per NIC. Its time is the p = 32
+    # smooth max (NODE_CAP_SHARPNESS) of the rank's link term L = moved/8/B and the node
+    # term moved/(nics·B): (1 + 8³²)^(1/32)·L with one NIC, 2^(1/32)·L with eight.
     moved, bw = 2 * 7 / 8 * 2**30, 0.92 * 200e9 / 8
     link = moved / 8 / bw
-    saved = ((1 + 8**8) ** (1 / 8) - 2 ** (1 / 8)) * link
+    saved = ((1 + 8**32) ** (1 / 32) - 2 ** (1 / 32)) * link
     assert times["1"] - times["8"] == pytest.approx(saved, rel=1e-3)
     assert times["1"] >= moved / bw  # one NIC carries all of it
     code, _, err = _run(capsys, *base, "--nics-per-node", "0")

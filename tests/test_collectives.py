@@ -238,6 +238,11 @@ def _soft_max2(a, b):
     return (a**8 + b**8) ** 0.125
 
 
+def _cap_max(a, b):
+    # the link against the node's cap: the p = 32 norm (NODE_CAP_SHARPNESS)
+    return (a**32 + b**32) ** (1 / 32)
+
+
 def test_node_cap_binds_within_a_node():
     # Ring all_reduce on one node of 8 ranks: all 8 ranks move 2(n−1)/n·S through
     # the node's shared resource at once. With a per-node inverse bandwidth 10×
@@ -248,7 +253,7 @@ def test_node_cap_binds_within_a_node():
     p = exact_params(node_beta_s_per_byte=(node_beta, TINY))
     got = float(collective_time(p, "all_reduce", S, n, g))
     link = 2 * (n - 1) / n * S
-    bw = _soft_max2(link * BETA[0], n * link * node_beta)
+    bw = _cap_max(link * BETA[0], n * link * node_beta)
     want = 2 * (n - 1) * ALPHA[0] + bw + (n - 1) / n * S * GAMMA
     assert got == pytest.approx(want, rel=1e-12)
     # the cap is what binds: 10× the uncapped bandwidth term, within the p-norm's 1e-8
@@ -264,13 +269,13 @@ def test_node_cap_binds_at_the_nic_across_nodes():
     p = exact_params(node_beta_s_per_byte=(TINY, 4 * BETA[1]))
     got = float(collective_time(p, "all_reduce", S, n, g))
     link = 2 * (n - 1) / n * S
-    want = 2 * (n - 1) * ALPHA[1] + _soft_max2(link * BETA[1], link * 4 * BETA[1])
+    want = 2 * (n - 1) * ALPHA[1] + _cap_max(link * BETA[1], link * 4 * BETA[1])
     want += (n - 1) / n * S * GAMMA
     assert got == pytest.approx(want, rel=1e-12)
     # all_to_all: every one of the g ranks sends (n−g)/n·S off-node through the NIC
     got = float(collective_time(p, "all_to_all", S, n, g))
     cong = (n - 1) ** A2A_E
-    want = (n - 1) * ALPHA[1] + cong * _soft_max2(
+    want = (n - 1) * ALPHA[1] + cong * _cap_max(
         (n - 1) / n * S * BETA[1], g * S * (n - g) / n * 4 * BETA[1]
     )
     assert got == pytest.approx(want, rel=1e-12)
@@ -287,33 +292,49 @@ def test_loose_node_cap_only_smooths():
     S = 1e8
     got = float(collective_time(p, "all_reduce", S, n, g))
     link = 2 * (n - 1) / n * S
-    want = 2 * (n - 1) * ALPHA[0] + _soft_max2(link * BETA[0], n * link * BETA[0] / 16)
+    want = 2 * (n - 1) * ALPHA[0] + _cap_max(link * BETA[0], n * link * BETA[0] / 16)
     want += (n - 1) / n * S * GAMMA
     assert got == pytest.approx(want, rel=1e-12)
     assert got == pytest.approx(closed_form("all_reduce", None, S, n, g), rel=1e-3)
 
 
-def test_core_sharing_slows_by_g_over_slots():
-    # 8 ranks on a node with 2 cores: every collective runs about 8/2 = 4× slower
-    # (p-norm smoothing of max(1, g/s), s = softmax₂(1, slots) = 2.00098: a node runs
-    # at least one rank at full speed; (1 + (8/s)⁸)^(1/8) = 3.9981).
+def test_core_sharing_slows_the_cores_work_not_the_wire():
+    # 8 ranks on a node with 2 cores: what the cores drive (latency steps, reductions,
+    # copies inside the node) runs about 8/2 = 4x slower (p-norm smoothing of
+    # max(1, g/s), s = softmax2(1, slots) = 2.00098: a node runs at least one rank at
+    # full speed; (1 + (8/s)^8)^(1/8) = 3.9981); bytes on the wire between nodes do not.
     fast = exact_params()
     slow = exact_params(node_compute_slots=2.0)
     s = _soft_max2(1.0, 2.0)
+    share8 = _soft_max2(1.0, 8.0 / s)
+    # g = 8 on one node, 2 nodes of 8, 8 nodes of g = 1 < 2 slots
+    S, n, g = np.array([1e6, 1e6, 1e6]), np.array([8, 16, 8]), np.array([8, 8, 1])
+    no_wire = dict(beta_s_per_byte=(BETA[0], 1e-30))  # the inter-node link costs nothing
     for name, alg in ALL_CASES:
-        # g = 8 > 2 slots (one node of 8, and 2 nodes of 8); then g = 1 < 2 slots
-        S, n, g = np.array([1e6, 1e6, 1e6]), np.array([8, 16, 8]), np.array([8, 8, 1])
         ratio = np.asarray(ct(slow, name, S, n, g, alg)) / np.asarray(ct(fast, name, S, n, g, alg))
-        np.testing.assert_allclose(ratio[:2], _soft_max2(1.0, 8.0 / s), rtol=1e-9, err_msg=name)
-        np.testing.assert_allclose(ratio[:2], 4.0, rtol=1e-3, err_msg=name)
-        # fewer ranks than slots: no slowdown beyond the smoothing's (1 + (1/s)⁸)^(1/8)
-        assert ratio[2] == pytest.approx(_soft_max2(1.0, 1.0 / s), rel=1e-12), name
+        # one node: everything is the cores' work
+        assert ratio[0] == pytest.approx(share8, rel=1e-9), name
+        assert ratio[0] == pytest.approx(4.0, rel=1e-3), name
+        # across nodes, with a free wire: the rest slows by the same factor (and with
+        # fewer ranks than slots by no more than the smoothing's (1 + (1/s)^8)^(1/8)) ...
+        free = [
+            np.asarray(ct(exact_params(node_compute_slots=k, **no_wire), name, S, n, g, alg))
+            for k in (2.0, 1e6)
+        ]
+        np.testing.assert_allclose(
+            (free[0] / free[1])[1:], [share8, _soft_max2(1.0, 1.0 / s)], rtol=1e-9, err_msg=name
+        )
+        free = [float(f[1]) for f in free]
+        # ... and the wire's time is the same however many ranks share the cores
+        wire = [float(ct(slow, name, 1e6, 16, 8, alg)) - free[0],
+                float(ct(fast, name, 1e6, 16, 8, alg)) - free[1]]  # fmt: skip
+        assert wire[0] > 0 and wire[0] == pytest.approx(wire[1], rel=1e-9), name
     # slots below 1 act as one slot: a lone rank is slowed by at most the smoothing at
     # the knee, 2^(1/8), whatever the slots, so they cannot trade against other speeds
     for name, alg in ALL_CASES:
         r = [
-            float(ct(exact_params(node_compute_slots=k), name, 1e6, 2, 1, alg))
-            / float(ct(fast, name, 1e6, 2, 1, alg))
+            float(ct(exact_params(node_compute_slots=k, **no_wire), name, 1e6, 2, 1, alg))
+            / float(ct(exact_params(**no_wire), name, 1e6, 2, 1, alg))
             for k in (0.01, 0.25, 0.5)
         ]
         assert r[0] == pytest.approx(2 ** (1 / 8), rel=1e-12), name
@@ -512,3 +533,23 @@ def test_gradients_are_finite(case, S, n, g, algorithm):
     gp = jax.grad(lambda q: ct(q, "all_reduce", S, n, g, algorithm))(p)
     assert math.isfinite(float(dS)), case
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(gp)), case
+
+
+def test_the_node_cap_follows_the_collectives_own_flow_rate():
+    """The node term is node bytes × the collective's regime β × β_node/β: a collective
+    whose flows run 10× slower than the base link (its regime factor) finds the node's
+    NIC 10× slower too. Hierarchical all-reduce on 4 nodes × 2 ranks and one NIC per
+    node: the inter phase moves 2·(m−1)/m·S/g per rank and g times that through the
+    NIC, so the NIC term (2× the link's) sets it, at the collective's β."""
+    S, m, g = 2.0**26, 4, 2
+    base = dict(alpha_s=(1e-18, 1e-18), beta_s_per_byte=(1e-18, 1e-8), gamma_s_per_byte=1e-30,
+                call_overhead_s=1e-30, node_beta_s_per_byte=(1e-18, 1e-8), node_compute_slots=1e6)  # fmt: skip
+    rb = np.ones((len(COLLECTIVE_NAMES), 2, 1))
+    rb[COLLECTIVE_NAMES.index("all_reduce"), 1] = 10.0
+    fast = ClusterParams.create(**base, n_regimes=1)
+    slow = ClusterParams.create(**base, n_regimes=1, regime_beta_factor=rb)
+    nic = 2 * (m - 1) / m * S  # bytes through each node's NIC in the inter phase
+    t = [float(ct(p, "all_reduce", S, m * g, g, "hierarchical")) for p in (fast, slow)]
+    want = _cap_max(nic / g * 1e-8, nic * 1e-8)
+    assert t[0] == pytest.approx(want, rel=1e-6)
+    assert t[1] == pytest.approx(10 * want, rel=1e-6)

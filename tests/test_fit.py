@@ -270,7 +270,7 @@ def test_round_trip_recovers_identifiable_parameters_within_3_percent(round_trip
         "regime_alpha_s[broadcast,intra,0]",
         "regime_beta_s_per_byte[all_gather,intra,0]",
         "regime_beta_s_per_byte[broadcast,intra,0]",
-        "node_beta_s_per_byte[intra]",
+        "node_ratio[intra]",
         "call_overhead_s",
         "flops_per_s",
         "node_compute_slots",
@@ -717,3 +717,51 @@ def test_one_rank_per_node_identifies_the_links_and_the_flop_rate():
     for name in (*sorted(want), "flops_per_s"):
         assert table[name] == pytest.approx(true_table[name], rel=0.1), name
     assert float(prof.params.core_share(1.0)) < 1.01  # a lone rank runs at full speed
+
+
+def test_the_node_cap_is_fitted_only_where_several_flows_share_a_node():
+    """β_node / β (log_node_ratio) of a level is free only when some training
+    collective moves more bytes through the node than through one rank's link. One
+    rank per node (every flow alone on its NIC): held at the prior's ratio, so β is
+    identified and the cap follows it. A cluster of 2 NICs per node measured with 4
+    ranks per node as well (an all_to_all's four flows through two NICs, node-bound,
+    against the same collective's lone flows, link-bound): the inter-node ratio is
+    fitted, at the truth's 2 NICs. (Where the cap is no slower than one flow's link
+    at a tie, as with one NIC, shared and lone flows both scale with β × ratio and
+    the data cannot tell the two apart: the ratio is then only as good as its prior.)"""
+    truth = preset("ethernet-10g", "cpu").scaled(beta_inter=50.0, node_beta_inter=50.0)
+    assert float(truth.nics_per_node) == pytest.approx(1.0)
+    rng = np.random.default_rng(5)
+
+    def records(shapes):
+        out = []
+        for c, n, g in shapes:
+            S = 2.0 ** np.arange(10, 25, 2)
+            T = np.asarray(collective_time(truth, c, S, n, g), np.float64)
+            T = T * np.exp(0.02 * rng.normal(size=S.shape))
+            out += [coll(c, s, n, g, t) for s, t in zip(S, T, strict=True)]
+        return out
+
+    alone = calibrate(
+        records([("all_reduce", 2, 1), ("all_gather", 4, 1)]), n_regimes=1, holdout=0.0
+    )
+    assert not any(n.startswith("log_node_ratio") for n in alone.fit["free_leaves"])
+    assert float(alone.params.nics_per_node) == pytest.approx(1.0)  # the prior's, exactly
+    # the cap moved with the fitted β (it is a ratio to the flow's β): a hierarchical
+    # all-reduce on 4 nodes x 2, whose two flows per node share the one NIC, is predicted
+    # from lone flows alone
+    S = np.asarray([2.0**20, 2.0**24])
+    got = collective_time(alone.params, "all_reduce", S, 8, 2, algorithm="hierarchical")
+    want = collective_time(truth, "all_reduce", S, 8, 2, algorithm="hierarchical")
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0.1)
+    truth = preset("ethernet-10g", "cpu", nics_per_node=2).scaled(
+        beta_inter=50.0, node_beta_inter=50.0
+    )
+    shapes = [("all_reduce", 4, 1), ("all_reduce", 8, 1), ("all_to_all", 8, 1)]
+    shared = calibrate(
+        records(shapes + [("all_to_all", 8, 4), ("all_to_all", 16, 4)]),
+        n_regimes=1,
+        holdout=0.0,
+    )
+    assert "log_node_ratio[inter]" in shared.fit["free_leaves"]
+    assert float(shared.params.nics_per_node) == pytest.approx(2.0, rel=0.15)

@@ -134,8 +134,12 @@ def test_scaled_multiplies_exactly_the_named_quantity():
     )
     np.testing.assert_allclose(np.asarray(q.alpha_s), 2 * np.asarray(SI["alpha_s"]), rtol=1e-14)
     assert float(q.flops_per_s) == pytest.approx(3 * SI["flops_per_s"], rel=1e-14)
+    # the node's cap (a ratio to β in its leaf) keeps its physical value
+    np.testing.assert_allclose(
+        np.asarray(q.node_beta_s_per_byte), np.asarray(p.node_beta_s_per_byte), rtol=1e-14
+    )
     # everything else untouched, bit for bit
-    changed = {"log_beta", "log_alpha", "log_flops"}
+    changed = {"log_beta", "log_node_ratio", "log_alpha", "log_flops"}
     for f in p.__dataclass_fields__:
         if f not in changed and f != "n_regimes":
             assert np.array_equal(np.asarray(getattr(p, f)), np.asarray(getattr(q, f))), f

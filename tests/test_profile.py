@@ -218,3 +218,29 @@ def test_a_preset_counts_compute_uncertainty_once_for_a_cnn():
     assert float(prof.params.conv_efficiency) == 1.0
     assert prof.covariance[i, i] <= 1e-6 < prof.covariance[j, j]
     assert not any(prof.identified.values())
+
+
+def test_a_profile_written_with_an_absolute_node_cap_reads_the_same(fitted, tmp_path):
+    """Profiles written before the node cap became a ratio to β name the leaf
+    ``log_node_beta`` (log β_node); loading one translates its covariance exactly
+    (A Σ Aᵀ with the ratio = log β_node − log β), so every interval is unchanged."""
+    doc = json.loads(fitted.save(tmp_path / "new.json").read_text())
+    names = doc["covariance"]["leaves"]
+    m = np.asarray(doc["covariance"]["matrix"])
+    # the old file's θ: log β_node = ratio + log β (the inverse of the load's map)
+    B = np.eye(len(names))
+    for i, n in enumerate(names):
+        if n.startswith("log_node_ratio["):
+            B[i, names.index("log_beta" + n[len("log_node_ratio") :])] = 1.0
+    doc["covariance"] = {
+        "leaves": [n.replace("log_node_ratio[", "log_node_beta[") for n in names],
+        "matrix": (B @ m @ B.T).tolist(),
+    }
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    back = Profile.load(old)
+    assert back.leaf_names == fitted.leaf_names
+    np.testing.assert_allclose(back.covariance, fitted.covariance, rtol=1e-9, atol=1e-14)
+    fn = lambda p: collective_time(p, "all_to_all", jnp.asarray([1e3, 1e6]), 8, 4)  # noqa: E731
+    for a, b in zip(back.interval(fn), fitted.interval(fn), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-8)

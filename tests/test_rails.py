@@ -36,8 +36,10 @@ def test_dgx_presets_carry_their_datasheet_nic_count(intra):
 
 def test_other_nodes_keep_the_default_and_the_override_sets_the_cap():
     assert DEFAULT_NICS_PER_NODE == 4
-    for net in ("ethernet-10g,pcie3-x16", "ib-hdr-200g,pcie4-x16", "ethernet-10g,shm"):
+    for net in ("ethernet-10g,pcie3-x16", "ib-hdr-200g,pcie4-x16"):
         assert float(preset(net, "v100").nics_per_node) == pytest.approx(4, rel=1e-12)
+    # CPU processes (shm): the node's ranks share its one NIC
+    assert float(preset("ethernet-10g,shm", "cpu").nics_per_node) == pytest.approx(1, rel=1e-12)
     bw = HDR
     for nics in (1, 2, 8, 16):
         p = preset("ib-hdr-200g,nvlink-a100", "a100", nics_per_node=nics)
@@ -70,9 +72,10 @@ def test_hierarchical_busbw_saturates_at_min_of_ranks_and_rails(nics, g, m):
     s = 2.0**32
     t = float(collective_time(p, "all_reduce", s, m * g, g, algorithm="hierarchical"))
     moved = 2.0 * (m - 1) / m * s  # through each node's NICs
-    # Closed form: smooth max (p = 8) of the rank's link term and the node's NIC term.
+    # Closed form: smooth max (p = 32, NODE_CAP_SHARPNESS) of the rank's link term and
+    # the node's NIC term.
     link, node = moved / g / bw, moved / (nics * bw)
-    expected = (link**8 + node**8) ** (1 / 8)
+    expected = (link**32 + node**32) ** (1 / 32)
     assert t == pytest.approx(expected, rel=1e-3)
     busbw = moved / t
     assert busbw <= min(g, nics) * bw * (1 + 1e-3)
@@ -83,8 +86,8 @@ def test_hierarchical_busbw_saturates_at_min_of_ranks_and_rails(nics, g, m):
 def test_rails_at_and_below_the_ranks_per_node_of_a_dgx_a100():
     """g = 8 ranks per node, inter-node phase only: L = moved/g/B the rank's link term,
     moved/(nics·B) = (g/nics)·L the node's. 2 → 4 NICs: the node term dominates both
-    times, (1 + 4⁸)^(1/8) / (1 + 2⁸)^(1/8) ≈ 2.000×; 4 → 8 NICs: at the knee (nics = g)
-    the smooth max gives (1 + 2⁸)^(1/8) / 2^(1/8) ≈ 1.834×, not 2×."""
+    times, 2.000×; 4 → 8 NICs: at the knee (nics = g) the smooth max (p = 32,
+    NODE_CAP_SHARPNESS) gives (1 + 2³²)^(1/32) / 2^(1/32) ≈ 1.957×, not 2×."""
     s, g, m = 2.0**30, 8, 4
     times = {
         nics: float(
@@ -100,11 +103,11 @@ def test_rails_at_and_below_the_ranks_per_node_of_a_dgx_a100():
         for nics in (2, 4, 8)
     }
     assert times[2] / times[4] == pytest.approx(2.0, rel=2e-3)
-    assert times[4] / times[8] == pytest.approx((257 / 2) ** (1 / 8), rel=2e-3)
-    assert times[4] / times[8] == pytest.approx(1.834, rel=1e-3)
-    # absolute: eight rails, 2(m−1)/m·S at 2^(1/8) × one rank's link time
+    assert times[4] / times[8] == pytest.approx((1 + 2**32) ** (1 / 32) / 2 ** (1 / 32), rel=2e-3)
+    assert times[4] / times[8] == pytest.approx(1.957, rel=1e-3)
+    # absolute: eight rails, 2(m−1)/m·S at 2^(1/32) × one rank's link time
     link = 2 * (m - 1) / m * s / g / HDR
-    assert times[8] == pytest.approx(2 ** (1 / 8) * link, rel=2e-3)
+    assert times[8] == pytest.approx(2 ** (1 / 32) * link, rel=2e-3)
 
 
 def test_a_flat_ring_uses_one_nic_whatever_the_rails():
@@ -118,5 +121,5 @@ def test_a_flat_ring_uses_one_nic_whatever_the_rails():
         )
         for k in (4, 8)
     ]
-    # (the p = 8 smooth max of the link term and a node term ≥ 4× smaller: within 2e-6)
+    # (the p = 32 smooth max of the link term and a node term ≥ 4× smaller: exact)
     assert t[0] == pytest.approx(t[1], rel=1e-5)

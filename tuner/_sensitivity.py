@@ -153,7 +153,10 @@ def sensitivity(profile, workload, config, *, detail: bool = False) -> dict[str,
     grads = _grad_log_time(prof.params, spec)
     a = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
     frac = float(a(prof.params.overlap_interference))
-    ga, gb, gn = a(grads.log_alpha), a(grads.log_beta), a(grads.log_node_beta)
+    # the node cap's leaf is its log ratio to β: d/d log β moves both, so a link's
+    # own elasticity (the node cap held) is the difference
+    ga, gn = a(grads.log_alpha), a(grads.log_node_ratio)
+    gb = a(grads.log_beta) - gn
     out = {
         "alpha_intra": ga[0],
         "alpha_inter": ga[1],

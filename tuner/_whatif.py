@@ -47,8 +47,8 @@ def _efficiency_and_slope(params, u, *, spec: TimeSpec, level: int):
 
     def eff(u):
         shift = -params.log_beta[level] - u  # log of the factor applied to β
+        # the node's cap is a ratio to β (log_node_ratio): it moves with it
         p = eqx.tree_at(lambda q: q.log_beta, params, params.log_beta.at[level].add(shift))
-        p = eqx.tree_at(lambda q: q.log_node_beta, p, p.log_node_beta.at[level].add(shift))
         return spec_efficiency(p, spec)[0]
 
     return jax.value_and_grad(eff)(u)

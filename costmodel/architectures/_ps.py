@@ -40,7 +40,8 @@ __all__ = ["PSArchitecture", "PSHostArchitecture", "HybridArchitecture"]
 def _exchange(params, collective, s, n, k, g, *, colocated, inter=None):
     xp = xp_of(params, s, n, k, g, colocated, inter)
     t = ps_exchange_terms(s, n, k, g, params.fanin_exponent, colocated=colocated, inter=inter)
-    return finish(params, evaluate(params, collective, t), t.steps, xp.minimum(g, n))
+    g = xp.minimum(g, n)
+    return finish(params, evaluate(params, collective, t, g), t.steps, g)
 
 
 class PSArchitecture(AbstractArchitecture):
@@ -149,6 +150,7 @@ class HybridArchitecture(AbstractArchitecture):
                     xp.ones_like(s),
                     xp.zeros_like(s, dtype=bool),
                 ),
+                g,
             ),
             g - 1.0,
             g,

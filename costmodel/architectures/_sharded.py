@@ -562,6 +562,6 @@ class HSDPArchitecture(FSDPArchitecture):
         rs = RingReduceScatter().time(params, s, g, g)
         _, ar, _ = HierarchicalAllReduce().phases(s, n, g)
         inter = finish(
-            params, xp.where(ar.steps > 0, evaluate(params, "all_reduce", ar), 0.0), ar.steps, g
+            params, xp.where(ar.steps > 0, evaluate(params, "all_reduce", ar, g), 0.0), ar.steps, g
         )
         return rs, inter

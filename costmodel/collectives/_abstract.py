@@ -41,7 +41,8 @@ class AbstractCollective(eqx.Module):
         """Seconds for already-validated float arrays ``S, n, g`` (g ≤ n)."""
         xp = xp_of(S, n, g)
         t = self.terms(S, n, g)
-        return finish(params, evaluate(params, self.name, t), t.steps, xp.minimum(g, n))
+        g = xp.minimum(g, n)
+        return finish(params, evaluate(params, self.name, t, g), t.steps, g)
 
     def __call__(
         self,

@@ -54,5 +54,8 @@ class HierarchicalAllReduce(AbstractCollective):
     def time(self, params: ClusterParams, S, n, g):
         xp = xp_of(params, S, n, g)
         rs, ar, ag = self.phases(S, n, g)
-        t = sum(xp.where(ph.steps > 0, evaluate(params, self.name, ph), 0.0) for ph in (rs, ar, ag))
-        return finish(params, t, rs.steps + ar.steps, xp.minimum(g, n))
+        g = xp.minimum(g, n)
+        t = sum(
+            xp.where(ph.steps > 0, evaluate(params, self.name, ph, g), 0.0) for ph in (rs, ar, ag)
+        )
+        return finish(params, t, rs.steps + ar.steps, g)

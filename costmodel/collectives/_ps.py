@@ -71,7 +71,8 @@ class _PS(AbstractCollective):
     def time(self, params: ClusterParams, S, n, g):
         xp = xp_of(params, S, n, g)
         t = self.terms(S, n, g, params.fanin_exponent)
-        return finish(params, evaluate(params, self.name, t), t.steps, xp.minimum(g, n))
+        g = xp.minimum(g, n)
+        return finish(params, evaluate(params, self.name, t, g), t.steps, g)
 
 
 class PSPush(_PS):
