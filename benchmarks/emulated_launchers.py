@@ -1,23 +1,30 @@
-"""The target-cluster path across emulated nodes: srun collect, calibrate, what it fitted.
+"""The target-cluster path across emulated nodes: launch, collect, calibrate, what it fitted.
 
-    python benchmarks/emulated_launchers.py                     # 4 nodes x 2 ranks, 200 Mbit/s
+    python benchmarks/emulated_launchers.py                     # srun, 4 nodes x 2 ranks, 200 Mbit/s
+    python benchmarks/emulated_launchers.py --launcher openmpi  # or mpich
     python benchmarks/emulated_launchers.py --nodes 4 --rate 300mbit --max-bytes 4M
 
-Brings up SLURM across an emulated cluster (``tests/_launchers.py``:
-``EmulatedSlurmCluster``, one slurmd inside each node's namespaces), then runs,
-from the login node, exactly what a user runs on a cluster::
+Brings up an emulated cluster of hosts (``tests/_launchers.py``: for ``srun``
+``EmulatedSlurmCluster``, one slurmd inside each node's namespaces; for Open MPI
+and MPICH ``EmulatedNodes``, their daemons started through an ssh stand-in),
+then runs, from the login node, exactly what a user runs on a cluster::
 
-    srun -N NODES --ntasks-per-node 2 ddltune collect --max-bytes 16M -o m.jsonl
-    srun -N NODES --ntasks-per-node 1 ddltune collect --max-bytes 16M -o m.jsonl --resume
-    srun -N 1 --ntasks-per-node 2 ddltune collect --max-bytes 16M -o m.jsonl --resume
+    LAUNCH -N NODES x 2 ddltune collect --max-bytes 16M -o m.jsonl
+    LAUNCH -N NODES x 1 ddltune collect --max-bytes 16M -o m.jsonl --resume
+    LAUNCH -N 1 x 2 ddltune collect --max-bytes 16M -o m.jsonl --resume
+    LAUNCH -N NODES x 2 python benchmarks/allreduce_algorithms_worker.py   # ring and hierarchical
     ddltune calibrate m.jsonl -o p.json
 
-and prints: the host each rank ran on (``srun hostname``), the records'
-``num_ranks`` / ``ranks_per_node``, the fitted inter-node bandwidth (1/β of
-level 1) against the set rate's TCP goodput (the rate × 1448/1514, payload per
-full Ethernet frame), and the fitted intra-node bandwidth (level 0: loopback,
-as NVLink inside a node). Needs root (namespaces), slurm-wlm and munge.
-Everything it starts is stopped and removed at the end, whatever happens.
+and prints: the host each rank ran on, the records' ``num_ranks`` /
+``ranks_per_node``, the busbw of the largest all-reduce with one rank per
+node measured and as the fitted profile predicts it, against the set rate's
+TCP goodput (the rate × 1448/1514, payload per full Ethernet frame), the fitted
+all-reduce bandwidths with their 90% intervals and whether the data identify
+them, the intra-node busbw, and the ring against the hierarchical all-reduce
+on NODES × 2 measured (p10) and predicted by the profile, size by size, with
+which is faster each way. Needs root (namespaces) and the launcher's packages.
+Everything it starts is stopped and removed at the end, whatever happens;
+``summary.json`` in ``--out`` holds the figures.
 """
 
 from __future__ import annotations
@@ -44,8 +51,34 @@ def _helpers():
     return module
 
 
+#: Each launcher's variable for the rank, as its ranks see it.
+_RANK_VAR = {"srun": "SLURM_PROCID", "openmpi": "OMPI_COMM_WORLD_RANK", "mpich": "PMI_RANK"}
+
+
+def _p10(samples) -> float:
+    """The statistic calibration fits on CPU (:data:`calibration.STATISTICS`): the 10th percentile."""
+    import numpy as np
+
+    return float(np.percentile(np.asarray(samples, dtype=float), 10))
+
+
+def _cluster(H, name: str, spec: str):
+    """(cluster, start(nodes, per_node) → argv prefix, env) for one launcher."""
+    if name == "srun":
+        c = H.EmulatedSlurmCluster(spec)
+        return c, c.srun, lambda: c.env
+    argv, version = (H.find_openmpi if name == "openmpi" else H.find_mpich)()
+    if argv is None:
+        raise SystemExit(f"emulated_launchers: {version}")
+    c = H.EmulatedNodes(spec)
+    start = c.openmpi if name == "openmpi" else c.mpich
+    return c, (lambda nodes, per: start(argv[0], nodes, per)), H.clean_env
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--launcher", choices=sorted(_RANK_VAR), default="srun",
+                    help="srun (SLURM, one slurmd per node; default), openmpi or mpich")  # fmt: skip
     ap.add_argument("--nodes", type=int, default=4, help="emulated nodes (default 4)")
     ap.add_argument("--per-node", type=int, default=2, help="ranks per node (default 2)")
     ap.add_argument("--rate", default="200mbit", help="each NIC's rate, tc units (default 200mbit)")
@@ -53,26 +86,29 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--collectives", default="all_reduce", help="collect's --collectives (default all_reduce)"
     )
+    ap.add_argument("--no-algorithms", action="store_true",
+                    help="skip the ring-against-hierarchical job")  # fmt: skip
     ap.add_argument(
         "--out", default=None, help="folder for m.jsonl and p.json (default: temporary)"
     )
     args = ap.parse_args(argv)
     H = _helpers()
-    why = H.EmulatedSlurmCluster.unavailable()
+    why = (H.EmulatedSlurmCluster if args.launcher == "srun" else H.EmulatedNodes).unavailable()
     if why:
         print(f"emulated_launchers: cannot run here: {why}", file=sys.stderr)
         return 2
     out = Path(args.out or tempfile.mkdtemp(prefix="ddltune-elaunch-"))
     out.mkdir(parents=True, exist_ok=True)
-    c = H.EmulatedSlurmCluster(f"{args.nodes}x1@{args.rate}")
+    c, start, env_of = _cluster(H, args.launcher, f"{args.nodes}x1@{args.rate}")
+    algos = []
     try:
         t0 = time.monotonic()
         c.start()
-        print(f"SLURM on {args.nodes} emulated nodes up in {time.monotonic() - t0:.1f} s")
-        srun = c.srun(args.nodes, args.per_node)
-        env = dict(c.env, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+        print(f"{args.launcher} on {args.nodes} emulated nodes up in {time.monotonic() - t0:.1f} s")
+        env = dict(env_of(), JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
         names = subprocess.run(
-            [*srun, "sh", "-c", 'echo "$SLURM_PROCID $(hostname)"'],
+            [*start(args.nodes, args.per_node), "sh", "-c",
+             f'echo "${_RANK_VAR[args.launcher]} $(hostname)"'],
             capture_output=True, text=True, env=env, timeout=120,
         ).stdout.split()  # fmt: skip
         hosts = dict(zip(map(int, names[::2]), names[1::2], strict=True))
@@ -85,20 +121,35 @@ def main(argv=None) -> int:
         # one job per shape, as a user separates the links: all nodes × their ranks, one rank
         # per node (every hop on a NIC), one node (every hop inside it)
         for nodes, per in ((args.nodes, args.per_node), (args.nodes, 1), (1, args.per_node)):
-            cmd = [*c.srun(nodes, per), sys.executable, "-m", "tuner.cli", "collect",
+            cmd = [*start(nodes, per), sys.executable, "-m", "tuner.cli", "collect",
                    "--max-bytes", args.max_bytes, "--collectives", args.collectives,
                    "--suite", "collectives", "--no-progress", "-o", str(m), "--resume"]  # fmt: skip
             t0 = time.monotonic()
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600,
+                                 cwd=ROOT)  # fmt: skip
             collect_s += time.monotonic() - t0
-            print(f"srun -N {nodes} --ntasks-per-node {per} ddltune collect: rc {res.returncode}, "
+            print(f"{args.launcher} {nodes} nodes x {per} ddltune collect: rc {res.returncode}, "
                   f"{time.monotonic() - t0:.0f} s")  # fmt: skip
             if res.returncode != 0:
                 print(res.stdout[-2000:], res.stderr[-3000:], file=sys.stderr)
                 return 1
+        if not args.no_algorithms and args.per_node > 1 and args.nodes > 1:
+            cmd = [*start(args.nodes, args.per_node), sys.executable,
+                   str(ROOT / "benchmarks" / "allreduce_algorithms_worker.py"),
+                   "--max-bytes", args.max_bytes]  # fmt: skip
+            t0 = time.monotonic()
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600,
+                                 cwd=ROOT)  # fmt: skip
+            print(f"{args.launcher} {args.nodes} nodes x {args.per_node} ring and hierarchical "
+                  f"all-reduce: rc {res.returncode}, {time.monotonic() - t0:.0f} s")  # fmt: skip
+            if res.returncode != 0:
+                print(res.stdout[-2000:], res.stderr[-3000:], file=sys.stderr)
+                return 1
+            algos = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
     finally:
         c.stop()
     from calibration import Profile, read_records
+    from costmodel import collective_time
 
     recs = read_records(m)
     shapes = sorted({(r["num_ranks"], r["ranks_per_node"]) for r in recs})
@@ -109,7 +160,7 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     cal = subprocess.run(
         [sys.executable, "-m", "tuner.cli", "calibrate", str(m), "-o", str(p), "--overwrite"],
-        capture_output=True, text=True, timeout=1200,
+        capture_output=True, text=True, timeout=1200, cwd=ROOT,
     )  # fmt: skip
     print(f"calibrate: rc {cal.returncode} in {time.monotonic() - t0:.0f} s")
     print("\n".join(cal.stdout.splitlines()[:12]))
@@ -117,43 +168,80 @@ def main(argv=None) -> int:
         print(cal.stderr[-3000:], file=sys.stderr)
         return 1
     prof = Profile.load(p)
-    beta = [float(b) for b in prof.params.to_numpy().beta_s_per_byte]
     rate_bits = c.cluster.spec.rate_bits_per_s
     goodput = rate_bits / 8 * 1448 / 1514
-    inter, intra = 1 / beta[1], 1 / beta[0]
-    # nccl-tests' busbw of the largest all_reduce with one rank per node: what the NIC carried
+    # the NIC's bandwidth as the fit uses it: the busbw it predicts for the largest
+    # all_reduce with one rank per node (every byte on a NIC), beside the measured one
     big = max(
         (r for r in recs if r["collective"] == "all_reduce" and r["ranks_per_node"] == 1),
         key=lambda r: r["message_bytes"],
         default=None,
     )
-    busbw = None
+    busbw = fitted = None
     if big is not None:
-        n = big["num_ranks"]
-        busbw = 2 * (n - 1) / n * big["message_bytes"] / big["time_s"]["p10"]
+        n, S = big["num_ranks"], big["message_bytes"]
+        factor = 2 * (n - 1) / n * S
+        busbw = factor / big["time_s"]["p10"]
+        fitted = factor / float(collective_time(prof.params, "all_reduce", S, n, 1))
         print(
-            f"measured: all_reduce {big['message_bytes'] / 2**20:g} MiB on {n} nodes x 1, busbw "
-            f"{busbw / 1e6:.2f} MB/s = {busbw / goodput:.1%} of the goodput"
+            f"inter-node: all_reduce {S / 2**20:g} MiB on {n} nodes x 1: busbw measured "
+            f"{busbw / 1e6:.2f} MB/s ({busbw / goodput:.1%} of the TCP goodput "
+            f"{goodput / 1e6:.2f} MB/s of {rate_bits / 1e6:g} Mbit/s), fitted "
+            f"{fitted / 1e6:.2f} MB/s ({fitted / busbw - 1:+.1%} of the measured, "
+            f"{fitted / goodput:.1%} of the goodput)"
         )
+    rows = [r for r in prof.parameter_table() if r["name"].startswith(
+        "regime_beta_s_per_byte[all_reduce,")]  # fmt: skip
+    for r in rows:
+        print(f"  {r['name']}: {1 / r['value'] / 1e6:.2f} MB/s (90%: {1 / r['high'] / 1e6:.2f}"
+              f"–{1 / r['low'] / 1e6:.2f}), identified: {'yes' if r['identified'] else 'no'}")  # fmt: skip
+    intra = [r for r in recs if r["num_ranks"] == r["ranks_per_node"] > 1]
+    intra_bw = None
+    if intra:
+        b = max(intra, key=lambda r: r["message_bytes"])
+        n, S = b["num_ranks"], b["message_bytes"]
+        intra_bw = 2 * (n - 1) / n * S / b["time_s"]["p10"]
+        print(f"intra-node: all_reduce {S / 2**20:g} MiB on 1 node x {n}: busbw "
+              f"{intra_bw / 1e6:.1f} MB/s ({intra_bw / (busbw or goodput):.1f}x the NIC's)")  # fmt: skip
+    comparison = []
+    if algos:
+        print("\nring against hierarchical all-reduce, "
+              f"{args.nodes} nodes x {args.per_node} (p10 of the samples; model: the profile above)")  # fmt: skip
+        print(f"{'size':>9}  {'ring meas':>10} {'pred':>9} {'err':>6}   "
+              f"{'hier meas':>10} {'pred':>9} {'err':>6}   faster: measured / predicted")  # fmt: skip
+        by = {(a["algorithm"], a["message_bytes"]): a for a in algos}
+        for S in sorted({a["message_bytes"] for a in algos}):
+            row = {"message_bytes": S}
+            for alg in ("ring", "hierarchical"):
+                a = by[(alg, S)]
+                t = _p10(a["samples_s"])
+                pred = float(collective_time(prof.params, "all_reduce", S, a["num_ranks"],
+                                             a["ranks_per_node"], algorithm=alg))  # fmt: skip
+                row[alg] = {"measured_s": t, "predicted_s": pred, "error": pred / t - 1}
+            fm = min(("ring", "hierarchical"), key=lambda k: row[k]["measured_s"])
+            fp = min(("ring", "hierarchical"), key=lambda k: row[k]["predicted_s"])
+            row["faster_measured"], row["faster_predicted"] = fm, fp
+            comparison.append(row)
+            r, h = row["ring"], row["hierarchical"]
+            print(f"{S / 1024:>6g} KiB  {r['measured_s'] * 1e3:>7.2f} ms {r['predicted_s'] * 1e3:>6.2f} ms "
+                  f"{r['error']:>+6.1%}   {h['measured_s'] * 1e3:>7.2f} ms {h['predicted_s'] * 1e3:>6.2f} ms "
+                  f"{h['error']:>+6.1%}   {fm} / {fp}")  # fmt: skip
     summary = {
+        "launcher": args.launcher,
         "measured_busbw_bytes_per_s": busbw,
+        "fitted_busbw_bytes_per_s": fitted,
         "nodes": args.nodes,
         "ranks_per_node": args.per_node,
         "rate_bits_per_s": rate_bits,
         "tcp_goodput_bytes_per_s": goodput,
-        "fitted_inter_node_bytes_per_s": inter,
-        "fitted_intra_node_bytes_per_s": intra,
-        "inter_over_goodput": inter / goodput,
+        "intra_node_busbw_bytes_per_s": intra_bw,
         "records": len(recs),
         "collect_s": collect_s,
         "shapes": shapes,
         "distinct_hosts": len(set(hosts.values())),
+        "heldout_p90": prof.heldout_p90,
+        "ring_vs_hierarchical": comparison,
     }
-    print(
-        f"inter-node: fitted {inter / 1e6:.2f} MB/s = {inter / goodput:.1%} of the goodput "
-        f"{goodput / 1e6:.2f} MB/s ({rate_bits / 1e6:g} Mbit/s); intra-node {intra / 1e6:.1f} MB/s "
-        f"({intra / inter:.1f}x the NIC)"
-    )
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"files: {out}")
     return 0

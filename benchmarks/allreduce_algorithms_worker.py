@@ -1,0 +1,134 @@
+"""Ring against hierarchical all-reduce, measured in one job (run under srun or mpirun).
+
+    srun -N 4 --ntasks-per-node 2 python benchmarks/allreduce_algorithms_worker.py --max-bytes 16M
+
+Every rank joins the launcher's job (:func:`launch.initialize_worker`, as
+``ddltune collect`` does under a launcher), then times, at each size S =
+``message_bytes`` from 1 KiB by factors of 4 to ``--max-bytes``, two programs
+over the same ranks (``jax.shard_map`` over a (node, local) mesh; ranks
+``g·k … g·k + g − 1`` on node k, the block placement srun and mpirun give,
+checked from the ranks' host names):
+
+* ``ring``: one ``lax.psum`` over all ranks, what ``ddltune collect``
+  measures as ``all_reduce`` (gloo's algorithm for the whole job);
+* ``hierarchical``: ``lax.psum_scatter`` inside the node (tiled: each local
+  rank keeps S/g), ``lax.psum`` of that shard across the nodes (g groups of m
+  ranks, one per local index, sharing each node's NIC), ``lax.all_gather``
+  inside the node (Goyal et al., arXiv 1706.02677, §4; the phases of
+  :class:`costmodel.collectives.HierarchicalAllReduce`).
+
+Both results are checked equal to the expected sum on every rank. Timing as
+the collector's: compiled ahead of time, ``--warmup`` untimed calls, then
+``--reps`` rounds in which the two algorithms alternate, each call preceded by
+:meth:`launch.Ranks.sync` (a barrier that carries every rank's time of the
+previous call, so a sample is the slowest rank's). Rank 0 prints one JSON line
+per (algorithm, size) with the samples in seconds; ``benchmarks/emulated_launchers.py``
+reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import time
+import zlib
+
+import jax
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from costmodel import parse_bytes
+from launch import Ranks, initialize_worker
+
+
+def _programs(mesh: Mesh):
+    spec = P(("node", "local"))
+
+    def ring(a):
+        return lax.psum(a, ("node", "local"))
+
+    def hierarchical(a):
+        part = lax.psum_scatter(a, "local", scatter_dimension=1, tiled=True)
+        part = lax.psum(part, "node")
+        return lax.all_gather(part, "local", axis=1, tiled=True)
+
+    return {
+        name: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec))
+        for name, f in (("ring", ring), ("hierarchical", hierarchical))
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--max-bytes", default="16M", help="largest message (default 16M)")
+    ap.add_argument("--reps", type=int, default=9, help="timed calls per point (default 9)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed calls per point (default 2)")
+    args = ap.parse_args(argv)
+    initialize_worker(timeout_s=120, single_ok=False)
+    ranks = Ranks()
+    n = ranks.n
+    host = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
+
+    def row(i):
+        r = np.zeros((1, n), np.int32)
+        r[0, i] = host
+        return r
+
+    gather = jax.jit(jax.shard_map(
+        lambda a: lax.psum(a, "r"), mesh=ranks.mesh, in_specs=P("r"), out_specs=P("r")
+    ))  # fmt: skip
+    hosts = np.asarray(gather(ranks.put_rows(row)).addressable_shards[0].data)[0].tolist()
+    g = ranks.ranks_per_host()
+    m = n // g
+    blocks = [hosts[k * g : (k + 1) * g] for k in range(m)]
+    if m * g != n or any(len(set(b)) != 1 for b in blocks) or len(set(hosts)) != m:
+        print(f"ranks are not placed in blocks of {g} per host: {hosts}", file=sys.stderr)
+        return 2
+    mesh = Mesh(np.array(ranks.devices, dtype=object).reshape(m, g), ("node", "local"))
+    sharding = NamedSharding(mesh, P(("node", "local")))
+    progs = _programs(mesh)
+    S = 1024
+    sizes = []
+    while S <= parse_bytes(args.max_bytes):
+        sizes.append(S)
+        S *= 4
+    for S in sizes:
+        count = S // 4
+        shards = [jax.device_put(np.full((1, count), i + 1, np.float32), d) for i, d in ranks.local]
+        a = jax.make_array_from_single_device_arrays((n, count), sharding, shards)
+        expected = n * (n + 1) / 2
+        compiled = {k: f.lower(a).compile() for k, f in progs.items()}
+        samples = {k: [] for k in compiled}
+        for k, f in compiled.items():
+            for _ in range(args.warmup):
+                out = f(a)
+                out.block_until_ready()
+            block = np.asarray(out.addressable_shards[0].data)
+            if not np.all(block == expected):
+                print(f"{k} all-reduce of {S} bytes is wrong on rank {ranks.rank}", file=sys.stderr)
+                return 1
+        prev, took = None, 0.0
+        for _ in range(args.reps):
+            for k, f in compiled.items():
+                # the barrier carries every rank's time of the previous call
+                _, slowest, _ = ranks.sync(False, {r: took for r, _ in ranks.local})
+                if prev is not None:
+                    samples[prev].append(slowest)
+                t0 = time.perf_counter()
+                f(a).block_until_ready()
+                prev, took = k, time.perf_counter() - t0
+        _, slowest, _ = ranks.sync(False, {r: took for r, _ in ranks.local})
+        samples[prev].append(slowest)
+        if ranks.is_rank0:
+            for k, s in samples.items():
+                print(json.dumps({"algorithm": k, "message_bytes": S, "num_ranks": n,
+                                  "ranks_per_node": g, "samples_s": s}), flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
