@@ -26,7 +26,9 @@ def summarize_measurements(path: str | os.PathLike) -> dict:
     Returns:
         A dict: ``file``, ``type`` (``"measurements"``), ``records`` (count),
         ``kinds`` (count per kind), ``backends``, ``device_kinds``, ``hosts``
-        (distinct host fingerprints), ``sources``, ``first``/``last``
+        (distinct host fingerprints: the machines that wrote the records),
+        ``job_hosts`` (the distinct ``num_hosts`` the measuring jobs spanned,
+        where recorded), ``sources``, ``first``/``last``
         (timestamps), ``versions`` (library → versions seen), ``collectives``
         (per series: points, distinct sizes, min/max bytes, min/max time in s,
         wrong results), ``compute`` (per op: points, min/max GFLOP/s = 10⁹
@@ -54,6 +56,7 @@ def summarize_measurements(path: str | os.PathLike) -> dict:
         "backends": sorted({r["backend"] for r in recs}),
         "device_kinds": sorted({r["device_kind"] for r in recs}),
         "hosts": len({r.get("host_fingerprint") for r in recs}),
+        "job_hosts": sorted({r["num_hosts"] for r in recs if "num_hosts" in r}),
         "sources": sorted({r["source"] for r in recs}),
         "first": stamps[0],
         "last": stamps[-1],

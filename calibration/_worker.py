@@ -674,6 +674,7 @@ class _Session:
         if point["kind"] == "collective":
             rec["wrong"] = int(wrong)
             rec["in_place"] = False
+            rec["num_hosts"] = self.ranks.hosts()[1]  # kept from run()'s count: no jax call
         else:
             rec.pop("count", None)
             rec["num_processes"] = self.ranks.num_processes

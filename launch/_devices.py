@@ -83,6 +83,7 @@ class Ranks:
         self.is_rank0 = self.rank == 0
         self.backend = self.device.platform
         self._width = 1 + 2 * self.n  # stop flag, n times, n wrong counts
+        self._hosts: tuple[int, int] | None = None
 
         def psum(a):
             return jax.lax.psum(a, "r")
@@ -159,15 +160,27 @@ class Ranks:
 
     def ranks_per_host(self) -> int:
         """Ranks on the busiest host (host names hashed and summed across ranks; no jax call for one process)."""
-        if self.num_processes == 1:
-            return self.n
-        h = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
+        return self.hosts()[0]
 
-        def row(i):
-            r = np.zeros((1, self.n), np.int32)
-            r[0, i] = h
-            return r
+    def hosts(self) -> tuple[int, int]:
+        """``(ranks on the busiest host, distinct hosts)`` of the job, from its ranks' host names.
 
-        out = self._psum(self.put_rows(row))
-        hashes = np.asarray(out.addressable_shards[0].data)[0].tolist()
-        return max(hashes.count(x) for x in set(hashes))
+        Each rank contributes a hash of ``socket.gethostname()`` (crc32, never
+        the name) to one psum; one process is one host without a jax call.
+        Collective (every rank calls it); computed once and kept.
+        """
+        if self._hosts is None:
+            if self.num_processes == 1:
+                self._hosts = (self.n, 1)
+            else:
+                h = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
+
+                def row(i):
+                    r = np.zeros((1, self.n), np.int32)
+                    r[0, i] = h
+                    return r
+
+                out = self._psum(self.put_rows(row))
+                hashes = np.asarray(out.addressable_shards[0].data)[0].tolist()
+                self._hosts = (max(hashes.count(x) for x in set(hashes)), len(set(hashes)))
+        return self._hosts

@@ -160,3 +160,17 @@ def test_show_malformed_profile(tmp_path, capsys):
     assert main(["show", str(bad)]) == 1
     err = capsys.readouterr().err
     assert str(bad) in err and err.count("\n") == 1
+
+
+def test_show_says_how_many_hosts_the_measuring_jobs_spanned(tmp_path, capsys):
+    """Records of a job across nodes carry num_hosts (never the names): show lists the
+    distinct counts beside the machines that wrote the file (one: rank 0's)."""
+    path = tmp_path / "m.jsonl"
+    with RecordWriter(path) as w:
+        w.write(_collective("all_reduce", 1024, 2, 1e-4) | {"num_hosts": 1})
+        w.write(_collective("all_reduce", 1024, 8, 2e-3) | {"ranks_per_node": 2, "num_hosts": 4})
+    assert main(["show", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["hosts"] == 1 and doc["job_hosts"] == [1, 4]
+    assert main(["show", str(path)]) == 0
+    assert "written on 1 machine(s); jobs across 1, 4 host(s)" in capsys.readouterr().out

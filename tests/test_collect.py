@@ -293,7 +293,15 @@ def test_virtual_devices_every_record_valid(virtual_run):
     for r in coll:
         assert r["wrong"] == 0, r["collective"]
         assert r["num_ranks"] == 4 and r["ranks_per_node"] == 4
+        assert r["num_hosts"] == 1  # one process: one host
         assert r["dtype"] == "float32" and r["compile_s"] > 0
+    bad = dict(coll[0])
+    for value in (0, 5, 2.0, True, "4"):
+        bad["num_hosts"] = value
+        with pytest.raises(
+            ValueError, match=r"'num_hosts' must be an integer in \[1, num_ranks \(4\)\]"
+        ):
+            validate_record(bad)
     comp = [r for r in recs if r["kind"] == "compute"]
     assert {r["op"] for r in comp} == {"matmul", "forward", "backward"}
     # One process: compute ran once, by itself (no "rank 0 alone" duplicate).

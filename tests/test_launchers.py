@@ -348,6 +348,7 @@ def test_two_ranks_write_the_records_of_two_local_workers(launcher, local_record
     assert sorted(map(_what, recs)) == sorted(map(_what, local_records))
     assert sorted(map(_what, recs)) == [("all_reduce", s, 2, 2) for s in SIZES]
     assert all(r["wrong"] == 0 and r["dtype"] == "float32" for r in recs)
+    assert {r["num_hosts"] for r in recs} == {r["num_hosts"] for r in local_records} == {1}
     assert "# wrote 4 records" in res.output  # rank 0's summary, once
     assert res.output.count("# wrote ") == 1
 
@@ -520,6 +521,7 @@ def test_emulated_launcher_collects_eight_ranks_two_per_node(emulated_launcher, 
     recs = read_records(out)
     assert sorted(map(_what, recs)) == [("all_reduce", s, 8, 2) for s in SIZES]
     assert all(r["wrong"] == 0 for r in recs)
+    assert {r["num_hosts"] for r in recs} == {EMULATED_NODES}  # four host names
 
 
 def _names_the_failure(name: str, output: str, node) -> bool:

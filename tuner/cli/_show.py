@@ -136,7 +136,12 @@ def _print_measurements(s: dict) -> None:
     print(f"  records:   {s['records']} ({kinds})")
     print(
         f"  where:     backend {', '.join(s['backends'])}; device {', '.join(s['device_kinds'])}; "
-        f"{s['hosts']} host(s)"
+        f"written on {s['hosts']} machine(s)"
+        + (
+            f"; jobs across {', '.join(map(str, s['job_hosts']))} host(s)"
+            if s.get("job_hosts")
+            else ""
+        )
     )
     print(f"  when:      {s['first']} … {s['last']}")
     print(f"  source:    {', '.join(s['sources'])}")
