@@ -28,10 +28,14 @@ from pathlib import Path
 from costmodel import BUSBW_FACTOR, InputFileError, format_bytes, format_choices
 from launch import (
     LaunchError,
+    announce_alive,
+    describe_silent,
     detect_cluster,
     initialize_worker,
     launch_local,
+    rank_hosts,
     set_message_handler,
+    silent_ranks,
 )
 
 from ._names import COLLECT_SUITES as SUITES
@@ -617,10 +621,25 @@ def _collect_in_job(
     try:
         with _stdout_on_stderr():
             initialize_worker(coordinator_address=coordinator, timeout_s=max(timeout_s, 60.0))
+            # before the first collective: rank 0 can then name every rank's host
+            announce_alive(cluster.process_id)
+            rx.joined = True  # the watchdog beats from now on (not before: an unjoined
+            # client's call is a fatal error of the whole job in jax's service)
             keys = writer.existing_keys if writer else []
             cfg = dict(config, existing_keys=[list(k) for k in keys])
             t0 = time.monotonic()
-            run_worker(cfg, rx.handler)
+            try:
+                run_worker(cfg, rx.handler)
+            except Exception:
+                if cluster.num_processes > 1:  # a peer that died shows as silent in 2 s
+                    time.sleep(2.5)
+                    print(
+                        f"ddltune collect: rank {cluster.process_id}: a collective failed: "
+                        f"{describe_silent(silent_ranks(2.0))}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                raise
             rx.info["elapsed_s"] = time.monotonic() - t0
     finally:
         rx.stop.set()
@@ -657,19 +676,34 @@ class _InJobReceiver:
         self.info: dict = {"workers": cluster.num_processes}
         self.last = [time.monotonic(), "starting"]
         self.stop = threading.Event()
+        self.joined = False
 
     def watchdog(self) -> None:
         while not self.stop.wait(1.0):
+            if self.joined:
+                announce_alive(self.cluster.process_id)
             if time.monotonic() - self.last[0] > self.timeout_s:
+                who = describe_silent(silent_ranks(5.0)) if self.joined else "before joining"
                 print(
                     f"ddltune collect: error: rank {self.cluster.process_id} saw no progress for "
-                    f"{self.timeout_s:g} s while {self.last[1]}: a peer rank crashed or hung; "
-                    f"stopping ({len(self.written)} records written are valid; rerun with "
-                    "--resume)",
+                    f"{self.timeout_s:g} s while {self.last[1]}: a peer rank crashed or hung "
+                    f"({who}); stopping ({len(self.written)} records written are valid; rerun "
+                    "with --resume)",
                     file=sys.stderr,
                     flush=True,
                 )
                 os._exit(1)
+
+    def _print_hosts(self) -> None:
+        """One line naming each host's ranks (the launcher names a failed rank by number)."""
+        hosts = rank_hosts() or {}
+        if len(set(hosts.values())) < 2:
+            return
+        by: dict[str, list[int]] = {}
+        for r, h in sorted(hosts.items()):
+            by.setdefault(h, []).append(r)
+        line = "; ".join(f"{h}: {', '.join(map(str, rs))}" for h, rs in by.items())
+        print(f"# ranks per host: {line}", file=sys.stderr, flush=True)
 
     def handler(self, msg: dict) -> None:
         self.last[0] = time.monotonic()
@@ -683,6 +717,7 @@ class _InJobReceiver:
             self.written.append(msg["record"])
             self.bar.step()
         elif kind == "plan":
+            self._print_hosts()
             self.info.update(
                 num_ranks=msg["num_ranks"],
                 ranks_per_node=msg["ranks_per_node"],

@@ -326,6 +326,110 @@ def heartbeat(where: str | None = None, *, force: bool = False) -> None:
     send_message(msg)
 
 
+#: Key prefix of the ranks' liveness beats in jax's coordination service.
+_ALIVE_PREFIX = "ddltune/alive/"
+
+
+def _coordination_client():
+    """jax's distributed client (``jax._src.distributed.global_state.client``, jax 0.10.2), or None."""
+    try:
+        from jax._src import distributed as _dist
+
+        return _dist.global_state.client
+    except Exception:  # noqa: BLE001 - a private API: no liveness where it is missing
+        return None
+
+
+def announce_alive(rank: int) -> None:
+    """Publish that rank ``rank`` of a ``jax.distributed`` job is alive, now, and on which host.
+
+    One key per rank in jax's coordination service (rank 0's process holds it):
+    ``wall-clock seconds`` and ``socket.gethostname()``. Call it about once a
+    second from a thread that runs while the rank measures (the collector's
+    watchdog does); :func:`silent_ranks` reads them. Does nothing outside a
+    multi-process job or when the service does not answer (never raises).
+    """
+    client = _coordination_client()
+    if client is None:
+        return
+    with contextlib.suppress(Exception):
+        client.key_value_set(
+            f"{_ALIVE_PREFIX}{int(rank)}", f"{time.time():.3f} {socket.gethostname()}", True
+        )
+
+
+def _alive_table(timeout_s: float):
+    """``[(rank, host, age_s)]`` of every beat in the coordination service, or None."""
+    client = _coordination_client()
+    if client is None:
+        return None
+    out: list = []
+
+    def read():
+        out.append(client.key_value_dir_get(_ALIVE_PREFIX))
+
+    t = threading.Thread(target=read, name="ddltune-liveness", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if not out:
+        return None
+    now = time.time()
+    table = []
+    for key, value in out[0]:
+        try:
+            rank = int(key.rsplit("/", 1)[1])
+            stamp, host = value.split(" ", 1)
+            table.append((rank, host, now - float(stamp)))
+        except (ValueError, IndexError):
+            continue
+    return sorted(table)
+
+
+def rank_hosts(*, timeout_s: float = 5.0) -> dict[int, str] | None:
+    """Rank → host name of every rank that called :func:`announce_alive` (None: no service)."""
+    table = _alive_table(timeout_s)
+    return None if table is None else {r: host for r, host, _ in table}
+
+
+def silent_ranks(silent_for_s: float, *, timeout_s: float = 5.0):
+    """The ranks whose :func:`announce_alive` stopped ``silent_for_s`` seconds ago or more.
+
+    Returns:
+        A list of ``(rank, host, seconds since its last beat)``, rank order; an
+        empty list when every rank that ever beat is still beating; ``None``
+        when the coordination service does not answer within ``timeout_s``
+        (it lives in rank 0's process: rank 0 is then the likely casualty) or
+        this is not a multi-process job. Ages use this host's clock against
+        the beating host's (the same clock on one machine; NTP-close on a
+        cluster).
+    """
+    table = _alive_table(timeout_s)
+    if table is None:
+        return None
+    return [row for row in table if row[2] >= silent_for_s]
+
+
+def describe_silent(silent) -> str:
+    """Words for :func:`silent_ranks`' answer: who stopped first, on which host, how long ago.
+
+    The ranks silent longest (within 1.5 s of the longest, the beats' resolution)
+    stopped first: the likely cause; the others (peers that failed after it) are
+    listed after them.
+    """
+    if silent is None:
+        return "rank 0's coordination service does not answer (rank 0 stopped?)"
+    if not silent:
+        return "every rank still beats (one of them is stuck)"
+    longest = max(age for _, _, age in silent)
+    first = [(r, h) for r, h, age in silent if age >= longest - 1.5]
+    later = [r for r, _, age in silent if age < longest - 1.5]
+    text = " and ".join(f"rank {r} on {h}" for r, h in first)
+    text += f" stopped first, {longest:.0f} s ago"
+    if later:
+        text += f"; silent since: rank{'s' if len(later) > 1 else ''} {', '.join(map(str, later))}"
+    return text
+
+
 @dataclasses.dataclass
 class _Wait:
     where: str

@@ -527,21 +527,29 @@ def test_emulated_launcher_collects_eight_ranks_two_per_node(emulated_launcher, 
 def _names_the_failure(name: str, output: str, node) -> bool:
     """Whether the job's output names the task that exited with status 17 (rank 3, ``node``).
 
-    srun names its node and task; Open MPI 4.1 the process ([[job,1],3]) and its exit
-    code, not its host; MPICH's Hydra neither: the peers end the job, either their
-    watchdogs after --timeout-s (naming themselves) or, when a peer's gloo read sees
-    the dead rank's socket closed first, its error naming that node's address (both
-    seen on this machine, a race between the exit and the peers' next receive).
+    srun names its node and task. Open MPI 4.1 names the process ([[job,1],3]) and its
+    exit code, not its host, and ends the job before any peer can speak: rank 0's
+    "# ranks per host" line at the start says where rank 3 ran. MPICH's Hydra names
+    neither: the peers end the job, either their watchdogs after --timeout-s or, when
+    a peer's gloo read sees the dead rank's socket closed first, its failed collective;
+    either way the peer names the rank whose liveness beats stopped, and its host.
     """
     if name == "srun":
         return f"srun: error: {node.hostname}: task 3: Exited with exit code 17" in output
     if name == "openmpi":
-        return "Process name: [[" in output and "],3]" in output and "Exit code:    17" in output
-    peer_saw_it = re.search(
-        rf"Gloo .* failed: .*\[{re.escape(node.address)}\]:\d+: Connection (reset|closed) by peer",
-        output,
+        return (
+            "Process name: [[" in output
+            and "],3]" in output
+            and "Exit code:    17" in output
+            and re.search(rf"# ranks per host: .*{re.escape(node.hostname)}: 2, 3", output)
+            is not None
+        )
+    return (
+        re.search(
+            rf"rank 3 on {re.escape(node.hostname)}( and rank \d+ on \S+)* stopped first", output
+        )
+        is not None
     )
-    return "saw no progress for 30 s" in output or peer_saw_it is not None
 
 
 @pytest.mark.multiprocess
@@ -625,3 +633,17 @@ def test_openmpi_major_version_is_read_from_mpirun_version():
     assert H.openmpi_major("mpirun.openmpi (OpenRTE) 4.1.4") == 4
     assert H.openmpi_major("mpirun (Open MPI) 5.0.3") == 5
     assert H.openmpi_major("") == 0
+
+
+def test_the_silent_ranks_are_named_first_one_first():
+    """describe_silent: the ranks silent longest (within the beats' 1.5 s) stopped first,
+    the peers that failed after them follow; no service, no silent rank, each said."""
+    from launch import describe_silent
+
+    assert (
+        describe_silent(None) == "rank 0's coordination service does not answer (rank 0 stopped?)"
+    )
+    assert describe_silent([]) == "every rank still beats (one of them is stuck)"
+    got = describe_silent([(1, "n0", 28.2), (2, "n1", 30.6), (3, "n1", 31.0), (4, "n2", 27.9)])
+    assert got == "rank 2 on n1 and rank 3 on n1 stopped first, 31 s ago; silent since: ranks 1, 4"
+    assert describe_silent([(3, "n1", 4.2)]) == "rank 3 on n1 stopped first, 4 s ago"
