@@ -28,7 +28,9 @@ def summarize_measurements(path: str | os.PathLike) -> dict:
         ``kinds`` (count per kind), ``backends``, ``device_kinds``, ``hosts``
         (distinct host fingerprints: the machines that wrote the records),
         ``job_hosts`` (the distinct ``num_hosts`` the measuring jobs spanned,
-        where recorded), ``sources``, ``first``/``last``
+        where recorded), ``emulated`` (the emulated clusters the records were
+        measured in, as ``--emulate`` specs, e.g. ``2x1@100mbit``; empty for a
+        real machine), ``sources``, ``first``/``last``
         (timestamps), ``versions`` (library → versions seen), ``collectives``
         (per series: points, distinct sizes, min/max bytes, min/max time in s,
         wrong results), ``compute`` (per op: points, min/max GFLOP/s = 10⁹
@@ -57,6 +59,13 @@ def summarize_measurements(path: str | os.PathLike) -> dict:
         "device_kinds": sorted({r["device_kind"] for r in recs}),
         "hosts": len({r.get("host_fingerprint") for r in recs}),
         "job_hosts": sorted({r["num_hosts"] for r in recs if "num_hosts" in r}),
+        "emulated": sorted(
+            {
+                f"{e['nodes']}x{e['ranks_per_node']}@{e['rate_bits_per_s'] / 1e6:g}mbit"
+                for e in (r.get("emulated") for r in recs)
+                if isinstance(e, dict) and {"nodes", "ranks_per_node", "rate_bits_per_s"} <= set(e)
+            }
+        ),
         "sources": sorted({r["source"] for r in recs}),
         "first": stamps[0],
         "last": stamps[-1],

@@ -102,7 +102,25 @@ def test_calibrate_text_output_and_overwrite(measurements, tmp_path, capsys):
     text = capsys.readouterr().out
     assert code == 0
     assert "held out" in text and "all_reduce n=3 g=3" in text and f"wrote {out}" in text
+    assert "emulated" not in text  # a real machine's records
     assert Profile.load(out).params.n_regimes == 1
+
+
+def test_calibrate_says_when_the_records_came_from_an_emulated_cluster(
+    measurements, tmp_path, capsys
+):
+    emu = {"nodes": 2, "ranks_per_node": 1, "rate_bits_per_s": 1e8}
+    lines = [
+        json.dumps(json.loads(ln) | {"emulated": emu})
+        for ln in measurements.read_text().splitlines()
+    ]
+    path = tmp_path / "emu.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["calibrate", str(path), "-o", str(tmp_path / "p.json"), "--regimes", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "measured in the emulated cluster 2x1@100mbit" in text and "not a real cluster" in text
+    assert main(["show", str(path)]) == 0
+    assert "emulated:  2x1@100mbit" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -469,6 +469,16 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
         "records; "
         f"statistic {fit.get('statistic')}; prior {profile.prior.get('preset')}"
     )
+    emulated = [
+        f"{e.get('nodes')}x{e.get('ranks_per_node')}@{float(e.get('rate_bits_per_s', 0)) / 1e6:g}mbit"
+        for e in profile.provenance.get("emulated") or []
+        if isinstance(e, dict)
+    ]
+    if emulated:
+        print(
+            f"measured in the emulated cluster {', '.join(emulated)} (namespaces and shaped "
+            "links on one machine): the profile describes it, not a real cluster"
+        )
     print(
         f"regimes per collective: {profile.params.n_regimes}"
         + (f" (inner-fold mean abs. error {scores})" if scores and "—" not in scores else "")

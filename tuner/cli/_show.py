@@ -143,6 +143,11 @@ def _print_measurements(s: dict) -> None:
             else ""
         )
     )
+    if s.get("emulated"):
+        print(
+            f"  emulated:  {', '.join(s['emulated'])} (network namespaces and shaped links on "
+            "one machine, not a real cluster)"
+        )
     print(f"  when:      {s['first']} … {s['last']}")
     print(f"  source:    {', '.join(s['sources'])}")
     if s["versions"]:
