@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     finally:
         c.stop()
     from calibration import Profile, read_records
-    from costmodel import collective_time
+    from costmodel import collective_time, format_bytes
 
     recs = read_records(m)
     shapes = sorted({(r["num_ranks"], r["ranks_per_node"]) for r in recs})
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
             row["faster_measured"], row["faster_predicted"] = fm, fp
             comparison.append(row)
             r, h = row["ring"], row["hierarchical"]
-            print(f"{S / 1024:>6g} KiB  {r['measured_s'] * 1e3:>7.2f} ms {r['predicted_s'] * 1e3:>6.2f} ms "
+            print(f"{format_bytes(S):>9}  {r['measured_s'] * 1e3:>7.2f} ms {r['predicted_s'] * 1e3:>6.2f} ms "
                   f"{r['error']:>+6.1%}   {h['measured_s'] * 1e3:>7.2f} ms {h['predicted_s'] * 1e3:>6.2f} ms "
                   f"{h['error']:>+6.1%}   {fm} / {fp}")  # fmt: skip
     summary = {

@@ -23,9 +23,10 @@ Common fields (every record):
     full array); ``num_ranks`` (int ≥ 1); ``ranks_per_node`` (int ≥ 1,
     ≤ num_ranks); ``dtype`` (str); ``wrong`` (int ≥ 0: results that failed the
     correctness check, as nccl-tests' ``#wrong``; optional, default 0);
-    ``in_place`` (bool, optional); ``num_hosts`` (int in [1, num_ranks],
-    optional: the distinct host names among the job's ranks, as ``ddltune
-    collect`` counts them; a host name itself is never written).
+    ``in_place`` (bool, optional); ``num_hosts`` (int, optional: the distinct
+    host names among the job's ranks, as ``ddltune collect`` counts them, in
+    [⌈num_ranks / ranks_per_node⌉, num_ranks − ranks_per_node + 1]; a host name
+    itself is never written).
 
 ``kind: "compute"``:
     ``op`` (str, e.g. ``"matmul"``, ``"forward"``, ``"backward"``); ``flops``
@@ -284,9 +285,14 @@ def _check_ranks(rec: dict) -> None:
         raise ValueError(f"'ranks_per_node' must be an integer in [1, 2^24], got {_short(g)}")
     if g > n:
         raise ValueError(f"'ranks_per_node' ({g}) cannot exceed 'num_ranks' ({n})")
-    h = rec.get("num_hosts")
-    if h is not None and not (_is_pos_int(h, 1, MAX_RANKS) and h <= n):
-        raise ValueError(f"'num_hosts' must be an integer in [1, num_ranks ({n})], got {_short(h)}")
+    if "num_hosts" in rec:
+        # g ranks on the busiest host: at least ⌈n/g⌉ hosts, at most n − g + 1
+        h, lo, hi = rec["num_hosts"], -(-n // g), n - g + 1
+        if not (_is_pos_int(h, 1, MAX_RANKS) and lo <= h <= hi):
+            raise ValueError(
+                f"'num_hosts' must be an integer in [{lo}, {hi}] for {n} ranks with at most {g} "
+                f"per host, got {_short(h)}"
+            )
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:

@@ -121,6 +121,10 @@ def test_calibrate_says_when_the_records_came_from_an_emulated_cluster(
     assert "measured in the emulated cluster 2x1@100mbit" in text and "not a real cluster" in text
     assert main(["show", str(path)]) == 0
     assert "emulated:  2x1@100mbit" in capsys.readouterr().out
+    assert main(["show", str(tmp_path / "p.json")]) == 0  # the profile says so too, and its input
+    text = capsys.readouterr().out
+    assert "emulated: 2x1@100mbit" in text and f"input: {path} (sha256 " in text
+    assert "ranks 2–4; ranks/node 2–4" in text  # spans, not Python lists
 
 
 @pytest.mark.parametrize(

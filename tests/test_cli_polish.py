@@ -281,3 +281,23 @@ def test_a_negative_value_reaches_the_options_own_check(capsys):
     assert code == 2 and err.count("\n") == 1
     assert "argument --device-memory:" in err and "'-5G'" in err
     assert "expected one argument" not in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ("--num-ranks", "4", "--ranks-per-node", "8"),
+            "--ranks-per-node (8) cannot exceed --num-ranks (4)",
+        ),
+        (("--num-ranks", "99999999999"), "--num-ranks: at most 2^24"),
+    ],
+)
+def test_collective_predict_refuses_impossible_rank_layouts(capsys, extra, message):
+    """From a new user's trial: 4 ranks with 8 per node became '4 per node' silently, and
+    10^11 ranks were accepted where records stop at 2^24."""
+    base = ("predict", "--preset", "ethernet-10g,shm", "--device", "cpu")
+    code, out, err = _run(
+        capsys, *base, "--collective", "all_reduce", "--message-bytes", "16M", *extra
+    )
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err

@@ -296,12 +296,17 @@ def test_virtual_devices_every_record_valid(virtual_run):
         assert r["num_hosts"] == 1  # one process: one host
         assert r["dtype"] == "float32" and r["compile_s"] > 0
     bad = dict(coll[0])
-    for value in (0, 5, 2.0, True, "4"):
+    for value in (0, 2, 2.0, True, "1", None):  # 4 ranks, 4 on the busiest host: 1 host
         bad["num_hosts"] = value
-        with pytest.raises(
-            ValueError, match=r"'num_hosts' must be an integer in \[1, num_ranks \(4\)\]"
-        ):
+        with pytest.raises(ValueError, match=r"'num_hosts' must be an integer in \[1, 1\] for 4"):
             validate_record(bad)
+    # 8 ranks, at most 2 per host: 4 to 7 hosts (a new user's 3 and 8 were accepted)
+    spread = dict(coll[0], num_ranks=8, ranks_per_node=2)
+    for value in (3, 8):
+        with pytest.raises(ValueError, match=r"in \[4, 7\] for 8 ranks with at most 2 per host"):
+            validate_record(dict(spread, num_hosts=value))
+    for value in (4, 7):
+        validate_record(dict(spread, num_hosts=value))
     comp = [r for r in recs if r["kind"] == "compute"]
     assert {r["op"] for r in comp} == {"matmul", "forward", "backward"}
     # One process: compute ran once, by itself (no "rank 0 alone" duplicate).

@@ -789,7 +789,7 @@ def profile_summary(profile) -> dict:
         tr, ho = s.get("train", {}), s.get("heldout", {})
         series.append(
             {
-                "series": series_label(s),
+                "series": series_label(s, always_ranks_per_node=True),
                 "kind": s.get("kind"),
                 "train_points": tr.get("points"),
                 "train_median": tr.get("median"),
@@ -1237,7 +1237,7 @@ def _worst_points_table(summary) -> dict:
         ],
         "rows": [
             [
-                series_label(w),
+                series_label(w, always_ranks_per_node=True),
                 _size_or_flops(w),
                 format_seconds(w["measured_s"]),
                 format_seconds(w["predicted_s"]),

@@ -445,8 +445,12 @@ def _value(row: dict) -> str:
     unit, v = row["unit"], row["value"]
     if unit == "s":
         return format_seconds(v)
-    if unit == "s/byte":
-        return f"{1e-9 / v:.3g} GB/s"
+    if unit == "s/byte":  # as the bandwidth 1/β, in a unit that keeps 3 digits
+        bw = 1.0 / v
+        for scale, name in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
+            if bw >= scale:
+                return f"{bw / scale:#.3g} {name}"
+        return f"{bw:#.3g} B/s"
     if unit == "FLOP/s":
         return f"{v / 1e9:.3g} GFLOP/s"
     if unit == "bytes":
@@ -481,7 +485,11 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
         )
     print(
         f"regimes per collective: {profile.params.n_regimes}"
-        + (f" (inner-fold mean abs. error {scores})" if scores and "—" not in scores else "")
+        + (
+            f" (chosen on inner folds; mean abs. error by regime count: {scores})"
+            if scores and "—" not in scores
+            else ""
+        )
     )
     print()
     rows = [["series", "train", "median", "p90", "held out", "median", "p90"]]
@@ -527,7 +535,10 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
             )
     table = profile.parameter_table()
     ident = [r for r in table if r["identified"]]
-    print(f"\nparameters the data identify ({len(ident)} of {len(table)}; 90% interval):")
+    print(
+        f"\nparameters the data identify ({len(ident)} of {len(table)}; 90% interval; "
+        "s/byte ones shown as their bandwidth 1/β):"
+    )
     rows = [["name", "value", "low", "high"]]
     for r in ident:
         lo, hi = dict(r, value=r["low"]), dict(r, value=r["high"])
@@ -546,8 +557,8 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
     frozen = len(profile.leaf_names) - len(profile.fit.get("free_leaves", profile.leaf_names))
     print(
         f"the other {len(table) - len(ident)} are not pinned down (90% interval wider than "
-        f"about ±16%); {frozen} of the {len(profile.leaf_names)} unconstrained leaves (those no "
-        f"measurement depends on) stay exactly at the prior {profile.prior.get('preset')}; "
+        f"about ±16%); {frozen} of the fit's {len(profile.leaf_names)} internal parameters (those "
+        f"no measurement depends on) stay exactly at the prior {profile.prior.get('preset')}; "
         "'ddltune show' lists them all"
     )
     for note in profile.notes:

@@ -20,6 +20,7 @@ from ._common import (
     int_list_arg,
     model_workload_arg,
     name_list_arg,
+    plural,
     positive_float_arg,
     positive_int_arg,
     preset_compute,
@@ -358,6 +359,13 @@ def _collective_rows(args, cluster) -> list[dict]:
     from costmodel import get_collective
     from tuner import predict_collective
 
+    if args.num_ranks > 2**24:
+        raise UsageError(f"--num-ranks: at most 2^24 = {2**24:,} ranks, got {args.num_ranks:,}")
+    if args.ranks_per_node > args.num_ranks:
+        raise UsageError(
+            f"--ranks-per-node ({args.ranks_per_node}) cannot exceed --num-ranks "
+            f"({args.num_ranks}): the ranks of one node are among the collective's"
+        )
     try:
         get_collective(args.collective, args.algorithm)
     except ValueError as e:  # lists the valid names
@@ -438,7 +446,7 @@ def _print_collectives(rows, cluster: dict) -> None:
     r0 = rows[0]
     with_interval = "interval_s" in r0
     _say(
-        f"{r0['collective']} ({r0['algorithm']}), {r0['num_ranks']} ranks, "
+        f"{r0['collective']} ({r0['algorithm']}), {plural(r0['num_ranks'], 'rank')}, "
         f"{r0['ranks_per_node']} per node; cluster: {_describe(cluster)}"
     )
     head = ["size", "bytes", "time µs"] + (["90% interval µs"] if with_interval else [])

@@ -228,6 +228,13 @@ def summarize_profile(path: Path) -> dict:
     return out
 
 
+def _span(r) -> str:
+    """``[lo, hi]`` of measured ranges as ``lo–hi`` (or ``lo``), not a list."""
+    if isinstance(r, list | tuple) and len(r) == 2:
+        return f"{r[0]}" if r[0] == r[1] else f"{r[0]}–{r[1]}"
+    return str(r)
+
+
 def _print_profile(s: dict) -> None:
     from tuner import format_parameter_rows, format_percent
 
@@ -267,12 +274,23 @@ def _print_profile(s: dict) -> None:
         lo, hi = r["message_bytes"]
         print(
             f"  measured sizes: {format_bytes(lo)} – {format_bytes(hi)}; ranks "
-            f"{r.get('num_ranks')}; ranks/node {r.get('ranks_per_node')}; collectives "
-            f"{', '.join(r.get('collectives') or [])}"
+            f"{_span(r.get('num_ranks'))}; ranks/node {_span(r.get('ranks_per_node'))}; "
+            f"collectives {', '.join(r.get('collectives') or [])}"
         )
-    for k, v in (s.get("provenance") or {}).items():
+    prov = s.get("provenance") or {}
+    for k, v in prov.items():
         if isinstance(v, str | int | float):
             print(f"  {k}: {v}")
+    for entry in prov.get("inputs") or []:
+        if isinstance(entry, dict) and entry.get("path"):
+            sha = str(entry.get("sha256") or "")[:12]
+            print(f"  input: {entry['path']}" + (f" (sha256 {sha}…)" if sha else ""))
+    for e in prov.get("emulated") or []:
+        if isinstance(e, dict) and {"nodes", "ranks_per_node", "rate_bits_per_s"} <= set(e):
+            print(
+                f"  emulated: {e['nodes']}x{e['ranks_per_node']}@{e['rate_bits_per_s'] / 1e6:g}mbit "
+                "(namespaces and shaped links on one machine, not a real cluster)"
+            )
     print(
         "\nparameters (90% interval; 'no' = not identified: the data cannot pin it down; "
         "its value may have moved from the prior, within a wide interval)"
