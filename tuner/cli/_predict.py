@@ -361,11 +361,6 @@ def _collective_rows(args, cluster) -> list[dict]:
 
     if args.num_ranks > 2**24:
         raise UsageError(f"--num-ranks: at most 2^24 = {2**24:,} ranks, got {args.num_ranks:,}")
-    if args.ranks_per_node > args.num_ranks:
-        raise UsageError(
-            f"--ranks-per-node ({args.ranks_per_node}) cannot exceed --num-ranks "
-            f"({args.num_ranks}): the ranks of one node are among the collective's"
-        )
     try:
         get_collective(args.collective, args.algorithm)
     except ValueError as e:  # lists the valid names
