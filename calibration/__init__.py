@@ -51,6 +51,7 @@ _EXPORTS = {
     "RecordWriter": "._records",
     "atomic_write_text": "._records",
     "describe_origin": "._records",
+    "emulated_spec": "._records",
     "host_fingerprint": "._records",
     "iter_records": "._records",
     "json_depth_ok": "._records",

@@ -79,6 +79,7 @@ __all__ = [
     "RecordWriter",
     "record_origin",
     "describe_origin",
+    "emulated_spec",
     "atomic_write_text",
     "provenance",
     "host_fingerprint",
@@ -500,6 +501,21 @@ def record_origin(rec: dict) -> tuple:
     if isinstance(emu, dict):
         emu = (emu.get("nodes"), emu.get("ranks_per_node"), emu.get("rate_bits_per_s"))
     return (rec.get("backend"), rec.get("device_kind"), rec.get("host_fingerprint"), emu)
+
+
+def emulated_spec(emulated) -> str | None:
+    """A record's ``emulated`` field as the ``--emulate`` spec that made it (``"2x1@100mbit"``).
+
+    Returns ``None`` when the field is absent or lacks ``nodes``,
+    ``ranks_per_node`` or ``rate_bits_per_s`` (a real machine's record).
+    """
+    if not isinstance(emulated, dict):
+        return None
+    try:
+        nodes, per, rate = (emulated[k] for k in ("nodes", "ranks_per_node", "rate_bits_per_s"))
+        return f"{nodes}x{per}@{float(rate) / 1e6:g}mbit"
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def describe_origin(origin: tuple) -> str:

@@ -6,7 +6,7 @@ import math
 import os
 from collections import Counter
 
-from ._records import read_records
+from ._records import emulated_spec, read_records
 
 __all__ = ["summarize_measurements"]
 
@@ -60,11 +60,7 @@ def summarize_measurements(path: str | os.PathLike) -> dict:
         "hosts": len({r.get("host_fingerprint") for r in recs}),
         "job_hosts": sorted({r["num_hosts"] for r in recs if "num_hosts" in r}),
         "emulated": sorted(
-            {
-                f"{e['nodes']}x{e['ranks_per_node']}@{e['rate_bits_per_s'] / 1e6:g}mbit"
-                for e in (r.get("emulated") for r in recs)
-                if isinstance(e, dict) and {"nodes", "ranks_per_node", "rate_bits_per_s"} <= set(e)
-            }
+            {e for e in (emulated_spec(r.get("emulated")) for r in recs) if e is not None}
         ),
         "sources": sorted({r["source"] for r in recs}),
         "first": stamps[0],

@@ -83,7 +83,7 @@ class Ranks:
         self.is_rank0 = self.rank == 0
         self.backend = self.device.platform
         self._width = 1 + 2 * self.n  # stop flag, n times, n wrong counts
-        self._hosts: tuple[int, int] | None = None
+        self._hosts: list[int] | None = None
 
         def psum(a):
             return jax.lax.psum(a, "r")
@@ -163,17 +163,21 @@ class Ranks:
         return self.hosts()[0]
 
     def hosts(self) -> tuple[int, int]:
-        """``(ranks on the busiest host, distinct hosts)`` of the job, from its ranks' host names.
+        """``(ranks on the busiest host, distinct hosts)`` of the job, from :meth:`host_hashes`."""
+        hashes = self.host_hashes()
+        return max(hashes.count(x) for x in set(hashes)), len(set(hashes))
 
-        Each rank contributes a hash of ``socket.gethostname()`` (crc32, never
-        the name) to one psum; one process is one host without a jax call.
+    def host_hashes(self) -> list[int]:
+        """Rank → a hash of its host name (crc32 of ``socket.gethostname()``, never the name).
+
+        One psum of a row per rank; one process is one host without a jax call.
         Collective (every rank calls it); computed once and kept.
         """
         if self._hosts is None:
+            h = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
             if self.num_processes == 1:
-                self._hosts = (self.n, 1)
+                self._hosts = [h] * self.n
             else:
-                h = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
 
                 def row(i):
                     r = np.zeros((1, self.n), np.int32)
@@ -181,6 +185,5 @@ class Ranks:
                     return r
 
                 out = self._psum(self.put_rows(row))
-                hashes = np.asarray(out.addressable_shards[0].data)[0].tolist()
-                self._hosts = (max(hashes.count(x) for x in set(hashes)), len(set(hashes)))
-        return self._hosts
+                self._hosts = [int(x) for x in np.asarray(out.addressable_shards[0].data)[0]]
+        return list(self._hosts)

@@ -473,11 +473,9 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
         "records; "
         f"statistic {fit.get('statistic')}; prior {profile.prior.get('preset')}"
     )
-    emulated = [
-        f"{e.get('nodes')}x{e.get('ranks_per_node')}@{float(e.get('rate_bits_per_s', 0)) / 1e6:g}mbit"
-        for e in profile.provenance.get("emulated") or []
-        if isinstance(e, dict)
-    ]
+    from calibration import emulated_spec
+
+    emulated = list(filter(None, map(emulated_spec, profile.provenance.get("emulated") or [])))
     if emulated:
         print(
             f"measured in the emulated cluster {', '.join(emulated)} (namespaces and shaped "

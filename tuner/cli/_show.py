@@ -285,12 +285,12 @@ def _print_profile(s: dict) -> None:
         if isinstance(entry, dict) and entry.get("path"):
             sha = str(entry.get("sha256") or "")[:12]
             print(f"  input: {entry['path']}" + (f" (sha256 {sha}…)" if sha else ""))
-    for e in prov.get("emulated") or []:
-        if isinstance(e, dict) and {"nodes", "ranks_per_node", "rate_bits_per_s"} <= set(e):
-            print(
-                f"  emulated: {e['nodes']}x{e['ranks_per_node']}@{e['rate_bits_per_s'] / 1e6:g}mbit "
-                "(namespaces and shaped links on one machine, not a real cluster)"
-            )
+    from calibration import emulated_spec
+
+    for spec in filter(None, map(emulated_spec, prov.get("emulated") or [])):
+        print(
+            f"  emulated: {spec} (namespaces and shaped links on one machine, not a real cluster)"
+        )
     print(
         "\nparameters (90% interval; 'no' = not identified: the data cannot pin it down; "
         "its value may have moved from the prior, within a wide interval)"
