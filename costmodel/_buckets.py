@@ -296,6 +296,31 @@ class BucketTable:
         """Row of each cap in ``bucket_bytes`` (which must all be in the table)."""
         return np.searchsorted(self.bucket_bytes, np.asarray(bucket_bytes, dtype=np.float64))
 
+    @functools.cached_property
+    def end_points(self) -> tuple:
+        """Each cap's buckets as points of the overlapped end of communication.
+
+        Returns ``(offsets, points, count, nbytes)``: the rows
+        ``points[offsets[u]:offsets[u + 1]]`` (float64, 3 columns) of cap u are
+        (1, 0, 0), then (r_b, buckets from b to the last, bytes from b to the
+        last) for each of its buckets with bytes > 0, so that with affine costs
+        c_b = a + β·s_b the end of communication max(T_bwd', max_b r_b·T_bwd' +
+        Σ_{j≥b} c_j) is the largest entry of ``points @ (T_bwd', a, β)``
+        (:func:`costmodel._timeline._affine_sweep`); ``count``/``nbytes`` (U,)
+        are each cap's buckets with bytes > 0 and its bytes. Computed once per table.
+        """
+        w = self.sizes > 0
+        cnt = np.cumsum(w[:, ::-1], axis=1)[:, ::-1].astype(np.float64)
+        byt = np.cumsum(self.sizes[:, ::-1], axis=1)[:, ::-1]
+        blocks = []
+        for u in range(self.sizes.shape[0]):
+            real = w[u]
+            pts = np.stack([self.ready_frac[u, real], cnt[u, real], byt[u, real]], axis=1)
+            blocks.append(np.concatenate([[[1.0, 0.0, 0.0]], pts]))
+        offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(b) for b in blocks])
+        return offsets, np.concatenate(blocks), cnt[:, 0].copy(), byt[:, 0].copy()
+
 
 def bucket_table(workload, bucket_bytes, first_bucket_bytes: int | None = None) -> BucketTable:
     """:func:`bucketize` for every distinct cap in ``bucket_bytes``.

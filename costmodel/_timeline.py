@@ -76,7 +76,6 @@ def _core(
     smooth: bool,
     suffix=None,
     costs=None,
-    coeffs=None,
 ) -> Breakdown:
     """The iteration for one configuration, or for a batch of them.
 
@@ -90,10 +89,11 @@ def _core(
     The namespace (numpy or jax.numpy) follows the operands (:mod:`costmodel._xp`).
     ``costs``, optional: ``(phase1, phase2)`` (K, *b), each bucket's phase
     times already evaluated (the numpy sweep evaluates each distinct bucket
-    size once per distinct (n, g, k) and gathers them). ``coeffs``, optional,
-    with one regime and ``suffix``: :func:`_affine_coeffs` of the
-    configurations, already evaluated (the numpy sweep: once per distinct
-    (n, g, k), gathered).
+    size once per distinct (n, g, k) and gathers them).
+
+    Composed of the bucket-independent :func:`_step_parts`, the buckets'
+    exchange below and :func:`_assemble`; :func:`_affine_sweep` composes the
+    same three pieces over a whole sweep.
     """
     xp = xp_of(params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base_batch, suffix)
     if hasattr(arch, "iteration_breakdown"):  # exchanges in forward too (fsdp, hsdp)
@@ -101,14 +101,15 @@ def _core(
             params, wt, eval_bytes, weights, ready_frac, n, g, k, batch, base_batch
         )
         return Breakdown(*xp.broadcast_arrays(*(getattr(out, f) for f in Breakdown.FIELDS)))
-    K = wt.accumulation_steps
-    fwd, bwd = _compute_s(params, wt, batch / K, g)  # one micro-batch
+    parts = _step_parts(params, arch, wt, n, g, k, batch, base_batch)
+    bwd = parts[1]
     affine = costs_are_affine(params) and suffix is not None and costs is None
     if affine:
-        a1, b1, a2, b2 = _affine_coeffs(params, arch, wt, n, g, k) if coeffs is None else coeffs
+        a1, b1, a2, b2 = _affine_coeffs(params, arch, wt, n, g, k)
         count_suffix, bytes_suffix = suffix
         C1 = a1 * count_suffix[0] + b1 * bytes_suffix[0]
         C2 = a2 * count_suffix[0] + b2 * bytes_suffix[0]
+        count = count_suffix[0]
     else:
         if costs is None:
             costs = (
@@ -117,9 +118,11 @@ def _core(
             )
         c1, c2 = _in_step(params, costs[0]) * weights, _in_step(params, costs[1]) * weights
         C1, C2 = xp.sum(c1, axis=0), xp.sum(c2, axis=0)
+        count = xp.sum(weights, axis=0)
     if arch.overlaps:
-        frac = xp.minimum(C1 / xp.maximum(bwd, 1e-30), 1.0)
-        bwd_eff = bwd * (1.0 + params.overlap_interference * frac)
+        bwd_eff = _overlapped_backward(params, bwd, C1)
+        # bucket b ends at r_b·T_bwd' + Σ_{j≥b} c1_j (the unrolled recursion); with
+        # affine costs Σ_{j≥b} c1_j = a1·(buckets from b) + b1·(bytes from b)
         if affine:
             tail = a1 * count_suffix + b1 * bytes_suffix
         else:
@@ -130,9 +133,57 @@ def _core(
             core = soft_max(xp.concatenate([first, ends]), axis=0)
         else:
             core = xp.maximum(bwd_eff, xp.max(ends, axis=0))
-    else:  # after backward, less the share h of backward it hides behind (0 by default)
-        core = bwd + xp.maximum(C1 - params.backward_hide * bwd, 0.0)
+    else:
+        core = _after_backward(params, bwd, C1)
+    return _assemble(params, arch, wt, parts, C1, C2, core, count, n, batch, base_batch)
+
+
+def _step_parts(params, arch, wt, n, g, k, batch, base_batch):
+    """What a step costs apart from its buckets: ``(fwd, bwd, update, baseline)``, seconds.
+
+    Forward and backward of ONE micro-batch (``batch`` / accumulation steps)
+    with g ranks sharing a node; the update on the critical path; the step of
+    the single-worker baseline without communication (scaling efficiency's
+    denominator per sample). They depend on the configuration, not on its
+    buckets: a sweep evaluates them once per distinct (n, g, k, batch, base).
+    """
+    xp = xp_of(params, wt, n, g, k, batch, base_batch)
+    K = wt.accumulation_steps
+    fwd, bwd = _compute_s(params, wt, batch / K, g)
     update = arch.update_s(params, wt.total_bytes, n, k, g)
+    f1, b1 = _compute_s(params, wt, base_batch / K, xp.ones_like(wt.total_bytes))
+    base = K * (f1 + b1) + wt.total_bytes * params.update_s_per_byte + params.step_overhead_s
+    return fwd, bwd, update, base
+
+
+def _overlapped_backward(params, bwd, C1):
+    """Backward slowed by the phase-1 communication it overlaps, T_bwd' (seconds).
+
+    T_bwd' = T_bwd · (1 + ι · min(C1 / T_bwd, 1)), ι =
+    ``params.overlap_interference`` (compute and communication share memory
+    bandwidth and cores while they overlap).
+    """
+    xp = xp_of(params, bwd, C1)
+    frac = xp.minimum(C1 / xp.maximum(bwd, 1e-30), 1.0)
+    return bwd * (1.0 + params.overlap_interference * frac)
+
+
+def _after_backward(params, bwd, C1):
+    """Backward then phase 1, less the share h of backward it hides behind (0 by default)."""
+    xp = xp_of(params, bwd, C1)
+    return bwd + xp.maximum(C1 - params.backward_hide * bwd, 0.0)
+
+
+def _assemble(params, arch, wt, parts, C1, C2, core, count, n, batch, base_batch) -> Breakdown:
+    """The Breakdown from a step's parts and its buckets' exchange.
+
+    ``parts`` is :func:`_step_parts`'s; ``C1``, ``C2`` each phase's total over
+    the buckets, ``core`` backward with phase 1 (overlapped or after it),
+    ``count`` the buckets (all seconds but the count; arrays that broadcast).
+    """
+    xp = xp_of(params, wt, C1, C2, core, n, batch, base_batch)
+    fwd, bwd, update, base = parts
+    K = wt.accumulation_steps
     overhead = params.step_overhead_s
     if arch.exchanges_every_micro_step:  # K exchanges of phase 1, the step's phase 2 once
         total = K * (fwd + core) + update + C2 + overhead
@@ -143,13 +194,9 @@ def _core(
     # what the step waits on communication: total − compute − update − overhead,
     # written without that cancellation (0 exactly where nothing is exposed)
     exposed = xp.maximum((K if arch.exchanges_every_micro_step else 1) * (core - bwd) + C2, 0.0)
-    fwd, bwd = K * fwd, K * bwd
     thr = n * batch / total
-    f1, b1_ = _compute_s(params, wt, base_batch / K, xp.ones_like(wt.total_bytes))
-    base = K * (f1 + b1_) + wt.total_bytes * params.update_s_per_byte + overhead
     eff = thr / (n * base_batch / base)
-    count = count_k * (count_suffix[0] if affine else xp.sum(weights, axis=0))
-    fields = (fwd, bwd, comm, exposed, update, overhead, total, thr, eff, count)
+    fields = (K * fwd, K * bwd, comm, exposed, update, overhead, total, thr, eff, count_k * count)
     return Breakdown(*xp.broadcast_arrays(*fields))
 
 
@@ -177,11 +224,14 @@ def _affine_coeffs(params, arch, wt, n, g, k):
     follow from suffix sums of counts and bytes. Broadcasts like ``n, g, k``.
     """
     xp = xp_of(params, wt, n, g, k)
-    zero, ref = xp.zeros_like(wt.total_bytes), wt.total_bytes
+    ref = wt.total_bytes
+    # both sizes in one evaluation: (2, 1, …) against the configurations' trailing axes
+    ndim = max(len(np.shape(params.log_gamma)), np.ndim(n), np.ndim(g), np.ndim(k))
+    s = xp.stack([xp.zeros_like(ref), ref]).reshape((2,) + (1,) * ndim)
 
     def line(phase):
-        a = _in_step(params, phase(params, zero, n, g, k))
-        return a, (_in_step(params, phase(params, ref, n, g, k)) - a) / ref
+        at = _in_step(params, phase(params, s, n, g, k))
+        return at[0], (at[1] - at[0]) / ref
 
     (a1, b1), (a2, b2) = line(arch.phase1_s), line(arch.phase2_s)
     return a1, b1, a2, b2
@@ -240,71 +290,40 @@ def _sweep(
 def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smooth) -> Breakdown:
     """:func:`_core` in numpy over flat configurations, vectorised.
 
-    With one protocol regime (and a bucketed architecture) every bucket's
-    cost is affine in its bytes, so :func:`_core` reads the buckets only
-    through suffix sums of counts and bytes: configurations of any cap go
-    through one call per width class (in chunks of bounded memory), the
-    buckets of each zero-padded to the power of two above its bucket count (a
-    padded slot has weight 0, as in the jitted path, which pads to the longest
-    bucketing; architectures that do not overlap need only the totals, the
-    first suffix). Otherwise configurations are grouped by cap:
-    each group shares its exact bucketing (K real buckets, no padding), and
-    one call broadcasts (K, 1…) buckets against the (…, N_u) configurations.
-    Parameters with leading batch axes (draws, :meth:`ClusterParams.from_flat`
-    of (D, P)) give results of shape (D, N). Same formulas as the jitted
-    path: the namespace follows the operands (:mod:`costmodel._xp`).
+    With one protocol regime (and a bucketed architecture, hard max) every
+    bucket's cost is affine in its bytes: :func:`_affine_sweep` evaluates the
+    whole sweep from each configuration's affine costs and each cap's bucket
+    points. Otherwise configurations are grouped by cap: each group shares
+    its exact bucketing (K real buckets, no padding), each distinct bucket
+    size is costed once per distinct (n, g, k) (:func:`_phase_table`), and
+    one call of :func:`_core` broadcasts (K, 1…) buckets against the
+    (…, N_u) configurations. Parameters with leading batch axes (draws,
+    :meth:`ClusterParams.from_flat` of (D, P)) give results of shape (D, N).
+    Same formulas as the jitted path: the namespace follows the operands
+    (:mod:`costmodel._xp`).
     """
     params = numpy_params(params)
     wt = WorkloadTerms.from_workload(workload, numpy=True)
-    pshape = np.shape(params.log_gamma)
-    N = idx.size
-    out = {f: np.zeros(np.broadcast_shapes(pshape, (N,))) for f in Breakdown.FIELDS}
     n, g, k, batch, base = (np.asarray(x, dtype=np.float64).ravel() for x in (n, g, k, batch, base))
+    sweepable = not hasattr(arch, "iteration_breakdown")
+    if sweepable and not smooth and costs_are_affine(params):
+        with np.errstate(all="ignore"):  # untaken branches of where (n = 1)
+            return _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base)
+    pshape = np.shape(params.log_gamma)
+    out = {f: np.zeros(np.broadcast_shapes(pshape, (idx.size,))) for f in Breakdown.FIELDS}
     sizes = np.asarray(table.sizes, dtype=np.float64)
     w = (sizes > 0).astype(np.float64)
     cnt = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
     byt = np.cumsum(sizes[:, ::-1], axis=1)[:, ::-1]
     ready = np.asarray(table.ready_frac, dtype=np.float64)
-    sweepable = not hasattr(arch, "iteration_breakdown")
-    per_cap = not (costs_are_affine(params) and sweepable)
-    if per_cap:
-        groups = [(r, max(1, int(table.counts[idx[r[0]]]))) for r in _rows_by(idx)]
-    elif arch.overlaps:
-        # padded to the power of two above each configuration's bucket count, not
-        # to the sweep's longest bucketing: a padded slot adds nothing to the max
-        # over buckets (weight 0), so the result is the same, with less work
-        # (ResNet-50 over 64 caps: 829 real buckets in 5,120 slots of 80)
-        counts = np.maximum(1, table.counts[idx]).astype(np.int64)
-        width = np.minimum(2 ** np.ceil(np.log2(counts)).astype(np.int64), sizes.shape[1])
-        groups = []
-        for rows in _rows_by(width):
-            Kc = int(counts[rows].max())
-            step = max(1, _NUMPY_ELEMENTS // Kc)
-            groups += [(rows[i : i + step], Kc) for i in range(0, rows.size, step)]
-    else:  # only the totals (the first suffix) are read
-        step = _NUMPY_ELEMENTS
-        groups = [(np.arange(i, min(i + step, N)), 1) for i in range(0, N, step)]
     with np.errstate(all="ignore"):  # untaken branches of where (n = 1, empty buckets)
-        phase = _phase_table(params, arch, table, idx, n, g, k) if per_cap and sweepable else None
-        lines = None
-        if not per_cap:  # the affine costs of each distinct (n, g, k), evaluated once
-            triples, triple_of = _unique_rows(n, g, k)
-            tn, tg, tk = (triples[:, i] for i in range(3))
-            shape = np.broadcast_shapes(pshape, tn.shape)  # parameter sets against triples
-            lines = [np.broadcast_to(c, np.broadcast_shapes(np.shape(c), shape))
-                     for c in _affine_coeffs(params, arch, wt, tn, tg, tk)]  # fmt: skip
-        for rows, Kr in groups:
-            ix = idx[rows]
+        phase = _phase_table(params, arch, table, idx, n, g, k) if sweepable else None
+        for rows in _rows_by(idx):
+            ix, Kr = idx[rows], max(1, int(table.counts[idx[rows[0]]]))
             B = len(np.broadcast_shapes(pshape, rows.shape))
-            if per_cap:  # one cap: its buckets broadcast over the configurations
 
-                def col(x, Kr=Kr, B=B, u=ix[0]):
-                    return x[u, :Kr].reshape((Kr,) + (1,) * B)
-
-            else:  # each configuration its own (padded) buckets, along the last axis
-
-                def col(x, Kr=Kr, B=B, ix=ix):
-                    return x[ix, :Kr].T.reshape((Kr,) + (1,) * (B - 1) + (ix.size,))
+            def col(x, Kr=Kr, B=B, u=ix[0]):  # one cap: its buckets broadcast over the rows
+                return x[u, :Kr].reshape((Kr,) + (1,) * B)
 
             costs = None
             if phase is not None:
@@ -326,11 +345,65 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
                 bool(smooth),
                 (col(cnt), col(byt)),
                 costs,
-                None if lines is None else tuple(c[..., triple_of[rows]] for c in lines),
             )
             for f in Breakdown.FIELDS:
                 out[f][..., rows] = getattr(bd, f)
     return Breakdown(*(out[f] for f in Breakdown.FIELDS))
+
+
+def _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base) -> Breakdown:
+    """:func:`_core` of a whole numpy sweep with affine costs (:func:`costs_are_affine`).
+
+    The same pieces as :func:`_core`: :func:`_step_parts` and
+    :func:`_affine_coeffs` once per distinct (n, g, k, batch, base) (k only
+    where the architecture has servers), gathered to the configurations;
+    C1, C2 from each cap's bucket count and bytes; the overlapped end of
+    communication max(T_bwd', max_b r_b·T_bwd' + a1·(buckets from b) +
+    b1·(bytes from b)) as one small matrix product per cap over its real
+    buckets (:attr:`BucketTable.end_points`), nothing padded; then
+    :func:`_assemble`. ``n, g, k, batch, base`` (N,) float64, ``idx`` (N,)
+    rows of ``table``; parameters may carry leading batch axes (results
+    (*pshape, N)). Used where nothing needs a gradient and the max is hard.
+    """
+    kk = k if arch.uses_servers else np.ones_like(k)
+    rows, row_of = _unique_rows(n, g, kk, batch, base)
+    rn, rg, rk, rb, r0 = (rows[:, i] for i in range(5))
+    parts = _step_parts(params, arch, wt, rn, rg, rk, rb, r0)
+    coeffs = _affine_coeffs(params, arch, wt, rn, rg, rk)
+    shape = np.broadcast_shapes(np.shape(params.log_gamma), rn.shape)
+
+    def take(x):  # per distinct row → per configuration, (*pshape, N)
+        return np.broadcast_to(x, np.broadcast_shapes(np.shape(x), shape))[..., row_of]
+
+    a1, b1, a2, b2 = (take(c) for c in coeffs)
+    fwd, bwd, update, base_s = (take(x) for x in parts)
+    offsets, points, count, nbytes = table.end_points
+    cnt, byt = count[idx], nbytes[idx]
+    C1, C2 = a1 * cnt + b1 * byt, a2 * cnt + b2 * byt
+    if arch.overlaps:
+        bwd_eff = _overlapped_backward(params, bwd, C1)
+        # configurations sorted by cap (a stable radix sort of small integers), so
+        # that each cap's are one contiguous block: (3, *pshape, N) → (3, L, N)
+        small = np.int16 if offsets.size <= 1 << 15 else np.int64
+        order = np.argsort(idx.astype(small), kind="stable")
+        X = np.stack(np.broadcast_arrays(bwd_eff, a1, b1))
+        lead = X.shape[1:-1]
+        X = np.ascontiguousarray(X.reshape(3, -1, idx.size)[..., order].transpose(0, 2, 1))
+        L = X.shape[2]
+        peak = np.empty(X.shape[1:])  # (N, L): a block of rows is one contiguous span
+        cuts = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=offsets.size - 1))])
+        for u in np.flatnonzero(np.diff(cuts)):
+            lo, hi = cuts[u], cuts[u + 1]
+            ends = points[offsets[u] : offsets[u + 1]] @ X[:, lo:hi].reshape(3, -1)  # (H, M·L)
+            peak[lo:hi] = ends.max(axis=0).reshape(hi - lo, L)
+        core = np.empty_like(peak)
+        core[order] = peak
+        core = core.T.reshape(lead + (idx.size,))
+    else:
+        core = _after_backward(params, bwd, C1)
+    return _assemble(
+        params, arch, wt, (fwd, bwd, update, base_s), C1, C2, core, cnt, n, batch, base
+    )
 
 
 def _rows_by(keys) -> list:
@@ -361,7 +434,7 @@ def _phase_table(params, arch, table, idx, n, g, k):
     uniq, inverse = np.unique(table.sizes[real], return_inverse=True)
     size_of = np.zeros(table.sizes.shape, dtype=np.int64)
     size_of[real] = np.asarray(inverse).ravel()
-    triples, triple_of = _unique_rows(n, g, k)
+    triples, triple_of = _unique_rows(n, g, k if arch.uses_servers else np.ones_like(k))
     pshape = np.shape(params.log_gamma)  # () or (D, 1): parameter sets against triples
     s = uniq.reshape((uniq.size,) + (1,) * max(len(pshape), 1))
     tn, tg, tk = (triples[:, i] for i in range(3))
@@ -384,26 +457,27 @@ def _unique_rows(*cols):
     rank and server counts) are ranked in a dense table instead, O(N + range);
     anything else is ranked by ``np.lexsort``.
     """
-    rows = np.stack(cols, axis=1)
-    n = rows.shape[0]
+    n = cols[0].shape[0]
     if n == 0:
-        return rows, np.zeros(0, dtype=np.int64)
+        return np.zeros((0, len(cols))), np.zeros(0, dtype=np.int64)
     lo = np.array([c.min() for c in cols])  # per column: a strided (N, C) reduction is slow
     span = np.array([c.max() for c in cols]) - lo + 1.0
     if np.all(np.isfinite(span)) and float(np.prod(span)) <= 4 * n + (1 << 16):
-        ints = [c - m for c, m in zip(cols, lo, strict=True)]
-        if all(np.array_equal(c, np.floor(c)) for c in ints):
+        varied = [(c - m, int(w)) for c, m, w in zip(cols, lo, span, strict=True) if w > 1]
+        if all(np.array_equal(c, np.floor(c)) for c, _ in varied):
             key = np.zeros(n, dtype=np.int64)
-            for c, w in zip(ints, span, strict=True):  # mixed radix, first column first
-                key = key * int(w) + c.astype(np.int64)
+            for c, w in varied:  # mixed radix, first column first (constant ones add nothing)
+                key = key * w + c.astype(np.int64)
             seen = np.zeros(int(np.prod(span)), dtype=bool)
             seen[key] = True
             present = np.flatnonzero(seen)
             rank = np.zeros(seen.size, dtype=np.int64)
             rank[present] = np.arange(present.size)
+            inverse = rank[key]
             first = np.zeros(present.size, dtype=np.int64)
-            first[rank[key][::-1]] = np.arange(n)[::-1]  # a row of each key
-            return rows[first], rank[key]
+            first[inverse[::-1]] = np.arange(n)[::-1]  # a row of each key
+            return np.stack([c[first] for c in cols], axis=1), inverse
+    rows = np.stack(cols, axis=1)
     order = np.lexsort(rows.T[::-1])
     srt = rows[order]
     new = np.ones(n, dtype=bool)
@@ -505,12 +579,14 @@ def iteration_time(
         else np.broadcast_to(_check_positive("base_batch_size", base_batch_size), batch.shape)
     )
     shape = n.shape
+    caps, idx = np.unique(bb.ravel(), return_inverse=True)  # one sort: the caps and each row
     table = (
-        arch.bucket_table(workload, bb)
+        arch.bucket_table(workload, caps)
         if hasattr(arch, "bucket_table")
-        else bucket_table(workload, bb, first_bucket_bytes)
+        else bucket_table(workload, caps, first_bucket_bytes)
     )
-    idx = table.index(bb.ravel())
+    if not np.array_equal(table.bucket_bytes[: caps.size], caps):
+        idx = table.index(bb.ravel())
     if not is_traced(params):
         out = _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smooth)
         pshape = np.shape(out.iteration_s)[:-1]
@@ -678,8 +754,7 @@ def _schedule(params, arch, wt, sizes, ready_frac, suffix, n, g, k, batch, base_
     c1 = _in_step(params, arch.phase1_s(params, sizes, n, g, k)) * w
     c2 = _in_step(params, arch.phase2_s(params, sizes, n, g, k)) * w
     if arch.overlaps:
-        frac = xp.minimum(xp.sum(c1) / xp.maximum(bd.backward_s, 1e-30), 1.0)
-        bwd_eff = bd.backward_s * (1.0 + params.overlap_interference * frac)
+        bwd_eff = _overlapped_backward(params, bd.backward_s, xp.sum(c1))
         ready = ready_frac * bwd_eff
     else:  # starts the hidden share h of backward before its end (h = 0 by default)
         bwd_eff = bd.backward_s

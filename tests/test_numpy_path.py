@@ -171,6 +171,8 @@ def test_unique_rows_equals_numpy_unique(case):
         cols = [rng.choice([0.5, 1.0, 2.25, 7.0], size) for _ in range(3)]
     elif case % 3 == 1:  # small whole numbers: the dense table
         cols = [rng.integers(1, 9, size).astype(float) for _ in range(3)]
+        if case % 2:  # a constant column (the dense key skips it)
+            cols[1] = np.full(size, 8.0)
     else:  # a wide range of whole numbers: too big for the table, lexsort
         cols = [rng.integers(0, 1 << 20, size).astype(float) for _ in range(3)]
     uniq, inverse = _unique_rows(*cols)
@@ -178,3 +180,49 @@ def test_unique_rows_equals_numpy_unique(case):
     np.testing.assert_array_equal(uniq, want)
     np.testing.assert_array_equal(inverse, np.asarray(want_inverse).ravel())
     np.testing.assert_array_equal(uniq[inverse], np.stack(cols, 1))
+
+
+@pytest.mark.parametrize("arch", ["ps", "ps_host", "hybrid", "p2p", "ring", "tree", "hierarchical"])
+def test_affine_sweep_equals_the_core_cap_by_cap(arch):
+    # One regime: _affine_sweep evaluates the step's parts per distinct row and the
+    # end of communication as one matrix product per cap. _core, cap by cap on the
+    # padded exact buckets (the jitted path's layout), must give the same numbers:
+    # random workers, ranks per node, servers, caps (0 and 1 GiB included), a
+    # fixed global batch (non-integer per-worker batches), 2-step accumulation and
+    # a batch of 3 parameter sets.
+    from costmodel import accumulated_workload, bucket_table
+    from costmodel._buckets import WorkloadTerms
+    from costmodel._timeline import _core, _resolve_arch, costs_are_affine
+
+    rng = np.random.default_rng(7)
+    N = 400
+    p = preset("ib-hdr-200g", "a100")
+    thetas = p.flat() + rng.normal(0, 0.2, (3, p.flat().size))
+    params = p.from_flat(thetas).to_numpy()
+    assert costs_are_affine(params)
+    for w in (get_workload("resnet50"), accumulated_workload(get_workload("bert_base"), 2)):
+        g = rng.choice([1.0, 2.0, 8.0], N)
+        n = g * rng.integers(1, 33, N)
+        k = rng.integers(1, 9, N).astype(float)
+        caps = rng.choice([0.0, 2.0**20, 5e6, 25 * 2.0**20, 2.0**30], N)
+        batch = 1024.0 / n
+        got = iteration_time(
+            params, w, arch, n, ranks_per_node=g, servers=k, bucket_bytes=caps,
+            batch_size=batch, base_batch_size=1024.0,
+        )  # fmt: skip
+        a, wt = _resolve_arch(arch, False), WorkloadTerms.from_workload(w, numpy=True)
+        table = bucket_table(w, caps)
+        sizes = table.sizes
+        cnt = np.cumsum((sizes > 0)[:, ::-1], axis=1)[:, ::-1].astype(float)
+        byt = np.cumsum(sizes[:, ::-1], axis=1)[:, ::-1]
+        for u in np.unique(table.index(caps)):
+            rows = np.flatnonzero(table.index(caps) == u)
+            col = lambda x, u=u: x[u][:, None, None]  # noqa: E731 - (K, 1, 1) vs (3, rows)
+            want = _core(
+                params, a, wt, col(sizes), col((sizes > 0).astype(float)), col(table.ready_frac),
+                n[rows], g[rows], k[rows], batch[rows], np.full(rows.size, 1024.0), False,
+                (col(cnt), col(byt)),
+            )  # fmt: skip
+            for f in Breakdown.FIELDS:
+                x, y = getattr(got, f)[:, rows], np.broadcast_to(getattr(want, f), (3, rows.size))
+                np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-15, err_msg=f"{arch} {f}")
