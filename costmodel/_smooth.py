@@ -39,16 +39,16 @@ def soft_max2(a: Float[Array, "*b"], b: Float[Array, "*b"], p: int = 8) -> Float
     b = xp.maximum(b, 0.0)
     m = xp.maximum(a, b)
     safe_m = xp.where(m > 0, m, 1.0)  # not max(m, tiny): 1/tiny² overflows in the gradient
-    ra = a / safe_m
-    rb = b / safe_m
+    # m·((a/m)ᵖ + (b/m)ᵖ)^(1/p) = m·(1 + rᵖ)^(1/p), r = min/max: the larger ratio
+    # is exactly 1 (x/x), so this is the same number with half the arithmetic; at
+    # a = b = 0, r = 0 and the root stays at 1, away from sqrt'(0) = ∞ (NaN in
+    # gradients through untaken branches)
+    r = xp.minimum(a, b) / safe_m
     q = 1
     while q < p:  # integer powers by squaring: multiplications, no exp/log (numpy's
-        ra, rb = ra * ra, rb * rb  # x**8 on float arrays calls pow() per element)
+        r = r * r  # x**8 on float arrays calls pow() per element)
         q *= 2
-    s = ra + rb
-    # s ≥ 1 whenever m > 0; at a = b = 0 keep the root away from sqrt'(0) = ∞,
-    # which would put NaN into gradients (0·∞) through untaken branches.
-    s = xp.where(m > 0, s, 1.0)
+    s = 1.0 + r
     q = p
     while q > 1:
         s = xp.sqrt(s)

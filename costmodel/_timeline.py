@@ -103,39 +103,64 @@ def _core(
         return Breakdown(*xp.broadcast_arrays(*(getattr(out, f) for f in Breakdown.FIELDS)))
     parts = _step_parts(params, arch, wt, n, g, k, batch, base_batch)
     bwd = parts[1]
-    affine = costs_are_affine(params) and suffix is not None and costs is None
-    if affine:
+    if costs_are_affine(params) and suffix is not None and costs is None:
         a1, b1, a2, b2 = _affine_coeffs(params, arch, wt, n, g, k)
         count_suffix, bytes_suffix = suffix
         C1 = a1 * count_suffix[0] + b1 * bytes_suffix[0]
         C2 = a2 * count_suffix[0] + b2 * bytes_suffix[0]
         count = count_suffix[0]
+        if arch.overlaps:
+            bwd_eff = _overlapped_backward(params, bwd, C1)
+            # Σ_{j≥b} c1_j of affine costs = a1·(buckets from b) + b1·(bytes from b)
+            tail = a1 * count_suffix + b1 * bytes_suffix
+            core = _overlapped_end(ready_frac * bwd_eff + tail, weights, bwd_eff, smooth)
+        else:
+            core = _after_backward(params, bwd, C1)
     else:
         if costs is None:
             costs = (
                 arch.phase1_s(params, eval_bytes, n, g, k),
                 arch.phase2_s(params, eval_bytes, n, g, k),
             )
-        c1, c2 = _in_step(params, costs[0]) * weights, _in_step(params, costs[1]) * weights
-        C1, C2 = xp.sum(c1, axis=0), xp.sum(c2, axis=0)
-        count = xp.sum(weights, axis=0)
-    if arch.overlaps:
-        bwd_eff = _overlapped_backward(params, bwd, C1)
-        # bucket b ends at r_b·T_bwd' + Σ_{j≥b} c1_j (the unrolled recursion); with
-        # affine costs Σ_{j≥b} c1_j = a1·(buckets from b) + b1·(bytes from b)
-        if affine:
-            tail = a1 * count_suffix + b1 * bytes_suffix
-        else:
-            tail = xp.cumsum(c1[::-1], axis=0)[::-1]
-        ends = xp.where(weights > 0, ready_frac * bwd_eff + tail, 0.0)
-        if smooth:
-            first = xp.broadcast_to(bwd_eff, ends.shape[1:])[None]
-            core = soft_max(xp.concatenate([first, ends]), axis=0)
-        else:
-            core = xp.maximum(bwd_eff, xp.max(ends, axis=0))
-    else:
-        core = _after_backward(params, bwd, C1)
+        C1, C2, core, count = _bucket_exchange(
+            params, arch, costs, weights, ready_frac, bwd, smooth
+        )
     return _assemble(params, arch, wt, parts, C1, C2, core, count, n, batch, base_batch)
+
+
+def _bucket_exchange(params, arch, costs, weights, ready_frac, bwd, smooth):
+    """The buckets' exchange from each bucket's phase times: ``(C1, C2, core, count)``.
+
+    ``costs`` = (phase 1, phase 2) seconds and ``weights``, ``ready_frac``
+    (K, *b), buckets along the leading axis; ``bwd`` (*b) one micro-batch's
+    backward. C1, C2: each phase's total; core: backward with phase 1,
+    overlapped (:func:`_overlapped_end`) or after it; count: the buckets.
+    """
+    xp = xp_of(params, *costs, weights, ready_frac, bwd)
+    c1, c2 = _in_step(params, costs[0]) * weights, _in_step(params, costs[1]) * weights
+    C1, C2 = xp.sum(c1, axis=0), xp.sum(c2, axis=0)
+    count = xp.sum(weights, axis=0)
+    if not arch.overlaps:
+        return C1, C2, _after_backward(params, bwd, C1), count
+    bwd_eff = _overlapped_backward(params, bwd, C1)
+    tail = xp.cumsum(c1[::-1], axis=0)[::-1]
+    return C1, C2, _overlapped_end(ready_frac * bwd_eff + tail, weights, bwd_eff, smooth), count
+
+
+def _overlapped_end(ends, weights, bwd_eff, smooth):
+    """Backward and phase 1 overlapped: max(T_bwd', max_b end_b), seconds (*b).
+
+    end_b = r_b·T_bwd' + Σ_{j≥b} c1_j (K, *b) is when bucket b's phase 1
+    would end if every later bucket followed it without a gap: the recursion
+    start_b = max(r_b, end_{b−1}) unrolled. Buckets of weight 0 do not count;
+    ``smooth`` takes a log-sum-exp max (:func:`costmodel._smooth.soft_max`).
+    """
+    xp = xp_of(ends, weights, bwd_eff)
+    ends = xp.where(weights > 0, ends, 0.0)
+    if smooth:
+        first = xp.broadcast_to(bwd_eff, ends.shape[1:])[None]
+        return soft_max(xp.concatenate([first, ends]), axis=0)
+    return xp.maximum(bwd_eff, xp.max(ends, axis=0))
 
 
 def _step_parts(params, arch, wt, n, g, k, batch, base_batch):
@@ -310,26 +335,32 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
         with np.errstate(all="ignore"):  # untaken branches of where (n = 1)
             return _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base)
     pshape = np.shape(params.log_gamma)
-    out = {f: np.zeros(np.broadcast_shapes(pshape, (idx.size,))) for f in Breakdown.FIELDS}
+    shape = np.broadcast_shapes(pshape, (idx.size,))
     sizes = np.asarray(table.sizes, dtype=np.float64)
     w = (sizes > 0).astype(np.float64)
-    cnt = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
-    byt = np.cumsum(sizes[:, ::-1], axis=1)[:, ::-1]
     ready = np.asarray(table.ready_frac, dtype=np.float64)
+    groups = _rows_by(idx)
     with np.errstate(all="ignore"):  # untaken branches of where (n = 1, empty buckets)
-        phase = _phase_table(params, arch, table, idx, n, g, k) if sweepable else None
-        for rows in _rows_by(idx):
-            ix, Kr = idx[rows], max(1, int(table.counts[idx[rows[0]]]))
+        if sweepable:  # the step's parts once per row, the buckets cap by cap
+            parts, _ = _per_row(params, arch, wt, n, g, k, batch, base)
+            exchange = [np.zeros(shape) for _ in range(4)]  # C1, C2, core, count
+            phase = _phase_table(params, arch, table, idx, groups, n, g, k)
+        else:
+            out = {f: np.zeros(shape) for f in Breakdown.FIELDS}
+        for i, rows in enumerate(groups):
+            Kr = max(1, int(table.counts[idx[rows[0]]]))
             B = len(np.broadcast_shapes(pshape, rows.shape))
 
-            def col(x, Kr=Kr, B=B, u=ix[0]):  # one cap: its buckets broadcast over the rows
+            def col(x, Kr=Kr, B=B, u=idx[rows[0]]):  # one cap: its buckets broadcast over rows
                 return x[u, :Kr].reshape((Kr,) + (1,) * B)
 
-            costs = None
-            if phase is not None:
-                size_of, triple_of, c1, c2 = phase
-                si, ti = size_of[ix[0], :Kr], triple_of[rows]
-                costs = (c1[si][..., ti], c2[si][..., ti])
+            if sweepable:
+                got = _bucket_exchange(
+                    params, arch, phase(i), col(w), col(ready), parts[1][..., rows], bool(smooth)
+                )
+                for dst, x in zip(exchange, got, strict=True):
+                    dst[..., rows] = x
+                continue
             bd = _core(
                 params,
                 arch,
@@ -343,12 +374,33 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
                 batch[rows],
                 base[rows],
                 bool(smooth),
-                (col(cnt), col(byt)),
-                costs,
             )
             for f in Breakdown.FIELDS:
                 out[f][..., rows] = getattr(bd, f)
+        if sweepable:
+            return _assemble(params, arch, wt, parts, *exchange, n, batch, base)
     return Breakdown(*(out[f] for f in Breakdown.FIELDS))
+
+
+def _per_row(params, arch, wt, n, g, k, batch, base, also=None):
+    """:func:`_step_parts` (and ``also``) once per distinct configuration row, gathered.
+
+    Rows are (n, g, k, batch, base), k only where the architecture has
+    servers; ``also(params, arch, wt, n, g, k)`` (for instance
+    :func:`_affine_coeffs`) is evaluated on the same rows. Returns the parts
+    and ``also``'s tuple (or None), each (*pshape, N).
+    """
+    kk = k if arch.uses_servers else np.ones_like(k)
+    rows, row_of = _unique_rows(n, g, kk, batch, base)
+    rn, rg, rk, rb, r0 = (rows[:, i] for i in range(5))
+    shape = np.broadcast_shapes(np.shape(params.log_gamma), rn.shape)
+
+    def take(x):  # per distinct row → per configuration, (*pshape, N)
+        return np.broadcast_to(x, np.broadcast_shapes(np.shape(x), shape))[..., row_of]
+
+    parts = tuple(take(x) for x in _step_parts(params, arch, wt, rn, rg, rk, rb, r0))
+    extra = None if also is None else tuple(take(x) for x in also(params, arch, wt, rn, rg, rk))
+    return parts, extra
 
 
 def _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base) -> Breakdown:
@@ -365,18 +417,10 @@ def _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base) -> Breakdo
     rows of ``table``; parameters may carry leading batch axes (results
     (*pshape, N)). Used where nothing needs a gradient and the max is hard.
     """
-    kk = k if arch.uses_servers else np.ones_like(k)
-    rows, row_of = _unique_rows(n, g, kk, batch, base)
-    rn, rg, rk, rb, r0 = (rows[:, i] for i in range(5))
-    parts = _step_parts(params, arch, wt, rn, rg, rk, rb, r0)
-    coeffs = _affine_coeffs(params, arch, wt, rn, rg, rk)
-    shape = np.broadcast_shapes(np.shape(params.log_gamma), rn.shape)
-
-    def take(x):  # per distinct row → per configuration, (*pshape, N)
-        return np.broadcast_to(x, np.broadcast_shapes(np.shape(x), shape))[..., row_of]
-
-    a1, b1, a2, b2 = (take(c) for c in coeffs)
-    fwd, bwd, update, base_s = (take(x) for x in parts)
+    (fwd, bwd, update, base_s), coeffs = _per_row(
+        params, arch, wt, n, g, k, batch, base, _affine_coeffs
+    )
+    a1, b1, a2, b2 = coeffs
     offsets, points, count, nbytes = table.end_points
     cnt, byt = count[idx], nbytes[idx]
     C1, C2 = a1 * cnt + b1 * byt, a2 * cnt + b2 * byt
@@ -415,36 +459,68 @@ def _rows_by(keys) -> list:
     return np.split(order, cuts)
 
 
-def _phase_table(params, arch, table, idx, n, g, k):
-    """Both phases' time of every distinct bucket size under every distinct (n, g, k).
+def _phase_table(params, arch, table, idx, groups, n, g, k):
+    """Both phases' time of the buckets of each cap group, each distinct cost evaluated once.
 
-    A sweep's bucketings share most of their bucket sizes (ResNet-50 over the
-    default 14 caps: 703 buckets, 84 distinct sizes) and its caps share their
-    configurations, so each bucket's cost is evaluated once and gathered.
+    ``groups``: (M_u,) configuration indices sharing one cap (:func:`_rows_by`
+    of ``idx``). A sweep's bucketings share most of their bucket sizes
+    (ResNet-50 over the default 14 caps: 703 buckets, 84 distinct sizes) and
+    its caps share their configurations (n, g, k; k only where the
+    architecture has servers). The phases are evaluated either on the table of
+    every distinct size × every distinct triple, or, where that table would be
+    larger, only on the pairs some cap uses (its distinct sizes × the distinct
+    triples of its configurations), and gathered.
 
     Returns:
-        ``(size_of, triple_of, c1, c2)``: (U, K) index of each table slot's
-        size, (N,) index of each configuration's triple, and the phase times
-        (S, *pshape, T) of the S sizes under the T triples.
+        A function of a group's position → ``(c1, c2)``, each (K_u, *pshape, M_u)
+        seconds: the phases of that cap's K_u buckets under its configurations.
     """
-    used = np.unique(idx)
-    real = np.zeros(table.sizes.shape, dtype=bool)
-    for u in used:
-        real[u, : max(1, int(table.counts[u]))] = True
-    uniq, inverse = np.unique(table.sizes[real], return_inverse=True)
-    size_of = np.zeros(table.sizes.shape, dtype=np.int64)
-    size_of[real] = np.asarray(inverse).ravel()
     triples, triple_of = _unique_rows(n, g, k if arch.uses_servers else np.ones_like(k))
+    triple_of = np.asarray(triple_of).ravel()
     pshape = np.shape(params.log_gamma)  # () or (D, 1): parameter sets against triples
-    s = uniq.reshape((uniq.size,) + (1,) * max(len(pshape), 1))
+    per = []
+    for rows in groups:
+        u = idx[rows[0]]
+        sizes_u, size_of = np.unique(
+            table.sizes[u, : max(1, int(table.counts[u]))], return_inverse=True
+        )
+        trip_u, trip_of = np.unique(triple_of[rows], return_inverse=True)
+        per.append((sizes_u, size_of.ravel(), trip_u, trip_of.ravel()))
+    every = np.unique(np.concatenate([p[0] for p in per]))
     tn, tg, tk = (triples[:, i] for i in range(3))
-    full = np.zeros(np.broadcast_shapes(s.shape, pshape, tn.shape))
-    return (
-        size_of,
-        np.asarray(triple_of).ravel(),
-        arch.phase1_s(params, s, tn, tg, tk) + full,
-        arch.phase2_s(params, s, tn, tg, tk) + full,
-    )
+    if every.size * tn.size <= sum(p[0].size * p[2].size for p in per):
+        s = every.reshape((every.size,) + (1,) * max(len(pshape), 1))
+        full = np.zeros(np.broadcast_shapes(s.shape, pshape, tn.shape))
+        c1 = arch.phase1_s(params, s, tn, tg, tk) + full  # (S, *pshape, T)
+        c2 = arch.phase2_s(params, s, tn, tg, tk) + full
+
+        def costs(i):
+            sizes_u, size_of, trip_u, trip_of = per[i]
+            si = np.searchsorted(every, sizes_u)[size_of]
+            ti = trip_u[trip_of]
+            return c1[si][..., ti], c2[si][..., ti]
+
+        return costs
+    # the pairs each cap uses, flat: cap i's block is its sizes × its triples
+    start = np.cumsum([0] + [p[0].size * p[2].size for p in per])
+    s = np.concatenate([np.repeat(p[0], p[2].size) for p in per])
+    t = np.concatenate([np.tile(p[2], p[0].size) for p in per])
+    full = np.zeros(np.broadcast_shapes(pshape, s.shape))
+    c1 = arch.phase1_s(params, s, tn[t], tg[t], tk[t]) + full  # (*pshape', P)
+    c2 = arch.phase2_s(params, s, tn[t], tg[t], tk[t]) + full
+
+    def costs(i):
+        sizes_u, size_of, trip_u, trip_of = per[i]
+        pos = start[i] + size_of[:, None] * trip_u.size + trip_of[None, :]  # (K_u, M_u)
+        lead = len(full.shape) - 1
+        return tuple(
+            np.moveaxis(c[..., pos], lead, 0).reshape(
+                (pos.shape[0],) + np.broadcast_shapes(pshape, (pos.shape[1],))
+            )
+            for c in (c1, c2)
+        )
+
+    return costs
 
 
 def _unique_rows(*cols):

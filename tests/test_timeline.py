@@ -586,11 +586,13 @@ def test_concrete_sweep_is_numpy_in_few_calls(monkeypatch):
     # Concrete parameters: the closed forms run in numpy and nothing is handed to
     # XLA (numpy arrays out). One regime: every bucket cost is affine, so 5000
     # configurations of 5 caps go through ONE evaluation of the step's parts
-    # (_affine_sweep, no _core); three regimes cost buckets one by one: one call
-    # of _core per cap, with its exact buckets.
+    # (_affine_sweep, no _core); three regimes cost buckets one by one: the step's
+    # parts once more, then one exchange per cap, with its exact buckets.
     counted = _count_traces(monkeypatch)
     parts = eqx.debug.assert_max_traces(timeline_module._step_parts, max_traces=None)
     monkeypatch.setattr(timeline_module, "_step_parts", parts)
+    per_cap = eqx.debug.assert_max_traces(timeline_module._bucket_exchange, max_traces=None)
+    monkeypatch.setattr(timeline_module, "_bucket_exchange", per_cap)
     w = _unique_workload(T=31)
     rng = np.random.default_rng(1)
     N = 5000
@@ -604,7 +606,8 @@ def test_concrete_sweep_is_numpy_in_few_calls(monkeypatch):
     p3 = preset("ethernet-10g", "v100", n_regimes=3)
     out3 = iteration_time(p3, w, "ring", workers, bucket_bytes=caps)
     assert bool(np.all(np.isfinite(out3.iteration_s)))
-    assert eqx.debug.get_num_traces(counted) == len(np.unique(caps)) == 5
+    assert eqx.debug.get_num_traces(counted) == 0 and eqx.debug.get_num_traces(parts) == 2
+    assert eqx.debug.get_num_traces(per_cap) == len(np.unique(caps)) == 5
 
 
 def test_one_traced_call_sweeps_many_configurations_with_one_trace(monkeypatch):
