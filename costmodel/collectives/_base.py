@@ -42,7 +42,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from .._names import COLLECTIVE_NAMES
 from .._params import ClusterParams
 from .._smooth import soft_max2, soft_min
-from .._xp import xp_of
+from .._xp import is_traced, xp_of
 
 __all__ = [
     "Terms",
@@ -153,18 +153,21 @@ def evaluate(
     # collective's flows slower than the base link finds the node's NICs so too
     nr = params.node_ratio
     ratio = xp.where(inter, nr[..., 1], nr[..., 0])
-    bw_node = t.node_bytes[..., None] * beta * ratio[..., None]
-    bw_link = t.link_bytes[..., None] * beta
     share = params.core_share(as_float(ranks_per_node))
     wire = xp.where(inter, 1.0, share)  # the NIC's bytes do not wait on the cores
-    bw = soft_max2(bw_link, bw_node, p=NODE_CAP_SHARPNESS)
-    bw = bw * (t.congestion * wire)[..., None]
+    # soft_max2(link·β, node·ratio·β) = β·soft_max2(link, node·ratio) (β > 0; the
+    # p-norm is homogeneous): the cap once per call, not once per regime
+    cap = soft_max2(t.link_bytes, t.node_bytes * ratio, p=NODE_CAP_SHARPNESS)
+    bw = beta * (cap * t.congestion * wire)[..., None]
     lat = t.steps[..., None] * alpha * share[..., None]
     xfer = bw + (t.reduce_bytes * params.gamma_s_per_byte * share)[..., None]
     lo = params.latency_overlap
     d = xp.where(inter, lo[..., 1], lo[..., 0])[..., None]
     d = xp.where(d <= NEGLIGIBLE_OVERLAP, 0.0, d)  # the default: α + S·β exactly
-    per_regime = lat + xfer - d * (lat + xfer - soft_max2(lat, xfer))
+    if not is_traced(d) and not np.any(d):  # concrete and 0: the overlap term vanishes
+        per_regime = lat + xfer
+    else:
+        per_regime = lat + xfer - d * (lat + xfer - soft_max2(lat, xfer))
     if params.n_regimes == 1:
         time = per_regime[..., 0]
     else:
