@@ -210,19 +210,25 @@ def _assemble(params, arch, wt, parts, C1, C2, core, count, n, batch, base_batch
     fwd, bwd, update, base = parts
     K = wt.accumulation_steps
     overhead = params.step_overhead_s
-    if arch.exchanges_every_micro_step:  # K exchanges of phase 1, the step's phase 2 once
-        total = K * (fwd + core) + update + C2 + overhead
-        comm, count_k = K * C1 + C2, K
+
+    def times(m, x):  # m·x for a static whole m (K = 1, no accumulation: x itself)
+        return x if m == 1 else m * x
+
+    every = arch.exchanges_every_micro_step
+    if every:  # K exchanges of phase 1, the step's phase 2 once
+        total = times(K, fwd + core) + update + C2 + overhead
+        comm, count_k = times(K, C1) + C2, K
     else:  # K − 1 micro-batches without communication, then the exchange (DDP no_sync)
-        total = (K - 1) * (fwd + bwd) + fwd + core + update + C2 + overhead
+        first = fwd if K == 1 else (K - 1) * (fwd + bwd) + fwd
+        total = first + core + update + C2 + overhead
         comm, count_k = C1 + C2, 1
     # what the step waits on communication: total − compute − update − overhead,
     # written without that cancellation (0 exactly where nothing is exposed)
-    exposed = xp.maximum((K if arch.exchanges_every_micro_step else 1) * (core - bwd) + C2, 0.0)
+    exposed = xp.maximum(times(K if every else 1, core - bwd) + C2, 0.0)
     thr = n * batch / total
     eff = thr / (n * base_batch / base)
-    fields = (K * fwd, K * bwd, comm, exposed, update, overhead, total, thr, eff, count_k * count)
-    return Breakdown(*xp.broadcast_arrays(*fields))
+    fields = (times(K, fwd), times(K, bwd), comm, exposed, update, overhead, total, thr, eff)
+    return Breakdown(*xp.broadcast_arrays(*fields, times(count_k, count)))
 
 
 def costs_are_affine(params) -> bool:
@@ -568,6 +574,32 @@ def _unique_rows(*cols):
 _NUMPY_ELEMENTS = 1 << 20
 
 
+def _cap_index(bucket_bytes) -> tuple:
+    """``np.unique(bucket_bytes, return_inverse=True)`` of a 1-D float64 array, memoised.
+
+    A sweep costs the same bucket caps under every architecture (the tuner,
+    a report's figures): the sort is done once per distinct array content
+    (kept for the last 8 of at most 2^20 configurations; read-only results).
+    """
+    if bucket_bytes.size > 1 << 20:
+        caps, idx = np.unique(bucket_bytes, return_inverse=True)
+        return caps, np.asarray(idx).ravel()
+    key = bucket_bytes.tobytes()
+    hit = _CAP_INDEX.get(key)
+    if hit is None:
+        caps, idx = np.unique(bucket_bytes, return_inverse=True)
+        hit = (caps, np.asarray(idx).ravel())
+        for a in hit:
+            a.flags.writeable = False
+        if len(_CAP_INDEX) >= 8:
+            _CAP_INDEX.pop(next(iter(_CAP_INDEX)))
+        _CAP_INDEX[key] = hit
+    return hit
+
+
+_CAP_INDEX: dict = {}
+
+
 def _resolve_arch(architecture, colocated):
     if isinstance(architecture, AbstractArchitecture):
         return architecture
@@ -655,7 +687,7 @@ def iteration_time(
         else np.broadcast_to(_check_positive("base_batch_size", base_batch_size), batch.shape)
     )
     shape = n.shape
-    caps, idx = np.unique(bb.ravel(), return_inverse=True)  # one sort: the caps and each row
+    caps, idx = _cap_index(bb.ravel())
     table = (
         arch.bucket_table(workload, caps)
         if hasattr(arch, "bucket_table")
