@@ -146,8 +146,12 @@ def evaluate(
     ra = _rows(params.regime_alpha_s, c, 2, xp)
     rb = _rows(params.regime_beta_s_per_byte, c, 2, xp)
     inter = xp.asarray(t.inter)
-    alpha = xp.where(inter[..., None], ra[..., 1, :], ra[..., 0, :])
-    beta = xp.where(inter[..., None], rb[..., 1, :], rb[..., 0, :])
+    if not is_traced(inter) and (bool(np.all(inter)) or not np.any(inter)):
+        level = 1 if np.all(inter) else 0  # one level for every call: a view, not a select
+        alpha, beta = ra[..., level, :], rb[..., level, :]
+    else:
+        alpha = xp.where(inter[..., None], ra[..., 1, :], ra[..., 0, :])
+        beta = xp.where(inter[..., None], rb[..., 1, :], rb[..., 0, :])
     # the node's cap: node bytes at the collective's own per-flow β (its regime) times
     # the node ratio β_node / β (1 / NICs across nodes), so a fit that finds this
     # collective's flows slower than the base link finds the node's NICs so too
@@ -162,11 +166,11 @@ def evaluate(
     lat = t.steps[..., None] * alpha * share[..., None]
     xfer = bw + (t.reduce_bytes * params.gamma_s_per_byte * share)[..., None]
     lo = params.latency_overlap
-    d = xp.where(inter, lo[..., 1], lo[..., 0])[..., None]
-    d = xp.where(d <= NEGLIGIBLE_OVERLAP, 0.0, d)  # the default: α + S·β exactly
-    if not is_traced(d) and not np.any(d):  # concrete and 0: the overlap term vanishes
-        per_regime = lat + xfer
+    if not is_traced(lo) and np.all(np.asarray(lo) <= NEGLIGIBLE_OVERLAP):
+        per_regime = lat + xfer  # concretely no latency overlap: d = 0, its term vanishes
     else:
+        d = xp.where(inter, lo[..., 1], lo[..., 0])[..., None]
+        d = xp.where(d <= NEGLIGIBLE_OVERLAP, 0.0, d)  # the default: α + S·β exactly
         per_regime = lat + xfer - d * (lat + xfer - soft_max2(lat, xfer))
     if params.n_regimes == 1:
         time = per_regime[..., 0]
