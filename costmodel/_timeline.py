@@ -687,6 +687,9 @@ def iteration_time(
         else np.broadcast_to(_check_positive("base_batch_size", base_batch_size), batch.shape)
     )
     shape = n.shape
+    if n.size == 0:  # no configurations: empty results (of the parameters' batch shape)
+        empty = np.zeros(np.shape(params.log_gamma)[:-1] + shape)
+        return Breakdown(*(empty for _ in Breakdown.FIELDS))
     caps, idx = _cap_index(bb.ravel())
     table = (
         arch.bucket_table(workload, caps)

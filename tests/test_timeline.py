@@ -732,3 +732,13 @@ def test_bucket_schedule_ends_where_iteration_time_does(arch):
 def test_bucket_schedule_refuses_arrays():
     with pytest.raises(ValueError, match="workers must be a scalar"):
         bucket_schedule(preset(), toy(), "ring", [2, 4])
+
+
+@pytest.mark.parametrize("arch", ["ps", "ring", "fsdp"])
+def test_no_configurations_give_empty_results(arch):
+    # an empty sweep (a filter that kept nothing) is empty results, not a crash in the bucketing
+    p, w = preset("ethernet-10g", "v100"), get_workload("resnet50", 64)
+    out = iteration_time(p, w, arch, np.zeros(0), bucket_bytes=np.zeros(0))
+    assert all(getattr(out, f).shape == (0,) for f in Breakdown.FIELDS)
+    draws = p.from_flat(np.stack([p.flat(), p.flat()]))  # a batch of 2 parameter sets
+    assert iteration_time(draws, w, arch, np.zeros(0)).iteration_s.shape == (2, 0)
