@@ -471,8 +471,8 @@ def _phase_table(params, arch, table, idx, groups, n, g, k):
     ``groups``: (M_u,) configuration indices sharing one cap (:func:`_rows_by`
     of ``idx``). A sweep's bucketings share most of their bucket sizes
     (ResNet-50 over the default 14 caps: 703 buckets, 84 distinct sizes) and
-    its caps share their configurations (n, g, k; k only where the
-    architecture has servers). The phases are evaluated either on the table of
+    its caps share their configurations (n, g, k as the architecture's
+    phases see them: ``phase_key``). The phases are evaluated either on the table of
     every distinct size × every distinct triple, or, where that table would be
     larger, only on the pairs some cap uses (its distinct sizes × the distinct
     triples of its configurations), and gathered.
@@ -481,7 +481,7 @@ def _phase_table(params, arch, table, idx, groups, n, g, k):
         A function of a group's position → ``(c1, c2)``, each (K_u, *pshape, M_u)
         seconds: the phases of that cap's K_u buckets under its configurations.
     """
-    triples, triple_of = _unique_rows(n, g, k if arch.uses_servers else np.ones_like(k))
+    triples, triple_of = _unique_rows(*arch.phase_key(n, g, k))
     triple_of = np.asarray(triple_of).ravel()
     pshape = np.shape(params.log_gamma)  # () or (D, 1): parameter sets against triples
     per = []

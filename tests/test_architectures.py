@@ -307,3 +307,20 @@ def test_overlap_can_only_hide_communication_behind_backward(name):
     assert np.all(o <= s["iteration_s"] * (1 + 1e-9))
     assert np.all(o >= s["iteration_s"] - s["backward_s"] * (1 + 1e-6))
     assert np.all(o < s["iteration_s"])  # something was hidden
+
+
+@pytest.mark.parametrize("name", ["ps", "ps_host", "hybrid", "p2p", "ring", "tree", "hierarchical"])
+def test_a_configurations_phase_key_costs_what_the_configuration_costs(name):
+    # the numpy sweep costs each distinct phase_key once: the key must give the
+    # same phase times as the configuration it stands for, at every bucket size
+    arch = get_architecture(name)
+    p = preset("ib-hdr-200g", "a100", n_regimes=3).to_numpy()
+    rng = np.random.default_rng(3)
+    g = rng.choice([1.0, 2.0, 8.0], 300)
+    n = rng.integers(1, 200, 300).astype(float)
+    k = rng.integers(1, 17, 300).astype(float)
+    s = np.array([[1e3], [3e6], [2e8]])
+    for phase in (arch.phase1_s, arch.phase2_s):
+        np.testing.assert_allclose(
+            phase(p, s, *arch.phase_key(n, g, k)) + 0 * n, phase(p, s, n, g, k) + 0 * n, rtol=1e-14
+        )

@@ -6,6 +6,7 @@ import abc
 from typing import ClassVar
 
 import equinox as eqx
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._params import ClusterParams
@@ -51,6 +52,16 @@ class AbstractArchitecture(eqx.Module):
     def phase2_s(self, params: ClusterParams, s, n, g, k) -> Float[Array, "*b"]:
         """Seconds of the bucket's post-update communication (default none)."""
         return xp_of(s, n).zeros_like(s + 0.0 * n)
+
+    def phase_key(self, n, g, k):
+        """``(n, g, k)`` as the phases see them (numpy float arrays of one shape).
+
+        Two configurations with equal keys cost the same per bucket, and
+        ``phase1_s``/``phase2_s`` of the key equal those of the configuration
+        (the numpy sweep costs each distinct key once). Default: k = 1 where the
+        architecture has no servers.
+        """
+        return n, g, (k if self.uses_servers else np.ones_like(k))
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None) -> Float[Array, "*b"]:
         """Optimizer update time on the critical path: every worker updates all (default).

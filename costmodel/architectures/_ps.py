@@ -29,6 +29,8 @@ References:
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._params import ClusterParams
 from .._xp import xp_of
 from ..collectives import RingAllReduce, Terms, evaluate, finish, ps_exchange_terms
@@ -120,6 +122,13 @@ class HybridArchitecture(AbstractArchitecture):
     name = "hybrid"
     overlaps = False
     uses_servers = True
+
+    def phase_key(self, n, g, k):
+        """The phases see only g' = min(g, n), m = ⌈n/g'⌉ nodes and k' = clip(k, 1, m)
+        servers: the key is (m·g', g', k'), which gives the same g', m and k'."""
+        g = np.minimum(g, n)
+        m = np.ceil(n / g)
+        return m * g, g, np.clip(k, 1.0, m)
 
     def phase1_s(self, params: ClusterParams, s, n, g, k):
         xp = xp_of(params, s, n, g, k)
