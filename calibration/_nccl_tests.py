@@ -790,7 +790,12 @@ def _value_and_halfulp(tok: str) -> tuple[float, float] | None:
 
 
 def _integers_in(lo: float, hi: float) -> tuple[int, int | None]:
-    """Smallest and largest integer ≥ 1 in [lo, hi] (largest None when unbounded)."""
+    """Smallest and largest integer ≥ 1 in [lo, hi] (largest None when unbounded).
+
+    An empty range (lo = ∞: no rank count fits) gives (1, 0), smallest > largest.
+    """
+    if lo == math.inf:
+        return 1, 0
     a = max(1, math.ceil(lo - 1e-9))
     return a, (None if hi == math.inf else math.floor(hi + 1e-9))
 

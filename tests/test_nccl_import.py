@@ -203,6 +203,9 @@ def test_na_and_old_error_columns_are_noted():
         ("nccl_all_reduce_2080ti-pcie_2gpus_1.txt", {"collective": "all_gather"}, ["--collective all_gather", "all_reduce_perf"]),
         ("nccl_all_reduce_h100-nebius-ib_16gpus_1.txt", {"num_ranks": 8, "ranks_per_node": 8}, ["--num-ranks 8", "busbw/algbw", "16"]),
         ("nccl_all_reduce_a100-sxm4-superbench_8gpus_1.txt", {"collective": "broadcast"}, ["--collective broadcast", "busbw"]),
+        # a ratio above what any rank count gives (all_gather's (n−1)/n < 1): it raised OverflowError
+        ("nccl_all_reduce_a100-sxm4-superbench_8gpus_1.txt", {"collective": "all_gather"}, ["--collective all_gather", "busbw/algbw", "no number of ranks"]),
+        ("nccl_all_reduce_a100-sxm4-superbench_8gpus_1.txt", {"collective": "all_to_all"}, ["--collective all_to_all", "no number of ranks"]),
         ("nccl_all_gather_h100-gke-a3mega-tcpxo_16gpus_1.txt", {"collective": "all_reduce", "ranks_per_node": 8}, ["--collective all_reduce", "count"]),
         ("nccl_all_gather_h100-gke-a3mega-tcpxo_16gpus_1.txt", {"collective": "reduce_scatter", "ranks_per_node": 8}, ["--collective reduce_scatter", "redop", "none"]),
         ("nccl_all_gather_h100-gke-a3mega-tcpxo_16gpus_1.txt", {"collective": "all_gather", "num_ranks": 8, "ranks_per_node": 8}, ["--num-ranks 8", "count column", "16"]),
