@@ -364,6 +364,9 @@ def test_bad_input_gives_clear_errors(resnet18):
         tuner.recommend(P10G, resnet18, max_workers=4, architectures=["rng"])
     with pytest.raises(ValueError, match="unknown objective 'speed'"):
         tuner.recommend(P10G, resnet18, max_workers=4, objective="speed")
+    # servers that fit no worker count were replaced by 1 server, silently
+    with pytest.raises(ValueError, match=r"servers \[8, 16\] are all more than the 4 workers"):
+        tuner.recommend(P10G, resnet18, max_workers=4, architectures=["ps"], servers=[8, 16])
     with pytest.raises(ValueError, match="--price-per-hour"):
         tuner.recommend(P10G, resnet18, max_workers=4, objective="cost")
     with pytest.raises(ValueError, match="--server-price-per-hour"):

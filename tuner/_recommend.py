@@ -1194,7 +1194,7 @@ def recommend(
         if device_memory_bytes is None
         else _positive("device_memory_bytes", device_memory_bytes, "--device-memory")
     )
-    servers = _check_servers(servers)
+    servers = _check_servers(servers, workers)
     reliable = _check_reliable(prof, force)
 
     ctx = _Context(prof, workload, int(ranks_per_node), global_batch)
@@ -1300,12 +1300,20 @@ def _check_optimizer_state(optimizer_state_factor) -> float:
     return osf
 
 
-def _check_servers(servers) -> list[int] | None:
+def _check_servers(servers, workers) -> list[int] | None:
+    """The server counts asked for; one at least must fit the most workers searched
+    (a worker count that none fits is costed with 1 server, which was not asked for)."""
     if servers is None:
         return None
     servers = [int(s) for s in servers]
     if not servers or min(servers) < 1:
         raise ValueError(f"servers must be integers ≥ 1, got {servers!r}")
+    most = int(np.max(workers))
+    if min(servers) > most:
+        raise ValueError(
+            f"servers {servers} are all more than the {most} workers searched "
+            "(--servers, --max-workers): a ps needs at most one server per worker"
+        )
     return servers
 
 
