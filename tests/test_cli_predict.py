@@ -108,6 +108,11 @@ def test_table_has_units_and_one_line_per_configuration(capsys):
     body = [line for line in lines if line.split()[:1] and line.split()[0] in ("ps", "p2p", "ring")]
     assert len(body) == 12
     assert "resnet50" in lines[0] and "ethernet-10g" in lines[0]
+    # the columns add up: iteration = forward + backward + exposed + update + overhead
+    assert "overhead ms" in header
+    for line in body:
+        it, fwd, bwd, _comm, exposed, update, overhead = map(float, line.split()[6:13])
+        assert abs(fwd + bwd + exposed + update + overhead - it) <= 0.03, line
 
 
 def test_colocated_servers_batch_and_ranks_per_node(capsys):

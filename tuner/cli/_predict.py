@@ -400,7 +400,7 @@ def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
     with_interval = rows and "interval_s" in rows[0]
     head = ["arch", "servers", "workers", "ranks/node", "bucket", "iteration ms"]
     head += ["90% interval ms"] if with_interval else []
-    head += ["forward ms", "backward ms", "comm ms", "exposed ms", "update ms"]
+    head += ["forward ms", "backward ms", "comm ms", "exposed ms", "update ms", "overhead ms"]
     head += ["samples/s", "efficiency %"]
     lines = []
     for r in rows:
@@ -422,6 +422,7 @@ def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
             _ms(r["communication_s"]),
             _ms(r["exposed_communication_s"]),
             _ms(r["update_s"]),
+            _ms(r["overhead_s"]),
             f"{r['throughput_samples_per_s']:.1f}",
             f"{100 * r['scaling_efficiency']:.1f}",
         ]
@@ -429,8 +430,9 @@ def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
     _say(f"{workload_line}; cluster: {_describe(cluster)}")
     _table(head, lines, right=set(range(1, len(head))))
     _say(
-        "\ncomm = all gradient exchange; exposed = the part not hidden behind backward "
-        "(plus backward's slowdown while overlapping); efficiency = throughput / "
+        "\niteration = forward + backward + exposed + update + overhead (the fixed cost "
+        "of a step); comm = all gradient exchange; exposed = the part not hidden behind "
+        "backward (plus backward's slowdown while overlapping); efficiency = throughput / "
         "(workers × one worker's throughput without communication)"
     )
 
