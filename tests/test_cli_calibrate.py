@@ -214,6 +214,10 @@ def test_real_nccl_tests_all_reduce_within_error_band(tmp_path, capsys):
     assert prof.prior["preset"] == "ib-hdr-200g,nvlink-a100:a100"
     assert prof.fit["statistics_used"] == {"mean": 32}  # lower of out-of-place/in-place
     assert prof.fit["points"]["skipped"]["in_place"] == 32
+    from tuner.cli._calibrate import _print_text  # the summary says what was fitted
+
+    _print_text(prof, out)
+    assert "statistic median (used: mean for 32)" in capsys.readouterr().out
     assert doc["heldout"]["points"] == 8
     assert doc["heldout"]["median"] < 0.05 and doc["heldout"]["p90"] < 0.15 and prof.reliable
     assert prof.measured_ranges["message_bytes"] == [4, 8 * 1024**3]

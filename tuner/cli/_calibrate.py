@@ -467,11 +467,14 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
     scores = ", ".join(
         f"{k}: {format_percent(s)}" for k, s in (sel.get("scores") or {}).items() if s is not None
     )
+    asked, used = fit.get("statistic"), fit.get("statistics_used") or {}
+    stat = f"statistic {asked}"
+    if used and set(used) != {asked}:  # records without it fall back (nccl-tests: the mean)
+        stat += " (used: " + ", ".join(f"{k} for {n}" for k, n in used.items()) + ")"
     print(
         f"fitted {plural(pts.get('train', 0), 'point')}, held out {pts.get('heldout', 0)}, "
         f"of {pts.get('collective', 0)} collective and {pts.get('compute', 0)} compute "
-        "records; "
-        f"statistic {fit.get('statistic')}; prior {profile.prior.get('preset')}"
+        f"records; {stat}; prior {profile.prior.get('preset')}"
     )
     from calibration import emulated_spec
 
