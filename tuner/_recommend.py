@@ -1658,10 +1658,15 @@ def _infeasible(sweeps: dict[str, Sweep], scorer: _Scorer, memory: float):
     if scorer.min_efficiency is not None:
         sw, i = max(cands, key=lambda c: c[0].efficiency[c[1]])
         if sw.efficiency[i] < scorer.min_efficiency:
+            d = 0  # enough digits that the best shown is below the floor shown
+            while d < 4 and format_percent(sw.efficiency[i], d) == format_percent(
+                scorer.min_efficiency, d
+            ):
+                d += 1
             reasons.append(
                 f"no configuration reaches the scaling efficiency floor of "
                 f"{format_percent(scorer.min_efficiency, 0)}: the best possible is "
-                f"{format_percent(sw.efficiency[i], 0)} ({sw.label}, {sw.workers[i]} workers)"
+                f"{format_percent(sw.efficiency[i], d)} ({sw.label}, {sw.workers[i]} workers)"
             )
             best = _row(sw, i)
     if scorer.target is not None:
