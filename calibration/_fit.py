@@ -583,11 +583,17 @@ def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Proble
     return th, jnp.where(ok, s.fx, jnp.inf), s.k, grad
 
 
-#: The fit is compiled once per command and runs for well under a second: XLA's
-#: backend optimisation (LLVM -O2) took 1.8–2.7 s of the 2.6 s compile of a
-#: 72-record, 3-regime fit on 2 cores, and -O0 compiles it in 1.4–1.8 s while the
-#: loop itself stays faster than that saving (calibrate of 180 records: 4.5 → 3.6 s).
-_fit_jit = jax.jit(_fit_one, compiler_options={"xla_backend_optimization_level": 0})
+_fit_jit = jax.jit(_fit_one)
+#: The same program compiled at XLA -O0, for small calibrations: there the compile is the
+#: wait (LLVM's -O2 took 1.8–2.3 s of a 72-record, 3-regime fit's 2.6 s compile on 2
+#: cores; -O0 1.3–1.4 s: calibrate 3.8–4.0 → 3.1–3.7 s wall), while the loop runs
+#: slower: an automatic regime choice on the same 72 records (14 fits) took 3.6–3.8 s
+#: at -O2 and 3.8–4.2 s at -O0, on 1,000 records 1.8 → 5.4 s warm.
+_fit_jit_small = jax.jit(_fit_one, compiler_options={"xla_backend_optimization_level": 0})
+
+#: Padded rows × fits of a calibration up to which its program compiles at -O0 (a
+#: 72-record fit of 3 regimes: 64 × 2; with the automatic regime choice 64 × 14).
+SMALL_FIT_WORK = 256
 
 
 #: Relative step of the Jacobian's central differences (in θ, log units): the
@@ -1359,7 +1365,9 @@ def _fit_candidates(candidates, network, device, rows: _Rows, use_folds: bool, s
     big = _layout(max(candidates))
     meta, members = _candidate_members(candidates, network, device, big, rows, seed)
     folds = rows.folds if use_folds else rows.folds[:0]
-    batch = _Batch(meta, rows.data, big)
+    fits = len(members) + (len(candidates) * len(folds))
+    small = int(rows.data.logt.shape[-1]) * fits <= SMALL_FIT_WORK
+    batch = _Batch(meta, rows.data, big, small)
     if bar is not None:
         bar.set_postfix_str(f"fitting {len(members)} start(s)")
     th, loss, iters, grad, _ = batch.run(members, _ADAM_STEPS, _LBFGS_MAX_ITER)
@@ -1445,6 +1453,7 @@ class _Batch(NamedTuple):
     meta: dict
     data: _Data
     big: ParamLayout
+    small: bool = False  # compiled at -O0 (:data:`SMALL_FIT_WORK`)
 
     def run(self, batch, adam_steps: int, max_iter: int):
         """(θ, loss (inf where not finite), iterations, gradient, log predictions) per member."""
@@ -1454,9 +1463,10 @@ class _Batch(NamedTuple):
         steps = _device(adam_steps, dtype=jnp.result_type(int))
         iters_max = _device(max_iter, dtype=jnp.result_type(int))
         outs = []
+        fit = _fit_jit_small if self.small else _fit_jit
         for R, th0, w in batch:
             m = self.meta[R]
-            out = _fit_jit(
+            out = fit(
                 f(th0),
                 f(w),
                 f(m["mu_b"]),
