@@ -187,6 +187,11 @@ def test_objective_cost_reports_the_cost(capsys):
         ([*BASE, "--max-workers", "4", "--arch", "rings"], "unknown architecture 'rings'"),
         ([*BASE, "--max-workers", "4", "--objective", "fastest"], "unknown objective 'fastest'"),
         ([*BASE, "--max-workers", "4", "--objective", "cost"], "--price-per-hour"),
+        # --servers with no architecture that has servers: it was ignored silently
+        (
+            [*BASE, "--max-workers", "4", "--arch", "ring", "--servers", "2"],
+            "--servers applies to ps",
+        ),
         ([*BASE, "--max-workers", "4", "--objective", "efficiency"], "--min-efficiency"),
         ([*BASE, "--max-workers", "4", "--bucket-bytes", "1Q"], "unknown size suffix"),
         # megabits are not a size: refused with the two spellings that are

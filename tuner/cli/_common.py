@@ -392,8 +392,10 @@ def bytes_list_arg(text: str) -> list[int]:
 def int_list_arg(text: str) -> list[int]:
     """argparse type: comma-separated positive integers (``2,4,8``)."""
     out = []
-    for part in str(text).split(","):
-        part = part.strip()
+    parts = [p.strip() for p in str(text).split(",")]
+    if "" in parts and any(parts):
+        raise argparse.ArgumentTypeError(f"an empty item in {text!r} (a doubled or stray comma?)")
+    for part in parts:
         if not part:
             continue
         try:

@@ -320,6 +320,15 @@ def run(args: argparse.Namespace) -> int:
             "--step-time is the single-worker step time at --batch-size; with --global-batch "
             "give the --batch-size it was measured at"
         )
+    if args.servers is not None and args.arch:
+        from costmodel import get_architecture
+
+        try:
+            any_servers = any(get_architecture(a).uses_servers for a in args.arch)
+        except ValueError:
+            any_servers = True  # an unknown name: tuner.recommend's error names it
+        if not any_servers:
+            raise UsageError("--servers applies to ps and hybrid; add one of them to --arch")
     base_workload = _load_workload(args)
     profile, source = _load_profile(args, base_workload)
     workload = transform_workload(base_workload, args)
