@@ -570,10 +570,6 @@ def _unique_rows(*cols):
     return srt[new], inverse
 
 
-#: Elements of one (buckets × configurations) array in a numpy sweep chunk.
-_NUMPY_ELEMENTS = 1 << 20
-
-
 def _cap_index(bucket_bytes) -> tuple:
     """``np.unique(bucket_bytes, return_inverse=True)`` of a 1-D float64 array, memoised.
 
