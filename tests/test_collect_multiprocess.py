@@ -228,7 +228,10 @@ _WORKER = textwrap.dedent(
     if mode == "affinity":
         send_message({"type": "msg", "where": "affinity", "rank": info.process_id,
                       "cores": os.environ.get("DDLTUNE_CPU_CORES"),
-                      "affinity": sorted(os.sched_getaffinity(0))})
+                      "affinity": sorted(os.sched_getaffinity(0)),
+                      "batch_threads": sum(
+                          os.sched_getscheduler(int(t)) == os.SCHED_BATCH
+                          for t in os.listdir("/proc/self/task"))})
         sys.exit(0)
     send_message({"type": "msg", "where": "step 1", "rank": info.process_id,
                   "n": info.num_processes})
@@ -301,6 +304,9 @@ def test_launcher_binds_each_rank_while_its_backend_starts_then_releases(worker_
     for r, m in msgs.items():
         assert m["cores"] == (str(cores[r % len(cores)]) if bind else None)
         assert m["affinity"] == cores
+        # gloo's TCP loop thread, and only it, never preempts on wakeup
+        # (launch.gloo_io_threads_batch: else a 1 KiB psum waits a 4 ms tick).
+        assert m["batch_threads"] == 1
 
 
 def test_core_binding_round_robin_and_auto(monkeypatch):
