@@ -72,6 +72,18 @@ def test_plan_sizes_ranks_and_keys():
     assert len(set(keys)) == len(keys), "every point must have its own resume key"
 
 
+def test_plan_one_rank_per_node_has_no_alone_duplicate():
+    """With one rank per node, "rank 0 alone" and "every process at once" are both
+    1-rank matmul records: the same resume key, two different machines (on an
+    emulated cluster whose nodes share cores, 10.4 against 24.4 ms for 1024³).
+    Only the concurrent one, which the job's training sees, is planned."""
+    plan = plan_points(CONFIG, 4, 1, num_processes=4)
+    mm = [p for p in plan if p["kind"] == "compute" and p["op"] == "matmul"]
+    assert mm and all(p["num_ranks"] == 1 and not p["solo"] for p in mm)
+    keys = [record_key(p) for p in plan]
+    assert len(set(keys)) == len(keys)
+
+
 def test_plan_single_rank_measures_no_collective():
     plan = plan_points(CONFIG, 1, 1, num_processes=1)
     assert plan and all(p["kind"] == "compute" for p in plan)
