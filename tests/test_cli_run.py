@@ -99,6 +99,11 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
     assert rec["timings"]["total"] >= rec["timings"]["calibrate"] > 0
     prof = json.loads((out / "profile.json").read_text())
     assert prof["reliable"] is False
+    # the files it names are the folder's, not the staging folder's that is gone
+    final = str(out / "measurements.jsonl")
+    assert [e["path"] for e in prof["provenance"]["inputs"]] == [final]
+    worst = prof["validation"]["worst"]
+    assert worst and {w["file"] for w in worst} == {final}
     _images_exist(out)
     html = (out / "index.html").read_text()
     assert 'id="unreliable"' in html and "UNRELIABLE" in html

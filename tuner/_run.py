@@ -412,6 +412,9 @@ def _calibrate(m_path: Path, prof_path: Path, prior_preset, progress, log, shown
     for entry in profile.provenance.get("inputs") or []:
         if isinstance(entry, dict) and entry.get("path") in names:
             entry["path"] = names[entry["path"]]  # the final path, not the staging folder's
+    for point in profile.validation.get("worst") or []:  # the worst points' file:line too
+        if isinstance(point, dict) and point.get("file") in names:
+            point["file"] = names[point["file"]]
     profile.save(prof_path, overwrite=True)
     return profile
 
