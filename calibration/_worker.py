@@ -47,7 +47,8 @@ timed region; ``wrong`` counts the calls whose result differed on any rank
 (nccl-tests reports ``#wrong``).
 
 Compute (``kind: "compute"``): square matmuls (``op: "matmul"``, flops 2·m·n·k,
-both on every process at once and on rank 0 alone), and the forward and
+on every process at once, and on rank 0 alone where a node runs more than one
+rank), and the forward and
 backward pass of each layer of a small MLP and of one conv layer (equinox
 layers; ``op: "forward"`` / ``"backward"``; flops of a dense layer 2·B·in·out
 forward and twice that backward, of a conv 2·B·H·W·Cout·Cin·kh·kw forward).
