@@ -262,23 +262,37 @@ def test_node_cap_binds_within_a_node():
     assert got > 5 * uncapped
 
 
-def test_node_cap_binds_at_the_nic_across_nodes():
+def test_node_cap_binds_where_flows_share_the_nic_not_for_a_lone_flow():
     # A ring across nodes crosses each node's NIC once: the NIC carries one link's
-    # bytes, so a NIC slower than a link (β_node = 4β) sets the time.
+    # bytes, it IS the link β measures, so even a node cap slower than a link
+    # (β_node = 4β) leaves the link's time, with no smoothing overshoot either.
     n, g, S = 16, 4, 1e8
     p = exact_params(node_beta_s_per_byte=(TINY, 4 * BETA[1]))
     got = float(collective_time(p, "all_reduce", S, n, g))
     link = 2 * (n - 1) / n * S
-    want = 2 * (n - 1) * ALPHA[1] + _cap_max(link * BETA[1], link * 4 * BETA[1])
-    want += (n - 1) / n * S * GAMMA
+    want = 2 * (n - 1) * ALPHA[1] + link * BETA[1] + (n - 1) / n * S * GAMMA
     assert got == pytest.approx(want, rel=1e-12)
-    # all_to_all: every one of the g ranks sends (n−g)/n·S off-node through the NIC
+    # all_to_all: every one of the g ranks sends (n−g)/n·S off-node through the NIC,
+    # g flows share it, and the slow cap sets the time
     got = float(collective_time(p, "all_to_all", S, n, g))
     cong = (n - 1) ** A2A_E
     want = (n - 1) * ALPHA[1] + cong * _cap_max(
         (n - 1) / n * S * BETA[1], g * S * (n - g) / n * 4 * BETA[1]
     )
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_a_lone_flow_does_not_depend_on_the_node_ratio():
+    # One rank per node on one-NIC (ρ = 1) nodes: the ratio that no lone-flow record
+    # can identify must not move its prediction (its prior would widen every interval)
+    S, n = 1e7, 4
+    times = [
+        float(collective_time(exact_params(node_beta_s_per_byte=(TINY, r * BETA[1])),
+                              name, S, n, 1))
+        for r in (0.25, 1.0, 4.0)
+        for name in ("all_reduce", "sendrecv", "ps_push")
+    ]  # fmt: skip
+    assert times[0:3] == times[3:6] == times[6:9]
 
 
 def test_loose_node_cap_only_smooths():

@@ -6,6 +6,7 @@ busiest node's shared resource, bytes reduced, and a congestion factor — and
 :func:`evaluate` turns those terms into a time with a cluster's parameters:
 
     L_r = steps·α_r·c,   B_r = softmax₂,₃₂(link_bytes, node_bytes·ρ)·β_r·η·w + reduce_bytes·γ·c
+    (the node term only where the node carries more than one link's bytes)
     T_r = (1 − d)·(L_r + B_r) + d·softmax₂(L_r, B_r)
     T   = softmin_r T_r + o_call·c,      0 when no transfer is needed
 
@@ -160,8 +161,14 @@ def evaluate(
     share = params.core_share(as_float(ranks_per_node))
     wire = xp.where(inter, 1.0, share)  # the NIC's bytes do not wait on the cores
     # soft_max2(link·β, node·ratio·β) = β·soft_max2(link, node·ratio) (β > 0; the
-    # p-norm is homogeneous): the cap once per call, not once per regime
-    cap = soft_max2(t.link_bytes, t.node_bytes * ratio, p=NODE_CAP_SHARPNESS)
+    # p-norm is homogeneous): the cap once per call, not once per regime. A lone
+    # flow (the node carries no more than its one link: a ring crossing each node
+    # once, one rank per node) has no node term: its NIC is the link β measures,
+    # so the cap cannot bind, and at ρ = 1 (one NIC) the smooth max would add
+    # 2^(1/32) and a derivative ½ in ρ that no measurement of it could move
+    shared = t.node_bytes > t.link_bytes * (1.0 + _LONE_FLOW_RTOL)
+    cap = soft_max2(t.link_bytes, xp.where(shared, t.node_bytes * ratio, 0.0),
+                    p=NODE_CAP_SHARPNESS)  # fmt: skip
     bw = beta * (cap * t.congestion * wire)[..., None]
     lat = t.steps[..., None] * alpha * share[..., None]
     xfer = bw + (t.reduce_bytes * params.gamma_s_per_byte * share)[..., None]
@@ -218,11 +225,12 @@ def finish(params: ClusterParams, time, steps, ranks_per_node):
 
 
 #: Sharpness p of the smooth max between a rank's link and its node's cap. Where
-#: the node has one NIC and one flow crosses it (one rank per node, a ring) the two
-#: terms are the same NIC at a tie, where the p-norm overshoots by 2^(1/p): 9% at
-#: p = 8, which the fitted β absorbs for those flows but not for the g flows of a
-#: hierarchical all-reduce that the cap alone sets; 2.2% at p = 32.
+#: g flows share g NICs the two terms tie, and the p-norm overshoots by 2^(1/p):
+#: 9% at p = 8, 2.2% at p = 32. A lone flow (one flow through its node, e.g. one
+#: rank per node) has no node term at all (:data:`_LONE_FLOW_RTOL`).
 NODE_CAP_SHARPNESS = 32
+#: Node bytes within this relative margin of the link's are one flow (no node term).
+_LONE_FLOW_RTOL = 1e-9
 
 #: Latency overlap (``ClusterParams.latency_overlap``) at or below which it is taken
 #: as 0, so that the default (logit −30, about 1e-13) is α + S·β exactly and every
