@@ -65,9 +65,11 @@ from costmodel import (
     ARCHITECTURE_NAMES,
     DEFAULT_BUCKET_BYTES,
     InputFileError,
+    get_architecture,
     iteration_time,
     parse_bytes,
     read_text_bounded,
+    with_overlap,
 )
 
 from ._fit import HUBER_DELTA, _laplace
@@ -311,7 +313,7 @@ def _run(path, line, row: dict) -> dict:
     }
 
 
-def step_time(params, workload, runs: list[dict]) -> np.ndarray:
+def step_time(params, workload, runs: list[dict], *, overlap: bool = True) -> np.ndarray:
     """Predicted step time of every run, seconds: :func:`costmodel.iteration_time`.
 
     Args:
@@ -319,6 +321,9 @@ def step_time(params, workload, runs: list[dict]) -> np.ndarray:
             of D parameter sets (``ClusterParams.from_flat`` of (D, P)).
         workload: the model trained (:class:`costmodel.Workload`).
         runs: from :func:`read_steps_csv`.
+        overlap: the all-reduce overlaps backward (the stock architectures);
+            ``False`` for a runtime that runs a program's collectives after its
+            compute (XLA:CPU, :func:`costmodel.with_overlap`).
 
     Returns:
         (N,) seconds, or (D, N) for a batch; one numpy call per architecture.
@@ -330,10 +335,14 @@ def step_time(params, workload, runs: list[dict]) -> np.ndarray:
     for (arch, coloc), rows in groups.items():
         col = {k: np.asarray([runs[i][k] for i in rows], dtype=np.float64) for k in
                ("workers", "ranks_per_node", "servers", "bucket_bytes", "batch_size")}  # fmt: skip
+        a = arch
+        if not overlap:
+            a = with_overlap(get_architecture(arch, colocated=coloc if arch == "ps" else False),
+                             False)  # fmt: skip
         t = iteration_time(
             params,
             workload,
-            arch,
+            a,
             col["workers"],
             ranks_per_node=col["ranks_per_node"],
             servers=col["servers"],
@@ -348,7 +357,7 @@ def step_time(params, workload, runs: list[dict]) -> np.ndarray:
     return out
 
 
-def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
+def fit_steps(runs: list[dict], workload, base: Profile, *, overlap: bool = True) -> Profile:
     """Fit the step terms (:data:`STEP_TERMS`) to observed runs, on top of ``base``.
 
     Args:
@@ -357,6 +366,7 @@ def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
         base: the profile the other parameters come from (a microbenchmark
             calibration, or :meth:`Profile.from_preset`); its values and
             covariance are the terms' prior.
+        overlap: as :func:`step_time` (``False`` for runs of XLA:CPU).
 
     Returns:
         A new :class:`Profile`: ``base``'s parameters with the fitted terms,
@@ -385,7 +395,7 @@ def fit_steps(runs: list[dict], workload, base: Profile) -> Profile:
     def log_pred(phis: np.ndarray) -> np.ndarray:  # (D, p) -> (D, N)
         th = np.repeat(theta0[None], len(phis), axis=0)
         th[:, idx] = phis
-        return np.log(step_time(template.from_flat(th), workload, runs))
+        return np.log(step_time(template.from_flat(th), workload, runs, overlap=overlap))
 
     def jac(phi):
         h = _JAC_STEP * np.maximum(1.0, np.abs(phi))

@@ -457,3 +457,48 @@ def test_coverage_counts_processes_not_ranks_per_node_on_an_emulated_cluster():
     short = SimpleNamespace(measured_ranges={"num_ranks": [2, 4], "message_bytes": [1024, grad]})
     (ranks,) = _coverage_warnings(short, recs)
     assert "run 5 processes" in ranks and "run 1 " not in ranks
+
+
+def test_cross_fitted_steps_predict_each_worker_count_out_of_sample():
+    # Truth: communication in a step 1.6x its microbenchmark. A preset profile
+    # (step_comm 1, prior sd ln 3) predicts 2-4 workers too short with a band
+    # several times the step wide; fitted on the other worker counts, each count
+    # is predicted close to the truth with a band of a few percent, and its own
+    # steps do not enter its prediction.
+    from calibration import STEP_TERMS, Profile
+
+    prof = Profile.from_preset("ethernet-10g", "cpu")
+    # a calibrated link: every leaf known to 0.1% but the step terms at their prior
+    var = np.full(prof.covariance.shape[0], 1e-6)
+    for f in STEP_TERMS:
+        var[prof._layout.slices[f]] = np.diag(prof.covariance)[prof._layout.slices[f]]
+    prof = Profile(params=prof.params, covariance=np.diag(var), leaf_names=prof.leaf_names,
+                   prior=prof.prior)  # fmt: skip
+    truth = prof.params.scaled(step_comm=1.6)
+    recs = _grid()
+    for r, t in zip(recs, predict_records(truth, recs, BASE, overlap=False), strict=True):
+        r["time_s"]["p10"] = float(t)
+    base = _rec("ring", 1, 0, BASE)
+    plain = compare_steps(prof, [base] + recs, step_fit="profile")
+    cross = compare_steps(prof, [base] + recs)  # auto: a profile without step terms
+    assert plain.step_fit == "profile" and cross.step_fit == "cross"
+    assert plain.mape > 0.08 and cross.mape < 0.03
+    width = [(r.interval_high_s - r.interval_low_s) / r.predicted_s for r in cross.rows]
+    plain_width = [(r.interval_high_s - r.interval_low_s) / r.predicted_s for r in plain.rows]
+    assert max(width) < 0.5 and np.median(width) * 3 < np.median(plain_width)
+    assert cross.to_dict()["step_fit"] == "cross"
+    # leave one count out: doubling the 4-worker steps moves the others' predictions,
+    # not their own
+    slow = [dict(r, time_s={**r["time_s"], "p10": r["time_s"]["p10"] * (2 if r["workers"] == 4
+                                                                          else 1)})
+            for r in recs]  # fmt: skip
+    moved = compare_steps(prof, [base] + slow)
+    ratio = np.array([b.predicted_s / a.predicted_s for a, b in zip(cross.rows, moved.rows,
+                                                                    strict=True)])  # fmt: skip
+    four = np.array([r.workers == 4 for r in cross.rows])
+    np.testing.assert_allclose(ratio[four], 1.0, rtol=1e-9)
+    assert ratio[~four].max() > 1.2
+    with pytest.raises(ValueError, match="step_fit"):
+        compare_steps(prof, [base] + recs, step_fit="sometimes")
+    with pytest.raises(ValueError, match="two or more worker"):
+        compare_steps(prof, [base] + [r for r in recs if r["workers"] == 2], step_fit="cross")

@@ -254,6 +254,12 @@ def format_table(result: ValidationResult) -> str:
         )
     by_n = ", ".join(f"{n} workers {v * 100:.1f}%" for n, v in result.mape_by_workers.items())
     used, total = result.tau_pairs
+    if getattr(result, "step_fit", "profile") == "cross":
+        out.append(
+            "# predictions: the profile with its step terms (communication in a step over its "
+            "microbenchmark, interference, per-step overhead) fitted on the baseline and the "
+            "other worker counts' steps: each worker count is predicted out of sample"
+        )
     out.append(f"MAPE {result.mape * 100:.1f}% ({by_n}) over {len(rows)} configurations")
     if result.interval_coverage == result.interval_coverage:
         out.append(

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from calibration import Profile, RecordWriter
+from calibration import Profile, RecordWriter, fit_steps
 from costmodel import (
     ClusterParams,
     InputFileError,
@@ -153,6 +153,9 @@ class ValidationResult:
         emulated: the emulated cluster the steps ran in (the step records'
             ``"emulated"``: nodes, ranks_per_node, rate_bits_per_s, …), or
             ``None`` for plain local processes.
+        step_fit: how the step terms of the predictions were set: ``"profile"``
+            (the profile's, as it is) or ``"cross"`` (fitted on the other
+            worker counts' steps: :func:`compare_steps`).
     """
 
     rows: list[ValidationRow]
@@ -171,6 +174,7 @@ class ValidationResult:
     interval_coverage: float = float("nan")
     warnings: tuple[str, ...] = ()
     emulated: dict | None = None
+    step_fit: str = "profile"
 
     def to_dict(self) -> dict:
         """``{"rows": [...], "mape", "kendall_tau", "regret", …}`` (fractions, not percents)."""
@@ -190,6 +194,7 @@ class ValidationResult:
             "overlap": self.overlap,
             "interval_coverage": self.interval_coverage,
             "warnings": list(self.warnings),
+            "step_fit": self.step_fit,
         }
 
 
@@ -468,7 +473,12 @@ def _check_step_specs(steps: list[dict]) -> None:
 
 
 def compare_steps(
-    profile, records: Iterable[dict], *, statistic: str | None = None, overlap: bool | str = "auto"
+    profile,
+    records: Iterable[dict],
+    *,
+    statistic: str | None = None,
+    overlap: bool | str = "auto",
+    step_fit: str = "auto",
 ) -> ValidationResult:
     """Score a profile's predictions against measured step records.
 
@@ -481,6 +491,18 @@ def compare_steps(
             default p10 on CPU, median elsewhere (the calibration's choice).
         overlap: ``True``/``False``, or ``"auto"``: no overlap on CPU (XLA:CPU
             runs collectives in sequence with compute), overlap elsewhere.
+        step_fit: ``"profile"``: predict with the profile as it is;
+            ``"cross"``: the terms a training step has and microbenchmarks do
+            not (:data:`calibration.STEP_TERMS`: communication in a step over
+            its microbenchmark, overlap interference, per-step overhead)
+            fitted (:func:`calibration.fit_steps`) on the baseline and the
+            steps of the *other* worker counts, each count predicted from
+            those — leave one worker count out, so every prediction and its
+            interval is out of sample; ``"auto"`` (default): ``"cross"`` for a
+            :class:`calibration.Profile` without step terms of its own and
+            steps at two or more worker counts, else ``"profile"``. Without
+            steps the profile's interval carries those terms' prior (×3 on the
+            communication), which is honest but no test of the model.
 
     Returns:
         A :class:`ValidationResult`.
@@ -517,7 +539,10 @@ def compare_steps(
         overlap = base[-1].get("backend") != "cpu"
     baseline = _value(base[-1], stat)
     low = high = [float("nan")] * len(rows_in)
-    if prof is not None:
+    fit_mode = _step_fit_mode(step_fit, prof, rows_in)
+    if fit_mode == "cross":
+        predicted, low, high = _cross_fitted(prof, base[-1], rows_in, baseline, stat, bool(overlap))
+    elif prof is not None:
         predicted, low, high = predict_records(
             params, rows_in, baseline, overlap=bool(overlap), profile=prof
         )
@@ -544,8 +569,60 @@ def compare_steps(
     result = _score(rows, baseline, stat, bool(overlap))
     emulated = next((r["emulated"] for r in rows_in if isinstance(r.get("emulated"), dict)), None)
     return dataclasses.replace(
-        result, warnings=_coverage_warnings(prof, rows_in), emulated=emulated
+        result, warnings=_coverage_warnings(prof, rows_in), emulated=emulated, step_fit=fit_mode
     )
+
+
+def _step_fit_mode(step_fit: str, prof, rows_in: Sequence[dict]) -> str:
+    """``"cross"`` or ``"profile"`` (see :func:`compare_steps`); ValueError on another value."""
+    if step_fit not in ("auto", "cross", "profile"):
+        raise ValueError(f"step_fit must be 'auto', 'cross' or 'profile', got {step_fit!r}")
+    counts = {int(r["workers"]) for r in rows_in}
+    possible = isinstance(prof, Profile) and len(counts) >= 2
+    if step_fit == "cross" and not possible:
+        raise ValueError(
+            "step_fit='cross' needs a calibration.Profile and steps at two or more worker "
+            f"counts (got {len(counts)})"
+        )
+    if step_fit == "auto":
+        return "cross" if possible and "steps" not in (prof.fit or {}) else "profile"
+    return step_fit
+
+
+def _as_run(r: dict, stat: str, line: int) -> dict:
+    """A step record as a training run of :func:`calibration.fit_steps`."""
+    arch = r["architecture"]
+    servers = int(r.get("servers", 1))
+    return {
+        "workers": int(r["workers"]),
+        "ranks_per_node": int(r.get("ranks_per_node", r["workers"])),
+        "batch_size": int(r["batch_size"]),
+        "architecture": arch,
+        "servers": servers if arch in ("ps", "ps_host", "hybrid") else max(servers, 1),
+        "colocated": bool(r.get("colocated", False)),
+        "bucket_bytes": int(r.get("bucket_bytes", 0)),
+        "step_time_s": _value(r, stat),
+        "file": "<step records>",
+        "line": line,
+    }
+
+
+def _cross_fitted(prof, base: dict, rows_in: Sequence[dict], baseline: float, stat: str,
+                  overlap: bool):  # fmt: skip
+    """Predictions and 90% intervals of ``rows_in``, each worker count from the others' steps."""
+    workload = model_workload(rows_in[0]["model_spec"], step_time_s=float(baseline))
+    runs = [_as_run(r, stat, i) for i, r in enumerate([base, *rows_in])]
+    out = [np.zeros(len(rows_in)) for _ in range(3)]
+    for w in sorted({int(r["workers"]) for r in rows_in}):
+        train = [run for run in runs if run["workers"] != w]
+        fitted = fit_steps(train, workload, prof, overlap=overlap)
+        idx = [i for i, r in enumerate(rows_in) if int(r["workers"]) == w]
+        got = predict_records(
+            fitted.params, [rows_in[i] for i in idx], baseline, overlap=overlap, profile=fitted
+        )
+        for o, g in zip(out, got, strict=True):
+            o[idx] = g
+    return tuple(out)
 
 
 def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
