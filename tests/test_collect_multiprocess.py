@@ -223,15 +223,19 @@ _WORKER = textwrap.dedent(
     """
     import os, sys, time
     from launch import initialize_worker, send_message
+    def _policy(tid):  # a thread may end between the listing and the query
+        try:
+            return os.sched_getscheduler(int(tid))
+        except ProcessLookupError:
+            return None
     mode = sys.argv[1]
     info = initialize_worker()
     if mode == "affinity":
         send_message({"type": "msg", "where": "affinity", "rank": info.process_id,
                       "cores": os.environ.get("DDLTUNE_CPU_CORES"),
                       "affinity": sorted(os.sched_getaffinity(0)),
-                      "batch_threads": sum(
-                          os.sched_getscheduler(int(t)) == os.SCHED_BATCH
-                          for t in os.listdir("/proc/self/task"))})
+                      "batch_threads": sum(_policy(t) == os.SCHED_BATCH
+                                           for t in os.listdir("/proc/self/task"))})
         sys.exit(0)
     send_message({"type": "msg", "where": "step 1", "rank": info.process_id,
                   "n": info.num_processes})
