@@ -254,7 +254,7 @@ def format_table(result: ValidationResult) -> str:
         )
     by_n = ", ".join(f"{n} workers {v * 100:.1f}%" for n, v in result.mape_by_workers.items())
     used, total = result.tau_pairs
-    if getattr(result, "step_fit", "profile") == "cross":
+    if result.step_fit == "cross":
         out.append(
             "# predictions: the profile with its step terms (communication in a step over its "
             "microbenchmark, interference, per-step overhead) fitted on the baseline and the "
