@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import weakref
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -31,7 +32,7 @@ from jaxtyping import Array, Float
 
 from ._names import COLLECTIVE_NAMES
 from ._smooth import soft_max2
-from ._xp import to_jax, xp_of
+from ._xp import keep_freed_memory, to_jax, xp_of
 
 __all__ = ["ClusterParams", "LEVELS", "PARAMETER_UNITS"]
 
@@ -591,11 +592,18 @@ class ClusterParams(eqx.Module):
         """
         xp = xp_of(self, ranks_per_node)
         g = xp.asarray(ranks_per_node)
-        if xp is np and g.size > 1 and g.min() == g.max():  # one g across a sweep: once
-            one_g = self.core_share(g.reshape(-1)[:1].reshape((1,) * g.ndim))
-            return np.broadcast_to(one_g, np.broadcast_shapes(one_g.shape, g.shape))
-        one = xp.ones_like(g)
-        return soft_max2(one, g / soft_max2(one, self.node_compute_slots))
+        slots = self.node_compute_slots
+        if xp is np and g.size > 1 and np.ndim(slots) == 0:
+            # a sweep's rank counts are few whole numbers: the formula on each once
+            lo, hi = g.min(), g.max()
+            if lo == hi:
+                one_g = _core_share(slots, g.reshape(-1)[:1].reshape((1,) * g.ndim))
+                return np.broadcast_to(one_g, g.shape)
+            if hi - lo < 4096:
+                whole = g.astype(np.int64)
+                if np.array_equal(whole, g):
+                    return _core_share(slots, np.arange(lo, hi + 1.0))[whole - int(lo)]
+        return _core_share(slots, g)
 
     def compute_time(
         self,
@@ -808,6 +816,12 @@ class ClusterParams(eqx.Module):
         return out
 
 
+def _core_share(slots, g):
+    """softmax₂(1, g / softmax₂(1, slots)): :meth:`ClusterParams.core_share`'s formula."""
+    one = xp_of(slots, g).ones_like(g)
+    return soft_max2(one, g / soft_max2(one, slots))
+
+
 #: The physical values :class:`NumpyParams` evaluates once.
 _PHYSICAL_PROPERTIES = (
     "alpha_s",
@@ -856,6 +870,7 @@ class NumpyParams:
     compute_time = ClusterParams.compute_time
 
     def __init__(self, params):
+        keep_freed_memory()  # numpy evaluations reuse their freed buffers (see there)
         if isinstance(params, NumpyParams):
             params = params.source
         if isinstance(params.log_alpha, jax.Array):
@@ -874,5 +889,27 @@ class NumpyParams:
 
 
 def numpy_params(params) -> NumpyParams:
-    """:class:`NumpyParams` of ``params`` (itself when it already is one)."""
-    return params if isinstance(params, NumpyParams) else NumpyParams(params)
+    """:class:`NumpyParams` of ``params`` (itself when it already is one).
+
+    The last few conversions are remembered by the identity of ``params``
+    (a frozen Module: the same object holds the same values), so that a sweep
+    calling the model once per architecture with one :class:`ClusterParams`
+    converts it once (about 70 µs a conversion).
+    """
+    if isinstance(params, NumpyParams):
+        return params
+    for ref, converted in _NUMPY_PARAMS:
+        if ref() is params:
+            return converted
+    converted = NumpyParams(params)
+    try:
+        ref = weakref.ref(params)
+    except TypeError:  # not weakly referable: not remembered
+        return converted
+    _NUMPY_PARAMS.insert(0, (ref, converted))
+    del _NUMPY_PARAMS[4:]
+    return converted
+
+
+#: (weak reference to a ClusterParams, its NumpyParams), the most recent first.
+_NUMPY_PARAMS: list = []

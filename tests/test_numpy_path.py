@@ -226,3 +226,66 @@ def test_affine_sweep_equals_the_core_cap_by_cap(arch):
             for f in Breakdown.FIELDS:
                 x, y = getattr(got, f)[:, rows], np.broadcast_to(getattr(want, f), (3, rows.size))
                 np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-15, err_msg=f"{arch} {f}")
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_soft_min_is_the_closed_form_along_either_axis(axis):
+    """(Σ xᵣ^(−k))^(−1/k), computed here directly, along a leading or trailing
+    regime axis, with one sharpness per row; a single regime is returned exactly."""
+    from costmodel._smooth import soft_min
+
+    rng = np.random.default_rng(3)
+    x = np.exp(rng.normal(-6.0, 3.0, (3, 500)))  # seconds over six decades
+    k = np.exp(rng.normal(1.0, 0.7, 500))
+    want = np.sum(x ** (-k), axis=0) ** (-1.0 / k)
+    got = soft_min(x if axis == 0 else x.T, k, axis=axis)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert np.array_equal(soft_min(x[:1], k, axis=0), x[0])
+    # the floor keeps a zero time's gradient finite (a level a collective does not use)
+    g = jax.grad(lambda v: soft_min(v, 4.0, axis=0))(jnp.asarray([0.0, 2e-3, 1.0]))
+    assert np.all(np.isfinite(np.asarray(g)))
+
+
+def test_core_share_of_many_rank_counts_equals_its_formula_per_count():
+    """The numpy path's table of whole rank counts (and its one-count shortcut)
+    gives what the formula gives on each count alone; fractional counts and
+    parameter draws take the formula itself."""
+    from costmodel._params import _core_share
+
+    p = preset("ethernet-10g", "v100").to_numpy()
+    p = eqx.tree_at(lambda q: q.log_node_slots, p, np.asarray(np.log(3.0)))
+    rng = np.random.default_rng(1)
+    for g in (
+        rng.integers(1, 65, 1000).astype(float),  # the table
+        np.full(1000, 8.0),  # one count
+        rng.uniform(1.0, 9.0, 1000),  # fractional: the formula
+        rng.integers(1, 9, (4, 250)).astype(float),  # 2-D
+    ):
+        want = np.array(
+            [float(_core_share(p.node_compute_slots, np.asarray(v))) for v in g.ravel()]
+        )
+        np.testing.assert_allclose(p.core_share(g).ravel(), want, rtol=1e-14)
+        assert p.core_share(g).shape == g.shape
+    draws = p.from_flat(p.flat() + rng.normal(0, 0.3, (5, p.flat().size))).to_numpy(batch_ndim=1)
+    g = rng.integers(1, 9, 40).astype(float)
+    np.testing.assert_allclose(
+        draws.core_share(g), _core_share(draws.node_compute_slots, g), rtol=1e-14
+    )
+
+
+def test_numpy_evaluation_reuses_freed_buffers_instead_of_faulting_pages_anew():
+    """After :func:`costmodel._xp.keep_freed_memory` (which every numpy evaluation
+    calls), allocating and freeing a 1 MiB array again and again faults its pages
+    once (glibc's default, a fresh mmap per array: 224–257 faults per 100 here)."""
+    import resource
+
+    from costmodel._xp import keep_freed_memory
+
+    if not keep_freed_memory():
+        pytest.skip("the C library has no glibc mallopt (not glibc)")
+    np.ones(1 << 17).sum()  # the first time may fault
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(100):
+        np.ones(1 << 17).sum()  # 1 MiB, freed at once
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults < 20, f"{faults} minor page faults for 100 arrays of 1 MiB"

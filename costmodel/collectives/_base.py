@@ -147,12 +147,20 @@ def evaluate(
     ra = _rows(params.regime_alpha_s, c, 2, xp)
     rb = _rows(params.regime_beta_s_per_byte, c, 2, xp)
     inter = xp.asarray(t.inter)
+    # regimes along a new LEADING axis, (R, 1…, *rows): each regime's line is then one
+    # contiguous array, and the envelope combines R of them elementwise rather than
+    # reducing along a trailing axis of length R (3× faster in numpy)
+    nd = max(np.ndim(ra) - 2, *(np.ndim(x) for x in t))
     if not is_traced(inter) and (bool(np.all(inter)) or not np.any(inter)):
         level = 1 if np.all(inter) else 0  # one level for every call: a view, not a select
-        alpha, beta = ra[..., level, :], rb[..., level, :]
+        alpha, beta = (_regimes_first(r[..., level, :], nd, xp) for r in (ra, rb))
     else:
-        alpha = xp.where(inter[..., None], ra[..., 1, :], ra[..., 0, :])
-        beta = xp.where(inter[..., None], rb[..., 1, :], rb[..., 0, :])
+        alpha, beta = (
+            xp.where(
+                inter, _regimes_first(r[..., 1, :], nd, xp), _regimes_first(r[..., 0, :], nd, xp)
+            )
+            for r in (ra, rb)
+        )
     # the node's cap: node bytes at the collective's own per-flow β (its regime) times
     # the node ratio β_node / β (1 / NICs across nodes), so a fit that finds this
     # collective's flows slower than the base link finds the node's NICs so too
@@ -169,21 +177,29 @@ def evaluate(
     shared = t.node_bytes > t.link_bytes * (1.0 + _LONE_FLOW_RTOL)
     cap = soft_max2(t.link_bytes, xp.where(shared, t.node_bytes * ratio, 0.0),
                     p=NODE_CAP_SHARPNESS)  # fmt: skip
-    bw = beta * (cap * t.congestion * wire)[..., None]
-    lat = t.steps[..., None] * alpha * share[..., None]
-    xfer = bw + (t.reduce_bytes * params.gamma_s_per_byte * share)[..., None]
+    bw = beta * (cap * t.congestion * wire)
+    lat = alpha * (t.steps * share)
+    xfer = bw + t.reduce_bytes * params.gamma_s_per_byte * share
     lo = params.latency_overlap
     if not is_traced(lo) and np.all(np.asarray(lo) <= NEGLIGIBLE_OVERLAP):
         per_regime = lat + xfer  # concretely no latency overlap: d = 0, its term vanishes
     else:
-        d = xp.where(inter, lo[..., 1], lo[..., 0])[..., None]
+        d = xp.where(inter, lo[..., 1], lo[..., 0])
         d = xp.where(d <= NEGLIGIBLE_OVERLAP, 0.0, d)  # the default: α + S·β exactly
         per_regime = lat + xfer - d * (lat + xfer - soft_max2(lat, xfer))
     if params.n_regimes == 1:
-        time = per_regime[..., 0]
+        time = per_regime[0]
     else:
-        time = soft_min(per_regime, _rows(params.regime_sharpness, c, 0, xp))
+        time = soft_min(per_regime, _rows(params.regime_sharpness, c, 0, xp), axis=0)
     return time
+
+
+def _regimes_first(x, nd: int, xp):
+    """(*p, R) → (R, 1…, *p) with ``nd`` axes after R: the regime axis leading, the
+    rest right-aligned so that it broadcasts against terms of ``nd`` dimensions
+    (whose broadcast with the rest then has exactly the shape it had with R last)."""
+    x = xp.moveaxis(x, -1, 0)
+    return xp.reshape(x, x.shape[:1] + (1,) * (nd - (x.ndim - 1)) + x.shape[1:])
 
 
 def _rows(table, c, trailing: int, xp):
