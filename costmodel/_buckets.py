@@ -321,6 +321,12 @@ class BucketTable:
         offsets[1:] = np.cumsum([len(b) for b in blocks])
         return offsets, np.concatenate(blocks), cnt[:, 0].copy(), byt[:, 0].copy()
 
+    @functools.cached_property
+    def point_blocks(self) -> list:
+        """:attr:`end_points`' rows of each cap u, ``points[offsets[u]:offsets[u + 1]]``, as a list."""
+        offsets, points, _, _ = self.end_points
+        return [points[offsets[u] : offsets[u + 1]] for u in range(offsets.size - 1)]
+
 
 def bucket_table(workload, bucket_bytes, first_bucket_bytes: int | None = None) -> BucketTable:
     """:func:`bucketize` for every distinct cap in ``bucket_bytes``.

@@ -866,8 +866,19 @@ class NumpyParams:
             :meth:`ClusterParams.to_numpy` when jax), or a ``NumpyParams``.
     """
 
-    core_share = ClusterParams.core_share
     compute_time = ClusterParams.compute_time
+
+    def core_share(self, ranks_per_node):
+        """:meth:`ClusterParams.core_share`; the last array asked for is remembered
+        (a collective's evaluation and its per-call overhead, forward and backward
+        compute, ask for the same rank counts in turn)."""
+        key, share = self._share  # one read: another thread may replace it
+        if ranks_per_node is key:
+            return share
+        share = ClusterParams.core_share(self, ranks_per_node)
+        if isinstance(ranks_per_node, np.ndarray):
+            self._share = (ranks_per_node, share)
+        return share
 
     def __init__(self, params):
         keep_freed_memory()  # numpy evaluations reuse their freed buffers (see there)
@@ -876,6 +887,7 @@ class NumpyParams:
         if isinstance(params.log_alpha, jax.Array):
             params = params.to_numpy()
         self.source = params
+        self._share = (None, None)  # core_share's last (rank counts, share)
         self.n_regimes = params.n_regimes
         self.host_links = params.host_links
         self.log_alpha = params.log_alpha

@@ -401,12 +401,13 @@ def _per_row(params, arch, wt, n, g, k, batch, base, also=None):
     rn, rg, rk, rb, r0 = (rows[:, i] for i in range(5))
     shape = np.broadcast_shapes(np.shape(params.log_gamma), rn.shape)
 
-    def take(x):  # per distinct row → per configuration, (*pshape, N)
-        return np.broadcast_to(x, np.broadcast_shapes(np.shape(x), shape))[..., row_of]
-
-    parts = tuple(take(x) for x in _step_parts(params, arch, wt, rn, rg, rk, rb, r0))
-    extra = None if also is None else tuple(take(x) for x in also(params, arch, wt, rn, rg, rk))
-    return parts, extra
+    per_row = _step_parts(params, arch, wt, rn, rg, rk, rb, r0)
+    if also is not None:
+        per_row += tuple(also(params, arch, wt, rn, rg, rk))
+    # per distinct row → per configuration: one gather of all of them, (F, *pshape, N)
+    rows_of_all = np.stack([np.broadcast_to(x, shape) for x in per_row])[..., row_of]
+    parts, extra = tuple(rows_of_all[:4]), tuple(rows_of_all[4:])
+    return parts, (extra if also is not None else None)
 
 
 def _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base) -> Breakdown:
@@ -434,18 +435,15 @@ def _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base) -> Breakdo
         bwd_eff = _overlapped_backward(params, bwd, C1)
         # configurations sorted by cap (a stable radix sort of small integers), so
         # that each cap's are one contiguous block: (3, *pshape, N) → (3, L, N)
-        small = np.int16 if offsets.size <= 1 << 15 else np.int64
-        order = np.argsort(idx.astype(small), kind="stable")
+        order, spans = _cap_blocks(idx, offsets.size - 1)
         X = np.stack(np.broadcast_arrays(bwd_eff, a1, b1))
         lead = X.shape[1:-1]
         X = np.ascontiguousarray(X.reshape(3, -1, idx.size)[..., order].transpose(0, 2, 1))
-        L = X.shape[2]
         peak = np.empty(X.shape[1:])  # (N, L): a block of rows is one contiguous span
-        cuts = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=offsets.size - 1))])
-        for u in np.flatnonzero(np.diff(cuts)):
-            lo, hi = cuts[u], cuts[u + 1]
-            ends = points[offsets[u] : offsets[u + 1]] @ X[:, lo:hi].reshape(3, -1)  # (H, M·L)
-            peak[lo:hi] = ends.max(axis=0).reshape(hi - lo, L)
+        blocks = table.point_blocks
+        for u, lo, hi in spans:
+            ends = blocks[u] @ X[:, lo:hi].reshape(3, -1)  # (H, M·L)
+            np.max(ends, axis=0, out=peak[lo:hi].reshape(-1))
         core = np.empty_like(peak)
         core[order] = peak
         core = core.T.reshape(lead + (idx.size,))
@@ -454,6 +452,31 @@ def _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base) -> Breakdo
     return _assemble(
         params, arch, wt, (fwd, bwd, update, base_s), C1, C2, core, cnt, n, batch, base
     )
+
+
+def _cap_blocks(idx, caps: int) -> tuple:
+    """Configurations sorted by cap: ``(order, spans)``, ``spans`` = [(u, lo, hi), …]
+    for every cap u that has configurations, ``order[lo:hi]`` being cap u's.
+
+    A stable radix sort of small integers; remembered for the last few ``idx``
+    arrays by identity (:func:`_cap_index`'s read-only results, which every
+    architecture of a sweep shares).
+    """
+    for key, hit in _CAP_BLOCKS:
+        if key is idx:
+            return hit
+    small = np.int16 if caps <= 1 << 15 else np.int64
+    order = np.argsort(idx.astype(small), kind="stable")
+    cuts = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=caps))]).tolist()
+    spans = [(u, cuts[u], cuts[u + 1]) for u in range(caps) if cuts[u + 1] > cuts[u]]
+    hit = (order, spans)
+    if not idx.flags.writeable:  # only _cap_index's own arrays, which nobody changes
+        _CAP_BLOCKS.insert(0, (idx, hit))
+        del _CAP_BLOCKS[8:]
+    return hit
+
+
+_CAP_BLOCKS: list = []
 
 
 def _rows_by(keys) -> list:
