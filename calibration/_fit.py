@@ -584,12 +584,18 @@ def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Proble
 
 
 _fit_jit = jax.jit(_fit_one)
-#: The same program compiled at XLA -O0, for small calibrations: there the compile is the
-#: wait (LLVM's -O2 took 1.8–2.3 s of a 72-record, 3-regime fit's 2.6 s compile on 2
-#: cores; -O0 1.3–1.4 s: calibrate 3.8–4.0 → 3.1–3.7 s wall), while the loop runs
-#: slower: an automatic regime choice on the same 72 records (14 fits) took 3.6–3.8 s
-#: at -O2 and 3.8–4.2 s at -O0, on 1,000 records 1.8 → 5.4 s warm.
-_fit_jit_small = jax.jit(_fit_one, compiler_options={"xla_backend_optimization_level": 0})
+#: The same program compiled at XLA -O0 and without XLA:CPU's fusion emitters, for
+#: small calibrations: there the compile is the wait. LLVM's -O2 took 1.8–2.3 s of a
+#: 72-record, 3-regime fit's 2.6 s compile on 2 cores, -O0 1.3–1.6 s, and -O0 with the
+#: older loop emitters 0.53–0.60 s (calibrate 2.9–3.0 → 1.9–2.0 s wall; measured
+#: 2026-12-05, three cold runs each). Not for large ones, where the loop is the wait:
+#: an automatic regime choice on the same 72 records (14 fits) took 3.6–3.8 s at -O2 and
+#: 3.8–4.2 s at -O0, on 1,000 records 1.8 → 5.4 s warm; without the fusion emitters
+#: 1,000 records of one regime ran 0.16 → 0.24 s warm (float64).
+_fit_jit_small = jax.jit(
+    _fit_one,
+    compiler_options={"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False},
+)
 
 #: Padded rows × fits of a calibration up to which its program compiles at -O0 (a
 #: 72-record fit of 3 regimes: 64 × 2; with the automatic regime choice 64 × 14).
