@@ -322,6 +322,18 @@ class BucketTable:
         return offsets, np.concatenate(blocks), cnt[:, 0].copy(), byt[:, 0].copy()
 
     @functools.cached_property
+    def distinct_sizes(self) -> list:
+        """Per cap u: ``(sizes, inverse)``, its buckets' distinct sizes (ascending; one
+        bucket of 0 bytes where it has none) and each bucket's position among them."""
+        out = []
+        for u in range(self.sizes.shape[0]):
+            sizes, inverse = np.unique(
+                self.sizes[u, : max(1, int(self.counts[u]))], return_inverse=True
+            )
+            out.append((sizes, inverse.ravel()))
+        return out
+
+    @functools.cached_property
     def point_blocks(self) -> list:
         """:attr:`end_points`' rows of each cap u, ``points[offsets[u]:offsets[u + 1]]``, as a list."""
         offsets, points, _, _ = self.end_points

@@ -508,13 +508,17 @@ def _phase_table(params, arch, table, idx, groups, n, g, k):
     triple_of = np.asarray(triple_of).ravel()
     pshape = np.shape(params.log_gamma)  # () or (D, 1): parameter sets against triples
     per = []
+    distinct = table.distinct_sizes
+    seen = np.zeros(triples.shape[0], dtype=bool)  # the triples of one group: a dense rank
+    rank = np.empty(triples.shape[0], dtype=np.int64)
     for rows in groups:
-        u = idx[rows[0]]
-        sizes_u, size_of = np.unique(
-            table.sizes[u, : max(1, int(table.counts[u]))], return_inverse=True
-        )
-        trip_u, trip_of = np.unique(triple_of[rows], return_inverse=True)
-        per.append((sizes_u, size_of.ravel(), trip_u, trip_of.ravel()))
+        sizes_u, size_of = distinct[idx[rows[0]]]
+        t = triple_of[rows]
+        seen[t] = True
+        trip_u = np.flatnonzero(seen)
+        rank[trip_u] = np.arange(trip_u.size)
+        seen[trip_u] = False
+        per.append((sizes_u, size_of, trip_u, rank[t]))
     every = np.unique(np.concatenate([p[0] for p in per]))
     tn, tg, tk = (triples[:, i] for i in range(3))
     if every.size * tn.size <= sum(p[0].size * p[2].size for p in per):
