@@ -335,7 +335,10 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
     """
     params = numpy_params(params)
     wt = WorkloadTerms.from_workload(workload, numpy=True)
-    n, g, k, batch, base = (np.asarray(x, dtype=np.float64).ravel() for x in (n, g, k, batch, base))
+    # reshape, not ravel: a broadcast scalar stays a view of stride 0 (constant columns)
+    n, g, k, batch, base = (
+        np.asarray(x, dtype=np.float64).reshape(-1) for x in (n, g, k, batch, base)
+    )
     sweepable = not hasattr(arch, "iteration_breakdown")
     if sweepable and not smooth and costs_are_affine(params):
         with np.errstate(all="ignore"):  # untaken branches of where (n = 1)
@@ -569,8 +572,11 @@ def _unique_rows(*cols):
     n = cols[0].shape[0]
     if n == 0:
         return np.zeros((0, len(cols))), np.zeros(0, dtype=np.int64)
-    lo = np.array([c.min() for c in cols])  # per column: a strided (N, C) reduction is slow
-    span = np.array([c.max() for c in cols]) - lo + 1.0
+    # per column (a strided (N, C) reduction is slow); a broadcast scalar (stride 0) is constant
+    const = [c.strides == (0,) for c in cols]
+    lo = np.array([c[0] if k else c.min() for c, k in zip(cols, const, strict=True)])
+    hi = np.array([c[0] if k else c.max() for c, k in zip(cols, const, strict=True)])
+    span = hi - lo + 1.0
     if np.all(np.isfinite(span)) and float(np.prod(span)) <= 4 * n + (1 << 16):
         varied = [(c - m, int(w)) for c, m, w in zip(cols, lo, span, strict=True) if w > 1]
         if all(np.array_equal(c, np.floor(c)) for c, _ in varied):
@@ -631,7 +637,8 @@ def _resolve_arch(architecture, colocated):
 
 def _check_positive(name, arr, minimum=1.0):
     a = np.asarray(arr, dtype=np.float64)
-    if not np.all(np.isfinite(a)) or np.any(a < minimum):
+    # the extremes are enough (NaN makes both comparisons false): no temporaries
+    if a.size and not (a.min() >= minimum and a.max() < np.inf):
         bad = a[~np.isfinite(a) | (a < minimum)].ravel()[0]
         raise ValueError(f"{name} must be finite and ≥ {minimum:g}, got {float(bad)!r}")
     return a
@@ -724,6 +731,8 @@ def iteration_time(
     if not is_traced(params):
         out = _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smooth)
         pshape = np.shape(out.iteration_s)[:-1]
+        if np.shape(out.iteration_s) == pshape + shape:  # flat configurations: as they are
+            return out
         return jax.tree_util.tree_map(lambda x: x.reshape(pshape + shape), out)
     N = idx.size
     M = 1 << max(0, int(math.ceil(math.log2(max(N, 1)))))  # pad: fewer recompilations
