@@ -822,6 +822,9 @@ def _core_share(slots, g):
     return soft_max2(one, g / soft_max2(one, slots))
 
 
+#: Whole rank counts per node whose core share :class:`NumpyParams` keeps in a table.
+_SHARE_TABLE_SIZE = 4096
+
 #: The physical values :class:`NumpyParams` evaluates once.
 _PHYSICAL_PROPERTIES = (
     "alpha_s",
@@ -875,10 +878,31 @@ class NumpyParams:
         key, share = self._share  # one read: another thread may replace it
         if ranks_per_node is key:
             return share
-        share = ClusterParams.core_share(self, ranks_per_node)
-        if isinstance(ranks_per_node, np.ndarray):
-            self._share = (ranks_per_node, share)
+        g = ranks_per_node
+        share = None
+        if isinstance(g, np.ndarray) and g.size and np.ndim(self.node_compute_slots) == 0:
+            # whole counts 1 … 4096 (every sweep's): read from the formula's table of them
+            lo, hi = g.min(), g.max()
+            if 1.0 <= lo and hi <= _SHARE_TABLE_SIZE:
+                table = self._share_table()
+                if lo == hi and lo == int(lo):
+                    share = np.broadcast_to(table[int(lo) - 1], g.shape)
+                else:
+                    whole = g.astype(np.int64)
+                    if np.array_equal(whole, g):
+                        share = table[whole - 1]
+        if share is None:
+            share = ClusterParams.core_share(self, g)
+        if isinstance(g, np.ndarray):
+            self._share = (g, share)
         return share
+
+    def _share_table(self) -> np.ndarray:
+        """core_share of g = 1 … :data:`_SHARE_TABLE_SIZE` (the formula on each, once)."""
+        if self._table is None:
+            g = np.arange(1.0, _SHARE_TABLE_SIZE + 1.0)
+            self._table = _core_share(self.node_compute_slots, g)
+        return self._table
 
     def __init__(self, params):
         keep_freed_memory()  # numpy evaluations reuse their freed buffers (see there)
@@ -888,6 +912,7 @@ class NumpyParams:
             params = params.to_numpy()
         self.source = params
         self._share = (None, None)  # core_share's last (rank counts, share)
+        self._table = None  # core_share of 1 … 4096 ranks, made when first asked
         self.n_regimes = params.n_regimes
         self.host_links = params.host_links
         self.log_alpha = params.log_alpha

@@ -365,7 +365,13 @@ def _numpy_sweep(params, arch, workload, table, idx, n, g, k, batch, base, smoot
 
             if sweepable:
                 got = _bucket_exchange(
-                    params, arch, phase(i), col(w), col(ready), parts[1][..., rows], bool(smooth)
+                    params,
+                    arch,
+                    phase(i),
+                    col(w),
+                    col(ready),
+                    np.take(parts[1], rows, axis=-1),
+                    bool(smooth),
                 )
                 for dst, x in zip(exchange, got, strict=True):
                     dst[..., rows] = x
@@ -408,7 +414,7 @@ def _per_row(params, arch, wt, n, g, k, batch, base, also=None):
     if also is not None:
         per_row += tuple(also(params, arch, wt, rn, rg, rk))
     # per distinct row → per configuration: one gather of all of them, (F, *pshape, N)
-    rows_of_all = np.stack([np.broadcast_to(x, shape) for x in per_row])[..., row_of]
+    rows_of_all = np.take(np.stack([np.broadcast_to(x, shape) for x in per_row]), row_of, axis=-1)
     parts, extra = tuple(rows_of_all[:4]), tuple(rows_of_all[4:])
     return parts, (extra if also is not None else None)
 
@@ -432,7 +438,7 @@ def _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base) -> Breakdo
     )
     a1, b1, a2, b2 = coeffs
     offsets, points, count, nbytes = table.end_points
-    cnt, byt = count[idx], nbytes[idx]
+    cnt, byt = np.take(count, idx), np.take(nbytes, idx)  # np.take: 2× a fancy index
     C1, C2 = a1 * cnt + b1 * byt, a2 * cnt + b2 * byt
     if arch.overlaps:
         bwd_eff = _overlapped_backward(params, bwd, C1)
@@ -441,7 +447,9 @@ def _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base) -> Breakdo
         order, spans = _cap_blocks(idx, offsets.size - 1)
         X = np.stack(np.broadcast_arrays(bwd_eff, a1, b1))
         lead = X.shape[1:-1]
-        X = np.ascontiguousarray(X.reshape(3, -1, idx.size)[..., order].transpose(0, 2, 1))
+        X = np.ascontiguousarray(
+            np.take(X.reshape(3, -1, idx.size), order, axis=-1).transpose(0, 2, 1)
+        )
         peak = np.empty(X.shape[1:])  # (N, L): a block of rows is one contiguous span
         blocks = table.point_blocks
         for u, lo, hi in spans:
@@ -516,7 +524,7 @@ def _phase_table(params, arch, table, idx, groups, n, g, k):
     rank = np.empty(triples.shape[0], dtype=np.int64)
     for rows in groups:
         sizes_u, size_of = distinct[idx[rows[0]]]
-        t = triple_of[rows]
+        t = np.take(triple_of, rows)
         seen[t] = True
         trip_u = np.flatnonzero(seen)
         rank[trip_u] = np.arange(trip_u.size)
@@ -534,7 +542,7 @@ def _phase_table(params, arch, table, idx, groups, n, g, k):
             sizes_u, size_of, trip_u, trip_of = per[i]
             si = np.searchsorted(every, sizes_u)[size_of]
             ti = trip_u[trip_of]
-            return c1[si][..., ti], c2[si][..., ti]
+            return tuple(np.take(np.take(c, si, axis=0), ti, axis=-1) for c in (c1, c2))
 
         return costs
     # the pairs each cap uses, flat: cap i's block is its sizes × its triples
@@ -550,7 +558,7 @@ def _phase_table(params, arch, table, idx, groups, n, g, k):
         pos = start[i] + size_of[:, None] * trip_u.size + trip_of[None, :]  # (K_u, M_u)
         lead = len(full.shape) - 1
         return tuple(
-            np.moveaxis(c[..., pos], lead, 0).reshape(
+            np.moveaxis(np.take(c, pos, axis=-1), lead, 0).reshape(
                 (pos.shape[0],) + np.broadcast_shapes(pshape, (pos.shape[1],))
             )
             for c in (c1, c2)
@@ -588,7 +596,7 @@ def _unique_rows(*cols):
             present = np.flatnonzero(seen)
             rank = np.zeros(seen.size, dtype=np.int64)
             rank[present] = np.arange(present.size)
-            inverse = rank[key]
+            inverse = np.take(rank, key)
             first = np.zeros(present.size, dtype=np.int64)
             first[inverse[::-1]] = np.arange(n)[::-1]  # a row of each key
             return np.stack([c[first] for c in cols], axis=1), inverse

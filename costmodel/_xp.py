@@ -68,12 +68,18 @@ def xp_of(*xs):
         True
     """
     for x in xs:
+        if isinstance(x, _NUMPY_TYPES):  # the numpy sweep's operands: no attribute probing
+            continue
         if isinstance(x, tuple):
             if any(is_jax(y) for y in x):
                 return jnp
         elif is_jax(x):
             return jnp
     return np
+
+
+#: Operands that are never jax arrays (checked first: most of a numpy sweep's).
+_NUMPY_TYPES = (np.ndarray, np.generic, float, int, bool, type(None))
 
 
 def stop_gradient(x):

@@ -250,7 +250,7 @@ def test_core_share_of_many_rank_counts_equals_its_formula_per_count():
     """The numpy path's table of whole rank counts (and its one-count shortcut)
     gives what the formula gives on each count alone; fractional counts and
     parameter draws take the formula itself."""
-    from costmodel._params import _core_share
+    from costmodel._params import _core_share, numpy_params
 
     p = preset("ethernet-10g", "v100").to_numpy()
     p = eqx.tree_at(lambda q: q.log_node_slots, p, np.asarray(np.log(3.0)))
@@ -260,12 +260,14 @@ def test_core_share_of_many_rank_counts_equals_its_formula_per_count():
         np.full(1000, 8.0),  # one count
         rng.uniform(1.0, 9.0, 1000),  # fractional: the formula
         rng.integers(1, 9, (4, 250)).astype(float),  # 2-D
+        rng.integers(4000, 5000, 1000).astype(float),  # past the sweep's table
     ):
         want = np.array(
             [float(_core_share(p.node_compute_slots, np.asarray(v))) for v in g.ravel()]
         )
-        np.testing.assert_allclose(p.core_share(g).ravel(), want, rtol=1e-14)
-        assert p.core_share(g).shape == g.shape
+        for q in (p, numpy_params(p)):  # the Module's table of a range, the sweep's of 1…4096
+            np.testing.assert_allclose(q.core_share(g).ravel(), want, rtol=1e-14)
+            assert q.core_share(g).shape == g.shape
     draws = p.from_flat(p.flat() + rng.normal(0, 0.3, (5, p.flat().size))).to_numpy(batch_ndim=1)
     g = rng.integers(1, 9, 40).astype(float)
     np.testing.assert_allclose(

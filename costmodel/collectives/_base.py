@@ -198,7 +198,8 @@ def _regimes_first(x, nd: int, xp):
     """(*p, R) → (R, 1…, *p) with ``nd`` axes after R: the regime axis leading, the
     rest right-aligned so that it broadcasts against terms of ``nd`` dimensions
     (whose broadcast with the rest then has exactly the shape it had with R last)."""
-    x = xp.moveaxis(x, -1, 0)
+    if x.ndim > 1:
+        x = xp.transpose(x, (x.ndim - 1, *range(x.ndim - 1)))
     return xp.reshape(x, x.shape[:1] + (1,) * (nd - (x.ndim - 1)) + x.shape[1:])
 
 
