@@ -26,6 +26,8 @@ _EXPORTS = {
     "read_steps": "._steps",
     "read_step_records": "._steps",
     "read_steps_csv": "._steps",
+    "run_architecture": "._steps",
+    "step_record_run": "._steps",
     "step_time": "._steps",
     "default_prior_preset": "._fit",
     "parse_prior_preset": "._fit",

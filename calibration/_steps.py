@@ -81,6 +81,8 @@ __all__ = [
     "read_steps",
     "read_steps_csv",
     "read_step_records",
+    "run_architecture",
+    "step_record_run",
     "fit_steps",
     "step_time",
 ]
@@ -162,30 +164,75 @@ def read_step_records(path, *, text: str | None = None) -> list[dict]:
             raise InputFileError(path, line, "a record must be a JSON object")
         if rec.get("kind") != "step":
             continue
-        missing = [k for k in _RECORD_FIELDS if k not in rec]
-        if missing:
-            raise InputFileError(path, line, f"step record without {', '.join(missing)}")
-        if not isinstance(rec["time_s"], dict):
-            raise InputFileError(path, line, "time_s: expected the statistics object "
-                                 '{"p10": …, "median": …} of a step record')  # fmt: skip
-        for k in ("workers", "ranks_per_node", "batch_size", "servers", "bucket_bytes"):
-            if isinstance(rec[k], bool) or not isinstance(rec[k], int | float):
-                raise InputFileError(path, line, f"{k}: expected a number, got {rec[k]!r}")
-        stats = rec["time_s"]
-        stat = "p10" if rec.get("backend") == "cpu" and "p10" in stats else "median"
-        t = stats.get(stat, stats.get("p10"))
-        row = {k: str(rec[k]) for k in ("workers", "ranks_per_node", "batch_size", "servers",
-                                         "bucket_bytes", "architecture")}  # fmt: skip
-        if rec["architecture"] not in ("ps", "ps_host", "hybrid") and rec["servers"] == 0:
-            row["servers"] = "1"  # the harness writes 0 servers for ring and p2p
-        row["colocated"] = "true" if rec.get("colocated") else "false"
-        row["step_time_s"] = "" if t is None else repr(float(t))
-        run = _run(path, line, row)
-        run["model_spec"] = rec.get("model_spec")
-        runs.append(run)
+        runs.append(step_record_run(rec, path=path, line=line))
     if not runs:
         raise InputFileError(path, None, "no training-step records (kind 'step') in this file")
     return runs
+
+
+def step_record_run(rec: dict, step_time_s: float | None = None, *, path="<step records>",
+                    line=None) -> dict:  # fmt: skip
+    """One ``kind: "step"`` record (``ddltune validate``'s) as a training run.
+
+    The one conversion of a step record: :func:`read_step_records` (each line
+    of a file) and the validation's cross-fitted predictions (records in
+    memory) both use it. The harness writes 0 servers for ring and p2p; a run
+    has 1.
+
+    Args:
+        rec: the record (a dict with :data:`_RECORD_FIELDS`).
+        step_time_s: the time to fit, seconds > 0; default the record's ``p10``
+            on CPU (timings there are noisy upwards, as calibration fits) and
+            its median elsewhere.
+        path, line: where the record came from, for errors and the run's origin.
+
+    Returns:
+        A run as :func:`read_steps_csv` returns it, plus ``model_spec``.
+
+    Raises:
+        InputFileError: naming ``path`` and ``line``: a field missing, not a
+            number, or out of range.
+    """
+    missing = [k for k in _RECORD_FIELDS if k not in rec]
+    if missing:
+        raise InputFileError(path, line, f"step record without {', '.join(missing)}")
+    if not isinstance(rec["time_s"], dict):
+        raise InputFileError(path, line, "time_s: expected the statistics object "
+                             '{"p10": …, "median": …} of a step record')  # fmt: skip
+    for k in ("workers", "ranks_per_node", "batch_size", "servers", "bucket_bytes"):
+        if isinstance(rec[k], bool) or not isinstance(rec[k], int | float):
+            raise InputFileError(path, line, f"{k}: expected a number, got {rec[k]!r}")
+    t = step_time_s
+    if t is None:
+        stats = rec["time_s"]
+        stat = "p10" if rec.get("backend") == "cpu" and "p10" in stats else "median"
+        t = stats.get(stat, stats.get("p10"))
+    row = {k: str(rec[k]) for k in ("workers", "ranks_per_node", "batch_size", "servers",
+                                     "bucket_bytes", "architecture")}  # fmt: skip
+    if rec["architecture"] not in ("ps", "ps_host", "hybrid") and rec["servers"] == 0:
+        row["servers"] = "1"  # the harness writes 0 servers for ring and p2p
+    row["colocated"] = "true" if rec.get("colocated") else "false"
+    row["step_time_s"] = "" if t is None else repr(float(t))
+    run = _run(path, line, row)
+    run["model_spec"] = rec.get("model_spec")
+    return run
+
+
+def run_architecture(name: str, colocated: bool = False, *, overlap: bool = True):
+    """The architecture a training run's steps are costed with.
+
+    Args:
+        name: a name in :data:`costmodel.ARCHITECTURE_NAMES`.
+        colocated: ``ps`` servers on the workers (ignored by the others).
+        overlap: ``False`` for a runtime that runs a program's collectives after
+            its compute (XLA:CPU): :func:`costmodel.with_overlap` of it. Only
+            the all-reduce family changes (PS and P2P never overlap).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    arch = get_architecture(name, colocated=colocated if name == "ps" else False)
+    return arch if overlap else with_overlap(arch, False)
 
 
 def read_steps_csv(path, *, text: str | None = None) -> list[dict]:
@@ -335,14 +382,10 @@ def step_time(params, workload, runs: list[dict], *, overlap: bool = True) -> np
     for (arch, coloc), rows in groups.items():
         col = {k: np.asarray([runs[i][k] for i in rows], dtype=np.float64) for k in
                ("workers", "ranks_per_node", "servers", "bucket_bytes", "batch_size")}  # fmt: skip
-        a = arch
-        if not overlap:
-            a = with_overlap(get_architecture(arch, colocated=coloc if arch == "ps" else False),
-                             False)  # fmt: skip
         t = iteration_time(
             params,
             workload,
-            a,
+            run_architecture(arch, coloc, overlap=overlap),
             col["workers"],
             ranks_per_node=col["ranks_per_node"],
             servers=col["servers"],

@@ -42,14 +42,12 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from calibration import Profile, RecordWriter, fit_steps
+from calibration import Profile, RecordWriter, fit_steps, run_architecture, step_record_run
 from costmodel import (
     ClusterParams,
     InputFileError,
     format_bytes,
-    get_architecture,
     iteration_time,
-    with_overlap,
 )
 
 from .._defaults import DEFAULT_VALIDATE_BUCKETS
@@ -365,12 +363,6 @@ def _spread(rec: dict) -> float:
     return 0.0
 
 
-def _architecture(name: str, colocated: bool, overlap: bool):
-    arch = get_architecture(name, colocated=colocated if name == "ps" else False)
-    # Without overlap, only the all-reduce changes (PS and P2P never overlap).
-    return arch if overlap else with_overlap(arch, False)
-
-
 def predict_records(
     params,
     records: Sequence[dict],
@@ -429,7 +421,7 @@ def predict_records(
         groups.setdefault((r["architecture"], bool(r.get("colocated", False))), []).append(i)
     for (name, colocated), idx in groups.items():
         fn = _iteration_fn(
-            workload, _architecture(name, colocated, overlap), [records[i] for i in idx]
+            workload, run_architecture(name, colocated, overlap=overlap), [records[i] for i in idx]
         )
         out[idx] = np.asarray(fn(params), dtype=np.float64)
         if profile is not None:
@@ -590,21 +582,8 @@ def _step_fit_mode(step_fit: str, prof, rows_in: Sequence[dict]) -> str:
 
 
 def _as_run(r: dict, stat: str, line: int) -> dict:
-    """A step record as a training run of :func:`calibration.fit_steps`."""
-    arch = r["architecture"]
-    servers = int(r.get("servers", 1))
-    return {
-        "workers": int(r["workers"]),
-        "ranks_per_node": int(r.get("ranks_per_node", r["workers"])),
-        "batch_size": int(r["batch_size"]),
-        "architecture": arch,
-        "servers": servers if arch in ("ps", "ps_host", "hybrid") else max(servers, 1),
-        "colocated": bool(r.get("colocated", False)),
-        "bucket_bytes": int(r.get("bucket_bytes", 0)),
-        "step_time_s": _value(r, stat),
-        "file": "<step records>",
-        "line": line,
-    }
+    """A step record as a training run of :func:`calibration.fit_steps`, timed by ``stat``."""
+    return step_record_run(r, _value(r, stat), line=line)
 
 
 def _cross_fitted(prof, base: dict, rows_in: Sequence[dict], baseline: float, stat: str,
