@@ -322,6 +322,11 @@ class BucketTable:
         return offsets, np.concatenate(blocks), cnt[:, 0].copy(), byt[:, 0].copy()
 
     @functools.cached_property
+    def first_ready(self) -> np.ndarray:
+        """(U,) each cap's first bucket's ready fraction r₁ (its window of overlap is 1 − r₁)."""
+        return np.ascontiguousarray(self.ready_frac[:, 0])
+
+    @functools.cached_property
     def distinct_sizes(self) -> list:
         """Per cap u: ``(sizes, inverse)``, its buckets' distinct sizes (ascending; one
         bucket of 0 bytes where it has none) and each bucket's position among them."""

@@ -110,7 +110,7 @@ def _core(
         C2 = a2 * count_suffix[0] + b2 * bytes_suffix[0]
         count = count_suffix[0]
         if arch.overlaps:
-            bwd_eff = _overlapped_backward(params, bwd, C1)
+            bwd_eff = _overlapped_backward(params, bwd, C1, ready_frac[0])
             # Σ_{j≥b} c1_j of affine costs = a1·(buckets from b) + b1·(bytes from b)
             tail = a1 * count_suffix + b1 * bytes_suffix
             core = _overlapped_end(ready_frac * bwd_eff + tail, weights, bwd_eff, smooth)
@@ -142,7 +142,7 @@ def _bucket_exchange(params, arch, costs, weights, ready_frac, bwd, smooth):
     count = xp.sum(weights, axis=0)
     if not arch.overlaps:
         return C1, C2, _after_backward(params, bwd, C1), count
-    bwd_eff = _overlapped_backward(params, bwd, C1)
+    bwd_eff = _overlapped_backward(params, bwd, C1, ready_frac[0])
     tail = xp.cumsum(c1[::-1], axis=0)[::-1]
     return C1, C2, _overlapped_end(ready_frac * bwd_eff + tail, weights, bwd_eff, smooth), count
 
@@ -181,15 +181,20 @@ def _step_parts(params, arch, wt, n, g, k, batch, base_batch):
     return fwd, bwd, update, base
 
 
-def _overlapped_backward(params, bwd, C1):
+def _overlapped_backward(params, bwd, C1, first_ready):
     """Backward slowed by the phase-1 communication it overlaps, T_bwd' (seconds).
 
-    T_bwd' = T_bwd · (1 + ι · min(C1 / T_bwd, 1)), ι =
+    T_bwd' = T_bwd · (1 + ι · min(C1 / T_bwd, 1 − r₁)), ι =
     ``params.overlap_interference`` (compute and communication share memory
-    bandwidth and cores while they overlap).
+    bandwidth and cores while they overlap) and r₁ = ``first_ready`` the
+    fraction of backward done when the first bucket is ready: communication
+    can overlap only the backward left after it, so one bucket ready at the
+    end of backward overlaps nothing and slows nothing (with min(C1/T_bwd, 1)
+    the exposed communication of one bucket exceeded the communication).
     """
-    xp = xp_of(params, bwd, C1)
-    frac = xp.minimum(C1 / xp.maximum(bwd, 1e-30), 1.0)
+    xp = xp_of(params, bwd, C1, first_ready)
+    window = xp.maximum(1.0 - first_ready, 0.0)
+    frac = xp.minimum(C1 / xp.maximum(bwd, 1e-30), window)
     return bwd * (1.0 + params.overlap_interference * frac)
 
 
@@ -441,7 +446,7 @@ def _affine_sweep(params, arch, wt, table, idx, n, g, k, batch, base) -> Breakdo
     cnt, byt = np.take(count, idx), np.take(nbytes, idx)  # np.take: 2× a fancy index
     C1, C2 = a1 * cnt + b1 * byt, a2 * cnt + b2 * byt
     if arch.overlaps:
-        bwd_eff = _overlapped_backward(params, bwd, C1)
+        bwd_eff = _overlapped_backward(params, bwd, C1, np.take(table.first_ready, idx))
         # configurations sorted by cap (a stable radix sort of small integers), so
         # that each cap's are one contiguous block: (3, *pshape, N) → (3, L, N)
         order, spans = _cap_blocks(idx, offsets.size - 1)
@@ -905,7 +910,7 @@ def _schedule(params, arch, wt, sizes, ready_frac, suffix, n, g, k, batch, base_
     c1 = _in_step(params, arch.phase1_s(params, sizes, n, g, k)) * w
     c2 = _in_step(params, arch.phase2_s(params, sizes, n, g, k)) * w
     if arch.overlaps:
-        bwd_eff = _overlapped_backward(params, bd.backward_s, xp.sum(c1))
+        bwd_eff = _overlapped_backward(params, bd.backward_s, xp.sum(c1), ready_frac[0])
         ready = ready_frac * bwd_eff
     else:  # starts the hidden share h of backward before its end (h = 0 by default)
         bwd_eff = bd.backward_s

@@ -211,8 +211,9 @@ def test_overlapping_timeline_matches_the_recursion_by_hand():
     fwd = batch * 6e9 / FLOPS
     bwd = batch * 12e9 / FLOPS
     c = [ring_c(s, n) for s in sizes]
-    # backward slows by the interference fraction while communication overlaps it
-    bwd_eff = bwd * (1 + INTERFERENCE * min(sum(c) / bwd, 1.0))
+    # backward slows by the interference fraction while communication overlaps it,
+    # which it can only do after the first bucket is ready (the window 1 − r₁)
+    bwd_eff = bwd * (1 + INTERFERENCE * min(sum(c) / bwd, 1.0 - ready[0]))
     end = 0.0
     starts = []
     for r, cb in zip(ready, c, strict=True):
@@ -665,7 +666,7 @@ def test_bucket_schedule_by_hand_on_the_queueing_toy():
     ready = [6 / 12, 10 / 12, 12 / 12]
     fwd, bwd = batch * 6e9 / FLOPS, batch * 12e9 / FLOPS
     c = [ring_c(x, n) for x in sizes]
-    bwd_eff = bwd * (1 + INTERFERENCE * min(sum(c) / bwd, 1.0))
+    bwd_eff = bwd * (1 + INTERFERENCE * min(sum(c) / bwd, 1.0 - ready[0]))
     end, starts, ends = fwd, [], []
     for r, cb in zip(ready, c, strict=True):
         starts.append(max(fwd + r * bwd_eff, end))
@@ -742,3 +743,25 @@ def test_no_configurations_give_empty_results(arch):
     assert all(getattr(out, f).shape == (0,) for f in Breakdown.FIELDS)
     draws = p.from_flat(np.stack([p.flat(), p.flat()]))  # a batch of 2 parameter sets
     assert iteration_time(draws, w, arch, np.zeros(0)).iteration_s.shape == (2, 0)
+
+
+@pytest.mark.parametrize("arch", ["ring", "tree", "hierarchical"])
+def test_exposed_communication_never_exceeds_the_communication(arch):
+    """Exposed = what the step waits on communication (backward's slowdown under
+    overlap included) is at most the communication itself; with one bucket, ready
+    when backward ends, nothing overlaps: exposed equals communication exactly
+    (interference used to slow backward by ι·min(C/T_bwd, 1) there too)."""
+    p = preset("ethernet-10g", "v100")
+    p = eqx.tree_at(lambda q: q.logit_interference, p, jnp.asarray(0.0))  # ι = 0.5
+    w = get_workload("resnet50", 64)
+    n = np.repeat([2.0, 8.0, 64.0, 512.0], 5)
+    caps = np.tile([0.0, 2.0**20, 25 * 2.0**20, 2.0**27, 2.0**30], 4)
+    bd = iteration_time(p.to_numpy(), w, arch, n, ranks_per_node=4, bucket_bytes=caps)
+    exposed, comm = np.asarray(bd.exposed_communication_s), np.asarray(bd.communication_s)
+    assert np.all(exposed <= comm * (1 + 1e-12))
+    one = np.asarray(bd.num_buckets) == 1
+    assert one.sum() >= 8  # 128 MiB and 1 GiB caps hold all of ResNet-50's 97 MiB
+    np.testing.assert_allclose(exposed[one], comm[one], rtol=1e-12)
+    # and where many buckets overlap backward, backward is slowed (ι still acts)
+    many = caps == 2.0**20
+    assert np.all(exposed[many] < comm[many])
