@@ -245,9 +245,20 @@ class _Progress:
         if self.bar is not None:
             self.bar.set_postfix_str(text, refresh=self.tty)
 
-    def step(self) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
+    def position(self) -> int:
+        """Points done so far (0 without a bar)."""
+        return 0 if self.bar is None else int(self.bar.n)
+
+    def advance_to(self, points: float) -> None:
+        """Move the bar forward to ``points`` done (whole points; never backward).
+
+        Interleaved collection times every point in several rounds and writes
+        the records after the last: the workers' ``point`` messages carry the
+        points' worth of timing done so far (``done``), so that the bar moves
+        through the rounds instead of sitting at 0 until the records arrive.
+        """
+        if self.bar is not None and int(points) > self.bar.n:
+            self.bar.update(int(points) - self.bar.n)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -525,7 +536,8 @@ def _local_handler(writer, written: list, bar, info: dict, estimate: int, n: int
                     f"rank 0 sent an invalid record ({e}); nothing was written for it"
                 ) from e
             written.append(rec)
-            bar.step()
+            state["records"] += 1
+            bar.advance_to(state["base"] + max(state["records"], state["done"]))
         elif kind == "plan" and rank == 0:
             info.update(
                 num_ranks=msg["num_ranks"],
@@ -536,7 +548,11 @@ def _local_handler(writer, written: list, bar, info: dict, estimate: int, n: int
             bar.retotal(msg["points"] - estimate)
         elif kind == "point" and rank == 0:
             bar.describe(f"{n} workers: {msg.get('where', '')}")
+            state["done"] = float(msg.get("done", state["done"]))
+            bar.advance_to(state["base"] + max(state["records"], state["done"]))
 
+    # this launch's points: records written, points' worth of timing done (rounds)
+    state = {"base": bar.position(), "records": 0, "done": 0.0}
     return on_message
 
 
@@ -673,6 +689,7 @@ class _InJobReceiver:
         self.cluster, self.writer, self.bar, self.timeout_s = cluster, writer, bar, timeout_s
         self.rank0 = cluster.process_id == 0
         self.written: list[dict] = []
+        self.done = 0.0  # points' worth of timing done (the workers' point messages)
         self.info: dict = {"workers": cluster.num_processes}
         self.last = [time.monotonic(), "starting"]
         self.stop = threading.Event()
@@ -715,7 +732,7 @@ class _InJobReceiver:
         if kind == "record":
             self.writer.write(msg["record"])
             self.written.append(msg["record"])
-            self.bar.step()
+            self.bar.advance_to(max(len(self.written), self.done))
         elif kind == "plan":
             self._print_hosts()
             self.info.update(
@@ -727,6 +744,8 @@ class _InJobReceiver:
             self.bar.retotal(msg["points"])
         elif kind == "point":
             self.bar.describe(msg.get("where", ""))
+            self.done = float(msg.get("done", self.done))
+            self.bar.advance_to(max(len(self.written), self.done))
 
 
 @contextlib.contextmanager

@@ -694,10 +694,13 @@ class _Session:
         rec["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         return rec
 
-    def start(self, k: int, where: str) -> None:
-        """Tell the launcher that this rank starts point k, then let a test's fault strike."""
+    def start(self, k: int, where: str, done: float = 0.0) -> None:
+        """Tell the launcher that this rank starts point k, then let a test's fault strike.
+
+        ``done``: the points' worth of timing finished before it (the progress bar's).
+        """
         me = self.ranks.process_index
-        self.emit({"type": "point", "i": k, "where": where, "rank": me})
+        self.emit({"type": "point", "i": k, "where": where, "rank": me, "done": done})
         self.faults.at_point(me, k)
 
     def measure_in_turn(self, todo: list[dict]) -> None:
@@ -705,7 +708,7 @@ class _Session:
         ranks = self.ranks
         for k, point in enumerate(todo):
             where = f"measuring {point['desc']} (point {k + 1}/{len(todo)})"
-            self.start(k, where)
+            self.start(k, where, done=float(k))
             step, check, compile_s, solo = self.prepare(point)
             samples, wrong = _timed(ranks, step, check, self.config, where, solo=solo)
             if ranks.is_rank0:
@@ -738,8 +741,15 @@ class _Session:
                 where = (
                     f"measuring {point['desc']} (point {k + 1}/{len(todo)}, round {r + 1}/{rounds})"
                 )
+                done = (r * len(todo) + k) / rounds  # points' worth of timing finished
                 self.emit(
-                    {"type": "point", "i": k, "where": where, "rank": self.ranks.process_index}
+                    {
+                        "type": "point",
+                        "i": k,
+                        "where": where,
+                        "rank": self.ranks.process_index,
+                        "done": done,
+                    }
                 )
                 got, wrong = _timed(self.ranks, step, check, per_round, where, solo=solo)
                 samples_of[k].extend(got)
