@@ -465,6 +465,13 @@ class Profile:
         try:
             doc = json.loads(text, parse_constant=_reject_constant)
         except json.JSONDecodeError as e:
+            if e.msg == "Extra data" and '"schema"' in text[:4096] and '"kind"' in text[:4096]:
+                raise InputFileError(
+                    str(path), None,
+                    "this is a file of measurement records (JSON Lines), not a profile: fit "
+                    f"one first with 'ddltune calibrate {path} -o profile.json' and give that "
+                    "as --profile",
+                ) from None  # fmt: skip
             raise InputFileError(str(path), e.lineno, f"not valid JSON: {e.msg}") from None
         except ValueError as e:
             raise InputFileError(str(path), None, str(e)) from None

@@ -347,6 +347,14 @@ def _precheck(fh, path: Path) -> None:
     stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
     if b"\0" in head:
         raise InputFileError(str(path), 1, "binary data (a NUL byte in the first 4 KiB)")
+    if b'"kind": "ddltune-profile"' in head or b'"kind":"ddltune-profile"' in head:
+        raise InputFileError(
+            str(path),
+            None,
+            "this is a ddltune profile (the output of 'ddltune calibrate'), not measurements: "
+            "give it as --profile to recommend, predict or report; calibrate reads the "
+            "JSON Lines records that 'ddltune collect' or 'ddltune import-nccl-tests' write",
+        )
     if stripped and not stripped.startswith(b"{"):
         line = head[: head.find(stripped[:1])].count(b"\n") + 1
         raise InputFileError(

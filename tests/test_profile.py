@@ -132,6 +132,27 @@ def test_load_rejects_non_json_with_line_and_nan(tmp_path):
         Profile.load(tmp_path / "missing.json")
 
 
+def test_a_measurement_file_and_a_profile_given_for_each_other_say_so(fitted, tmp_path):
+    """Each file read where the other is expected: the error names the file and what it
+    is, and the command that turns one into the other (not 'not valid JSON: Extra
+    data' / 'Expecting property name': from a new user's trial)."""
+    from calibration import read_records
+
+    m = tmp_path / "m.jsonl"
+    m.write_text("".join(json.dumps({**BASE, **r}) + "\n" for r in [
+        {"kind": "collective", "collective": "all_reduce", "message_bytes": 1024,
+         "num_ranks": 2, "ranks_per_node": 2, "time_s": {"p10": 1e-4}},
+    ] * 2))  # fmt: skip
+    with pytest.raises(InputFileError, match="measurement records .* calibrate") as exc:
+        Profile.load(m)
+    assert str(m) in str(exc.value)
+    prof = tmp_path / "p.json"
+    fitted.save(prof)
+    with pytest.raises(InputFileError, match="is a ddltune profile .* --profile") as exc:
+        read_records(prof)
+    assert str(prof) in str(exc.value)
+
+
 def test_from_preset_is_prior_only():
     prof = Profile.from_preset("ethernet-10g", "v100")
     assert prof.reliable is True and math.isnan(prof.heldout_p90)
