@@ -250,7 +250,7 @@ def test_collect_progress_is_throttled_when_stderr_is_not_a_terminal(monkeypatch
     bar = _Progress(2000, True)
     for i in range(2000):
         bar.describe(f"all_reduce {i}")
-        bar.step()
+        bar.advance_to(i + 1)
     bar.close()
     text = log.getvalue()
     assert text.count("\r") <= 5  # not one redraw per point
