@@ -95,6 +95,10 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
     rec = json.loads((out / "recommendation.json").read_text())
     assert rec["reliable"] is False and "15%" in rec["refusal"]
     assert rec["workers"] <= 8 and rec["architecture"]
+    # the measured topology (2 ranks on a node), as recommend and report take it from a
+    # profile: no extrapolation in ranks per node (run alone used 1 per node)
+    assert rec["ranks_per_node"] == 2
+    assert not any("per node" in w and "extrapolation" in w for w in rec["warnings"])
     assert set(rec["timings"]) == {"read", "calibrate", "recommend", "report", "total"}
     assert rec["timings"]["total"] >= rec["timings"]["calibrate"] > 0
     prof = json.loads((out / "profile.json").read_text())

@@ -1011,7 +1011,8 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
         out.append(note)
     if rpn is not None and not rpn[0] <= placed <= rpn[1]:
         out.append(
-            f"extrapolation: {placed} ranks per node is outside the measured {rpn[0]:g}–{rpn[1]:g}"
+            f"extrapolation: {placed} rank{'s' if placed != 1 else ''} per node "
+            f"{'are' if placed != 1 else 'is'} outside the measured {rpn[0]:g}–{rpn[1]:g}"
         )
     measured = mr.get("collectives") if isinstance(mr, Mapping) else None
     if measured:

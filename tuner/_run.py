@@ -22,10 +22,9 @@ Equivalent commands (what the folder lets you rerun)::
 
     ddltune collect --workers 2 --max-bytes 16M -o DIR/measurements.jsonl
     ddltune calibrate DIR/measurements.jsonl -o DIR/profile.json
-    ddltune recommend --profile DIR/profile.json --model resnet50 --max-workers 64 \\
-        --ranks-per-node 1 --force
+    ddltune recommend --profile DIR/profile.json --model resnet50 --max-workers 64 --force
     ddltune report --profile DIR/profile.json --measurements DIR/measurements.jsonl \\
-        --model resnet50 --ranks-per-node 1 -o DIR
+        --model resnet50 -o DIR
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ from costmodel import get_workload, load_layers
 
 from ._defaults import RUN_DEFAULTS
 from ._format import jsonable
+from ._predict import measured_ranks_per_node
 from ._recommend import RELIABLE_P90_LIMIT, UnreliableProfileError, recommend
 from ._report import build_report, profile_summary, report_owns
 from .validation import seed_experiment
@@ -168,7 +168,7 @@ def run_main_job(
     layers: str | os.PathLike | None = None,
     batch_size: int = RUN_DEFAULTS["batch_size"],
     max_workers: int = RUN_DEFAULTS["max_workers"],
-    ranks_per_node: int = 1,
+    ranks_per_node: int | None = None,
     prior_preset: str | None = None,
     min_bytes: int = RUN_DEFAULTS["min_bytes"],
     max_bytes: int = RUN_DEFAULTS["max_bytes"],
@@ -197,7 +197,11 @@ def run_main_job(
         layers: a layer file (JSON or CSV, see :func:`costmodel.load_layers`).
         batch_size: samples per worker per step, ≥ 1.
         max_workers: the largest worker count to consider, ≥ 1.
-        ranks_per_node: workers per node of the target cluster, ≥ 1.
+        ranks_per_node: workers per node of the target cluster, ≥ 1; ``None`` (the
+            default): the one value the collectives were measured at
+            (:func:`tuner.measured_ranks_per_node`: ``workers`` local processes share
+            one node; ``--emulate NxR``: R), else 1 — as ``recommend`` and ``report``
+            take it from a profile, so the three agree on the same measurements.
         prior_preset: ``"NETWORK[,INTRA]:DEVICE"``: the prior for what the
             measurements cannot identify (default: chosen by the calibration
             from the measured backend).
@@ -267,7 +271,8 @@ def run_main_job(
             profile = _calibrate(sm, sp, prior_preset, progress, log, shown={sm: m_path})
         _print_errors(profile, log)
         with _timed(timings, "recommend"):
-            rec, refusal = _recommend(profile, workload, max_workers, ranks_per_node, log)
+            g = ranks_per_node or measured_ranks_per_node(profile) or 1
+            rec, refusal = _recommend(profile, workload, max_workers, g, log)
         validation = None
         if validate:
             with _timed(timings, "validate"):
@@ -361,6 +366,8 @@ def _check_run_args(
         ("ranks_per_node", ranks_per_node, 1),
         ("validate_steps", validate_steps, 1),
     ):
+        if v is None and name == "ranks_per_node":  # the measured topology
+            continue
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{name} must be an integer ≥ {lo}, got {v!r}")
     if not (isinstance(budget_s, int | float) and math.isfinite(budget_s) and budget_s > 0):

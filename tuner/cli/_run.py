@@ -147,9 +147,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--ranks-per-node",
         type=positive_int_arg,
-        default=1,
+        default=None,
         metavar="G",
-        help="workers per node of the target cluster (default 1)",
+        help="workers per node of the target cluster (default: as measured: the local "
+        "--workers share one node, --emulate NxR has R per node; as recommend and report "
+        "take it from a profile)",
     )
     parser.add_argument(
         "--validate",
