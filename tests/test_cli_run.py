@@ -211,3 +211,21 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
     steps = read_records(out / "validation.jsonl")
     assert steps and {r["kind"] for r in steps} == {"step"}
     assert 'id="validation"' in (out / "index.html").read_text()
+
+
+def test_wrong_results_are_named_record_by_record():
+    """run named only a count ('1 wrong results'); now which records and what happens
+    to them (from a new user's trial)."""
+    from tuner._run import _wrong_results_note
+
+    ok = {"kind": "collective", "collective": "all_reduce", "message_bytes": 1024,
+          "num_ranks": 2, "wrong": 0}  # fmt: skip
+    assert _wrong_results_note([ok, {"kind": "compute", "op": "matmul"}]) is None
+    bad = dict(ok, collective="reduce_scatter", message_bytes=16 * 2**20, wrong=1)
+    note = _wrong_results_note([ok, bad])
+    assert note.startswith("1 measured call returned a wrong result")
+    assert "reduce_scatter 16 MiB on 2 ranks (1 of its calls)" in note
+    assert "this record is kept" in note and "left out of the fit" in note
+    many = [dict(bad, message_bytes=2**k, wrong=2) for k in range(10, 16)]
+    note = _wrong_results_note(many)
+    assert note.startswith("12 measured calls") and "and 2 more" in note

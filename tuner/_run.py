@@ -43,7 +43,7 @@ from pathlib import Path
 
 import calibration
 from calibration import atomic_replace_dir, atomic_write_text, read_records, refuse_symlink
-from costmodel import get_workload, load_layers
+from costmodel import format_bytes, get_workload, load_layers
 
 from ._defaults import RUN_DEFAULTS
 from ._format import jsonable
@@ -405,8 +405,36 @@ def _measure(
         progress=progress,
         log_dir=m_path.parent / "logs",
     )
-    _say(log, f"  {res.written} records in {res.elapsed_s:.0f} s ({res.wrong} wrong results)")
+    _say(log, f"  {res.written} records in {res.elapsed_s:.0f} s")
+    note = _wrong_results_note(res.records)
+    if note:
+        _say(log, f"  warning: {note}")
     return res.written
+
+
+def _wrong_results_note(records: list[dict]) -> str | None:
+    """What a collection's wrong results were, by record, or ``None`` when there were none.
+
+    A collective's result is checked against the expected sum (nccl-tests'
+    ``#wrong``); a record with wrong calls is kept with its count and left out of
+    the fit (:func:`calibration.calibrate`).
+    """
+    bad = [r for r in records if r.get("kind") == "collective" and int(r.get("wrong", 0))]
+    if not bad:
+        return None
+    calls = sum(int(r["wrong"]) for r in bad)
+    what = ", ".join(
+        f"{r['collective']} {format_bytes(r['message_bytes'])} on {r['num_ranks']} ranks "
+        f"({int(r['wrong'])} of its calls)"
+        for r in bad[:4]
+    ) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+    return (
+        f"{calls} measured call{'s' if calls != 1 else ''} returned a wrong result (checked "
+        f"against the expected sum): {what}; "
+        f"{'these records are' if len(bad) > 1 else 'this record is'} kept with the 'wrong' "
+        "count and left out of the fit (an overloaded or faulty machine: measure again if "
+        "it repeats)"
+    )
 
 
 def _calibrate(m_path: Path, prof_path: Path, prior_preset, progress, log, shown=None):
