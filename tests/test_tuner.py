@@ -732,3 +732,26 @@ def test_a_tie_follows_the_intervals():
     )
     certain = tuner.recommend(_scaled_profile(prior, 1e-10), w, **kw)
     assert certain.architecture == "zero2" and "Ties go" not in certain.rationale
+
+
+def test_a_compute_bound_choice_says_why_its_efficiency_is_below_one():
+    """'Compute-bound: 100% of the step is compute' beside 83.7% scaling efficiency read as
+    a contradiction (a new user's trial): ranks sharing a node's cores each compute slower
+    than one alone, and the rationale now says so with the factor."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    p = preset("ethernet-10g", "cpu")
+    p = eqx.tree_at(lambda q: q.log_node_slots, p, jnp.asarray(0.0))  # one rank's worth of cores
+    w = get_workload("resnet50", 64)
+    rec = tuner.recommend(p, w, max_workers=2, ranks_per_node=2, architectures=["ring"])
+    text = " ".join(rec.rationale) if isinstance(rec.rationale, list) else rec.rationale
+    two, one = p.to_numpy().core_share(np.asarray([2.0, 1.0]))
+    share = float(two / one)
+    assert share > 1.05 and rec.workers == 2
+    assert "Compute-bound" in text and "sharing a node's cores" in text
+    assert f"{share:.2f}× slower" in text
+    # one worker alone: nothing shared, nothing to explain
+    solo = tuner.recommend(p, w, max_workers=1, ranks_per_node=2, architectures=["ring"])
+    solo_text = " ".join(solo.rationale) if isinstance(solo.rationale, list) else solo.rationale
+    assert "sharing a node's cores" not in solo_text

@@ -861,11 +861,21 @@ def _bottleneck(params, ctx, chosen: _Row) -> str:
         hidden = "overlapped with backward" if v.overlaps else "short"
         if v.overlaps and hasattr(v.arch, "schedule"):  # fsdp/hsdp gather during forward too
             hidden = "overlapped with forward and backward"
-        return (
+        text = (
             f"Compute-bound: {format_percent(comp, 0)} of the {format_seconds(bd['iteration_s'])} step is "
             f"forward and backward compute; communication is {hidden} "
             f"(exposed: {format_percent(exposed, 0)})."
         )
+        placed = min(ctx.ranks_per_node, int(chosen.n))
+        shares = params.to_numpy().core_share(np.asarray([float(placed), 1.0]))
+        share = float(shares[0] / shares[1])  # against the baseline's one rank on a node
+        eff = bd.get("scaling_efficiency", 1.0)
+        if share > 1.05 and eff < 0.95:  # the efficiency lost is the node's shared cores
+            text += (
+                f" Scaling efficiency is {format_percent(eff, 1)} nonetheless: the {placed} ranks "
+                f"sharing a node's cores each compute {share:.2f}× slower than one rank alone."
+            )
+        return text
     lat = _arc_elasticity(params, ctx, chosen, alpha=1, call_overhead=1)
     bw = _arc_elasticity(params, ctx, chosen, beta=1, node_beta=1)
     server_bound = v.name in ("ps", "hybrid") and chosen.k > 0 and chosen.n > chosen.k
