@@ -1208,9 +1208,15 @@ def _validation_summary(rows: _Rows, post: _Posterior, holdout: float) -> _Summa
     if not held.any():
         notes.append("no point was held out: the accuracy of this profile is not validated")
     if not post.decrement < _DECREMENT_TOL:
+        loss = float(post.fit.get("loss", math.nan))
+        share = (
+            f" (of {loss:.4g}: {100 * post.decrement / loss:.2g}%)"
+            if math.isfinite(loss) and loss > 0 else ""
+        )  # fmt: skip
         notes.append(
-            f"the optimiser stopped after {post.fit['iterations']} L-BFGS iterations, about "
-            f"{post.decrement:.3g} short of the optimum of the objective (Newton decrement "
+            f"the optimiser stopped after {post.fit['iterations']} L-BFGS iterations; its "
+            f"objective (Σ huber(log t̂ − log t)/δ², δ = {HUBER_DELTA:g}, plus the prior) "
+            f"could still fall by about {post.decrement:.3g}{share} (the Newton decrement "
             f"λ²/2; {_DECREMENT_TOL} counts as converged); the fit may still be usable"
         )
     validation = {
