@@ -295,3 +295,21 @@ def test_collective_predict_refuses_impossible_rank_layouts(capsys, extra, messa
         capsys, *base, "--collective", "all_reduce", "--message-bytes", "16M", *extra
     )
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", ["recommend", "predict", "report"])
+def test_a_missing_or_folder_profile_names_the_option(command, tmp_path, capsys):
+    """A --profile that is missing or a folder: one line naming the option and the path
+    (it named the path alone; from a new user's trial), exit 1 as every file problem."""
+    from tuner.cli import main
+
+    extra = {
+        "recommend": ["--max-workers", "8"],
+        "predict": ["--arch", "ring", "--workers", "4"],
+        "report": ["-o", str(tmp_path / "out")],
+    }[command]
+    for bad, words in ((tmp_path / "nope.json", "No such file"), (tmp_path, "Is a directory")):
+        code = main([command, "--profile", str(bad), "--model", "resnet50", *extra])
+        err = capsys.readouterr().err
+        assert code == 1 and err.count("\n") == 1
+        assert err.startswith(f"ddltune {command}: error: --profile {bad}: {words}")

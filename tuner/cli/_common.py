@@ -361,6 +361,22 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
     return code
 
 
+def load_profile(path, option: str = "--profile"):
+    """:meth:`calibration.Profile.load` of an option's file; a file that is missing, a
+    folder or unreadable is a one-line error naming the option (exit 1).
+
+    Raises:
+        CLIError: ``--profile PATH: No such file or directory`` and the like.
+        costmodel.InputFileError: a file that is not a valid profile (names the file).
+    """
+    from calibration import Profile
+
+    try:
+        return Profile.load(path)
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        raise CLIError(safe_text(f"{option} {path}: {e.strerror}")) from None
+
+
 def print_json(doc) -> None:
     """Print one JSON document on stdout (NaN/inf become ``null``; arrays become lists)."""
     from tuner import jsonable  # one implementation, shared with profiles and reports

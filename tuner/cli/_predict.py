@@ -18,6 +18,7 @@ from ._common import (
     add_precision_arguments,
     bytes_list_arg,
     int_list_arg,
+    load_profile,
     model_workload_arg,
     name_list_arg,
     plural,
@@ -260,14 +261,13 @@ def _cluster(args, workload=None):
     if args.profile is not None:
         if args.device is not None:
             raise UsageError("--device applies to --preset; a profile already holds the device")
-        from calibration import Profile
 
         if args.nics_per_node is not None:
             raise UsageError("--nics-per-node applies to --preset; a profile holds its network")
         if args.host_links is not None:
             raise UsageError("--host-links applies to --preset; a profile holds its host links")
         preset_compute(args, workload)  # refuses --compute-dtype
-        profile = Profile.load(args.profile)  # InputFileError: names the file (exit 1)
+        profile = load_profile(args.profile)  # a bad file names it (exit 1)
         if args.ranks_per_node is None:  # the measured topology, not a silent g = 1
             from tuner import measured_ranks_per_node
 

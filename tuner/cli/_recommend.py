@@ -16,6 +16,7 @@ from ._common import (
     bytes_arg,
     bytes_list_arg,
     int_list_arg,
+    load_profile,
     name_list_arg,
     positive_float_arg,
     positive_int_arg,
@@ -237,7 +238,7 @@ def _load_profile(args, workload=None):
         if args.host_links is not None:
             raise UsageError("--host-links applies to --preset; a profile holds its host links")
         preset_compute(args, workload)  # refuses --compute-dtype
-        prof = Profile.load(args.profile)
+        prof = load_profile(args.profile)
         if args.ranks_per_node is None:  # the measured topology, not a silent g = 1
             from tuner import measured_ranks_per_node
 

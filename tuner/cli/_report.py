@@ -11,6 +11,7 @@ from ._common import (
     CLIError,
     add_model_arguments,
     add_precision_arguments,
+    load_profile,
     positive_int_arg,
     preset_compute,
     print_json,
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         out = tuner.check_report_dir(Path(args.output), args.overwrite)
     except FileExistsError as e:
         raise CLIError(f"-o {e}") from None
-    profile = calibration.Profile.load(args.profile)
+    profile = load_profile(args.profile)
     records = calibration.read_records(args.measurements) if args.measurements else []
     workload = (
         load_layers(args.layers, batch_size=args.batch_size)
