@@ -190,6 +190,9 @@ class Configuration:
             ...                   5120.0, 0.9, None, {})
             >>> c.describe()
             'ring, 8 workers, 25 MiB buckets'
+            >>> import dataclasses
+            >>> dataclasses.replace(c, bucket_bytes=2**27, breakdown={"num_buckets": 1}).describe()
+            'ring, 8 workers, one bucket (cap 128 MiB)'
         """
         parts = [self.label]
         if self.servers:
@@ -199,14 +202,15 @@ class Configuration:
             parts[-1] += " (on one node)"
         elif self.ranks_per_node > 1:
             parts[-1] += f" ({self.ranks_per_node} per node)"
+        buckets = (self.breakdown or {}).get("num_buckets")
         if not self.uses_bucket_bytes:
             parts.append("one FSDP unit per layer block")
+        elif self.bucket_bytes == 0:
+            parts.append("one collective per tensor")
+        elif buckets is not None and buckets <= 1:  # a cap above the gradient: one bucket
+            parts.append(f"one bucket (cap {format_bytes(self.bucket_bytes)})")
         else:
-            parts.append(
-                "one collective per tensor"
-                if self.bucket_bytes == 0
-                else f"{format_bytes(self.bucket_bytes)} buckets"
-            )
+            parts.append(f"{format_bytes(self.bucket_bytes)} buckets")
         return ", ".join(parts)
 
     @property
