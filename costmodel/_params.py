@@ -593,16 +593,10 @@ class ClusterParams(eqx.Module):
         xp = xp_of(self, ranks_per_node)
         g = xp.asarray(ranks_per_node)
         slots = self.node_compute_slots
-        if xp is np and g.size > 1 and np.ndim(slots) == 0:
-            # a sweep's rank counts are few whole numbers: the formula on each once
-            lo, hi = g.min(), g.max()
-            if lo == hi:
-                one_g = _core_share(slots, g.reshape(-1)[:1].reshape((1,) * g.ndim))
-                return np.broadcast_to(one_g, g.shape)
-            if hi - lo < 4096:
-                whole = g.astype(np.int64)
-                if np.array_equal(whole, g):
-                    return _core_share(slots, np.arange(lo, hi + 1.0))[whole - int(lo)]
+        if xp is np and g.size > 1 and g.min() == g.max():  # one g across a sweep: once
+            one_g = _core_share(slots, g.reshape(-1)[:1].reshape((1,) * g.ndim))
+            return np.broadcast_to(one_g, np.broadcast_shapes(one_g.shape, g.shape))
+        # (a numpy sweep's many whole counts: NumpyParams.core_share's table of 1 … 4096)
         return _core_share(slots, g)
 
     def compute_time(

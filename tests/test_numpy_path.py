@@ -265,7 +265,7 @@ def test_core_share_of_many_rank_counts_equals_its_formula_per_count():
         want = np.array(
             [float(_core_share(p.node_compute_slots, np.asarray(v))) for v in g.ravel()]
         )
-        for q in (p, numpy_params(p)):  # the Module's table of a range, the sweep's of 1…4096
+        for q in (p, numpy_params(p)):  # the formula, and the sweep's table of 1…4096
             np.testing.assert_allclose(q.core_share(g).ravel(), want, rtol=1e-14)
             assert q.core_share(g).shape == g.shape
     draws = p.from_flat(p.flat() + rng.normal(0, 0.3, (5, p.flat().size))).to_numpy(batch_ndim=1)
