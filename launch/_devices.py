@@ -158,6 +158,54 @@ class Ranks:
         table = np.asarray(out.addressable_shards[0].data)[0]
         return bool(table[0] > 0), float(table[1 : 1 + n].max()), int(table[1 + n :].max() > 0)
 
+    def node_mesh(self, ranks_per_node: int | None = None) -> Mesh:
+        """The ranks as a two-axis mesh ``("node", "local")``: one row per node.
+
+        A hierarchical exchange reduces over ``"local"`` (the ranks of one
+        node) and ``"node"`` (one rank of each node, ``g`` such groups side by
+        side); ``P(("node", "local"))`` splits axis 0 over the ranks exactly as
+        :attr:`sharding` does. Collective (every rank calls it) unless
+        ``ranks_per_node`` is given.
+
+        Args:
+            ranks_per_node: group ranks ``i·g … i·g + g − 1`` as node i with
+                this g (≥ 1, dividing :attr:`n`) instead of by host name (tests
+                on one host); default: the hosts, from :meth:`host_hashes`.
+
+        Returns:
+            A ``Mesh`` of shape (nodes, g) over :attr:`devices`, rank order.
+
+        Raises:
+            ValueError: ``ranks_per_node`` does not divide the ranks, or the
+                hosts do not hold the same number of ranks in consecutive
+                blocks (the launchers' block placement: ``srun``'s default,
+                ``mpirun --map-by slot``), naming each host's ranks.
+        """
+        n = self.n
+        if ranks_per_node is not None:
+            g = int(ranks_per_node)
+            if g < 1 or n % g:
+                raise ValueError(f"ranks_per_node must be ≥ 1 and divide the {n} ranks, got {g}")
+        else:
+            hashes = self.host_hashes()
+            g = hashes.count(hashes[0])
+            blocks = [hashes[i : i + g] for i in range(0, n, g)]
+            regular = n % g == 0 and all(len(set(b)) == 1 for b in blocks)
+            if not regular or len({b[0] for b in blocks}) != len(blocks):
+                order: dict[int, list[int]] = {}
+                for i, h in enumerate(hashes):
+                    order.setdefault(h, []).append(i)
+                placed = "; ".join(
+                    f"host {k + 1}: ranks {', '.join(map(str, r))}"
+                    for k, r in enumerate(order.values())
+                )
+                raise ValueError(
+                    "a hierarchical exchange needs the same number of ranks on every host, "
+                    f"in consecutive blocks (block placement); this job has {placed}"
+                )
+        devs = np.array(self.devices, dtype=object).reshape(n // g, g)
+        return Mesh(devs, ("node", "local"))
+
     def ranks_per_host(self) -> int:
         """Ranks on the busiest host (host names hashed and summed across ranks; no jax call for one process)."""
         return self.hosts()[0]

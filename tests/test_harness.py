@@ -258,6 +258,44 @@ def test_every_architecture_equals_single_process_training(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
+def test_hierarchical_all_reduce_on_two_nodes_of_two_equals_single_process_training(tmp_path):
+    # 4 processes as 2 nodes × 2 ranks: reduce_scatter within the node, psum across
+    # the nodes, all_gather within the node — every phase moves real data
+    from calibration import RecordWriter
+
+    configs = [StepConfig("hierarchical", 0), StepConfig("hierarchical", 1 << 20)]
+    pids: list[int] = []
+    with RecordWriter(tmp_path / "steps.jsonl") as writer:
+        run = run_training(
+            TINY, 4, configs, steps=1, warmup_steps=0, return_params=True, writer=writer,
+            on_spawn=lambda rank, pid: pids.append(pid), timeout_s=120, node_ranks=2,
+        )  # fmt: skip
+    assert len(pids) == 4 and all(_gone(p) for p in pids)
+    _check_equal_parameters(run, configs, 4, tmp_path, 1)
+    assert [(m.ranks_per_node, m.num_buckets) for m in run.measurements] == [(2, 4), (2, 1)]
+    with pytest.raises(ValueError, match="node_ranks must be an integer ≥ 1 dividing the 4"):
+        run_training(TINY, 4, configs, node_ranks=3)
+
+
+def test_node_mesh_refuses_hosts_without_whole_blocks():
+    import types
+
+    from launch import Ranks
+
+    def fake(hosts):
+        return types.SimpleNamespace(n=len(hosts), devices=list(range(len(hosts))),
+                                     host_hashes=lambda: list(hosts))  # fmt: skip
+
+    with pytest.raises(ValueError, match=r"host 1: ranks 0, 1; host 2: ranks 2"):
+        Ranks.node_mesh(fake([7, 7, 9]))
+    with pytest.raises(ValueError, match=r"host 1: ranks 0, 2; host 2: ranks 1, 3"):
+        Ranks.node_mesh(fake([7, 9, 7, 9]))  # round-robin placement
+    with pytest.raises(ValueError, match="ranks_per_node must be ≥ 1 and divide the 4 ranks"):
+        Ranks.node_mesh(fake([7] * 4), 3)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
 def test_dedicated_parameter_server_equals_single_process_training(tmp_path):
     # The CNN here (the MLP above): both models go through every exchange code path.
     from calibration import RecordWriter

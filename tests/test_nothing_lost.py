@@ -542,6 +542,29 @@ def test_validation_plan_counts_the_dedicated_servers():
         check_validation_plan([2, 3, 4], emulated_ranks=4, emulate_text="4x1@200mbit")
 
 
+def test_hierarchical_plan_needs_whole_nodes_before_anything_starts(
+    tmp_path, monkeypatch, capsys, preset_profile
+):
+    # 3 workers on 4x2 would put ranks {0, 1} on node 0 and {2} on node 1: refused
+    # before the namespaces, naming the counts and the multiple needed
+    import launch
+    from tuner.validation import check_validation_plan
+
+    plan = check_validation_plan(
+        [4, 8], architectures=["ring", "hierarchical"], emulated_ranks=8, ranks_per_node=2
+    )
+    assert plan == [(1, 1), (4, 4), (8, 8)]
+    monkeypatch.setattr(launch, "EmulatedCluster", _NoCluster)
+    code = main(["validate", "--emulate", "4x2@200mbit", "--profile", str(preset_profile),
+                 "--workers", "3,4,5", "--arch", "ring,hierarchical", "--json"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    assert "--workers 3,5: hierarchical needs the same number of ranks on every node" in out.err
+    assert "multiples of 2" in out.err
+    # the ring alone runs on any worker count
+    assert check_validation_plan([3], architectures=["ring"], emulated_ranks=8, ranks_per_node=2)
+
+
 def test_validate_emulate_plan_is_refused_before_anything_starts(
     tmp_path, monkeypatch, capsys, preset_profile
 ):

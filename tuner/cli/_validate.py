@@ -34,8 +34,10 @@ DESCRIPTION = """\
 Run real synchronous data-parallel training on local jax.distributed CPU
 processes — an equinox MLP or small CNN, SGD with momentum, gradients
 exchanged by a parameter server (k servers, dedicated or --colocated),
-peer-to-peer (all_to_all, shard update, all_gather) or ring all-reduce
-(one all-reduce per bucket of at most --bucket-bytes) — for every architecture
+peer-to-peer (all_to_all, shard update, all_gather), ring all-reduce
+(one all-reduce per bucket of at most --bucket-bytes) or hierarchical
+all-reduce (each bucket reduce-scattered within the node, all-reduced across
+nodes, all-gathered within the node) — for every architecture
 x worker count x bucket size (x servers), one launch per worker count. Each
 configuration's steps are timed (slowest rank, warm-up excluded; --repeats
 interleaved rounds) and written as kind 'step' measurement records; the
@@ -65,10 +67,13 @@ examples:
   ddltune validate --profile profile.json --workers 2 --arch ring,ps --servers 1,2 --colocated \\
       --bucket-bytes 0,1M,16M --steps 30 --measurements steps.jsonl --json
   ddltune validate --profile profile2.json --from steps.jsonl   # re-score saved steps
+  ddltune validate --emulate 4x2@200mbit --profile p.json --workers 8 \
+      --arch ring,hierarchical --bucket-bytes 16M   # two ranks per emulated node
 """
 
 _STATISTICS = ("p10", "median", "min", "mean")
-_ARCHS = ("ps", "p2p", "ring")
+_ARCHS = ("ps", "p2p", "ring", "hierarchical")
+_DEFAULT_ARCHS = ("ps", "p2p", "ring")
 
 
 def _size_arg(text: str) -> dict:
@@ -123,7 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=name_list_arg,
         default=None,
         metavar="NAME[,NAME…]",
-        help="architectures among ps, p2p, ring (default all three; with --from: only these rows)",
+        help="architectures among ps, p2p, ring, hierarchical (the ring's buckets all-reduced "
+        "within each node, across nodes, then gathered within the node: with --emulate "
+        "NODESxRANKS, RANKS ≥ 2) (default ps,p2p,ring; with --from: only these rows)",
     )
     parser.add_argument(
         "--servers",
@@ -301,13 +308,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_validation_plan(
             args.workers or [2, 3, 4],
-            architectures=args.arch or list(_ARCHS),
+            architectures=args.arch or list(_DEFAULT_ARCHS),
             servers=args.servers,
             colocated=args.colocated,
             bucket_bytes=args.bucket_bytes,
             emulated_ranks=None if spec is None else spec.num_ranks,
             emulate_text=None if spec is None else spec.text,
             force=args.force,
+            ranks_per_node=None if spec is None else spec.ranks_per_node,
             model={"model": args.model, **(args.size or {})},
         )
     except ValueError as e:
@@ -349,7 +357,7 @@ def _run(args: argparse.Namespace) -> int:
         result = compare_steps(args.profile, records, statistic=args.statistic, overlap=overlap)
     else:
         args.workers = args.workers or [2, 3, 4]
-        args.arch = args.arch or list(_ARCHS)
+        args.arch = args.arch or list(_DEFAULT_ARCHS)
         _check_workers(args.workers)
         if args.warmup_steps < 0:
             raise UsageError(f"--warmup-steps must be ≥ 0, got {args.warmup_steps}")

@@ -55,7 +55,9 @@ class StepConfig:
     """One gradient-exchange configuration of the training harness.
 
     Attributes:
-        architecture: ``"ps"``, ``"p2p"`` or ``"ring"``.
+        architecture: ``"ps"``, ``"p2p"``, ``"ring"`` or ``"hierarchical"`` (the
+            ring's buckets, each all-reduced within the node, across nodes, and
+            gathered within the node again).
         bucket_bytes: gradient bucket cap, bytes ≥ 0 (0 = one bucket per tensor).
         servers: parameter servers k ≥ 1 for ``ps`` (0 otherwise).
         colocated: ``ps`` servers run on workers 0 … k−1 (else k extra processes).
@@ -269,6 +271,7 @@ def run_training(
     source: str = "ddltune validate",
     on_spawn: Callable[[int, int], None] | None = None,
     emulate=None,
+    node_ranks: int | None = None,
 ) -> TrainingRun:
     """Train ``model`` with every configuration in one local multi-process launch.
 
@@ -303,6 +306,10 @@ def run_training(
             (tests check that every PID is gone afterwards).
         emulate: a started :class:`launch.EmulatedCluster` to train in (see
             :func:`launch.launch_local`); every step record gets ``"emulated"``.
+        node_ranks: treat ranks ``i·g … i·g + g − 1`` as node i (g ≥ 1,
+            dividing the processes) for ``hierarchical`` and the records'
+            ``ranks_per_node``, instead of grouping by host name (tests of the
+            two-level exchange on one host); default: by host.
 
     Returns:
         A :class:`TrainingRun`.
@@ -318,10 +325,19 @@ def run_training(
     nproc = _check_training(workers, configs, steps, warmup_steps, repeats, lr, momentum)
     if platform is None and nproc > 1:
         platform = "cpu"
+    if node_ranks is not None and (
+        isinstance(node_ranks, bool) or not isinstance(node_ranks, int) or node_ranks < 1
+        or nproc % node_ranks
+    ):  # fmt: skip
+        raise ValueError(
+            f"node_ranks must be an integer ≥ 1 dividing the {nproc} processes, got {node_ranks!r}"
+        )
     config = {"model": spec, "workers": workers, "configs": [c.to_json() for c in configs],
               "steps": steps, "warmup_steps": warmup_steps, "repeats": repeats, "seed": seed,
               "lr": lr, "momentum": momentum, "platform": platform,
               "return_params": bool(return_params), "source": source}  # fmt: skip
+    if node_ranks is not None:
+        config["node_ranks"] = node_ranks
     receiver = _Receiver(configs, spec, writer, on_measurement, emulate)
     t0 = time.monotonic()
     _launch_training(config, nproc, receiver.on_message, timeout_s, log_dir, on_spawn, emulate)

@@ -13,6 +13,13 @@ as JAX collectives inside one ``jax.shard_map`` program over a one-axis mesh
   than the cap is a bucket of its own, ``bucket_bytes = 0`` is one bucket per
   tensor), one all-reduce (``lax.psum``) per bucket, then the optimizer update
   on every worker (Sergeev & Del Balso 2018; Li et al., VLDB 2020).
+* ``hierarchical`` — the ring's buckets, each all-reduced in three phases over
+  a two-axis mesh ``("node", "local")`` of the hosts' ranks
+  (:meth:`launch.Ranks.node_mesh`): ``lax.psum_scatter`` within the node, a
+  ``lax.psum`` of the node's 1/g shard across nodes (g such all-reduces side
+  by side, one per local rank, sharing the node's NIC), ``lax.all_gather``
+  within the node (Goyal et al., arXiv 1706.02677, §4; Horovod's
+  ``HOROVOD_HIERARCHICAL_ALLREDUCE``).
 * ``p2p`` — every worker owns 1/n of each bucket: ``lax.all_to_all`` of the
   gradient shards (or ``lax.psum_scatter`` with ``p2p_exchange:
   "reduce_scatter"``), the owner sums and updates its shard, then
@@ -76,7 +83,7 @@ __all__ = [
 ]
 
 #: Architectures the harness implements (names as in :data:`costmodel.ARCHITECTURE_NAMES`).
-ARCHITECTURES = ("ps", "p2p", "ring")
+ARCHITECTURES = ("ps", "p2p", "ring", "hierarchical")
 #: Models the harness trains.
 MODELS = ("mlp", "cnn")
 #: Default sizes of each model (any key can be overridden by a model spec).
@@ -424,6 +431,7 @@ class _Parts:
     nproc: int
     inv_n: np.float32
     grads_of: Callable
+    node_ranks: int = 1
 
 
 def _ring(parts: _Parts, cfg: dict):
@@ -442,6 +450,33 @@ def _ring(parts: _Parts, cfg: dict):
             flat = lax.psum(_after(_flat(g, b, 1), token), "r")
             token = flat
             _unflat(flat * inv_n, g, b, out)
+        updates, state = opt.update(out, state, params)
+        params = optax_apply(params, updates)
+        return _stack(params), _stack(state)
+
+    return step, init_state
+
+
+def _hierarchical(parts: _Parts, cfg: dict):
+    """Hierarchical all-reduce per bucket (reduce_scatter in the node, all-reduce across
+    nodes, all_gather in the node), then the full update on every worker."""
+    opt, inv_n, g = parts.opt, parts.inv_n, parts.node_ranks
+
+    def init_state(leaves):
+        return opt.init(list(leaves))
+
+    def step(params, state, x, y):
+        params, state, x, y = _unstack(params), _unstack(state), x[0], y[0]
+        grads = parts.grads_of(params, x, y)
+        out = list(grads)
+        token = None
+        for b in parts.buckets:
+            flat = _after(_flat(grads, b, g), token)
+            shard = lax.psum_scatter(flat, "local", scatter_dimension=0, tiled=True)
+            shard = lax.psum(shard, "node")
+            flat = lax.all_gather(shard, "local", axis=0, tiled=True)
+            token = flat
+            _unflat(flat * inv_n, grads, b, out)
         updates, state = opt.update(out, state, params)
         params = optax_apply(params, updates)
         return _stack(params), _stack(state)
@@ -606,7 +641,7 @@ def _ps(parts: _Parts, cfg: dict):
 
 
 #: Each architecture's step builder: ``(parts, cfg) -> (step, init_state)``.
-_EXCHANGES = {"ring": _ring, "p2p": _p2p, "ps": _ps}
+_EXCHANGES = {"ring": _ring, "p2p": _p2p, "ps": _ps, "hierarchical": _hierarchical}
 
 
 def build_step(
@@ -619,11 +654,12 @@ def build_step(
     nproc: int,
     lr: float,
     momentum: float,
+    node_ranks: int = 1,
 ):
     """The per-rank step function of one configuration and its exchange-state builder.
 
     Composes the buckets and the gradient function with one architecture's
-    exchange (:func:`_ring`, :func:`_p2p`, :func:`_ps`).
+    exchange (:func:`_ring`, :func:`_p2p`, :func:`_ps`, :func:`_hierarchical`).
 
     Args:
         cfg: a configuration checked by :func:`check_config`.
@@ -633,6 +669,8 @@ def build_step(
         workers: n, ranks 0 … n−1 compute gradients.
         nproc: all ranks (n + k for dedicated servers).
         lr, momentum: the optimizer's settings.
+        node_ranks: g, ranks per node of the ``("node", "local")`` mesh the
+            hierarchical step runs on (the other architectures ignore it).
 
     Returns:
         ``(step, init_state, buckets)``: ``step(params, state, x, y) ->
@@ -657,8 +695,9 @@ def build_step(
     if arch not in _EXCHANGES:
         raise ValueError(f"unknown architecture {arch!r}; valid: {', '.join(ARCHITECTURES)}")
     parts = _Parts(
-        optimizer(lr, momentum), buckets, sizes, workers, nproc, np.float32(1.0 / workers), grads_of
-    )
+        optimizer(lr, momentum), buckets, sizes, workers, nproc, np.float32(1.0 / workers),
+        grads_of, int(node_ranks),
+    )  # fmt: skip
     step, init_state = _EXCHANGES[arch](parts, cfg)
     return step, init_state, buckets
 
@@ -689,10 +728,28 @@ def _beating(where: str, every_s: float = 1.0):
         t.join()
 
 
+def _on_mesh(mesh, spec, tree):
+    """Every array of ``tree`` (split over the ranks on axis 0) as the same blocks on ``mesh``.
+
+    No copy: the rank-order mesh ``"r"`` and ``("node", "local")`` put the
+    same blocks on the same devices; only the sharding's mesh differs.
+    """
+    sharding = jax.sharding.NamedSharding(mesh, spec)
+
+    def move(a):
+        if a.sharding == sharding:
+            return a
+        return jax.make_array_from_single_device_arrays(
+            a.shape, sharding, [s.data for s in a.addressable_shards]
+        )
+
+    return jax.tree_util.tree_map(move, tree)
+
+
 def check_config(cfg: dict, workers: int, nproc: int) -> dict:
     """Validate and complete one configuration for ``workers`` workers in ``nproc`` processes.
 
-    Keys: ``architecture`` (ps, p2p, ring), ``bucket_bytes`` (int ≥ 0),
+    Keys: ``architecture`` (ps, p2p, ring, hierarchical), ``bucket_bytes`` (int ≥ 0),
     ``servers`` (ps: k ≥ 1; others 0), ``colocated`` (ps only), optional
     ``p2p_exchange`` (``all_to_all``/``reduce_scatter``).
 
@@ -787,7 +844,9 @@ class _Job:
         self.repeats = int(config.get("repeats", 1))
         self.configs = [check_config(c, self.workers, ranks.n) for c in config["configs"]]
         self.return_params = bool(config.get("return_params"))
-        self.rpn = ranks.ranks_per_host()
+        self.node_ranks = config.get("node_ranks")  # tests: nodes of this many ranks on one host
+        self.rpn = int(self.node_ranks) if self.node_ranks else ranks.ranks_per_host()
+        self._node_mesh = None
         self.prov = provenance(config.get("source", "ddltune validate"))
         with jax.default_device(ranks.device):
             model = build_model(spec, seed)
@@ -816,18 +875,23 @@ class _Job:
         ranks, leaves = self.ranks, self.leaves
         where = self.describe(ci)
         heartbeat(where, force=True)
+        mesh, spec = ranks.mesh, P("r")
+        if self.configs[ci]["architecture"] == "hierarchical":
+            if self._node_mesh is None:
+                self._node_mesh = ranks.node_mesh(self.node_ranks)
+            mesh, spec = self._node_mesh, P(("node", "local"))
         step, init_state, buckets = build_step(
             self.configs[ci], self.spec, self.static, leaves, self.treedef, self.workers,
-            ranks.n, self.lr, self.momentum,
+            ranks.n, self.lr, self.momentum, mesh.shape.get("local", 1),
         )  # fmt: skip
-        p_g = ranks.put_tree(list(leaves))
-        s_g = ranks.put_tree(init_state(leaves))
-        fn = jax.jit(
-            jax.shard_map(step, mesh=ranks.mesh, in_specs=P("r"), out_specs=P("r"), check_vma=False)
-        )
+        p_g, s_g, xg, yg = _on_mesh(
+            mesh, spec,
+            (ranks.put_tree(list(leaves)), ranks.put_tree(init_state(leaves)), self.xg, self.yg),
+        )  # fmt: skip
+        fn = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
         t0 = time.perf_counter()
         with _beating(f"compiling: {where}"):
-            compiled = fn.lower(p_g, s_g, self.xg, self.yg).compile()
+            compiled = fn.lower(p_g, s_g, xg, yg).compile()
         compile_s = time.perf_counter() - t0
         if self.return_params:
             p1, _ = compiled(p_g, s_g, self.xg, self.yg)
@@ -840,7 +904,7 @@ class _Job:
                     "initial": [a.ravel().tolist() for a in leaves],
                 }
             )
-        return {"compiled": compiled, "state": (p_g, s_g), "buckets": buckets,
+        return {"compiled": compiled, "state": (p_g, s_g), "batch": (xg, yg), "buckets": buckets,
                 "compile_s": compile_s, "samples": []}  # fmt: skip
 
     def time_round(self, ci: int, prep: dict, rep: int) -> None:
@@ -854,7 +918,7 @@ class _Job:
         if self.repeats > 1:
             where += f", round {rep + 1}/{self.repeats}"
         compiled, (p_g, s_g) = prep["compiled"], prep["state"]
-        xg, yg = self.xg, self.yg
+        xg, yg = prep["batch"]
         for _ in range(self.warmup):
             ranks.sync(False, {})
             p_g, s_g = compiled(p_g, s_g, xg, yg)

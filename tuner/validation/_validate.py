@@ -58,7 +58,7 @@ from ._harness import (
     model_workload,
     processes_needed,
 )
-from ._train_worker import model_spec
+from ._train_worker import ARCHITECTURES, model_spec
 
 __all__ = [
     "ValidationRow",
@@ -714,7 +714,10 @@ def validate(
         profile: a ``calibration.Profile``, :class:`costmodel.ClusterParams` or a path.
         model: ``"mlp"``, ``"cnn"`` or a spec dict with sizes.
         workers: worker counts, each ≥ 2.
-        architectures: subset of ``ps``, ``p2p``, ``ring``.
+        architectures: subset of ``ps``, ``p2p``, ``ring``, ``hierarchical``
+            (the ring's buckets all-reduced within each host, across hosts and
+            within the host again: the emulated cluster's nodes with
+            ``NODESxRANKS`` ranks each, or the hosts of a launcher's job).
         servers: parameter-server counts k ≥ 1 (ps only).
         colocated: ps servers on workers (else dedicated extra processes).
         bucket_bytes: bucket caps, bytes ≥ 0.
@@ -752,6 +755,7 @@ def validate(
         emulate_text=None if emulate is None else emulate.spec.text,
         force=force,
         model=model,
+        ranks_per_node=None if emulate is None else emulate.spec.ranks_per_node,
     )
     writer = None
     if measurements is not None:
@@ -884,6 +888,7 @@ def check_validation_plan(
     emulate_text: str | None = None,
     force: bool = False,
     model: dict | str | None = None,
+    ranks_per_node: int | None = None,
 ) -> list[tuple[int, int]]:
     """Check, before any process starts, that every launch of a validation can run.
 
@@ -906,6 +911,9 @@ def check_validation_plan(
             process holds parameters, gradients, momentum and a communication
             buffer, float32) must fit in this machine's ``MemAvailable`` —
             all processes run here, emulated or not; ``force`` does not lift it.
+        ranks_per_node: the emulated cluster's ranks per node (ranks fill the
+            nodes in blocks); ``hierarchical`` needs every worker count to be
+            a multiple of it (every node the same number of ranks).
 
     Returns:
         The plan: ``[(workers, processes), ...]`` in launch order (the
@@ -929,6 +937,15 @@ def check_validation_plan(
     for n in counts:
         for group in launch_groups(configs, n):
             plan.append((n, processes_needed(group[0], n)))
+    if "hierarchical" in architectures and ranks_per_node:
+        odd = [n for n in counts if n % ranks_per_node]
+        if odd:
+            raise ValueError(
+                f"--workers {','.join(map(str, odd))}: hierarchical needs the same number of "
+                f"ranks on every node, and the emulated cluster {emulate_text or ''} places "
+                f"{ranks_per_node} per node in blocks; nothing was started: give worker counts "
+                f"that are multiples of {ranks_per_node}"
+            )
     n, procs = max(plan, key=lambda p: p[1])
     if emulated_ranks is not None and procs > emulated_ranks:
         big = next(c for c in configs if processes_needed(c, n) == procs)
@@ -973,8 +990,8 @@ def _check_model_memory(spec: dict, procs: int, n: int) -> None:
 def _configurations(architectures, servers, colocated: bool, bucket_bytes) -> list[StepConfig]:
     """Every architecture × bucket size (× servers for ps); ValueError names a bad argument."""
     for a in architectures:
-        if a not in ("ps", "p2p", "ring"):
-            raise ValueError(f"architectures must be among ps, p2p, ring; got {a!r}")
+        if a not in ARCHITECTURES:
+            raise ValueError(f"architectures must be among {', '.join(ARCHITECTURES)}; got {a!r}")
     if not architectures:
         raise ValueError("architectures is empty")
     for k in servers:
