@@ -84,6 +84,27 @@ def test_plan_one_rank_per_node_has_no_alone_duplicate():
     assert len(set(keys)) == len(keys)
 
 
+def test_plan_of_several_nodes_measures_each_node_at_once():
+    """4 nodes × 2 ranks also measure every collective within the nodes, all at once:
+    the keys of a 1 × 2 job (which --resume then skips), marked nodes_at_once."""
+    plan = plan_points(CONFIG, 8, 2, num_processes=8, nodes=4)
+    coll = [p for p in plan if p["kind"] == "collective"]
+    whole = [p for p in coll if p["num_ranks"] == 8]
+    within = [p for p in coll if p["num_ranks"] == 2]
+    assert len(whole) == len(within) == len(COLLECT_PATTERNS) * 2 and len(coll) == 2 * len(whole)
+    assert all(p["ranks_per_node"] == 2 and p["nodes_at_once"] == 4 for p in within)
+    assert all("nodes_at_once" not in p for p in whole)
+    assert "within each of 4 nodes at once" in within[0]["desc"]
+    alone = plan_points(CONFIG, 2, 2, num_processes=2)
+    assert {record_key(p) for p in within} <= {record_key(p) for p in alone}
+    keys = [record_key(p) for p in plan]
+    assert len(set(keys)) == len(keys)
+    # one node, one rank per node, or ranks not in whole blocks: nothing within nodes
+    for args, nodes in (((8, 8), 1), ((8, 1), 8), ((8, 2), 3)):
+        other = plan_points(CONFIG, *args, num_processes=8, nodes=nodes)
+        assert all("nodes_at_once" not in p for p in other)
+
+
 def test_plan_single_rank_measures_no_collective():
     plan = plan_points(CONFIG, 1, 1, num_processes=1)
     assert plan and all(p["kind"] == "compute" for p in plan)

@@ -519,9 +519,16 @@ def test_emulated_launcher_collects_eight_ranks_two_per_node(emulated_launcher, 
     res = la.run(tmp_path, argv, timeout_s=240)
     assert res.returncode == 0, res.output[-3000:]
     recs = read_records(out)
-    assert sorted(map(_what, recs)) == [("all_reduce", s, 8, 2) for s in SIZES]
+    # the whole job, and within each node with every node at once (a hierarchical
+    # exchange's intra-node phases), checked for correct results like the rest
+    assert sorted(map(_what, recs)) == sorted(
+        [("all_reduce", s, 8, 2) for s in SIZES] + [("all_reduce", s, 2, 2) for s in SIZES]
+    )
     assert all(r["wrong"] == 0 for r in recs)
-    assert {r["num_hosts"] for r in recs} == {EMULATED_NODES}  # four host names
+    whole = [r for r in recs if r["num_ranks"] == 8]
+    within = [r for r in recs if r["num_ranks"] == 2]
+    assert {r["num_hosts"] for r in whole} == {EMULATED_NODES}  # four host names
+    assert {(r["num_hosts"], r["nodes_at_once"]) for r in within} == {(1, EMULATED_NODES)}
 
 
 def _names_the_failure(name: str, output: str, node) -> bool:
