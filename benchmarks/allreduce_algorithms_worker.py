@@ -11,8 +11,11 @@ checked from the ranks' host names):
 
 * ``ring``: one ``lax.psum`` over all ranks, what ``ddltune collect``
   measures as ``all_reduce`` (gloo's algorithm for the whole job);
-* ``hierarchical``: ``lax.psum_scatter`` inside the node (tiled: each local
-  rank keeps S/g), ``lax.psum`` of that shard across the nodes (g groups of m
+* ``hierarchical``: a reduce-scatter inside the node (each local rank keeps
+  S/g; an ``lax.all_to_all`` of the g shards and a sum, since XLA:CPU's gloo
+  ``psum_scatter`` returns wrong values when several groups run at once,
+  jax-ml/jax#40830, as ``ddltune collect``'s hierarchical all_reduce and
+  ``ddltune validate``'s hierarchical training do), ``lax.psum`` of that shard across the nodes (g groups of m
   ranks, one per local index, sharing each node's NIC), ``lax.all_gather``
   inside the node (Goyal et al., arXiv 1706.02677, §4; the phases of
   :class:`costmodel.collectives.HierarchicalAllReduce`).
@@ -50,8 +53,9 @@ def _programs(mesh: Mesh):
         return lax.psum(a, ("node", "local"))
 
     def hierarchical(a):
-        part = lax.psum_scatter(a, "local", scatter_dimension=1, tiled=True)
-        part = lax.psum(part, "node")
+        g = lax.axis_size("local")
+        part = lax.all_to_all(a.reshape(g, -1), "local", 0, 0, tiled=True)
+        part = lax.psum(part.sum(axis=0, keepdims=True), "node")
         return lax.all_gather(part, "local", axis=1, tiled=True)
 
     return {
@@ -69,14 +73,12 @@ def main(argv=None) -> int:
     initialize_worker(timeout_s=120, single_ok=False)
     ranks = Ranks()
     n = ranks.n
-    hosts = ranks.host_hashes()
-    g = ranks.ranks_per_host()
-    m = n // g
-    blocks = [hosts[k * g : (k + 1) * g] for k in range(m)]
-    if m * g != n or any(len(set(b)) != 1 for b in blocks) or len(set(hosts)) != m:
-        print(f"ranks are not placed in blocks of {g} per host: {hosts}", file=sys.stderr)
+    try:
+        mesh = ranks.node_mesh()
+    except ValueError as e:
+        print(e, file=sys.stderr)
         return 2
-    mesh = Mesh(np.array(ranks.devices, dtype=object).reshape(m, g), ("node", "local"))
+    g = mesh.shape["local"]
     sharding = NamedSharding(mesh, P(("node", "local")))
     progs = _programs(mesh)
     S = 1024

@@ -54,6 +54,7 @@ _EXPORTS = {
     "atomic_write_text": "._records",
     "describe_origin": "._records",
     "emulated_spec": "._records",
+    "collective_algorithm": "._records",
     "host_fingerprint": "._records",
     "iter_records": "._records",
     "json_depth_ok": "._records",

@@ -83,7 +83,14 @@ from costmodel import (
 from ._layout import ParamLayout
 from ._names import STATISTICS
 from ._profile import Profile
-from ._records import file_entry, package_versions, read_records, utc_timestamp, validate_record
+from ._records import (
+    collective_algorithm,
+    file_entry,
+    package_versions,
+    read_records,
+    utc_timestamp,
+    validate_record,
+)
 from ._validation import (
     RELIABLE_P90_LIMIT,
     error_summary,
@@ -241,7 +248,7 @@ def _prepare(records: list[dict], statistic: str | None, in_place: str):
     default = "p10" if backend == "cpu" else "median"
     skipped = {"step": 0, "wrong": 0, "single_rank": 0, "in_place": 0}
     points: list[dict] = []
-    paired: dict = {}  # (file, collective, S, n, g, dtype) → index of the point kept
+    paired: dict = {}  # (file, collective, S, n, g, dtype, algorithm) → index of the point kept
     for rec in records:
         kind = rec["kind"]
         if kind == "step":
@@ -264,6 +271,7 @@ def _prepare(records: list[dict], statistic: str | None, in_place: str):
                 pt["num_ranks"],
                 pt["ranks_per_node"],
                 rec.get("dtype"),
+                pt["algorithm"],  # two all-reduce algorithms are not two variants of one
             )
             if key in paired:  # the other variant of the same size: keep the faster
                 j = paired[key]
@@ -331,15 +339,18 @@ def _collective_point(rec: dict, t: float, used: str) -> dict:
     """A collective record as a point (size: message bytes)."""
     n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
     c = rec["collective"]
+    algo = collective_algorithm(rec)
+    series = {"kind": "collective", "collective": c, "num_ranks": n, "ranks_per_node": g}
     return {
         "kind": "collective",
         "collective": c,
+        "algorithm": algo,
         "size": float(rec["message_bytes"]),
         "num_ranks": n,
         "ranks_per_node": g,
         "time_s": t,
         "statistic": used,
-        "series": {"kind": "collective", "collective": c, "num_ranks": n, "ranks_per_node": g},
+        "series": series | ({"algorithm": algo} if algo else {}),
         "file": rec.get("_file"),
         "line": rec.get("_line"),
     }
@@ -413,6 +424,7 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
             [points[i]["size"] for i in coll],
             [points[i]["num_ranks"] for i in coll],
             [points[i]["ranks_per_node"] for i in coll],
+            [points[i].get("algorithm") for i in coll],
         ),
         flops=f([points[i]["size"] for i in comp]),
         comp_g=f([points[i]["ranks_per_node"] for i in comp]),
@@ -748,6 +760,8 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     series: dict = {}
     for i in coll:
         p = points[i]
+        if p.get("algorithm"):  # several phases on two levels: no one line of α and β
+            continue
         series.setdefault((p["collective"], p["num_ranks"], p["ranks_per_node"]), {}).setdefault(
             p["size"], []
         ).append(p["time_s"] / share[p["ranks_per_node"]])
@@ -1544,7 +1558,12 @@ def _free_mask(layout, data, thetas, train_m) -> np.ndarray:
         sens = np.maximum(sens, np.nan_to_num(np.abs(J)).max(axis=0, initial=0.0))
     free = sens > _FREEZE_SENSITIVITY
     terms = data.coll.terms
-    rows = np.asarray(train_m, dtype=bool)[: np.shape(terms.link_bytes)[0]]
+    # each row of the batch is a phase of one collective point (the hierarchical
+    # all-reduce has three): a row is trained when its point is
+    call = data.coll.call
+    nrows = np.shape(terms.link_bytes)[0]
+    call = np.arange(nrows) if call is None else np.asarray(call)
+    rows = np.asarray(train_m, dtype=bool)[call]
     link = np.asarray(terms.link_bytes)[rows]
     node = np.asarray(terms.node_bytes)[rows]
     inter = np.asarray(terms.inter, dtype=bool)[rows]

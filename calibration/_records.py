@@ -23,7 +23,10 @@ Common fields (every record):
     full array); ``num_ranks`` (int ≥ 1); ``ranks_per_node`` (int ≥ 1,
     ≤ num_ranks); ``dtype`` (str); ``wrong`` (int ≥ 0: results that failed the
     correctness check, as nccl-tests' ``#wrong``; optional, default 0);
-    ``in_place`` (bool, optional); ``num_hosts`` (int, optional: the distinct
+    ``in_place`` (bool, optional); ``algorithm`` (all_reduce only, optional:
+    ``ring`` (default), ``tree``, ``hierarchical``); ``nodes_at_once`` (int,
+    optional: a collective within each node, timed on this many nodes at
+    once); ``num_hosts`` (int, optional: the distinct
     host names among the job's ranks, as ``ddltune collect`` counts them, in
     [⌈num_ranks / ranks_per_node⌉, num_ranks − ranks_per_node + 1]; a host name
     itself is never written).
@@ -57,7 +60,7 @@ from collections.abc import Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from costmodel import ARCHITECTURE_NAMES, COLLECTIVE_NAMES, InputFileError
+from costmodel import ALL_REDUCE_ALGORITHMS, ARCHITECTURE_NAMES, COLLECTIVE_NAMES, InputFileError
 
 from ._output import OutputPathError, _fsync_dir, check_output_file
 
@@ -80,6 +83,7 @@ __all__ = [
     "record_origin",
     "describe_origin",
     "emulated_spec",
+    "collective_algorithm",
     "atomic_write_text",
     "provenance",
     "host_fingerprint",
@@ -230,6 +234,24 @@ def _check_collective(rec: dict) -> None:
         raise ValueError("missing field 'dtype'")
     if "wrong" in rec and not _is_pos_int(rec["wrong"], 0):
         raise ValueError(f"'wrong' must be an integer ≥ 0, got {rec['wrong']!r}")
+    algo = rec.get("algorithm")
+    if algo is not None and (name != "all_reduce" or algo not in ALL_REDUCE_ALGORITHMS):
+        raise ValueError(
+            f"'algorithm' {_short(algo)} is not an algorithm of {name}; all_reduce has "
+            f"{', '.join(ALL_REDUCE_ALGORITHMS)} (the others have one, left out)"
+        )
+
+
+def collective_algorithm(rec: dict) -> str | None:
+    """A collective record's algorithm where it is not its collective's default, else ``None``.
+
+    ``"algorithm"`` (optional, all_reduce only: ``ring``, the default, ``tree``,
+    ``hierarchical``) says which all-reduce was timed; ``ddltune collect``
+    writes ``hierarchical`` for the three-phase all-reduce of a job over
+    several nodes of several ranks each.
+    """
+    algo = rec.get("algorithm")
+    return None if algo in (None, "ring") else str(algo)
 
 
 def _check_compute(rec: dict) -> None:
@@ -458,6 +480,7 @@ def record_key(rec: dict) -> tuple:
     """
     kind = rec["kind"]
     if kind == "collective":
+        algo = collective_algorithm(rec)  # the default's keys as before the field
         return (
             kind,
             rec["collective"],
@@ -465,7 +488,7 @@ def record_key(rec: dict) -> tuple:
             rec["num_ranks"],
             rec["ranks_per_node"],
             rec.get("dtype"),
-        )
+        ) + ((algo,) if algo else ())
     if kind == "compute":
         return (
             kind,

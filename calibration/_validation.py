@@ -214,7 +214,9 @@ def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:
 
     Args:
         s: a mapping with ``collective`` (or ``op`` for compute series, and
-            ``layer`` for a model layer's: ``linear``, ``conv2d``),
+            ``layer`` for a model layer's: ``linear``, ``conv2d``), optionally
+            ``algorithm`` (an all-reduce other than the ring: ``all_reduce
+            (hierarchical) n=8 g=2``),
             ``num_ranks`` and ``ranks_per_node``.
         always_ranks_per_node: also show ``g`` when it is 1 or n (one rank per
             node, or all on one node).
@@ -224,6 +226,8 @@ def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:
         'all_reduce n=8'
     """
     what = s.get("collective") or s.get("op") or "?"
+    if s.get("algorithm"):
+        what = f"{what} ({s['algorithm']})"
     if s.get("layer"):
         what = f"{what} {s['layer']}"
     n, g = s.get("num_ranks"), s.get("ranks_per_node")

@@ -144,7 +144,11 @@ def plan_points(
     machine's cores, only that measures what they cost inside such a job (the
     same node's collective alone had the machine's cores to itself: 0.02 s of
     the 0.16 s the two intra-node phases of a 16 MiB hierarchical all-reduce
-    took on 4 × 2 ranks). On a real cluster both are the same number.
+    took on 4 × 2 ranks). On a real cluster both are the same number. On CPU
+    the reduce_scatter is left out of that (jax-ml/jax#40830: gloo's
+    ``psum_scatter`` returns wrong values when several groups run at once),
+    and the hierarchical all-reduce of the whole job is measured too
+    (``algorithm: "hierarchical"``; its reduce-scatter an ``all_to_all``).
 
     Args:
         config: the collect configuration (see :func:`calibration.collect`):
@@ -174,9 +178,15 @@ def plan_points(
         points += _collective_points(config, num_ranks, ranks_per_node)
         if nodes >= 2 and ranks_per_node >= 2 and num_ranks == nodes * ranks_per_node:
             for p in _collective_points(config, ranks_per_node, ranks_per_node):
+                if p["collective"] == "reduce_scatter" and backend == "cpu":
+                    # XLA:CPU's gloo psum_scatter returns wrong values when several
+                    # groups run at once (jax-ml/jax#40830): 4 groups of 2 here
+                    continue
                 p["nodes_at_once"] = nodes
                 p["desc"] += f" within each of {nodes} nodes at once"
                 points.append(p)
+            if "all_reduce" in config["collectives"]:
+                points += _hierarchical_points(config, num_ranks, ranks_per_node)
     if "compute" in config["suite"]:
         key = "gpu" if backend in ("gpu", "cuda", "rocm") else "cpu"
         concurrent = min(ranks_per_node, procs) if procs > 1 else 1
@@ -214,6 +224,32 @@ def _collective_points(config: dict, num_ranks: int, ranks_per_node: int) -> lis
                     "desc": f"{name} {format_bytes(nbytes)} on {num_ranks} ranks",
                 }
             )
+    return points
+
+
+def _hierarchical_points(config: dict, num_ranks: int, ranks_per_node: int) -> list[dict]:
+    """The hierarchical all-reduce at every size of ``config`` (count a multiple of g)."""
+    itemsize = _DTYPE_BYTES[config["dtype"]]
+    points = []
+    for size in config["sizes"]:
+        count = size // itemsize
+        count -= count % ranks_per_node
+        if count < ranks_per_node:
+            continue
+        nbytes = count * itemsize
+        points.append(
+            {
+                "kind": "collective",
+                "collective": "all_reduce",
+                "algorithm": "hierarchical",
+                "message_bytes": nbytes,
+                "num_ranks": num_ranks,
+                "ranks_per_node": ranks_per_node,
+                "dtype": config["dtype"],
+                "count": count,
+                "desc": f"all_reduce (hierarchical) {format_bytes(nbytes)} on {num_ranks} ranks",
+            }
+        )
     return points
 
 
@@ -356,6 +392,27 @@ def _all_reduce(n: int, count: int, v: _Values, wrong: bool):
     return v.red, f, lambda i: total
 
 
+def _hierarchical_all_reduce(n: int, count: int, v: _Values, wrong: bool):
+    """The three-phase all-reduce on a ``("node", "local")`` mesh: reduce-scatter within
+    the node, psum across nodes (``pmax`` when wrong), all_gather within the node.
+
+    The reduce-scatter is an ``all_to_all`` of the g shards and a local sum (the same
+    bytes and steps): XLA:CPU's gloo ``psum_scatter`` returns wrong values at the end
+    of local rank 0's shard when several groups run at once (jax-ml/jax#40830; here,
+    8 processes as 4 × 2, 16 MiB: 2–3 of 20 calls wrong, 18,079 elements each).
+    """
+
+    def f(a):
+        g = lax.axis_size("local")
+        a = lax.all_to_all(a.reshape(g, -1), "local", 0, 0, tiled=True)
+        a = jnp.sum(a, axis=0, keepdims=True)
+        a = lax.pmax(a, "node") if wrong else lax.psum(a, "node")
+        return lax.all_gather(a, "local", axis=1, tiled=True)
+
+    total = sum(v.red(q) for q in range(n))
+    return v.red, f, lambda i: total
+
+
 def _reduce_scatter(n: int, count: int, v: _Values, wrong: bool):
     b = count // n
 
@@ -425,6 +482,7 @@ _PATTERNS = {
     "sendrecv": _sendrecv,
     "ps_push": _ps_push,
     "ps_pull": _ps_pull,
+    "hierarchical": _hierarchical_all_reduce,  # all_reduce, algorithm "hierarchical"
 }
 
 
@@ -444,7 +502,7 @@ def _patterns(n: int, name: str, count: int, jdtype, wrong: bool):
         raise ValueError(f"unknown pattern {name!r}")
     length = count // n if name == "all_gather" else count  # elements each rank sends
     data, f, expect = _PATTERNS[name](n, count, _Values(length), wrong)
-    if wrong and name != "all_reduce":
+    if wrong and name not in ("all_reduce", "hierarchical"):
         f = _off_by_one_on_rank1(f)
 
     def rows(i):
@@ -500,7 +558,11 @@ def _collective_step(ranks: Ranks, point: dict, faults: Faults):
     if point.get("nodes_at_once"):  # axis "r" within each node, every node at once
         nm = ranks.node_mesh()
         mesh, spec, g = Mesh(nm.devices, ("node", "r")), P(("node", "r")), nm.shape["local"]
-    f, rows, expect = _patterns(g, name, count, jdtype, name in faults.wrong)
+    if point.get("algorithm") == "hierarchical":
+        mesh, spec = ranks.node_mesh(), P(("node", "local"))
+        f, rows, expect = _patterns(g, "hierarchical", count, jdtype, name in faults.wrong)
+    else:
+        f, rows, expect = _patterns(g, name, count, jdtype, name in faults.wrong)
     x = ranks.put_rows(lambda i: rows(i % g))
     if mesh is not ranks.mesh:  # the same blocks on the same devices, another mesh
         x = jax.make_array_from_single_device_arrays(

@@ -89,9 +89,21 @@ def test_plan_of_several_nodes_measures_each_node_at_once():
     the keys of a 1 × 2 job (which --resume then skips), marked nodes_at_once."""
     plan = plan_points(CONFIG, 8, 2, num_processes=8, nodes=4)
     coll = [p for p in plan if p["kind"] == "collective"]
-    whole = [p for p in coll if p["num_ranks"] == 8]
+    hier = [p for p in coll if p.get("algorithm")]
+    whole = [p for p in coll if p["num_ranks"] == 8 and not p.get("algorithm")]
     within = [p for p in coll if p["num_ranks"] == 2]
-    assert len(whole) == len(within) == len(COLLECT_PATTERNS) * 2 and len(coll) == 2 * len(whole)
+    # within the nodes: all but reduce_scatter (gloo's psum_scatter is wrong with several
+    # groups at once on CPU, jax-ml/jax#40830); on GPU every collective
+    assert len(whole) == len(COLLECT_PATTERNS) * 2 and len(within) == len(whole) - 2
+    assert "reduce_scatter" not in {p["collective"] for p in within}
+    gpu = plan_points(CONFIG, 8, 2, backend="gpu", num_processes=8, nodes=4)
+    assert sum(p.get("collective") == "reduce_scatter" and "nodes_at_once" in p for p in gpu) == 2
+    # and the hierarchical all-reduce of the whole job, at every size: its own keys
+    assert [
+        (p["collective"], p["algorithm"], p["num_ranks"], p["ranks_per_node"]) for p in hier
+    ] == [("all_reduce", "hierarchical", 8, 2)] * 2
+    assert len(coll) == len(whole) + len(within) + len(hier)
+    assert all(p["count"] % 2 == 0 for p in hier)
     assert all(p["ranks_per_node"] == 2 and p["nodes_at_once"] == 4 for p in within)
     assert all("nodes_at_once" not in p for p in whole)
     assert "within each of 4 nodes at once" in within[0]["desc"]
@@ -102,7 +114,7 @@ def test_plan_of_several_nodes_measures_each_node_at_once():
     # one node, one rank per node, or ranks not in whole blocks: nothing within nodes
     for args, nodes in (((8, 8), 1), ((8, 1), 8), ((8, 2), 3)):
         other = plan_points(CONFIG, *args, num_processes=8, nodes=nodes)
-        assert all("nodes_at_once" not in p for p in other)
+        assert all("nodes_at_once" not in p and "algorithm" not in p for p in other)
 
 
 def test_plan_single_rank_measures_no_collective():
@@ -340,6 +352,21 @@ def test_virtual_devices_every_record_valid(virtual_run):
             validate_record(dict(spread, num_hosts=value))
     for value in (4, 7):
         validate_record(dict(spread, num_hosts=value))
+    # an all-reduce's algorithm, part of its resume key (the ring's key as before the field)
+    ar = next(r for r in coll if r["collective"] == "all_reduce")
+    hier = dict(ar, algorithm="hierarchical")
+    validate_record(hier)
+    assert record_key(hier) == (*record_key(ar), "hierarchical")
+    assert record_key(dict(ar, algorithm="ring")) == record_key(ar)
+    for rec, msg in (
+        (
+            dict(ar, algorithm="butterfly"),
+            "'algorithm' 'butterfly' is not an algorithm of all_reduce",
+        ),
+        (dict(coll[-1], algorithm="ring"), "is not an algorithm of"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            validate_record(rec)
     comp = [r for r in recs if r["kind"] == "compute"]
     assert {r["op"] for r in comp} == {"matmul", "forward", "backward"}
     # One process: compute ran once, by itself (no "rank 0 alone" duplicate).

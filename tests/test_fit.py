@@ -133,7 +133,8 @@ def truth_table(prof: Profile) -> dict:
 @pytest.mark.parametrize("R", [1, 3])
 def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
     """costmodel's batched evaluation (what calibration fits with) gives every collective's
-    seconds, intra and inter node, every regime count, as costmodel's per-collective call;
+    seconds, intra and inter node, every regime count, as costmodel's per-collective call —
+    the all-reduce algorithms too, the hierarchical one's three phases rows of their own;
     compute records follow (o + F / flops_per_s) · share(g) (numpy closed form)."""
     rng = np.random.default_rng(R)
     p = preset("ib-hdr-200g,nvlink-a100", "a100", n_regimes=R)
@@ -141,8 +142,10 @@ def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
     th = np.asarray(lay.flatten(p)) + rng.normal(0.0, 0.3, lay.size)
     p = lay.unflatten(jnp.asarray(th))
     points = []
-    for c in COLLECTIVE_NAMES:
-        for n, g in ((2, 2), (3, 3), (8, 8), (16, 8), (12, 4), (5, 1)):
+    variants = [(c, None) for c in COLLECTIVE_NAMES]
+    variants[1:1] = [("all_reduce", "hierarchical"), ("all_reduce", "tree")]
+    for c, algo in variants:
+        for n, g in ((2, 2), (3, 3), (8, 8), (16, 8), (12, 4), (5, 1), (8, 2)):
             for S in (8, 4096, 3 << 20, 1 << 30):
                 points.append(
                     {
@@ -153,6 +156,7 @@ def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
                         "ranks_per_node": g,
                         "time_s": 1.0,
                     }
+                    | ({"algorithm": algo} if algo else {})
                 )
     coll = list(points)
     batch = collective_batch(
@@ -160,7 +164,9 @@ def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
         [q["size"] for q in coll],
         [q["num_ranks"] for q in coll],
         [q["ranks_per_node"] for q in coll],
+        [q.get("algorithm") for q in coll],
     )
+    assert batch.combine is not None and batch.combine.shape[1] == len(coll)
     got_batch = np.asarray(collective_batch_time(p, batch))
     points.append(
         {
@@ -184,8 +190,11 @@ def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
             )
         else:
             want = float(
-                collective_time(p, q["collective"], q["size"], q["num_ranks"], q["ranks_per_node"])
-            )
+                collective_time(
+                    p, q["collective"], q["size"], q["num_ranks"], q["ranks_per_node"],
+                    algorithm=q.get("algorithm"),
+                )
+            )  # fmt: skip
             assert got_batch[i] == pytest.approx(want, rel=1e-12), q
         assert got[row] == pytest.approx(want, rel=1e-9), q
     # The fitted exponents reach the batched terms (all_to_all, fan-in): doubling them
@@ -199,8 +208,11 @@ def test_batched_terms_equal_costmodel_and_calibration_uses_them(R):
     changed = got2 != got_batch
     for i, q in enumerate(coll):
         want = float(
-            collective_time(p2, q["collective"], q["size"], q["num_ranks"], q["ranks_per_node"])
-        )
+            collective_time(
+                p2, q["collective"], q["size"], q["num_ranks"], q["ranks_per_node"],
+                algorithm=q.get("algorithm"),
+            )
+        )  # fmt: skip
         assert got2[i] == pytest.approx(want, rel=1e-12), q
     exp_coll = {"all_to_all", "ps_push", "ps_pull"}
     assert {q["collective"] for q, c in zip(coll, changed, strict=True) if c} == exp_coll
@@ -765,3 +777,33 @@ def test_the_node_cap_is_fitted_only_where_several_flows_share_a_node():
     )
     assert "log_node_ratio[inter]" in shared.fit["free_leaves"]
     assert float(shared.params.nics_per_node) == pytest.approx(2.0, rel=0.15)
+
+
+def test_hierarchical_all_reduce_records_identify_the_nics_share_beside_the_ring():
+    """A job over 4 nodes × 2 measures the ring (each NIC carries one flow) and the
+    hierarchical all-reduce (its g = 2 inter-node rings share each NIC) at the same
+    sizes and rank counts: two series, not two variants of one point (before, the
+    faster replaced the other), and together they identify the node's NIC against one
+    flow's link (here 1.3× slower), which the ring alone leaves at its prior."""
+    truth = preset("ethernet-10g", "cpu").scaled(beta_inter=50.0, node_beta_inter=65.0)
+    rng = np.random.default_rng(7)
+    S = 2.0 ** np.arange(10, 25, 2)
+    recs = []
+    for algo, n, g in (("ring", 8, 2), ("hierarchical", 8, 2), ("ring", 2, 2), ("ring", 4, 1)):
+        T = np.asarray(collective_time(truth, "all_reduce", S, n, g, algorithm=algo), np.float64)
+        T = T * np.exp(0.02 * rng.normal(size=S.shape))
+        extra = {"algorithm": algo} if algo != "ring" else {}
+        recs += [
+            coll("all_reduce", s, n, g, t, in_place=False, **extra)
+            for s, t in zip(S, T, strict=True)
+        ]
+    prof = calibrate(recs, n_regimes=1, holdout=0.0)
+    assert prof.fit["points"]["collective"] == len(recs)  # none merged with another
+    assert "log_node_ratio[inter]" in prof.fit["free_leaves"]
+    assert 1.0 / float(prof.params.nics_per_node) == pytest.approx(1.3, rel=0.1)
+    for algo in ("ring", "hierarchical"):
+        got = collective_time(prof.params, "all_reduce", S, 8, 2, algorithm=algo)
+        want = collective_time(truth, "all_reduce", S, 8, 2, algorithm=algo)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0.08)
+    ring_only = calibrate([r for r in recs if "algorithm" not in r], n_regimes=1, holdout=0.0)
+    assert "log_node_ratio[inter]" not in ring_only.fit["free_leaves"]

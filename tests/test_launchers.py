@@ -521,10 +521,12 @@ def test_emulated_launcher_collects_eight_ranks_two_per_node(emulated_launcher, 
     recs = read_records(out)
     # the whole job, and within each node with every node at once (a hierarchical
     # exchange's intra-node phases), checked for correct results like the rest
+    # and the hierarchical all-reduce (reduce_scatter in the node, psum across, all_gather)
     assert sorted(map(_what, recs)) == sorted(
-        [("all_reduce", s, 8, 2) for s in SIZES] + [("all_reduce", s, 2, 2) for s in SIZES]
+        [("all_reduce", s, 8, 2) for s in SIZES] * 2 + [("all_reduce", s, 2, 2) for s in SIZES]
     )
     assert all(r["wrong"] == 0 for r in recs)
+    assert sorted(r["message_bytes"] for r in recs if r.get("algorithm") == "hierarchical") == SIZES
     whole = [r for r in recs if r["num_ranks"] == 8]
     within = [r for r in recs if r["num_ranks"] == 2]
     assert {r["num_hosts"] for r in whole} == {EMULATED_NODES}  # four host names

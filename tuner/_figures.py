@@ -63,6 +63,8 @@ class CollectiveSeries:
         measured_s: (P,) measured times (the fitted statistic), s > 0.
         predicted_s: (P,) model times, s > 0.
         heldout: (P,) bool, points the fit did not see.
+        algorithm: the all-reduce timed where not the collective's default
+            (``"hierarchical"``), else ``None``.
     """
 
     collective: str
@@ -72,13 +74,16 @@ class CollectiveSeries:
     measured_s: np.ndarray
     predicted_s: np.ndarray
     heldout: np.ndarray
+    algorithm: str | None = None
 
     @property
     def label(self) -> str:
-        """``n=4`` or ``n=16 (8/node)``."""
+        """``n=4``, ``n=16 (8/node)`` or ``n=8 (2/node) hierarchical``."""
         g = int(self.ranks_per_node)
-        return f"n={int(self.num_ranks)}" + (
-            "" if g in (1, int(self.num_ranks)) else f" ({g}/node)"
+        return (
+            f"n={int(self.num_ranks)}"
+            + ("" if g in (1, int(self.num_ranks)) else f" ({g}/node)")
+            + (f" {self.algorithm}" if self.algorithm else "")
         )
 
 

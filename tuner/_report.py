@@ -43,6 +43,7 @@ from calibration import (
     OutputPathError,
     atomic_replace_dir,
     atomic_write_text,
+    collective_algorithm,
     holdout_mask,
     refuse_symlink,
 )
@@ -329,18 +330,23 @@ def collective_series(
     held = {tuple(int(v) if i else v for i, v in enumerate(h)) for h in (heldout or ())}
     groups: dict[tuple, dict[int, float]] = {}
     for r in recs:
-        key = (r["collective"], int(r["num_ranks"]), int(r["ranks_per_node"]))
+        algo = collective_algorithm(r) or ""
+        key = (r["collective"], algo, int(r["num_ranks"]), int(r["ranks_per_node"]))
         t = _stat(r, stat)
         sizes = groups.setdefault(key, {})
         b = int(r["message_bytes"])
         sizes[b] = min(t, sizes.get(b, math.inf))
     out = []
-    for (name, n, g), pts in sorted(groups.items()):
+    for (name, algo, n, g), pts in sorted(groups.items()):
         x = np.array(sorted(pts), dtype=np.float64)
         meas = np.array([pts[int(b)] for b in x])
-        pred = np.asarray(collective_time(params, name, x, float(n), float(g)), dtype=np.float64)
-        mask = np.array([(name, n, g, int(b)) in held for b in x], dtype=bool)
-        out.append(CollectiveSeries(name, n, g, x, meas, pred, mask))
+        pred = np.asarray(
+            collective_time(params, name, x, float(n), float(g), algorithm=algo or None),
+            dtype=np.float64,
+        )
+        tag = (algo,) if algo else ()
+        mask = np.array([(name, n, g, int(b), *tag) in held for b in x], dtype=bool)
+        out.append(CollectiveSeries(name, n, g, x, meas, pred, mask, algo or None))
     return out
 
 
@@ -849,9 +855,10 @@ def _heldout_keys(profile, series: Sequence[CollectiveSeries]) -> list[tuple]:
     keys, sizes, pts = [], [], []
     for s in series:
         for b in s.message_bytes:
-            keys.append(("collective", s.collective, s.num_ranks, s.ranks_per_node))
+            tag = (s.algorithm,) if s.algorithm else ()
+            keys.append(("collective", s.collective, s.num_ranks, s.ranks_per_node, *tag))
             sizes.append(float(b))
-            pts.append((s.collective, s.num_ranks, s.ranks_per_node, int(b)))
+            pts.append((s.collective, s.num_ranks, s.ranks_per_node, int(b), *tag))
     mask = np.asarray(holdout_mask(keys, np.asarray(sizes), float(frac)), dtype=bool)
     return [p for p, m in zip(pts, mask, strict=True) if m]
 

@@ -126,27 +126,33 @@ def collective_batch(
     message_bytes: ArrayLike,
     num_ranks: ArrayLike,
     ranks_per_node: ArrayLike = 1,
+    algorithms=None,
 ) -> CollectiveBatch:
-    """The cost terms of N calls of mixed collectives (default algorithms), for
+    """The cost terms of N calls of mixed collectives (and all_reduce algorithms), for
     :func:`collective_batch_time`.
 
     Each call's terms come from its collective's own
-    :meth:`~costmodel.AbstractCollective.terms` (grouped by name, one
-    vectorised call per collective); only the parameters are left to apply.
-    Built from concrete values (data preparation, not traced).
+    :meth:`~costmodel.AbstractCollective.phases` (grouped by name and
+    algorithm, one vectorised call per group; a hierarchical all-reduce has
+    three phases, each a row of its own level); only the parameters are left
+    to apply. Built from concrete values (data preparation, not traced).
 
     Args:
         collectives: N names in :data:`costmodel.COLLECTIVE_NAMES`.
         message_bytes: (N,) S ≥ 0 bytes, nccl-tests' convention.
         num_ranks: (N,) n ≥ 1.
         ranks_per_node: (N,) or scalar g ≥ 1 (clipped to n).
+        algorithms: ``None`` (every call its collective's default algorithm)
+            or N entries, each ``None`` or an algorithm :func:`get_collective`
+            knows for that collective (all_reduce: ``ring``, ``tree``,
+            ``hierarchical``).
 
     Returns:
         :class:`CollectiveBatch` of jax's default float dtype.
 
     Raises:
-        ValueError: on an unknown collective name, lengths that differ, or a
-            value out of range (naming the argument).
+        ValueError: on an unknown collective name or algorithm, lengths that
+            differ, or a value out of range (naming the argument).
 
     Example:
         >>> from costmodel import ClusterParams
@@ -163,29 +169,66 @@ def collective_batch(
                 f"collectives: unknown collective {c!r}; valid: {format_choices(COLLECTIVE_NAMES)}"
             )
     N = len(names)
+    algos = [None] * N if algorithms is None else list(algorithms)
+    if len(algos) != N:
+        raise ValueError(f"algorithms: {len(algos)} entries for {N} collectives")
+    models = {}
+    for c, a in zip(names, algos, strict=True):
+        if (c, a) not in models:
+            try:
+                models[(c, a)] = COLLECTIVES[c] if a is None else get_collective(c, a)
+            except ValueError as e:
+                raise ValueError(f"algorithms: {e}") from None
     check_static_ranks(message_bytes, num_ranks, ranks_per_node)
     S = np.broadcast_to(np.asarray(message_bytes, dtype=np.float64), (N,))
     n = np.broadcast_to(np.asarray(num_ranks, dtype=np.float64), (N,))
     g = np.minimum(np.broadcast_to(np.asarray(ranks_per_node, dtype=np.float64), (N,)), n)
-    cols = {f: np.zeros(N) for f in ("steps", "link_bytes", "node_bytes", "reduce_bytes")}
-    cols["congestion"] = np.ones(N)
-    inter = np.zeros(N, dtype=bool)
+    fields = ("steps", "link_bytes", "node_bytes", "reduce_bytes", "congestion")
+    # rows of phase 0 are the calls (0 … N−1); further phases are appended after them
+    phase_rows: list[dict] = [{f: np.zeros(N) for f in fields} | {"inter": np.zeros(N, dtype=bool)}]
+    phase_rows[0]["congestion"][:] = 1.0
+    has = [np.ones(N, dtype=bool)]
     cidx = np.zeros(N, dtype=np.int32)
     expo = np.zeros(N, dtype=np.int32)
-    for name in dict.fromkeys(names):
-        rows = np.asarray([k for k, c in enumerate(names) if c == name], dtype=int)
-        model = COLLECTIVES[name]
+    for (name, algo), model in models.items():
+        rows = np.asarray([k for k in range(N) if names[k] == name and algos[k] == algo], dtype=int)
         args = (S[rows], n[rows], g[rows])
         # The congestion base: the factor at exponent 1 (then η = base ** fitted exponent).
-        t = model.terms(*args, 1.0) if name in CONGESTION_EXPONENT else model.terms(*args)
-        for f in cols:
-            cols[f][rows] = np.broadcast_to(np.asarray(getattr(t, f), np.float64), rows.shape)
-        inter[rows] = np.broadcast_to(np.asarray(t.inter), rows.shape)
+        if name in CONGESTION_EXPONENT:
+            phases = (model.terms(*args, 1.0),)
+        else:
+            phases = model.phases(*args)
+        for p, t in enumerate(phases):
+            if p == len(phase_rows):
+                phase_rows.append(
+                    {f: np.zeros(N) for f in fields} | {"inter": np.zeros(N, dtype=bool)}
+                )
+                phase_rows[p]["congestion"][:] = 1.0
+                has.append(np.zeros(N, dtype=bool))
+            for f in fields:
+                phase_rows[p][f][rows] = np.broadcast_to(
+                    np.asarray(getattr(t, f), np.float64), rows.shape
+                )
+            phase_rows[p]["inter"][rows] = np.broadcast_to(np.asarray(t.inter), rows.shape)
+            has[p][rows] = True
         cidx[rows] = COLLECTIVE_NAMES.index(name)
         expo[rows] = _EXPONENT_PROPERTIES.index(CONGESTION_EXPONENT.get(name, ""))
+    call = np.concatenate([np.flatnonzero(h) for h in has])
+    cols = {
+        f: np.concatenate([ph[f][h] for ph, h in zip(phase_rows, has, strict=True)])
+        for f in (*fields, "inter")
+    }
+    combine = None
+    if len(phase_rows) > 1:
+        combine = np.zeros((call.size, N))
+        combine[np.arange(call.size), call] = 1.0
+        combine = to_jax(combine)
+    inter = cols.pop("inter")
     return CollectiveBatch(
         terms=Terms(**{f: to_jax(v) for f, v in cols.items()}, inter=to_jax(inter)),
-        collective=to_jax(cidx),
-        exponent=to_jax(expo),
-        ranks_per_node=to_jax(g),
+        collective=to_jax(cidx[call]),
+        exponent=to_jax(expo[call]),
+        ranks_per_node=to_jax(g[call]),
+        combine=combine,
+        call=to_jax(call),
     )

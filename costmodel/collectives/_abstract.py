@@ -45,12 +45,30 @@ class AbstractCollective(eqx.Module):
     def terms(self, S: Float[Array, "*b"], n: Float[Array, "*b"], g: Float[Array, "*b"]) -> Terms:
         """The cost terms for ``S`` bytes over ``n`` ranks, ``g`` of them per node."""
 
+    def phases(self, S, n, g) -> tuple[Terms, ...]:
+        """The terms of each phase run one after another (one phase: :meth:`terms`).
+
+        A collective of several phases on different levels (the hierarchical
+        all-reduce) overrides it; :func:`costmodel.collective_batch` makes one
+        row of each phase and :func:`costmodel.collective_batch_time` adds them
+        up as :meth:`time` does.
+        """
+        return (self.terms(S, n, g),)
+
     def time(self, params: ClusterParams, S, n, g) -> Float[Array, "*b"]:
-        """Seconds for already-validated float arrays ``S, n, g`` (g ≤ n)."""
-        xp = xp_of(S, n, g)
-        t = self.terms(S, n, g)
+        """Seconds for already-validated float arrays ``S, n, g`` (g ≤ n).
+
+        The phases (:meth:`phases`) that have steps, each at its own level,
+        added up; the per-call overhead once (:func:`finish`).
+        """
+        xp = xp_of(params, S, n, g)
+        phases = self.phases(S, n, g)
         g = xp.minimum(g, n)
-        return finish(params, evaluate(params, self.name, t, g), t.steps, g)
+        if len(phases) == 1:
+            t = phases[0]
+            return finish(params, evaluate(params, self.name, t, g), t.steps, g)
+        e = sum(xp.where(ph.steps > 0, evaluate(params, self.name, ph, g), 0.0) for ph in phases)
+        return finish(params, e, sum(ph.steps for ph in phases), g)
 
     def __call__(
         self,

@@ -288,12 +288,21 @@ class CollectiveBatch(eqx.Module):
         exponent: (N,) int, which fitted exponent applies to ``congestion``:
             0 none, 1 ``all_to_all_exponent``, 2 ``fanin_exponent``.
         ranks_per_node: (N,) float, min(g, n): the ranks sharing a node's cores.
+        combine: ``None`` when every call is one row (the rows are the calls);
+            else (M, N) 0/1, row → call: a call of several phases (the
+            hierarchical all-reduce: :meth:`~costmodel.AbstractCollective.phases`)
+            has a row per phase, ``terms``, ``collective``, ``exponent`` and
+            ``ranks_per_node`` are then per row (M,), the calls' first
+            phases rows 0 … N−1, the further phases after them.
+        call: (M,) int, the call of each row (``arange(N)`` without ``combine``).
     """
 
     terms: Terms
-    collective: Int[Array, " N"]
-    exponent: Int[Array, " N"]
-    ranks_per_node: Float[Array, " N"]
+    collective: Int[Array, " M"]
+    exponent: Int[Array, " M"]
+    ranks_per_node: Float[Array, " M"]
+    combine: Float[Array, "M N"] | None = None
+    call: Int[Array, " M"] | None = None
 
     def congestion(self, params: ClusterParams) -> Float[Array, " N"]:
         """η of every call under ``params``: base ** exponent, or the fixed factor."""
@@ -318,8 +327,18 @@ def collective_batch_time(params: ClusterParams, batch: CollectiveBatch) -> Floa
         batch: from :func:`costmodel.collective_batch`.
 
     Returns:
-        (N,) seconds; 0 for calls of one rank.
+        (N,) seconds; 0 for calls of one rank. A call of several phases is the
+        sum of its phases that have steps, finished once, as
+        :meth:`costmodel.AbstractCollective.time` of that collective.
     """
     t = batch.terms._replace(congestion=batch.congestion(params))
     g = batch.ranks_per_node
-    return finish(params, evaluate(params, batch.collective, t, g), t.steps, g)
+    e = evaluate(params, batch.collective, t, g)
+    if batch.combine is None:
+        return finish(params, e, t.steps, g)
+    xp = xp_of(params, e)
+    C = batch.combine
+    N = C.shape[-1]
+    e = xp.where(t.steps > 0, e, 0.0)
+    # the rows 0 … N−1 are the calls' first phases: their g is the call's
+    return finish(params, e @ C, t.steps @ C, g[..., :N])

@@ -14,10 +14,9 @@ References:
 
 from __future__ import annotations
 
-from .._params import ClusterParams
 from .._xp import xp_of
 from ._abstract import AbstractCollective
-from ._base import Terms, evaluate, finish
+from ._base import Terms
 
 __all__ = ["HierarchicalAllReduce"]
 
@@ -50,12 +49,3 @@ class HierarchicalAllReduce(AbstractCollective):
             rs.congestion,
             ar.inter,
         )
-
-    def time(self, params: ClusterParams, S, n, g):
-        xp = xp_of(params, S, n, g)
-        rs, ar, ag = self.phases(S, n, g)
-        g = xp.minimum(g, n)
-        t = sum(
-            xp.where(ph.steps > 0, evaluate(params, self.name, ph, g), 0.0) for ph in (rs, ar, ag)
-        )
-        return finish(params, t, rs.steps + ar.steps, g)

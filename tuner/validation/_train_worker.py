@@ -15,7 +15,10 @@ as JAX collectives inside one ``jax.shard_map`` program over a one-axis mesh
   on every worker (Sergeev & Del Balso 2018; Li et al., VLDB 2020).
 * ``hierarchical`` — the ring's buckets, each all-reduced in three phases over
   a two-axis mesh ``("node", "local")`` of the hosts' ranks
-  (:meth:`launch.Ranks.node_mesh`): ``lax.psum_scatter`` within the node, a
+  (:meth:`launch.Ranks.node_mesh`): a reduce-scatter within the node
+  (``lax.all_to_all`` of the g shards and a sum: XLA:CPU's gloo
+  ``psum_scatter`` returns wrong values when several groups run at once,
+  jax-ml/jax#40830), a
   ``lax.psum`` of the node's 1/g shard across nodes (g such all-reduces side
   by side, one per local rank, sharing the node's NIC), ``lax.all_gather``
   within the node (Goyal et al., arXiv 1706.02677, §4; Horovod's
@@ -472,8 +475,10 @@ def _hierarchical(parts: _Parts, cfg: dict):
         token = None
         for b in parts.buckets:
             flat = _after(_flat(grads, b, g), token)
-            shard = lax.psum_scatter(flat, "local", scatter_dimension=0, tiled=True)
-            shard = lax.psum(shard, "node")
+            # reduce-scatter as all_to_all + sum: XLA:CPU's gloo psum_scatter returns
+            # wrong values when several groups run at once (jax-ml/jax#40830)
+            got = lax.all_to_all(flat.reshape(g, -1), "local", 0, 0, tiled=True)
+            shard = lax.psum(jnp.sum(got, axis=0), "node")
             flat = lax.all_gather(shard, "local", axis=0, tiled=True)
             token = flat
             _unflat(flat * inv_n, grads, b, out)
