@@ -649,3 +649,43 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     assert (out / "figures" / "validation.png").stat().st_size > 0
     assert md.count("Real training (") == 2 and "figures/validation.png" in md
     _assert_removed(p.pid)
+
+
+@needs_net
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_validate_emulate_trains_hierarchical_across_two_nodes_of_two(tmp_path):
+    """Issue 25, item 4: real training with the ring and the hierarchical all-reduce on
+    2 emulated nodes × 2 ranks (the hierarchical over a (node, local) mesh of the nodes'
+    host names). Both steps cross the shaped NIC: the ring's 2(n−1)/n·G = 1.5 G through
+    each node's NIC, the hierarchical's two rings of G/2 between the 2 nodes, G in all,
+    so each takes at least that wire time, and the hierarchical is the faster; every
+    record says 2 ranks per node; no namespace is left."""
+    from calibration import Profile
+
+    prof = tmp_path / "p.json"
+    Profile.from_preset("ethernet-10g", "cpu").save(prof)
+    steps = tmp_path / "steps.jsonl"
+    rate = 50e6
+    p, out, err = _cli(
+        ["validate", "--emulate", "2x2@50mbit", "--profile", str(prof), "--workers", "4",
+         "--arch", "ring,hierarchical", "--bucket-bytes", "16M", "--steps", "3",
+         "--warmup-steps", "1", "--repeats", "1", "--measurements", str(steps), "--json",
+         "--no-progress"],
+        280,
+    )  # fmt: skip
+    _skip_if_stolen(p, err)
+    assert p.returncode == 0, err
+    recs = [json.loads(ln) for ln in steps.read_text().splitlines()]
+    recs = {r["architecture"]: r for r in recs if r["workers"] == 4}
+    assert set(recs) == {"ring", "hierarchical"}
+    grad = 4 * (784 * 512 + 512 + 2 * (512 * 512 + 512) + 512 * 10 + 10)  # the default MLP
+    for arch, wire in (("ring", 1.5 * grad), ("hierarchical", grad)):
+        r = recs[arch]
+        assert r["ranks_per_node"] == 2 and r["emulated"]["nodes"] == 2
+        assert r["time_s"]["min"] >= wire / (rate / 8), arch
+    assert recs["hierarchical"]["time_s"]["p10"] < recs["ring"]["time_s"]["p10"]
+    doc = json.loads(out)
+    assert {row["architecture"] for row in doc["rows"]} == {"ring", "hierarchical"}
+    _assert_removed(p.pid)
