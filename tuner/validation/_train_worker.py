@@ -437,8 +437,9 @@ class _Parts:
     node_ranks: int = 1
 
 
-def _ring(parts: _Parts, cfg: dict):
-    """Ring all-reduce: one ``lax.psum`` per bucket, then the full update on every worker."""
+def _bucketed_all_reduce(parts: _Parts, all_reduce: Callable, pad_to: int = 1):
+    """One ``all_reduce(flat)`` per bucket (padded to a multiple of ``pad_to``), in
+    order, then the full update on every worker: the ring's and the hierarchical's step."""
     opt, inv_n = parts.opt, parts.inv_n
 
     def init_state(leaves):
@@ -450,7 +451,7 @@ def _ring(parts: _Parts, cfg: dict):
         out = list(g)
         token = None
         for b in parts.buckets:
-            flat = lax.psum(_after(_flat(g, b, 1), token), "r")
+            flat = all_reduce(_after(_flat(g, b, pad_to), token))
             token = flat
             _unflat(flat * inv_n, g, b, out)
         updates, state = opt.update(out, state, params)
@@ -460,33 +461,24 @@ def _ring(parts: _Parts, cfg: dict):
     return step, init_state
 
 
+def _ring(parts: _Parts, cfg: dict):
+    """Ring all-reduce: one ``lax.psum`` per bucket, then the full update on every worker."""
+    return _bucketed_all_reduce(parts, lambda flat: lax.psum(flat, "r"))
+
+
 def _hierarchical(parts: _Parts, cfg: dict):
     """Hierarchical all-reduce per bucket (reduce_scatter in the node, all-reduce across
     nodes, all_gather in the node), then the full update on every worker."""
-    opt, inv_n, g = parts.opt, parts.inv_n, parts.node_ranks
+    g = parts.node_ranks
 
-    def init_state(leaves):
-        return opt.init(list(leaves))
+    def all_reduce(flat):
+        # reduce-scatter as all_to_all + sum: XLA:CPU's gloo psum_scatter returns
+        # wrong values when several groups run at once (jax-ml/jax#40830)
+        got = lax.all_to_all(flat.reshape(g, -1), "local", 0, 0, tiled=True)
+        shard = lax.psum(jnp.sum(got, axis=0), "node")
+        return lax.all_gather(shard, "local", axis=0, tiled=True)
 
-    def step(params, state, x, y):
-        params, state, x, y = _unstack(params), _unstack(state), x[0], y[0]
-        grads = parts.grads_of(params, x, y)
-        out = list(grads)
-        token = None
-        for b in parts.buckets:
-            flat = _after(_flat(grads, b, g), token)
-            # reduce-scatter as all_to_all + sum: XLA:CPU's gloo psum_scatter returns
-            # wrong values when several groups run at once (jax-ml/jax#40830)
-            got = lax.all_to_all(flat.reshape(g, -1), "local", 0, 0, tiled=True)
-            shard = lax.psum(jnp.sum(got, axis=0), "node")
-            flat = lax.all_gather(shard, "local", axis=0, tiled=True)
-            token = flat
-            _unflat(flat * inv_n, grads, b, out)
-        updates, state = opt.update(out, state, params)
-        params = optax_apply(params, updates)
-        return _stack(params), _stack(state)
-
-    return step, init_state
+    return _bucketed_all_reduce(parts, all_reduce, pad_to=g)
 
 
 def _p2p(parts: _Parts, cfg: dict):
