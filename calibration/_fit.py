@@ -345,6 +345,8 @@ def _collective_point(rec: dict, t: float, used: str) -> dict:
         "kind": "collective",
         "collective": c,
         "algorithm": algo,
+        # the ranks sharing the cores: a node's, or an emulated cluster's machine's
+        "share_ranks": int(rec.get("ranks_per_machine", min(g, n))),
         "size": float(rec["message_bytes"]),
         "num_ranks": n,
         "ranks_per_node": g,
@@ -425,6 +427,12 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
             [points[i]["num_ranks"] for i in coll],
             [points[i]["ranks_per_node"] for i in coll],
             [points[i].get("algorithm") for i in coll],
+            [
+                points[i].get(
+                    "share_ranks", min(points[i]["ranks_per_node"], points[i]["num_ranks"])
+                )
+                for i in coll
+            ],
         ),
         flops=f([points[i]["size"] for i in comp]),
         comp_g=f([points[i]["ranks_per_node"] for i in comp]),
@@ -747,14 +755,19 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     gamma = float(base.gamma_s_per_byte)
     sel = [i for i, p in enumerate(points) if train_w[i] > 0]
     coll = [i for i in sel if points[i]["kind"] == "collective"]
-    # The prior's core-sharing slowdown of each g (costmodel's, once per distinct g).
-    gs = sorted({float(p["ranks_per_node"]) for p in points})
+
+    # The prior's core-sharing slowdown of each count of ranks sharing the cores (a
+    # collective's share_ranks, a compute point's ranks_per_node), once per count.
+    def sharing(p):
+        return p.get("share_ranks", p["ranks_per_node"])
+
+    gs = sorted({float(sharing(p)) for p in points})
     shares = np.asarray(base.core_share(np.asarray(gs, np.float64)), np.float64).tolist()
     share = dict(zip(gs, shares, strict=True))
 
     o = o_prior
     if coll:
-        tmin = min(points[i]["time_s"] / share[points[i]["ranks_per_node"]] for i in coll)
+        tmin = min(points[i]["time_s"] / share[sharing(points[i])] for i in coll)
         o = min(o_prior, 0.3 * tmin)
     # Per series: segmented lines of t / share(g) against S.
     series: dict = {}
@@ -764,7 +777,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
             continue
         series.setdefault((p["collective"], p["num_ranks"], p["ranks_per_node"]), {}).setdefault(
             p["size"], []
-        ).append(p["time_s"] / share[p["ranks_per_node"]])
+        ).append(p["time_s"] / share[sharing(p)])
     tops = max(1, n_starts)
     per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
     overlap_vote = np.zeros(2)  # per level: Σ over series of (additive − overlapped) cost

@@ -26,7 +26,10 @@ Common fields (every record):
     ``in_place`` (bool, optional); ``algorithm`` (all_reduce only, optional:
     ``ring`` (default), ``tree``, ``hierarchical``); ``nodes_at_once`` (int,
     optional: a collective within each node, timed on this many nodes at
-    once); ``num_hosts`` (int, optional: the distinct
+    once); ``ranks_per_machine`` (int ≥ ranks_per_node, optional: the job's
+    ranks on one machine, sharing its cores, where that is more than a node's:
+    the nodes of an emulated cluster share this machine; absent, a node's ranks
+    have its cores to themselves); ``num_hosts`` (int, optional: the distinct
     host names among the job's ranks, as ``ddltune collect`` counts them, in
     [⌈num_ranks / ranks_per_node⌉, num_ranks − ranks_per_node + 1]; a host name
     itself is never written).
@@ -234,6 +237,13 @@ def _check_collective(rec: dict) -> None:
         raise ValueError("missing field 'dtype'")
     if "wrong" in rec and not _is_pos_int(rec["wrong"], 0):
         raise ValueError(f"'wrong' must be an integer ≥ 0, got {rec['wrong']!r}")
+    if "ranks_per_machine" in rec:
+        m, g = rec["ranks_per_machine"], rec["ranks_per_node"]
+        if not (_is_pos_int(m, 1, MAX_RANKS) and m >= g):
+            raise ValueError(
+                f"'ranks_per_machine' (the job's ranks sharing one machine's cores) must be an "
+                f"integer in [ranks_per_node = {g}, 2^24], got {_short(m)}"
+            )
     algo = rec.get("algorithm")
     if algo is not None and (name != "all_reduce" or algo not in ALL_REDUCE_ALGORITHMS):
         raise ValueError(

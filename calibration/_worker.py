@@ -774,6 +774,9 @@ class _Session:
             rec["in_place"] = False
             # kept from run()'s count: no jax call; a collective within each node spans one
             rec["num_hosts"] = 1 if point.get("nodes_at_once") else self.ranks.hosts()[1]
+            machine = self.ranks.ranks_per_machine()
+            if machine > rec["ranks_per_node"]:  # nodes sharing this machine's cores
+                rec["ranks_per_machine"] = machine
         else:
             rec.pop("count", None)
             rec["num_processes"] = self.ranks.num_processes

@@ -84,6 +84,7 @@ class Ranks:
         self.backend = self.device.platform
         self._width = 1 + 2 * self.n  # stop flag, n times, n wrong counts
         self._hosts: list[int] | None = None
+        self._machines: list[int] | None = None
 
         def psum(a):
             return jax.lax.psum(a, "r")
@@ -218,20 +219,46 @@ class Ranks:
     def host_hashes(self) -> list[int]:
         """Rank → a hash of its host name (crc32 of ``socket.gethostname()``, never the name).
 
-        One psum of a row per rank; one process is one host without a jax call.
-        Collective (every rank calls it); computed once and kept.
+        One psum of a row per rank (with :meth:`machine_hashes`'); one process
+        is one host without a jax call. Collective (every rank calls it);
+        computed once and kept.
         """
+        return list(self._identities()[0])
+
+    def machine_hashes(self) -> list[int]:
+        """Rank → a hash of the kernel it runs on (crc32 of ``/proc/sys/kernel/random/boot_id``).
+
+        Ranks with one boot id share one machine's cores, whatever their host
+        names: the nodes of an emulated cluster (network and UTS namespaces on
+        one machine) do; on a real cluster each node is its own machine.
+        Collective, computed once with :meth:`host_hashes`.
+        """
+        return list(self._identities()[1])
+
+    def ranks_per_machine(self) -> int:
+        """Ranks on the busiest machine (kernel boot id): the processes sharing its cores."""
+        m = self.machine_hashes()
+        return max(m.count(x) for x in set(m))
+
+    def _identities(self) -> tuple[list[int], list[int]]:
         if self._hosts is None:
             h = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
+            try:
+                with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+                    m = zlib.crc32(f.read().strip()) & 0x7FFFFFFF
+            except OSError:  # no procfs: the host name stands for the machine
+                m = h
             if self.num_processes == 1:
-                self._hosts = [h] * self.n
+                self._hosts, self._machines = [h] * self.n, [m] * self.n
             else:
+                n = self.n
 
                 def row(i):
-                    r = np.zeros((1, self.n), np.int32)
-                    r[0, i] = h
+                    r = np.zeros((1, 2 * n), np.int32)
+                    r[0, i], r[0, n + i] = h, m
                     return r
 
                 out = self._psum(self.put_rows(row))
-                self._hosts = [int(x) for x in np.asarray(out.addressable_shards[0].data)[0]]
-        return list(self._hosts)
+                table = [int(x) for x in np.asarray(out.addressable_shards[0].data)[0]]
+                self._hosts, self._machines = table[:n], table[n:]
+        return self._hosts, self._machines

@@ -339,6 +339,7 @@ def test_virtual_devices_every_record_valid(virtual_run):
         assert r["wrong"] == 0, r["collective"]
         assert r["num_ranks"] == 4 and r["ranks_per_node"] == 4
         assert r["num_hosts"] == 1  # one process: one host
+        assert "ranks_per_machine" not in r  # the node's ranks are the machine's
         assert r["dtype"] == "float32" and r["compile_s"] > 0
     bad = dict(coll[0])
     for value in (0, 2, 2.0, True, "1", None):  # 4 ranks, 4 on the busiest host: 1 host
@@ -352,6 +353,11 @@ def test_virtual_devices_every_record_valid(virtual_run):
             validate_record(dict(spread, num_hosts=value))
     for value in (4, 7):
         validate_record(dict(spread, num_hosts=value))
+    # the ranks sharing one machine's cores: at least a node's
+    validate_record(dict(spread, num_hosts=4, ranks_per_machine=8))
+    for value in (1, 0, 2.5, "8"):
+        with pytest.raises(ValueError, match=r"'ranks_per_machine' .* \[ranks_per_node = 2"):
+            validate_record(dict(spread, num_hosts=4, ranks_per_machine=value))
     # an all-reduce's algorithm, part of its resume key (the ring's key as before the field)
     ar = next(r for r in coll if r["collective"] == "all_reduce")
     hier = dict(ar, algorithm="hierarchical")

@@ -312,6 +312,35 @@ def test_loose_node_cap_only_smooths():
     assert got == pytest.approx(closed_form("all_reduce", None, S, n, g), rel=1e-3)
 
 
+def test_nodes_sharing_one_machines_cores_slow_by_the_machines_ranks_not_the_nodes():
+    """An emulated cluster's 4 nodes × 2 ranks run on one machine of 2 cores: a call's
+    latency steps, reductions, node-internal copies and overhead slow by the 8 ranks
+    sharing the machine (share_ranks, a record's ranks_per_machine), its terms stay
+    those of 2 ranks per node, and the wire between nodes does not slow; share_ranks
+    equal to the node's ranks is the node's own call."""
+    from costmodel import collective_batch, collective_batch_time
+
+    slow = exact_params(node_compute_slots=2.0)
+    s = _soft_max2(1.0, 2.0)
+    factor = _soft_max2(1.0, 8.0 / s) / _soft_max2(1.0, 2.0 / s)
+    no_wire = exact_params(node_compute_slots=2.0, beta_s_per_byte=(BETA[0], 1e-30))
+    for name, alg in ALL_CASES:
+        args = ([name] * 3, [1e6, 1e6, 1e6], [8, 8, 2], [2, 2, 2], [alg] * 3)
+        own = np.asarray(collective_batch_time(slow, collective_batch(*args)))
+        shared = np.asarray(collective_batch_time(slow, collective_batch(*args, [8, 2, 8])))
+        want = np.asarray(ct(slow, name, np.array([1e6, 1e6]), [8, 2], 2, alg))
+        np.testing.assert_allclose(own[[0, 2]], want, rtol=1e-12, err_msg=name)
+        assert shared[1] == pytest.approx(own[1], rel=1e-12), name  # share = the node's
+        assert shared[2] == pytest.approx(own[2] * factor, rel=1e-9), name  # one node
+        free = [np.asarray(collective_batch_time(no_wire, collective_batch(*args, sh)))[0]
+                for sh in ([2, 2, 2], [8, 2, 2])]  # fmt: skip
+        assert free[1] == pytest.approx(free[0] * factor, rel=1e-9), name  # the cores' work
+        wire = [shared[0] - free[1], own[0] - free[0]]
+        assert wire[0] > 0 and wire[0] == pytest.approx(wire[1], rel=1e-9), name
+    with pytest.raises(ValueError, match="share_ranks: each must be ≥"):
+        collective_batch(["all_reduce"], [1e6], [8], [2], None, [1])
+
+
 def test_core_sharing_slows_the_cores_work_not_the_wire():
     # 8 ranks on a node with 2 cores: what the cores drive (latency steps, reductions,
     # copies inside the node) runs about 8/2 = 4x slower (p-norm smoothing of

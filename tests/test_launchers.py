@@ -531,6 +531,8 @@ def test_emulated_launcher_collects_eight_ranks_two_per_node(emulated_launcher, 
     within = [r for r in recs if r["num_ranks"] == 2]
     assert {r["num_hosts"] for r in whole} == {EMULATED_NODES}  # four host names
     assert {(r["num_hosts"], r["nodes_at_once"]) for r in within} == {(1, EMULATED_NODES)}
+    # all 8 ranks share this machine's cores (one kernel boot id under four host names)
+    assert {r["ranks_per_machine"] for r in recs} == {8}
 
 
 def _names_the_failure(name: str, output: str, node) -> bool:

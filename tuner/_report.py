@@ -51,7 +51,8 @@ from costmodel import (
     DEFAULT_BUCKET_BYTES,
     PARAMETER_UNITS,
     bucket_schedule,
-    collective_time,
+    collective_batch,
+    collective_batch_time,
     format_bytes,
     format_seconds,
     get_architecture,
@@ -329,21 +330,26 @@ def collective_series(
     stat = statistic or fit_statistic(recs)
     held = {tuple(int(v) if i else v for i, v in enumerate(h)) for h in (heldout or ())}
     groups: dict[tuple, dict[int, float]] = {}
+    shares: dict[tuple, int] = {}
     for r in recs:
         algo = collective_algorithm(r) or ""
-        key = (r["collective"], algo, int(r["num_ranks"]), int(r["ranks_per_node"]))
+        n, g = int(r["num_ranks"]), int(r["ranks_per_node"])
+        key = (r["collective"], algo, n, g)
         t = _stat(r, stat)
         sizes = groups.setdefault(key, {})
         b = int(r["message_bytes"])
         sizes[b] = min(t, sizes.get(b, math.inf))
+        # the ranks sharing the cores, as the fit had them (an emulated cluster's machine)
+        shares[key] = max(shares.get(key, 0), int(r.get("ranks_per_machine", min(g, n))))
     out = []
     for (name, algo, n, g), pts in sorted(groups.items()):
         x = np.array(sorted(pts), dtype=np.float64)
         meas = np.array([pts[int(b)] for b in x])
-        pred = np.asarray(
-            collective_time(params, name, x, float(n), float(g), algorithm=algo or None),
-            dtype=np.float64,
-        )
+        batch = collective_batch(
+            [name] * x.size, x, float(n), float(g), [algo or None] * x.size,
+            np.full(x.size, float(shares[(name, algo, n, g)])),
+        )  # fmt: skip
+        pred = np.asarray(collective_batch_time(params, batch), dtype=np.float64)
         tag = (algo,) if algo else ()
         mask = np.array([(name, n, g, int(b), *tag) in held for b in x], dtype=bool)
         out.append(CollectiveSeries(name, n, g, x, meas, pred, mask, algo or None))

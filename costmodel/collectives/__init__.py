@@ -127,6 +127,7 @@ def collective_batch(
     num_ranks: ArrayLike,
     ranks_per_node: ArrayLike = 1,
     algorithms=None,
+    share_ranks: ArrayLike | None = None,
 ) -> CollectiveBatch:
     """The cost terms of N calls of mixed collectives (and all_reduce algorithms), for
     :func:`collective_batch_time`.
@@ -146,6 +147,13 @@ def collective_batch(
             or N entries, each ``None`` or an algorithm :func:`get_collective`
             knows for that collective (all_reduce: ``ring``, ``tree``,
             ``hierarchical``).
+        share_ranks: ``None`` or (N,) ranks sharing the cores of each call's
+            node, ≥ min(g, n) (default min(g, n): a node's ranks have its cores
+            to themselves). More where nodes share one machine's cores (an
+            emulated cluster: a record's ``ranks_per_machine``): what
+            :meth:`~costmodel.ClusterParams.core_share` slows the latency
+            steps, reductions, intra-node bytes and call overhead by; the
+            terms (topology) still come from ``ranks_per_node``.
 
     Returns:
         :class:`CollectiveBatch` of jax's default float dtype.
@@ -183,6 +191,11 @@ def collective_batch(
     S = np.broadcast_to(np.asarray(message_bytes, dtype=np.float64), (N,))
     n = np.broadcast_to(np.asarray(num_ranks, dtype=np.float64), (N,))
     g = np.minimum(np.broadcast_to(np.asarray(ranks_per_node, dtype=np.float64), (N,)), n)
+    share = g
+    if share_ranks is not None:
+        share = np.broadcast_to(np.asarray(share_ranks, dtype=np.float64), (N,))
+        if not np.all(share >= g):
+            raise ValueError("share_ranks: each must be ≥ min(ranks_per_node, num_ranks)")
     fields = ("steps", "link_bytes", "node_bytes", "reduce_bytes", "congestion")
     # rows of phase 0 are the calls (0 … N−1); further phases are appended after them
     phase_rows: list[dict] = [{f: np.zeros(N) for f in fields} | {"inter": np.zeros(N, dtype=bool)}]
@@ -228,7 +241,7 @@ def collective_batch(
         terms=Terms(**{f: to_jax(v) for f, v in cols.items()}, inter=to_jax(inter)),
         collective=to_jax(cidx[call]),
         exponent=to_jax(expo[call]),
-        ranks_per_node=to_jax(g[call]),
+        ranks_per_node=to_jax(share[call]),
         combine=combine,
         call=to_jax(call),
     )
