@@ -123,7 +123,8 @@ class CollectResult:
                 continue
             if r["kind"] == "collective" and ranks:
                 n = r["num_ranks"]
-                if not any(n == nr for nr, _ in ranks):
+                within = r.get("nodes_at_once") and any(n == g for _, g in ranks)
+                if not within and not any(n == nr for nr, _ in ranks):
                     continue
             out.append({k: v for k, v in r.items() if not k.startswith("_")})
         return out
@@ -141,7 +142,7 @@ def summary_rows(records: Iterable[dict]) -> list[dict]:
     ``message_bytes``, ``count`` (elements), ``dtype``, ``statistic`` (the
     fitted one: ``p10`` on CPU, ``median`` on GPU), ``time_s``, ``algbw``
     (S/t, bytes/s), ``busbw`` (algbw × :func:`costmodel.BUSBW_FACTOR`, bytes/s),
-    ``wrong``. Compute rows: ``op``, ``shape``, ``num_ranks``, ``dtype``,
+    ``wrong``, and where the record has them ``algorithm`` and ``nodes_at_once``. Compute rows: ``op``, ``shape``, ``num_ranks``, ``dtype``,
     ``statistic``, ``time_s``, ``flops_per_s``.
 
     Source: nccl-tests ``doc/PERFORMANCE.md`` (algbw, busbw).
@@ -168,6 +169,8 @@ def summary_rows(records: Iterable[dict]) -> list[dict]:
                     "busbw": algbw * float(BUSBW_FACTOR(r["collective"], n)),
                     "wrong": int(r.get("wrong", 0)),
                 }
+                | ({"algorithm": r["algorithm"]} if r.get("algorithm") else {})
+                | ({"nodes_at_once": r["nodes_at_once"]} if r.get("nodes_at_once") else {})
             )
         elif r["kind"] == "compute":
             rows.append(

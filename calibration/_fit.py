@@ -352,7 +352,9 @@ def _collective_point(rec: dict, t: float, used: str) -> dict:
         "ranks_per_node": g,
         "time_s": t,
         "statistic": used,
-        "series": series | ({"algorithm": algo} if algo else {}),
+        "series": series
+        | ({"algorithm": algo} if algo else {})
+        | ({"nodes_at_once": int(rec["nodes_at_once"])} if rec.get("nodes_at_once") else {}),
         "file": rec.get("_file"),
         "line": rec.get("_line"),
     }

@@ -244,11 +244,25 @@ def _check_collective(rec: dict) -> None:
                 f"'ranks_per_machine' (the job's ranks sharing one machine's cores) must be an "
                 f"integer in [ranks_per_node = {g}, 2^24], got {_short(m)}"
             )
+    if "nodes_at_once" in rec:
+        k = rec["nodes_at_once"]
+        if not _is_pos_int(k, 2, MAX_RANKS) or rec["num_ranks"] != rec["ranks_per_node"]:
+            raise ValueError(
+                "'nodes_at_once' (a collective timed within each node, on this many nodes at "
+                f"once) must be an integer ≥ 2 on a record of one node (num_ranks = "
+                f"ranks_per_node), got {_short(k)} with {rec['num_ranks']} ranks, "
+                f"{rec['ranks_per_node']} per node"
+            )
     algo = rec.get("algorithm")
-    if algo is not None and (name != "all_reduce" or algo not in ALL_REDUCE_ALGORITHMS):
+    if algo is not None and name != "all_reduce":
         raise ValueError(
-            f"'algorithm' {_short(algo)} is not an algorithm of {name}; all_reduce has "
-            f"{', '.join(ALL_REDUCE_ALGORITHMS)} (the others have one, left out)"
+            f"'algorithm' is given only for all_reduce ({', '.join(ALL_REDUCE_ALGORITHMS)}); "
+            f"{name} has one algorithm: leave the field out (got {_short(algo)})"
+        )
+    if algo is not None and algo not in ALL_REDUCE_ALGORITHMS:
+        raise ValueError(
+            f"'algorithm' {_short(algo)} is not an all_reduce algorithm; valid: "
+            f"{', '.join(ALL_REDUCE_ALGORITHMS)}"
         )
 
 

@@ -76,12 +76,19 @@ def summarize_measurements(path: str | os.PathLike) -> dict:
 
 
 def _collective_series(recs: list[dict]) -> list[dict]:
-    """The summary's ``collectives``: one entry per (collective, num_ranks, ranks_per_node)."""
+    """The summary's ``collectives``: one entry per (collective, num_ranks, ranks_per_node),
+    the all-reduce's algorithm named beside its collective (``all_reduce (hierarchical)``),
+    a series timed within every node at once apart (``nodes_at_once``)."""
     series: dict[tuple, dict] = {}
     for r in recs:
         if r["kind"] != "collective":
             continue
-        key = (r["collective"], r["num_ranks"], r["ranks_per_node"])
+        key = (
+            r["collective"] + (f" ({r['algorithm']})" if r.get("algorithm") else ""),
+            r["num_ranks"],
+            r["ranks_per_node"],
+            int(r.get("nodes_at_once") or 0),
+        )
         s = series.setdefault(
             key, {"points": 0, "sizes": set(), "min_s": math.inf, "max_s": 0.0, "wrong": 0}
         )
@@ -104,6 +111,7 @@ def _collective_series(recs: list[dict]) -> list[dict]:
             "max_time_s": v["max_s"],
             "wrong": v["wrong"],
         }
+        | ({"nodes_at_once": k[3]} if k[3] else {})
         for k, v in sorted(series.items())
     ]
 

@@ -216,7 +216,9 @@ def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:
         s: a mapping with ``collective`` (or ``op`` for compute series, and
             ``layer`` for a model layer's: ``linear``, ``conv2d``), optionally
             ``algorithm`` (an all-reduce other than the ring: ``all_reduce
-            (hierarchical) n=8 g=2``),
+            (hierarchical) n=8 g=2``) and ``nodes_at_once`` (a collective
+            timed within each node, every node at once: ``all_reduce n=2 g=2
+            (4 nodes at once)``),
             ``num_ranks`` and ``ranks_per_node``.
         always_ranks_per_node: also show ``g`` when it is 1 or n (one rank per
             node, or all on one node).
@@ -231,5 +233,8 @@ def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:
     if s.get("layer"):
         what = f"{what} {s['layer']}"
     n, g = s.get("num_ranks"), s.get("ranks_per_node")
-    show = always_ranks_per_node or g not in (None, 1, n)
-    return f"{what} n={n}" + (f" g={g}" if show else "")
+    show = always_ranks_per_node or g not in (None, 1, n) or s.get("nodes_at_once")
+    label = f"{what} n={n}" + (f" g={g}" if show else "")
+    if s.get("nodes_at_once"):  # timed within each node, every node at once
+        label += f" ({s['nodes_at_once']} nodes at once)"
+    return label

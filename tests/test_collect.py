@@ -117,6 +117,26 @@ def test_plan_of_several_nodes_measures_each_node_at_once():
         assert all("nodes_at_once" not in p and "algorithm" not in p for p in other)
 
 
+def test_collect_tables_name_the_series_within_nodes_and_the_hierarchical_all_reduce():
+    from calibration import summary_rows
+    from tuner.cli._collect import format_tables
+
+    base = {"kind": "collective", "collective": "all_reduce", "message_bytes": 4096,
+            "dtype": "float32", "backend": "cpu", "time_s": {"p10": 1e-3}}  # fmt: skip
+    recs = [
+        base | {"num_ranks": 4, "ranks_per_node": 2},
+        base | {"num_ranks": 2, "ranks_per_node": 2, "nodes_at_once": 2},
+        base | {"num_ranks": 4, "ranks_per_node": 2, "algorithm": "hierarchical"},
+    ]
+    heads = [ln for ln in format_tables(summary_rows(recs)).splitlines() if ln.startswith("# ")]
+    heads = [h for h in heads if "ranks" in h]
+    assert heads == [
+        "# 4 ranks (2 per node), float32; time = p10 of the repetitions",
+        "# 2 ranks within each of 2 nodes at once, float32; time = p10 of the repetitions",
+        "# 4 ranks (2 per node), hierarchical all_reduce, float32; time = p10 of the repetitions",
+    ]
+
+
 def test_plan_single_rank_measures_no_collective():
     plan = plan_points(CONFIG, 1, 1, num_processes=1)
     assert plan and all(p["kind"] == "compute" for p in plan)
@@ -364,12 +384,13 @@ def test_virtual_devices_every_record_valid(virtual_run):
     validate_record(hier)
     assert record_key(hier) == (*record_key(ar), "hierarchical")
     assert record_key(dict(ar, algorithm="ring")) == record_key(ar)
+    validate_record(dict(ar, nodes_at_once=4))  # 4 ranks of one node, 4 such nodes at once
     for rec, msg in (
-        (
-            dict(ar, algorithm="butterfly"),
-            "'algorithm' 'butterfly' is not an algorithm of all_reduce",
-        ),
-        (dict(coll[-1], algorithm="ring"), "is not an algorithm of"),
+        (dict(ar, algorithm="butterfly"), "'algorithm' 'butterfly' is not an all_reduce algo"),
+        (dict(coll[-1], algorithm="ring"), "has one algorithm: leave the field out"),
+        (dict(ar, nodes_at_once=1), "'nodes_at_once' .* must be an integer ≥ 2"),
+        (dict(ar, nodes_at_once="4"), "'nodes_at_once'"),
+        (dict(spread, num_hosts=4, nodes_at_once=4), "on a record of one node"),
     ):
         with pytest.raises(ValueError, match=msg):
             validate_record(rec)

@@ -563,6 +563,12 @@ def test_hierarchical_plan_needs_whole_nodes_before_anything_starts(
     assert "multiples of 2" in out.err
     # the ring alone runs on any worker count
     assert check_validation_plan([3], architectures=["ring"], emulated_ranks=8, ranks_per_node=2)
+    # more workers than ranks, no parameter server asked for: said so, not as a ps problem
+    with pytest.raises(ValueError, match=r"--workers 6: 6 workers need 6 processes, more than the "
+                       r"emulated cluster 2x2@100mbit has \(4 ranks\)") as e:  # fmt: skip
+        check_validation_plan([6], architectures=["ring", "hierarchical"], emulated_ranks=4,
+                              emulate_text="2x2@100mbit", ranks_per_node=2)  # fmt: skip
+    assert "ps" not in str(e.value) and "--colocated" not in str(e.value)
 
 
 def test_validate_emulate_plan_is_refused_before_anything_starts(

@@ -143,6 +143,36 @@ def test_collective_series_matches_model_and_keeps_lower_in_place(setup):
     assert collective_series(p, [{"kind": "compute"}]) == []
 
 
+def test_collective_series_keep_the_hierarchical_all_reduce_apart(setup):
+    """Ring and hierarchical all-reduce records of the same (n, g, size) are two series,
+    each predicted with its own algorithm, the held-out marks by algorithm (the held-out
+    key carries the algorithm's name; before, reading it as a count crashed the report),
+    and the machine's ranks of an emulated job go to the prediction as the fit had them."""
+    from costmodel import collective_batch, collective_batch_time
+
+    p, _ = setup
+    recs = []
+    for algo in ("ring", "hierarchical"):
+        for s in (1024, 4096, 1 << 20):
+            t = float(collective_time(p, "all_reduce", float(s), 8.0, 2.0, algorithm=algo))
+            rec = {"kind": "collective", "collective": "all_reduce", "num_ranks": 8,
+                   "ranks_per_node": 2, "message_bytes": s, "backend": "gpu",
+                   "time_s": {"median": t}, "ranks_per_machine": 8}  # fmt: skip
+            recs.append(rec | ({"algorithm": algo} if algo != "ring" else {}))
+    held = [("all_reduce", 8, 2, 4096, "hierarchical"), ("all_reduce", 8, 2, 1024)]
+    series = collective_series(p, recs, heldout=held)
+    assert [(s.collective, s.algorithm) for s in series] == [
+        ("all_reduce", None), ("all_reduce", "hierarchical")
+    ]  # fmt: skip
+    for s in series:
+        b = collective_batch(["all_reduce"] * 3, s.message_bytes, 8, 2, [s.algorithm] * 3,
+                             [8.0] * 3)  # fmt: skip
+        np.testing.assert_allclose(s.predicted_s, np.asarray(collective_batch_time(p, b)))
+    assert list(series[0].message_bytes[series[0].heldout]) == [1024]
+    assert list(series[1].message_bytes[series[1].heldout]) == [4096]
+    assert series[1].label == "n=8 (2/node) hierarchical"
+
+
 def _curves(p, w, max_workers=32):
     n = np.array([1, 2, 4, 8, 16, 32])[: int(np.log2(max_workers)) + 1]
     out = []

@@ -328,7 +328,8 @@ def collective_series(
     if not recs:
         return []
     stat = statistic or fit_statistic(recs)
-    held = {tuple(int(v) if i else v for i, v in enumerate(h)) for h in (heldout or ())}
+    # (collective, n, g, bytes[, algorithm]): the counts as ints, the names as they are
+    held = {tuple(int(v) if 1 <= i <= 3 else v for i, v in enumerate(h)) for h in (heldout or ())}
     groups: dict[tuple, dict[int, float]] = {}
     shares: dict[tuple, int] = {}
     for r in recs:

@@ -234,11 +234,16 @@ def format_tables(rows: list[dict]) -> str:
     coll = [r for r in rows if "collective" in r]
     groups: dict[tuple, list[dict]] = {}
     for r in coll:
-        groups.setdefault(
-            (r["num_ranks"], r["ranks_per_node"], r["dtype"], r["statistic"]), []
-        ).append(r)
-    for (n, g, dtype, stat), rs in groups.items():
-        out.append(f"# {n} ranks ({g} per node), {dtype}; time = {stat} of the repetitions")
+        key = (r["num_ranks"], r["ranks_per_node"], r["dtype"], r["statistic"],
+               r.get("nodes_at_once"), r.get("algorithm"))  # fmt: skip
+        groups.setdefault(key, []).append(r)
+    for (n, g, dtype, stat, at_once, algo), rs in groups.items():
+        what = f"# {n} ranks ({g} per node)"
+        if at_once:
+            what = f"# {n} ranks within each of {at_once} nodes at once"
+        if algo:
+            what += f", {algo} all_reduce"
+        out.append(f"{what}, {dtype}; time = {stat} of the repetitions")
         out.append(
             f"# {'collective':>14} {'size':>10} {'count':>10} {'time(us)':>10} "
             f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"

@@ -158,7 +158,9 @@ def _print_measurements(s: dict) -> None:
             (
                 c["collective"],
                 c["num_ranks"],
-                c["ranks_per_node"],
+                c["ranks_per_node"]
+                if not c.get("nodes_at_once")
+                else f"{c['ranks_per_node']} ({c['nodes_at_once']} nodes at once)",
                 c["points"],
                 f"{format_bytes(c['min_bytes'])} – {format_bytes(c['max_bytes'])}",
                 f"{format_seconds(c['min_time_s'])} – {format_seconds(c['max_time_s'])}",

@@ -29,7 +29,10 @@ if TYPE_CHECKING:
     from ..validation import ValidationResult
 
 NAME = "validate"
-HELP = "train a real model with PS, P2P and ring all-reduce and compare with the predictions"
+HELP = (
+    "train a real model with PS, P2P, ring or hierarchical all-reduce and compare with the "
+    "predictions"
+)
 DESCRIPTION = """\
 Run real synchronous data-parallel training on local jax.distributed CPU
 processes — an equinox MLP or small CNN, SGD with momentum, gradients
@@ -67,8 +70,8 @@ examples:
   ddltune validate --profile profile.json --workers 2 --arch ring,ps --servers 1,2 --colocated \\
       --bucket-bytes 0,1M,16M --steps 30 --measurements steps.jsonl --json
   ddltune validate --profile profile2.json --from steps.jsonl   # re-score saved steps
-  ddltune validate --emulate 4x2@200mbit --profile p.json --workers 8 \
-      --arch ring,hierarchical --bucket-bytes 16M   # two ranks per emulated node
+  ddltune validate --emulate 4x2@200mbit --profile p.json --workers 8 \\
+      --arch ring,hierarchical --bucket-bytes 16M   # 2 ranks per emulated node
 """
 
 _STATISTICS = ("p10", "median", "min", "mean")
@@ -294,6 +297,9 @@ def format_table(result: ValidationResult) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Train (in an emulated cluster with ``--emulate``), predict, compare; see :func:`_run`."""
+    for a in args.arch or ():
+        if a not in _ARCHS:
+            raise UsageError(f"--arch: unknown architecture {a!r}; valid: {', '.join(_ARCHS)}")
     if args.from_file is not None:
         return _run(args)
     # the plan, before the namespaces (or any process, or the step file) exist
@@ -320,9 +326,27 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if "hierarchical" in (args.arch or ()):
+        _note_flat_hierarchical(args.workers or [2, 3, 4], spec)
     with emulated(args) as cluster:  # removed on the way out, whatever happens
         args.emulate_cluster = cluster
         return _run(args)
+
+
+def _note_flat_hierarchical(workers, spec) -> None:
+    """Say where a hierarchical all-reduce has only one of its two levels."""
+    per = spec.ranks_per_node if spec is not None else None
+    if per is None:
+        print("note: without --emulate every rank is on this host, so the hierarchical "
+              "all-reduce has no inter-node stage (it is the intra-node one)", file=sys.stderr)  # fmt: skip
+        return
+    if per == 1:
+        print(f"note: {spec.text} has 1 rank per node, so the hierarchical all-reduce has no "
+              "intra-node stage (it is the ring across nodes)", file=sys.stderr)  # fmt: skip
+    for n in workers:
+        if per > 1 and n <= per:
+            print(f"note: {n} workers fill one node of {spec.text}: the hierarchical "
+                  "all-reduce there has no inter-node stage", file=sys.stderr)  # fmt: skip
 
 
 def _check_workers(workers) -> None:
@@ -338,9 +362,6 @@ def _run(args: argparse.Namespace) -> int:
     if args.from_file is not None:
         from calibration import read_records
 
-        for a in args.arch or ():
-            if a not in _ARCHS:
-                raise UsageError(f"--arch: unknown architecture {a!r}; valid: {', '.join(_ARCHS)}")
         records = read_records(args.from_file)
         if args.workers is not None or args.arch is not None:
             keep_n = set(args.workers or ()) | {1}  # the single-worker step stays

@@ -949,13 +949,19 @@ def check_validation_plan(
     n, procs = max(plan, key=lambda p: p[1])
     if emulated_ranks is not None and procs > emulated_ranks:
         big = next(c for c in configs if processes_needed(c, n) == procs)
-        what = f"ps with {big.servers} dedicated server{'s' if big.servers != 1 else ''}"
         cluster = emulate_text or f"of {emulated_ranks} ranks"
+        if big.servers and procs > n:  # dedicated servers are ranks too
+            what = f"ps with {big.servers} dedicated server{'s' if big.servers != 1 else ''}"
+            raise ValueError(
+                f"--workers {n}: {what} needs {procs} processes ({n} workers + {big.servers}), "
+                f"more than the emulated cluster {cluster} has ({emulated_ranks} ranks); "
+                f"nothing was started: emulate at least {procs} ranks, pass --colocated, or "
+                f"drop {n} from --workers"
+            )
         raise ValueError(
-            f"--workers {n}: {what} needs {procs} processes ({n} workers + {big.servers}), "
-            f"more than the emulated cluster {cluster} has ({emulated_ranks} ranks); nothing "
-            f"was started: emulate at least {procs} ranks, pass --colocated, or drop {n} from "
-            "--workers"
+            f"--workers {n}: {n} workers need {n} processes, more than the emulated cluster "
+            f"{cluster} has ({emulated_ranks} ranks); nothing was started: emulate at least "
+            f"{n} ranks or drop {n} from --workers"
         )
     if emulated_ranks is None:
         check_local_bounds([procs], 0, force=force)
