@@ -154,6 +154,27 @@ def test_show_profile(tmp_path, capsys):
     assert "1.125" in row and "GB/s" in row
 
 
+def test_parameter_rows_show_a_slow_link_in_mb_per_s_with_its_interval():
+    """An emulated 200 Mbit/s NIC read 0.0224 GB/s; it reads 22.4 MB/s, the interval too."""
+    from tuner import format_parameter_rows
+
+    row = format_parameter_rows(
+        [
+            {
+                "name": "beta_s_per_byte[inter]",
+                "value": 1 / 22.4e6,
+                "unit": "s/byte",
+                "low": 1 / 23.5e6,
+                "high": 1 / 21.4e6,
+                "identified": True,
+            }
+        ]  # fmt: skip
+    )[0]
+    assert row[1:4] == ["22.4", "MB/s", "21.4 – 23.5"]
+    slow = format_parameter_rows([{"name": "b", "value": 1 / 5e3, "unit": "s/byte"}])[0]
+    assert slow[1:3] == ["5", "kB/s"]
+
+
 def test_show_malformed_profile(tmp_path, capsys):
     bad = tmp_path / "profile.json"
     bad.write_text('{"schema": 99, "kind": "profile", "params": {}}\n')

@@ -391,8 +391,8 @@ def _human_rows(table: Sequence[Mapping]) -> list[list[str]]:
         if unit == "s/byte":  # show bandwidth: the interval's ends swap
             lo, hi = hi, lo
         v, u = _fmt_value(value, unit)
-        lo_s, _ = _fmt_value(lo, unit)
-        hi_s, _ = _fmt_value(hi, unit)
+        lo_s, _ = _fmt_value(lo, unit, like=value)  # the interval in the value's unit
+        hi_s, _ = _fmt_value(hi, unit, like=value)
         ident = p.get("identified")
         rows.append(
             [
@@ -406,13 +406,24 @@ def _human_rows(table: Sequence[Mapping]) -> list[list[str]]:
     return rows
 
 
-def _fmt_value(value: float, unit: str) -> tuple[str, str]:
+#: Bandwidth units of a parameter table, largest first: a link below 1 GB/s (an
+#: emulated 200 Mbit/s NIC) reads 22.4 MB/s, not 0.0224 GB/s.
+_BANDWIDTH_UNITS = ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"))
+
+
+def _fmt_value(value: float, unit: str, like: float | None = None) -> tuple[str, str]:
+    """``value`` in a human unit; ``like``: format in the unit ``like`` would get."""
     if not math.isfinite(value):
         return "—", unit
     if unit == "s":
         return f"{value * 1e6:.4g}", "µs"
     if unit == "s/byte":
-        return (f"{1.0 / value / 1e9:.4g}", "GB/s") if value > 0 else ("∞", "GB/s")
+        ref = value if like is None or not like > 0 else like
+        scale, name = next(
+            ((k, n) for k, n in _BANDWIDTH_UNITS if ref > 0 and 1.0 / ref >= k),
+            _BANDWIDTH_UNITS[-1],
+        )
+        return (f"{1.0 / value / scale:.4g}", name) if value > 0 else ("∞", name)
     if unit == "FLOP/s":
         return f"{value / 1e9:.4g}", "GFLOP/s"
     if unit == "bytes":
@@ -836,8 +847,9 @@ def profile_summary(profile) -> dict:
 def format_parameter_rows(table: Sequence[Mapping]) -> list[list[str]]:
     """Parameter-table rows in human units: name, value, unit, 90% interval, identified.
 
-    Times in µs, inverse bandwidths as bandwidths in GB/s (10⁹ bytes/s, the
-    interval's ends swapped accordingly), FLOP/s in GFLOP/s, memory in GiB.
+    Times in µs, inverse bandwidths as bandwidths in GB/s (10⁹ bytes/s; MB/s or
+    kB/s below 1 GB/s, the interval in the value's unit; the interval's ends
+    swapped accordingly), FLOP/s in GFLOP/s, memory in GiB.
 
     Example:
         >>> format_parameter_rows([{"name": "beta_s_per_byte[inter]", "value": 1e-10,
