@@ -43,7 +43,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from costmodel import parse_bytes
-from launch import Ranks, initialize_worker
+from launch import Ranks, hierarchical_psum, initialize_worker
 
 
 def _programs(mesh: Mesh):
@@ -52,15 +52,9 @@ def _programs(mesh: Mesh):
     def ring(a):
         return lax.psum(a, ("node", "local"))
 
-    def hierarchical(a):
-        g = lax.axis_size("local")
-        part = lax.all_to_all(a.reshape(g, -1), "local", 0, 0, tiled=True)
-        part = lax.psum(part.sum(axis=0, keepdims=True), "node")
-        return lax.all_gather(part, "local", axis=1, tiled=True)
-
     return {
         name: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec))
-        for name, f in (("ring", ring), ("hierarchical", hierarchical))
+        for name, f in (("ring", ring), ("hierarchical", hierarchical_psum))
     }
 
 

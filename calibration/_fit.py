@@ -1590,10 +1590,7 @@ def _free_mask(layout, data, thetas, train_m) -> np.ndarray:
     terms = data.coll.terms
     # each row of the batch is a phase of one collective point (the hierarchical
     # all-reduce has three): a row is trained when its point is
-    call = data.coll.call
-    nrows = np.shape(terms.link_bytes)[0]
-    call = np.arange(nrows) if call is None else np.asarray(call)
-    rows = np.asarray(train_m, dtype=bool)[call]
+    rows = np.asarray(train_m, dtype=bool)[np.asarray(data.coll.call)]
     link = np.asarray(terms.link_bytes)[rows]
     node = np.asarray(terms.node_bytes)[rows]
     inter = np.asarray(terms.inter, dtype=bool)[rows]

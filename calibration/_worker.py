@@ -74,7 +74,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from costmodel import format_bytes
-from launch import Ranks, heartbeat, waiting, worker_main
+from launch import Ranks, heartbeat, hierarchical_psum, waiting, worker_main
 
 from ._names import COLLECT_PATTERNS
 from ._records import provenance, record_key, time_statistics
@@ -393,21 +393,11 @@ def _all_reduce(n: int, count: int, v: _Values, wrong: bool):
 
 
 def _hierarchical_all_reduce(n: int, count: int, v: _Values, wrong: bool):
-    """The three-phase all-reduce on a ``("node", "local")`` mesh: reduce-scatter within
-    the node, psum across nodes (``pmax`` when wrong), all_gather within the node.
-
-    The reduce-scatter is an ``all_to_all`` of the g shards and a local sum (the same
-    bytes and steps): XLA:CPU's gloo ``psum_scatter`` returns wrong values at the end
-    of local rank 0's shard when several groups run at once (jax-ml/jax#40830; here,
-    8 processes as 4 × 2, 16 MiB: 2–3 of 20 calls wrong, 18,079 elements each).
-    """
+    """All-reduce in three phases on a ``("node", "local")`` mesh
+    (:func:`launch.hierarchical_psum`; ``pmax`` across nodes when wrong)."""
 
     def f(a):
-        g = lax.axis_size("local")
-        a = lax.all_to_all(a.reshape(g, -1), "local", 0, 0, tiled=True)
-        a = jnp.sum(a, axis=0, keepdims=True)
-        a = lax.pmax(a, "node") if wrong else lax.psum(a, "node")
-        return lax.all_gather(a, "local", axis=1, tiled=True)
+        return hierarchical_psum(a, lax.pmax if wrong else lax.psum)
 
     total = sum(v.red(q) for q in range(n))
     return v.red, f, lambda i: total

@@ -11,6 +11,7 @@ starts ranks into (``emulate=``). The collector (:mod:`calibration`) and the tra
 """
 
 from ._devices import Ranks as Ranks
+from ._devices import hierarchical_psum as hierarchical_psum
 from ._emulate import STOLEN_FRACTION as STOLEN_FRACTION
 from ._emulate import STOLEN_RETRIES as STOLEN_RETRIES
 from ._emulate import EmulatedCluster as EmulatedCluster

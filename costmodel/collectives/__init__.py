@@ -197,9 +197,14 @@ def collective_batch(
         if not np.all(share >= g):
             raise ValueError("share_ranks: each must be ≥ min(ranks_per_node, num_ranks)")
     fields = ("steps", "link_bytes", "node_bytes", "reduce_bytes", "congestion")
+
+    def new_phase() -> dict:
+        cols = {f: np.zeros(N) for f in fields} | {"inter": np.zeros(N, dtype=bool)}
+        cols["congestion"][:] = 1.0
+        return cols
+
     # rows of phase 0 are the calls (0 … N−1); further phases are appended after them
-    phase_rows: list[dict] = [{f: np.zeros(N) for f in fields} | {"inter": np.zeros(N, dtype=bool)}]
-    phase_rows[0]["congestion"][:] = 1.0
+    phase_rows = [new_phase()]
     has = [np.ones(N, dtype=bool)]
     cidx = np.zeros(N, dtype=np.int32)
     expo = np.zeros(N, dtype=np.int32)
@@ -213,10 +218,7 @@ def collective_batch(
             phases = model.phases(*args)
         for p, t in enumerate(phases):
             if p == len(phase_rows):
-                phase_rows.append(
-                    {f: np.zeros(N) for f in fields} | {"inter": np.zeros(N, dtype=bool)}
-                )
-                phase_rows[p]["congestion"][:] = 1.0
+                phase_rows.append(new_phase())
                 has.append(np.zeros(N, dtype=bool))
             for f in fields:
                 phase_rows[p][f][rows] = np.broadcast_to(

@@ -69,7 +69,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from calibration import provenance
-from launch import Ranks, heartbeat, worker_main
+from launch import Ranks, heartbeat, hierarchical_psum, worker_main
 
 __all__ = [
     "ARCHITECTURES",
@@ -469,16 +469,7 @@ def _ring(parts: _Parts, cfg: dict):
 def _hierarchical(parts: _Parts, cfg: dict):
     """Hierarchical all-reduce per bucket (reduce_scatter in the node, all-reduce across
     nodes, all_gather in the node), then the full update on every worker."""
-    g = parts.node_ranks
-
-    def all_reduce(flat):
-        # reduce-scatter as all_to_all + sum: XLA:CPU's gloo psum_scatter returns
-        # wrong values when several groups run at once (jax-ml/jax#40830)
-        got = lax.all_to_all(flat.reshape(g, -1), "local", 0, 0, tiled=True)
-        shard = lax.psum(jnp.sum(got, axis=0), "node")
-        return lax.all_gather(shard, "local", axis=0, tiled=True)
-
-    return _bucketed_all_reduce(parts, all_reduce, pad_to=g)
+    return _bucketed_all_reduce(parts, hierarchical_psum, pad_to=parts.node_ranks)
 
 
 def _p2p(parts: _Parts, cfg: dict):
