@@ -133,7 +133,9 @@ def evaluate_file(path: Path, recs: list[dict], n_regimes) -> tuple[dict, dict]:
         prof: Profile = calibrate(train, holdout=0.0, n_regimes=n_regimes)
     fit_s = time.perf_counter() - t0
     pred = np.asarray(collective_time(prof.params, c, S_te, n, g), dtype=float)
-    lo, hi = prof.interval(lambda p, c=c, s=S_te, n=n, g=g: collective_time(p, c, s, n, g))
+    lo, hi = prof.interval(
+        lambda p, c=c, s=S_te, n=n, g=g: collective_time(p, c, s, n, g), of="microbenchmarks"
+    )
     inside = float(np.mean((T_te >= np.asarray(lo)) & (T_te <= np.asarray(hi))))
     line = fit_line(S_tr, T_tr)(S_te)
     env2 = fit_envelope2(S_tr, T_tr)(S_te)

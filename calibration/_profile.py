@@ -61,6 +61,22 @@ def _z(level: float) -> float:
     return NormalDist().inv_cdf(0.5 + 0.5 * level)
 
 
+def _spread(r: np.ndarray, level: float, scale: float) -> float:
+    """q × scale / z(level), q the split-conformal ``level`` quantile of |r|; 0 without residuals.
+
+    q is the ⌈(m + 1)·level⌉-th smallest of the m values |r| (the largest when
+    that rank exceeds m): a new error exchangeable with these lies within it
+    with probability ≥ ``level`` (Vovk et al. 2005; Lei et al., JASA 2018, §2.2),
+    where the plain empirical quantile falls short for a few residuals (a dozen
+    cross-validated steps); for hundreds it is the same.
+    """
+    m = r.size
+    if m == 0:
+        return 0.0
+    k = min(m, math.ceil((m + 1) * level - 1e-9))
+    return float(np.sort(np.abs(r))[k - 1]) * scale / _z(level)
+
+
 def lognormal_interval(y, var, s_res: float, z: float):
     """``(low, high)`` = y·exp(∓z·sd), sd = sqrt(var / y² + s_res²): the log-normal interval.
 
@@ -304,35 +320,62 @@ class Profile:
             )
         return out
 
-    def residual_sd(self, level: float = 0.9) -> float:
+    def residual_sd(self, level: float = 0.9, of: str = "steps") -> float:
         """Log-space spread of prediction errors the parameters do not explain.
 
-        The ``level`` quantile of the held-out |log(t̂/t)| divided by the normal
-        quantile z, so that with no parameter uncertainty a ``level`` interval
-        covers a ``level`` share of the held-out points; from the training
-        residuals (inflated for the fitted parameters) when nothing was held
-        out; 0 for a preset.
+        The split-conformal ``level`` quantile of |log(t̂/t)| (:func:`_spread`)
+        divided by the normal quantile z, so that with no parameter uncertainty
+        a ``level`` interval covers at least a ``level`` share of errors like
+        those. Whose errors:
+
+        * ``of="steps"`` (a training step's time): where training steps at two
+          or more worker counts of ≥ 2 workers were fitted
+          (:func:`calibration.fit_steps`) with at least one degree of freedom
+          left, the residuals of that fit, inflated by sqrt(n / (n − p_eff))
+          for the p_eff terms fitted on them. A step's error is what the step
+          model leaves; the microbenchmarks' own misses (small messages,
+          compute kernels on loaded cores) reach a step only through the
+          parameters, whose covariance the interval carries. Steps at one
+          worker count cannot show how the model's miss changes with the count
+          (measured on the emulated 4x2 cluster: a fit on 4 workers' steps
+          left 1–2% and missed 8 workers' by 7–11%); there, and without steps,
+          as ``"microbenchmarks"``.
+        * ``of="microbenchmarks"`` (a collective's or kernel's time): the
+          held-out residuals of the calibration; the training residuals,
+          inflated by sqrt(n / (n − p_eff)) for the p_eff parameters fitted on
+          them, when nothing was held out; 0 for a preset.
+
+        Raises:
+            ValueError: ``level`` not in (0, 1), or ``of`` another word.
         """
         level = _check_level(level)
-        r = np.asarray(self.validation.get("heldout_log_residuals") or [], dtype=np.float64)
+        if of not in ("steps", "microbenchmarks"):
+            raise ValueError(f"of must be 'steps' or 'microbenchmarks', got {of!r}")
+        v = self.validation
+        if of == "steps":
+            r = np.asarray(v.get("step_log_residuals") or [], dtype=np.float64)
+            r = r[np.isfinite(r)]
+            p = float(v.get("step_effective_parameters") or 0.0)
+            counts = [c for c in v.get("step_worker_counts") or [] if c >= 2]
+            if len(counts) >= 2 and r.size - p >= 1.0:
+                return _spread(r, level, math.sqrt(r.size / (r.size - p)))
+        r = np.asarray(v.get("heldout_log_residuals") or [], dtype=np.float64)
         scale = 1.0
         if r.size == 0:
-            r = np.asarray(self.validation.get("train_log_residuals") or [], dtype=np.float64)
+            r = np.asarray(v.get("train_log_residuals") or [], dtype=np.float64)
             p = float(self.fit.get("effective_parameters") or 0.0)
             if r.size:
                 scale = math.sqrt(r.size / max(r.size - p, 1.0))
-        r = r[np.isfinite(r)]
-        if r.size == 0:
-            return 0.0
-        return float(np.quantile(np.abs(r), level)) * scale / _z(level)
+        return _spread(r[np.isfinite(r)], level, scale)
 
-    def interval(self, fn, level: float = 0.9, *, batched: bool = False):
+    def interval(self, fn, level: float = 0.9, *, batched: bool = False, of: str = "steps"):
         """A ``level`` prediction interval of ``fn(params)``.
 
         Combines the parameter covariance (delta method: the Jacobian of
         log fn with respect to θ, along the columns of a square root of the
-        covariance) with the held-out residual spread (:meth:`residual_sd`),
-        in log space, and assumes a log-normal error:
+        covariance) with the residual spread of what ``fn`` predicts
+        (:meth:`residual_sd` ``of`` it), in log space, and assumes a
+        log-normal error:
 
             log t ± z · sqrt(J Σ Jᵀ + s_res²),   z = Φ⁻¹(½ + level/2)
 
@@ -350,21 +393,24 @@ class Profile:
                 central differences (f(θ + h·v) − f(θ − h·v)) / 2h, h = 10⁻⁴ /
                 max|v|, all 2k + 1 parameter sets in ONE call of ``fn`` (the
                 cost model in numpy: no compilation).
+            of: ``"steps"`` (default) when ``fn`` gives training steps'
+                times, ``"microbenchmarks"`` for a collective's or kernel's.
 
         Returns:
             ``(low, high)`` of ``fn``'s output shape: jax arrays of its dtype,
             or float64 numpy arrays with ``batched``.
 
         Raises:
-            ValueError: if ``level`` is not in (0, 1).
+            ValueError: if ``level`` is not in (0, 1) or ``of`` another word.
 
         References:
             Seber & Wild, *Nonlinear Regression*, 1989, §5.1 (delta method).
         """
         level = _check_level(level)
         z = _z(level)
+        s_res = self.residual_sd(level, of)
         if batched:
-            return self._interval_batched(fn, z, level)
+            return self._interval_batched(fn, z, s_res)
         theta = self.theta
         layout = self._layout
         links = self.params.host_links
@@ -380,7 +426,7 @@ class Profile:
             var = jnp.sum(jl.astype(y.dtype) ** 2, axis=0)
         else:
             var = jnp.zeros_like(y)
-        low, high = lognormal_interval(y, var, self.residual_sd(level), z)
+        low, high = lognormal_interval(y, var, s_res, z)
         return low.astype(y.dtype), high.astype(y.dtype)
 
     def _covariance_root(self) -> np.ndarray:
@@ -389,7 +435,7 @@ class Profile:
         keep = w > w.max() * 1e-12 if w.size and w.max() > 0 else np.zeros_like(w, bool)
         return V[:, keep] * np.sqrt(w[keep])  # Σ = root rootᵀ
 
-    def _interval_batched(self, fn, z: float, level: float):
+    def _interval_batched(self, fn, z: float, s_res: float):
         """:meth:`interval` with central differences over one batched numpy call of ``fn``."""
         theta = self.params.flat()
         root = self._covariance_root()
@@ -405,7 +451,7 @@ class Profile:
         jl = (out[1 : 1 + k] - out[1 + k :]) / (2.0 * h.reshape(shape))
         jl = np.where(scale.reshape(shape) > 0, jl, 0.0)
         var = np.sum(jl**2, axis=0)
-        return lognormal_interval(y, var, self.residual_sd(level), z)
+        return lognormal_interval(y, var, s_res, z)
 
     # ---- (de)serialisation ------------------------------------------------------
     def to_dict(self) -> dict:

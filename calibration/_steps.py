@@ -416,7 +416,11 @@ def fit_steps(runs: list[dict], workload, base: Profile, *, overlap: bool = True
         its covariance with the terms' block replaced by their posterior (cross
         terms zero), ``fit["steps"]`` (rows with measured and fitted time, the
         terms with prior and posterior), ``measured_ranges`` widened to the
-        runs' ``num_ranks`` and ``ranks_per_node``, the runs' log residuals in
+        runs' ``num_ranks`` and ``ranks_per_node``; the runs' log residuals,
+        the effective number of terms fitted and the worker counts in
+        ``validation["step_log_residuals"]``, ``["step_effective_parameters"]``
+        and ``["step_worker_counts"]`` (the spread of the profile's step
+        predictions, :meth:`Profile.residual_sd`), the residuals also in
         ``validation["train_log_residuals"]`` when ``base`` has none.
 
     Raises:
@@ -536,6 +540,10 @@ def _profile(base, params, cov, runs, fitted, r, mu, sd, phi, cov_p, scale, p_ef
         "files": sorted({run["file"] for run in runs}),
     }
     validation = dict(base.validation)
+    # the spread of step predictions (Profile.residual_sd(of="steps")): what the fit leaves
+    validation["step_log_residuals"] = [float(e) for e in r]
+    validation["step_effective_parameters"] = float(p_eff)
+    validation["step_worker_counts"] = sorted({int(run["workers"]) for run in runs})
     if not validation.get("train_log_residuals") and not validation.get("heldout_log_residuals"):
         validation["train_log_residuals"] = [float(e) for e in r]
         fit.setdefault("effective_parameters", p_eff)

@@ -479,3 +479,63 @@ def test_cli_host_links_reach_the_profile_and_predict(tmp_path, capsys):
         assert main(["predict", *net, "--host-links", bad, *what]) == 2
         err = capsys.readouterr().err
         assert "--host-links" in err and "Traceback" not in err
+
+
+def _with_microbenchmark_spread(base: Profile, spread: float) -> Profile:
+    """``base`` as if its calibration's held-out points missed by |log error| up to ``spread``."""
+    doc = json.loads(base.to_json())
+    doc["validation"] = {"heldout_log_residuals": list(np.linspace(-spread, spread, 41))}
+    return Profile.from_dict(doc)
+
+
+def test_step_intervals_take_the_step_fits_spread_and_cover_fresh_steps():
+    """A calibration whose microbenchmarks missed by up to 30% (a ±30% band), then steps at
+    four worker counts with 3% noise: the step predictions' 90% band is set by what the
+    step fit leaves (half-width under 10%, not 30%) and holds about 90% of 250 fresh steps
+    drawn alike; a collective's band keeps the microbenchmarks' spread."""
+    base = _with_microbenchmark_spread(Profile.from_preset("ethernet-10g", "v100"), 0.3)
+    truth = _truth(base)
+    prof = fit_steps(_runs(truth, DESIGN, noise=0.03, seed=1), W, base)
+    assert len(prof.validation["step_log_residuals"]) == len(DESIGN)
+    assert prof.validation["step_worker_counts"] == [1, 2, 4, 8, 16]
+    assert prof.residual_sd(0.9, of="microbenchmarks") == base.residual_sd(0.9)
+    assert prof.residual_sd(0.9) < 0.3 * base.residual_sd(0.9)
+    fresh = [r for seed in range(2, 52) for r in _runs(truth, DESIGN[3:7] + DESIGN[8:], 0.03, seed)]
+    lo, hi = prof.interval(lambda p: step_time(p, W, fresh), batched=True)
+    t = np.array([r["step_time_s"] for r in fresh])
+    assert len(t) == 250
+    assert 0.8 <= np.mean((t >= lo) & (t <= hi)) <= 0.99
+    assert float(np.median(hi / lo)) < 1.2  # half-width under 10% of the step
+    with pytest.raises(ValueError, match="of must be"):
+        prof.residual_sd(0.9, of="collectives")
+
+
+def test_residual_spread_is_the_split_conformal_quantile_over_z():
+    """m residuals: the ⌈(m+1)·level⌉-th smallest |r| over z(level) (the largest when that
+    rank passes m), for the calibration's held-out points and the steps' alike."""
+    z = 1.6448536269514722
+    base = _with_microbenchmark_spread(Profile.from_preset("ethernet-10g", "v100"), 0.3)
+    # 41 values, |r| = 0.3·|k|/20 (k = −20…20): the 38th smallest is 0.3·19/20
+    assert base.residual_sd(0.9) == pytest.approx(0.3 * 19 / 20 / z, rel=1e-12)
+    doc = json.loads(base.to_json())
+    v = doc["validation"]
+    v["step_worker_counts"], v["step_effective_parameters"] = [1, 2, 4], 2.0
+    v["step_log_residuals"] = [0.01, -0.02, 0.05, -0.04]  # ⌈4.5⌉ = 5 > 4; × sqrt(4/2)
+    assert Profile.from_dict(doc).residual_sd(0.9) == pytest.approx(0.05 * 2**0.5 / z, rel=1e-12)
+    v["step_log_residuals"] = [0.01 * k for k in range(1, 20)]  # ⌈18⌉-th; × sqrt(19/17)
+    got = Profile.from_dict(doc).residual_sd(0.9)
+    assert got == pytest.approx(0.18 * (19 / 17) ** 0.5 / z, rel=1e-12)
+    # one worker count of ≥ 2 (or no residual degree of freedom): the calibration's spread
+    for counts, p_eff in (([1, 8], 2.0), ([1, 2, 4], 19.0)):
+        v["step_worker_counts"], v["step_effective_parameters"] = counts, p_eff
+        assert Profile.from_dict(doc).residual_sd(0.9) == base.residual_sd(0.9)
+
+
+def test_steps_at_one_worker_count_leave_the_microbenchmarks_spread():
+    """Steps at one worker count (and the baseline) cannot show how the model's miss changes
+    with the count: the step predictions keep the calibration's spread exactly."""
+    base = _with_microbenchmark_spread(Profile.from_preset("ethernet-10g", "v100"), 0.3)
+    design = [(1, 64), (8, 64), (8, 32), (8, 16), (8, 64), (8, 32)]
+    prof = fit_steps(_runs(_truth(base), design, noise=0.03), W, base)
+    assert prof.validation["step_worker_counts"] == [1, 8]
+    assert prof.residual_sd(0.9) == base.residual_sd(0.9)

@@ -58,10 +58,10 @@ def _split(cluster: ClusterParams | Profile) -> tuple[ClusterParams, Profile | N
     )
 
 
-def _interval(profile: Profile | None, fn, level: float):
+def _interval(profile: Profile | None, fn, level: float, of: str = "steps"):
     if profile is None:
         return None
-    low, high = profile.interval(fn, level=level)
+    low, high = profile.interval(fn, level=level, of=of)
     return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
 
 
@@ -455,7 +455,7 @@ def predict_collective(
         return collective_time(p, collective, S, n, g, algorithm=algorithm)
 
     t = np.asarray(predict(params), dtype=np.float64)
-    interval = _interval(profile, predict, level)
+    interval = _interval(profile, predict, level, of="microbenchmarks")
     factor = float(BUSBW_FACTOR(collective, n))
     rows = []
     for i, s in enumerate(message_bytes):

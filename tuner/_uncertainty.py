@@ -49,11 +49,12 @@ class BareProfile:
         self.covariance = None
         self.provenance = {"source": "bare ClusterParams"}
 
-    def interval(self, fn, level: float = 0.9, *, batched: bool = False):
+    def interval(self, fn, level: float = 0.9, *, batched: bool = False, of: str = "steps"):
         """The point prediction twice: without a covariance there is no spread.
 
         ``batched``: ``fn`` takes a batch of one numpy parameter set (as
-        :meth:`calibration.Profile.interval`) and returns (1, *out).
+        :meth:`calibration.Profile.interval`) and returns (1, *out); ``of``
+        is accepted as there and changes nothing.
         """
         if batched:
             v = np.asarray(fn(self.params.from_flat(self.params.flat()[None])), np.float64)[0]
@@ -83,10 +84,10 @@ class ScaledProfile:
         self.provenance = {"base": getattr(base, "provenance", None), "scaled": self.changes}
         self.bare = getattr(base, "bare", False)
 
-    def interval(self, fn, level: float = 0.9, *, batched: bool = False):
+    def interval(self, fn, level: float = 0.9, *, batched: bool = False, of: str = "steps"):
         """The base profile's interval of ``fn`` applied to the scaled parameters."""
         changes = self.changes
-        return self.base.interval(lambda p: fn(p.scaled(**changes)), level, batched=batched)
+        return self.base.interval(lambda p: fn(p.scaled(**changes)), level, batched=batched, of=of)
 
 
 def as_profile(profile):
