@@ -33,7 +33,7 @@ from launch import (
     detect_cluster,
     initialize_worker,
     launch_local,
-    rank_hosts,
+    rank_processes,
     set_message_handler,
     silent_ranks,
 )
@@ -715,14 +715,19 @@ class _InJobReceiver:
                 os._exit(1)
 
     def _print_hosts(self) -> None:
-        """One line naming each host's ranks (the launcher names a failed rank by number)."""
-        hosts = rank_hosts() or {}
-        if len(set(hosts.values())) < 2:
+        """One line naming each host's ranks and their process ids.
+
+        A launcher names a failed rank by number (srun, Open MPI) or by process
+        id and host (MPICH's Hydra: "PID … RUNNING AT host"); this line ties
+        either to the other.
+        """
+        procs = rank_processes() or {}
+        if len({h for h, _ in procs.values()}) < 2:
             return
-        by: dict[str, list[int]] = {}
-        for r, h in sorted(hosts.items()):
-            by.setdefault(h, []).append(r)
-        line = "; ".join(f"{h}: {', '.join(map(str, rs))}" for h, rs in by.items())
+        by: dict[str, list[str]] = {}
+        for r, (h, pid) in sorted(procs.items()):
+            by.setdefault(h, []).append(f"{r}" + (f" (pid {pid})" if pid is not None else ""))
+        line = "; ".join(f"{h}: {', '.join(rs)}" for h, rs in by.items())
         print(f"# ranks per host: {line}", file=sys.stderr, flush=True)
 
     def handler(self, msg: dict) -> None:

@@ -60,6 +60,7 @@ node's cores.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -332,6 +333,8 @@ class Faults:
     """Fault injection for tests, from ``DDLTUNE_COLLECT_FAULT`` (comma-separated).
 
     ``exit:R@K`` — rank R exits (status 17) when it reaches point K of its plan;
+    ``kill:R@K`` — rank R is killed there (``SIGKILL``, as the kernel's OOM
+    killer does: no handler runs, nothing is printed after the fault's line);
     ``hang:R@K`` — rank R sleeps forever there; ``wrong:NAME`` — collective
     NAME returns a wrong result (``all_reduce`` uses ``pmax`` instead of
     ``psum``; others add 1 on rank 1), which the correctness check must flag.
@@ -340,13 +343,14 @@ class Faults:
     def __init__(self, spec: str | None = None):
         spec = os.environ.get("DDLTUNE_COLLECT_FAULT", "") if spec is None else spec
         self.exit: set[tuple[int, int]] = set()
+        self.kill: set[tuple[int, int]] = set()
         self.hang: set[tuple[int, int]] = set()
         self.wrong: set[str] = set()
         for part in (p.strip() for p in spec.split(",")):
             if not part:
                 continue
             what, _, arg = part.partition(":")
-            if what in ("exit", "hang"):
+            if what in ("exit", "kill", "hang"):
                 r, _, k = arg.partition("@")
                 getattr(self, what).add((int(r), int(k)))
             elif what == "wrong":
@@ -356,6 +360,11 @@ class Faults:
         if (rank, k) in self.exit:
             print(f"injected fault: rank {rank} exits at point {k}", file=sys.stderr, flush=True)
             os._exit(17)
+        if (rank, k) in self.kill:
+            print(
+                f"injected fault: rank {rank} is killed at point {k}", file=sys.stderr, flush=True
+            )
+            os.kill(os.getpid(), signal.SIGKILL)
         if (rank, k) in self.hang:
             print(f"injected fault: rank {rank} hangs at point {k}", file=sys.stderr, flush=True)
             while True:

@@ -37,6 +37,7 @@ from ._launch import heartbeat as heartbeat
 from ._launch import initialize_worker as initialize_worker
 from ._launch import launch_local as launch_local
 from ._launch import rank_hosts as rank_hosts
+from ._launch import rank_processes as rank_processes
 from ._launch import send_message as send_message
 from ._launch import set_message_handler as set_message_handler
 from ._launch import silent_ranks as silent_ranks

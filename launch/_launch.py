@@ -344,7 +344,9 @@ def announce_alive(rank: int) -> None:
     """Publish that rank ``rank`` of a ``jax.distributed`` job is alive, now, and on which host.
 
     One key per rank in jax's coordination service (rank 0's process holds it):
-    ``wall-clock seconds`` and ``socket.gethostname()``. Call it about once a
+    ``wall-clock seconds``, ``socket.gethostname()`` and the process id (what
+    a launcher names a dead rank by: MPICH's Hydra prints only "PID … RUNNING
+    AT host"). Call it about once a
     second from a thread that runs while the rank measures (the collector's
     watchdog does); :func:`silent_ranks` reads them. Does nothing outside a
     multi-process job or when the service does not answer (never raises).
@@ -354,12 +356,14 @@ def announce_alive(rank: int) -> None:
         return
     with contextlib.suppress(Exception):
         client.key_value_set(
-            f"{_ALIVE_PREFIX}{int(rank)}", f"{time.time():.3f} {socket.gethostname()}", True
+            f"{_ALIVE_PREFIX}{int(rank)}",
+            f"{time.time():.3f} {socket.gethostname()} {os.getpid()}",
+            True,
         )
 
 
 def _alive_table(timeout_s: float):
-    """``[(rank, host, age_s)]`` of every beat in the coordination service, or None."""
+    """``[(rank, host, age_s, pid or None)]`` of every beat in the coordination service, or None."""
     client = _coordination_client()
     if client is None:
         return None
@@ -378,8 +382,8 @@ def _alive_table(timeout_s: float):
     for key, value in out[0]:
         try:
             rank = int(key.rsplit("/", 1)[1])
-            stamp, host = value.split(" ", 1)
-            table.append((rank, host, now - float(stamp)))
+            stamp, host, *pid = value.split(" ")
+            table.append((rank, host, now - float(stamp), int(pid[0]) if pid else None))
         except (ValueError, IndexError):
             continue
     return sorted(table)
@@ -388,7 +392,17 @@ def _alive_table(timeout_s: float):
 def rank_hosts(*, timeout_s: float = 5.0) -> dict[int, str] | None:
     """Rank → host name of every rank that called :func:`announce_alive` (None: no service)."""
     table = _alive_table(timeout_s)
-    return None if table is None else {r: host for r, host, _ in table}
+    return None if table is None else {r: host for r, host, _, _ in table}
+
+
+def rank_processes(*, timeout_s: float = 5.0) -> dict[int, tuple[str, int | None]] | None:
+    """Rank → (host name, process id) of every rank that called :func:`announce_alive`.
+
+    None when there is no coordination service (or it does not answer within
+    ``timeout_s``); the id is None for a beat without one.
+    """
+    table = _alive_table(timeout_s)
+    return None if table is None else {r: (host, pid) for r, host, _, pid in table}
 
 
 def silent_ranks(silent_for_s: float, *, timeout_s: float = 5.0):
@@ -406,7 +420,7 @@ def silent_ranks(silent_for_s: float, *, timeout_s: float = 5.0):
     table = _alive_table(timeout_s)
     if table is None:
         return None
-    return [row for row in table if row[2] >= silent_for_s]
+    return [(r, host, age) for r, host, age, _ in table if age >= silent_for_s]
 
 
 def describe_silent(silent) -> str:
