@@ -111,10 +111,13 @@ def closed_form(name, algorithm, S, n, g, alpha=ALPHA, beta=BETA, gamma=GAMMA):
         return (n - 1) * a + S * (b + gamma)
     if name == "sendrecv":
         return a + S * b
+    # the server's link: n − 1 flows within a node; across nodes its NIC carries the
+    # n − g flows of the other nodes (its node-mates' go through memory at the same time)
+    k = n - g if n > g else n - 1
     if name == "ps_push":  # the server sums the n−1 arrivals
-        return a + (n - 1) * S * b * (n - 1) ** FANIN_E + (n - 1) * S * gamma
+        return a + k * S * b * k**FANIN_E + (n - 1) * S * gamma
     if name == "ps_pull":
-        return a + (n - 1) * S * b * (n - 1) ** FANIN_E
+        return a + k * S * b * k**FANIN_E
     raise AssertionError(name)
 
 

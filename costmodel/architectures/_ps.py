@@ -41,7 +41,12 @@ __all__ = ["PSArchitecture", "PSHostArchitecture", "HybridArchitecture"]
 
 def _exchange(params, collective, s, n, k, g, *, colocated, inter=None):
     xp = xp_of(params, s, n, k, g, colocated, inter)
-    t = ps_exchange_terms(s, n, k, g, params.fanin_exponent, colocated=colocated, inter=inter)
+    # a colocated server's node-mates are workers that send through the node's memory;
+    # dedicated servers run on nodes of their own
+    local = xp.minimum(g, n) - 1.0 if colocated else 0.0
+    t = ps_exchange_terms(
+        s, n, k, g, params.fanin_exponent, colocated=colocated, inter=inter, local_senders=local
+    )
     g = xp.minimum(g, n)
     return finish(params, evaluate(params, collective, t, g), t.steps, g)
 

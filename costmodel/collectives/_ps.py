@@ -1,7 +1,10 @@
 """Parameter-server traffic: fan-in (``ps_push``) and fan-out (``ps_pull``).
 
-With n ranks, one is the server and k = n − 1 are workers; each worker sends
-(push) or receives (pull) S bytes, so the server's link carries k·S:
+With n ranks, one is the server and n − 1 are workers; each worker sends
+(push) or receives (pull) S bytes. Within one node the server's link carries
+k = n − 1 flows of S; across nodes of g ranks its NIC carries only the
+k = n − g flows of the other nodes (its g − 1 node-mates' bytes go through the
+node's memory, at the same time):
 
     T = α + k·S·β·kᵉ
 
@@ -30,7 +33,9 @@ from ._base import Terms, evaluate, finish
 __all__ = ["PSPush", "PSPull", "ps_exchange_terms"]
 
 
-def ps_exchange_terms(S, workers, servers, g, fanin_exponent, *, colocated=False, inter=None):
+def ps_exchange_terms(
+    S, workers, servers, g, fanin_exponent, *, colocated=False, inter=None, local_senders=0.0
+):
     """Terms of one push (or pull) of an S-byte model from ``workers`` to ``servers``.
 
     Args:
@@ -38,35 +43,47 @@ def ps_exchange_terms(S, workers, servers, g, fanin_exponent, *, colocated=False
         workers: n ≥ 1 senders.
         servers: k ≥ 1 servers, each owning S/k.
         g: ranks per node (for the inter/intra decision and node caps).
-        fanin_exponent: e of the congestion factor (n/k)ᵉ.
+        fanin_exponent: e of the congestion factor (flows into one link / k)ᵉ.
         colocated: servers run on k of the workers, whose own share stays local.
         inter: override of the level; default: the processes span nodes.
+        local_senders: senders on a server's own node (0 … g − 1), whose bytes
+            go through the node's memory, not its NIC: across nodes the
+            server's link carries the other senders' bytes only (and their
+            flows only count toward the congestion); default 0 (each server
+            on a node of its own).
 
     Returns:
         :class:`Terms`.
     """
-    xp = xp_of(S, workers, servers, g, fanin_exponent, inter)
+    xp = xp_of(S, workers, servers, g, fanin_exponent, inter, local_senders)
     n = xp.maximum(workers, 1.0)
     k = xp.maximum(xp.minimum(servers, n) if colocated else servers, 1.0)
     # flows into one server: none when there is no worker (a lone server rank)
     senders = xp.maximum(n - 1.0 if colocated else workers, 0.0)
-    server_link = senders * S / k
-    worker_link = S * ((k - 1.0) / k if colocated else 1.0)
-    link = xp.maximum(server_link, worker_link)
     procs = n if colocated else n + k
     if inter is None:
         inter = procs > g
+    # across nodes the server's NIC carries the flows of other nodes only
+    flows = xp.where(inter, xp.maximum(senders - local_senders, 0.0), senders)
+    server_link = flows * S / k
+    worker_link = S * ((k - 1.0) / k if colocated else 1.0)
+    link = xp.maximum(server_link, worker_link)
     node = xp.where(inter, xp.maximum(server_link, xp.minimum(g, n) * worker_link), senders * S)
-    cong = xp.maximum(senders / k, 1.0) ** fanin_exponent
+    cong = xp.maximum(flows / k, 1.0) ** fanin_exponent
     steps = xp.where(senders > 0, 1.0, 0.0)
     return Terms(steps, link, node, xp.zeros_like(S), cong, inter)
 
 
 class _PS(AbstractCollective):
     def terms(self, S, n, g, exponent=0.0):
-        # n ranks: one server, n−1 workers, all sending S.
+        # n ranks: one server (rank 0), n−1 workers, all sending S; across nodes the
+        # server's g − 1 node-mates send through the node's memory
         xp = xp_of(S, n, g, exponent)
-        return ps_exchange_terms(S, n - 1.0, xp.ones_like(n), g, exponent, inter=n > g)
+        inter = n > g
+        local = xp.where(inter, xp.minimum(g, n) - 1.0, 0.0)
+        return ps_exchange_terms(
+            S, n - 1.0, xp.ones_like(n), g, exponent, inter=inter, local_senders=local
+        )
 
     def time(self, params: ClusterParams, S, n, g):
         xp = xp_of(params, S, n, g)
