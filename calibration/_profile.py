@@ -320,6 +320,20 @@ class Profile:
             )
         return out
 
+    @property
+    def steps_set_spread(self) -> bool:
+        """Whether fitted training steps set the spread of step predictions.
+
+        True where steps at two or more worker counts of ≥ 2 workers were
+        fitted with at least one degree of freedom left (see
+        :meth:`residual_sd`); else the microbenchmarks' spread applies.
+        """
+        v = self.validation
+        r = np.asarray(v.get("step_log_residuals") or [], dtype=np.float64)
+        p = float(v.get("step_effective_parameters") or 0.0)
+        counts = [c for c in v.get("step_worker_counts") or [] if c >= 2]
+        return len(counts) >= 2 and int(np.isfinite(r).sum()) - p >= 1.0
+
     def residual_sd(self, level: float = 0.9, of: str = "steps") -> float:
         """Log-space spread of prediction errors the parameters do not explain.
 
@@ -352,13 +366,11 @@ class Profile:
         if of not in ("steps", "microbenchmarks"):
             raise ValueError(f"of must be 'steps' or 'microbenchmarks', got {of!r}")
         v = self.validation
-        if of == "steps":
-            r = np.asarray(v.get("step_log_residuals") or [], dtype=np.float64)
+        if of == "steps" and self.steps_set_spread:
+            r = np.asarray(v["step_log_residuals"], dtype=np.float64)
             r = r[np.isfinite(r)]
             p = float(v.get("step_effective_parameters") or 0.0)
-            counts = [c for c in v.get("step_worker_counts") or [] if c >= 2]
-            if len(counts) >= 2 and r.size - p >= 1.0:
-                return _spread(r, level, math.sqrt(r.size / (r.size - p)))
+            return _spread(r, level, math.sqrt(r.size / (r.size - p)))
         r = np.asarray(v.get("heldout_log_residuals") or [], dtype=np.float64)
         scale = 1.0
         if r.size == 0:

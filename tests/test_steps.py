@@ -224,6 +224,10 @@ def test_cli_calibrate_steps_then_predict(tmp_path, capsys):
                "--preset", "ib-edr-100g,nvlink-v100", "--device", "v100", "-o", str(out)])  # fmt: skip
     text = capsys.readouterr().out
     assert rc == 0 and "compute throughput" in text and f"{f}:2" in text
+    # what a step's 90% interval is made of: the runs span 2–16 workers, so their own misses
+    prof = Profile.load(out)
+    band = f"± {100 * math.expm1(1.6448536269514722 * prof.residual_sd(0.9)):.1f}%"
+    assert f"90% interval of a step: {band} from what the step fit leaves" in text
     fitted = {
         (r["workers"], r["batch_size"]): r["fitted_s"]
         for r in Profile.load(out).fit["steps"]["rows"]
@@ -238,6 +242,7 @@ def test_cli_calibrate_steps_then_predict(tmp_path, capsys):
     assert main(["show", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "training runs: 8 at 1–16 workers" in shown and "a preset profile" not in shown
+    assert f"90% interval of a step: {band} from what the step fit leaves" in shown
     # the identified terms by their parameter names (as --json and the report name them)
     ident = shown.split("step terms identified: ")[1].splitlines()[0]
     assert ident != "none" and "log_" not in ident and "logit_" not in ident, ident

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -427,6 +428,28 @@ def _print_steps(profile) -> None:
         "identify may still move, within its wide interval):"
     )
     _table(rows)
+    z90 = 1.6448536269514722
+    print(step_interval_text(math.expm1(z90 * profile.residual_sd(0.9)), profile.steps_set_spread))
+
+
+def step_interval_text(residual: float, from_runs: bool) -> str:
+    """The line saying what a step prediction's 90% interval is made of (calibrate, show).
+
+    Args:
+        residual: the residual part, ± this fraction of the step.
+        from_runs: whether the fitted training runs set it
+            (:attr:`calibration.Profile.steps_set_spread`).
+    """
+    why = (
+        "what the step fit leaves"
+        if from_runs
+        else "the microbenchmarks' held-out misses (the runs have fewer than two worker "
+        "counts to show how the model's miss changes with the count)"
+    )
+    return (
+        f"90% interval of a step: ± {100 * residual:.1f}% from {why}, plus the parameters' "
+        "uncertainty"
+    )
 
 
 def _series_label(s: dict) -> str:

@@ -226,6 +226,9 @@ def summarize_profile(path: Path) -> dict:
             "median_abs_error": float(sorted(err)[len(err) // 2]),
             "max_abs_error": float(max(err)),
             "terms": {k: {"identified": v["identified"]} for k, v in steps["terms"].items()},
+            # the residual part of a step's 90% interval, ± this fraction, and whose it is
+            "interval_residual": math.expm1(1.6448536269514722 * prof.residual_sd(0.9)),
+            "interval_from": "training runs" if prof.steps_set_spread else "microbenchmarks",
         }
     return out
 
@@ -252,7 +255,7 @@ def _print_profile(s: dict) -> None:
         print("  held-out error: none (no measurements: a preset profile)")
     if steps:
         lo, hi = steps["workers"]
-        from tuner.cli._calibrate import _STEP_TERM_SHOWN  # the terms' parameter names
+        from tuner.cli._calibrate import _STEP_TERM_SHOWN, step_interval_text
 
         ident = [
             _STEP_TERM_SHOWN[k][2] if k in _STEP_TERM_SHOWN else k
@@ -265,6 +268,8 @@ def _print_profile(s: dict) -> None:
             f"{100 * steps['median_abs_error']:.1f}%, max {100 * steps['max_abs_error']:.1f}%; "
             f"step terms identified: {', '.join(ident) if ident else 'none'}"
         )
+        from_runs = steps["interval_from"] == "training runs"
+        print("  " + step_interval_text(steps["interval_residual"], from_runs))
     if s.get("prior"):
         print(f"  prior: {s['prior']}")
     if s.get("host_links", 1) != 1:
