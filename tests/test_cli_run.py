@@ -210,7 +210,11 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1.0)
     steps = read_records(out / "validation.jsonl")
     assert steps and {r["kind"] for r in steps} == {"step"}
-    assert 'id="validation"' in (out / "index.html").read_text()
+    html = (out / "index.html").read_text()
+    assert 'id="validation"' in html
+    # each configuration with its 90% interval, and how many measured steps the bands hold
+    assert "<th>90% interval</th>" in html and "The 90% interval holds " in html
+    assert v["interval_half_width"] > 0 and 0 <= v["interval_coverage"] <= 1
 
 
 def test_wrong_results_are_named_record_by_record():

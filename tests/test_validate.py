@@ -220,6 +220,9 @@ def test_load_params_from_a_profile(tmp_path):
     inside = [r.interval_low_s <= r.measured_s <= r.interval_high_s for r in res.rows]
     assert res.interval_coverage == pytest.approx(np.mean(inside))
     assert inside[1:3] == [True] * 2
+    half = [(r.interval_high_s - r.interval_low_s) / 2 / r.predicted_s for r in res.rows]
+    assert res.interval_half_width == pytest.approx(np.median(half))
+    assert res.to_dict()["interval_half_width"] == res.interval_half_width
 
 
 # --------------------------------------------------------------------------- CLI

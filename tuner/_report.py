@@ -1368,6 +1368,12 @@ def _where_trained(em) -> str:
 
 
 def _validation_tables(v) -> list[dict]:
+    def band(r) -> str:
+        lo, hi = r.interval_low_s, r.interval_high_s
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return "—"
+        return f"{format_seconds(lo)} – {format_seconds(hi)}"
+
     rows = [
         [
             r.label,
@@ -1375,22 +1381,34 @@ def _validation_tables(v) -> list[dict]:
             "per tensor" if r.bucket_bytes == 0 else format_bytes(r.bucket_bytes),
             format_seconds(r.measured_s),
             format_seconds(r.predicted_s),
+            band(r),
             f"{100 * r.error:+.1f}%",
         ]
         for r in v.rows
     ]
     tau = "—" if not math.isfinite(v.kendall_tau) else f"{v.kendall_tau:.2f}"
+    cov = getattr(v, "interval_coverage", float("nan"))
+    coverage = (
+        f"The 90% interval holds {format_percent(cov)} of the measured steps (median "
+        f"half-width {format_percent(v.interval_half_width)} of the prediction). "
+        if math.isfinite(cov)
+        else ""
+    )
     return [
         {
             "title": f"Real training ({v.rows[0].model if v.rows else 'model'}) "
             + _where_trained(getattr(v, "emulated", None))
             + ": measured vs predicted step",
-            "head": ["architecture", "workers", "bucket", "measured", "predicted", "error"],
+            "head": [
+                "architecture", "workers", "bucket", "measured", "predicted", "90% interval",
+                "error",
+            ],  # fmt: skip
             "rows": rows,
             "note": f"MAPE {format_percent(v.mape)}; Kendall τ of the ranking {tau} (over "
             f"{v.tau_pairs[0]} of {v.tau_pairs[1]} pairs whose measured times differ by more "
             f"than their spread); regret of the predicted-best configuration {format_percent(v.regret)}. "
-            f"Compute comes from the measured single-worker step "
+            + coverage
+            + "Compute comes from the measured single-worker step "
             f"({format_seconds(v.baseline_step_s)}); statistic {v.statistic}.",
         }
     ]

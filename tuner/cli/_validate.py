@@ -274,7 +274,8 @@ def format_table(result: ValidationResult) -> str:
     if result.interval_coverage == result.interval_coverage:
         out.append(
             f"the profile's 90% prediction interval holds {result.interval_coverage * 100:.0f}% "
-            "of the measured times"
+            f"of the measured times (median half-width {result.interval_half_width * 100:.1f}% "
+            "of the prediction)"
         )
     out.append(
         f"Kendall tau {result.kendall_tau:.3f} over {used} of {total} pairs whose measured times "

@@ -146,6 +146,9 @@ class ValidationResult:
         overlap: whether the ring was predicted with overlap.
         interval_coverage: fraction of configurations whose measured time lies
             in the profile's 90% prediction interval (NaN without intervals).
+        interval_half_width: the median over configurations of the interval's
+            half-width, (high − low) / 2, over the prediction (NaN without
+            intervals): how much the band claims.
         warnings: what the profile never measured that the predictions need
             (process counts, message sizes): those predictions extrapolate.
         emulated: the emulated cluster the steps ran in (the step records'
@@ -170,6 +173,7 @@ class ValidationResult:
     statistic: str
     overlap: bool
     interval_coverage: float = float("nan")
+    interval_half_width: float = float("nan")
     warnings: tuple[str, ...] = ()
     emulated: dict | None = None
     step_fit: str = "profile"
@@ -191,6 +195,7 @@ class ValidationResult:
             "statistic": self.statistic,
             "overlap": self.overlap,
             "interval_coverage": self.interval_coverage,
+            "interval_half_width": self.interval_half_width,
             "warnings": list(self.warnings),
             "step_fit": self.step_fit,
         }
@@ -665,6 +670,7 @@ def _score(rows: list[ValidationRow], baseline: float, stat: str, overlap: bool)
     hi = np.array([r.interval_high_s for r in rows])
     known = np.isfinite(lo) & np.isfinite(hi)
     coverage = float(np.mean((m >= lo) & (m <= hi))) if known.all() and rows else float("nan")
+    half = float(np.median((hi - lo) / 2 / p)) if known.all() and rows else float("nan")
     return ValidationResult(
         rows=rows,
         mape=float(ape.mean()),
@@ -680,6 +686,7 @@ def _score(rows: list[ValidationRow], baseline: float, stat: str, overlap: bool)
         statistic=stat,
         overlap=overlap,
         interval_coverage=coverage,
+        interval_half_width=half,
     )
 
 
