@@ -1400,9 +1400,14 @@ def _validation_tables(v) -> list[dict]:
             + _where_trained(getattr(v, "emulated", None))
             + ": measured vs predicted step",
             "head": [
-                "architecture", "workers", "bucket", "measured", "predicted", "90% interval",
+                "architecture",
+                "workers",
+                "bucket",
+                "measured",
+                "predicted",
+                "90% interval",
                 "error",
-            ],  # fmt: skip
+            ],
             "rows": rows,
             "note": f"MAPE {format_percent(v.mape)}; Kendall τ of the ranking {tau} (over "
             f"{v.tau_pairs[0]} of {v.tau_pairs[1]} pairs whose measured times differ by more "
