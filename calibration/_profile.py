@@ -68,7 +68,7 @@ def _spread(r: np.ndarray, level: float, scale: float) -> float:
     that rank exceeds m): a new error exchangeable with these lies within it
     with probability ≥ ``level`` (Vovk et al. 2005; Lei et al., JASA 2018, §2.2),
     where the plain empirical quantile falls short for a few residuals (a dozen
-    cross-validated steps); for hundreds it is the same.
+    fitted training steps); for hundreds it is the same.
     """
     m = r.size
     if m == 0:
