@@ -530,7 +530,9 @@ class Profile:
                     f"one first with 'ddltune calibrate {path} -o profile.json' and give that "
                     "as --profile",
                 ) from None  # fmt: skip
-            raise InputFileError(str(path), e.lineno, f"not valid JSON: {e.msg}") from None
+            raise InputFileError(
+                str(path), e.lineno, f"not valid JSON: {e.msg} (column {e.colno})"
+            ) from None
         except ValueError as e:
             raise InputFileError(str(path), None, str(e)) from None
         try:

@@ -428,9 +428,14 @@ def parse_record_line(line: str, path: str, lineno: int) -> dict:
     try:
         rec = json.loads(line, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
-        hint = "" if line.endswith("\n") else " (the line is truncated: was the run cut short?)"
+        hint = (
+            ""
+            if line.endswith("\n")
+            else " (the line is truncated: was the run cut short? The lines before it are "
+            "whole: delete this one, or rerun 'ddltune collect' with --resume, which drops it)"
+        )
         raise InputFileError(
-            path, lineno, f"not valid JSON: {e.msg} at column {e.colno}{hint}"
+            path, lineno, f"not valid JSON: {e.msg} (column {e.colno}){hint}"
         ) from None
     except RecursionError:
         raise InputFileError(

@@ -73,7 +73,7 @@ from costmodel import (
 )
 
 from ._fit import HUBER_DELTA, _laplace
-from ._layout import ParamLayout
+from ._layout import _PHYSICAL, ParamLayout
 from ._profile import Profile
 
 __all__ = [
@@ -559,8 +559,8 @@ def _profile(base, params, cov, runs, fitted, r, mu, sd, phi, cov_p, scale, p_ef
         mr[key] = [min(lo, old[0]), max(hi, old[1])] if old else [lo, hi]
     notes = list(base.notes) + [
         f"step terms fitted on {len(runs)} training run(s): "
-        + ", ".join(f"{n} {'identified' if t['identified'] else 'not identified'}"
-                    for n, t in terms.items())
+        + ", ".join(f"{_PHYSICAL.get(n, n)} {'identified' if t['identified'] else 'not identified'}"
+                    f" by them" for n, t in terms.items())
     ]  # fmt: skip
     prov = dict(base.provenance)
     prov["steps"] = fit["steps"]["files"]

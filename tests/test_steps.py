@@ -226,7 +226,7 @@ def test_cli_calibrate_steps_then_predict(tmp_path, capsys):
     assert rc == 0 and "compute throughput" in text and f"{f}:2" in text
     # what a step's 90% interval is made of: the runs span 2–16 workers, so their own misses
     prof = Profile.load(out)
-    band = f"± {100 * math.expm1(1.6448536269514722 * prof.residual_sd(0.9)):.1f}%"
+    band = f"half-width {100 * math.sinh(1.6448536269514722 * prof.residual_sd(0.9)):.1f}%"
     assert f"90% interval of a step: {band} from what the step fit leaves" in text
     fitted = {
         (r["workers"], r["batch_size"]): r["fitted_s"]

@@ -428,6 +428,12 @@ def test_cli_from_selects_rows_and_names_a_file_without_steps(tmp_path, capsys):
     }
     assert main(args + ["--arch", "foo"]) == 2
     assert "unknown architecture 'foo'" in capsys.readouterr().err
+    # a selection that leaves nothing says what the file has (it said "no step record
+    # with workers ≥ 2" of a file of 27)
+    assert main(args + ["--workers", "7"]) == 2
+    err = capsys.readouterr().err
+    assert "--workers 7 selects none of the 27 step records" in err, err
+    assert "(workers 2, 3, 4; architectures p2p, ps, ring)" in err, err
     other = tmp_path / "coll.jsonl"
     coll = {k: v for k, v in recs[1].items() if k not in _STEP_ONLY}
     coll.update(kind="collective", collective="all_reduce", message_bytes=1024, num_ranks=2,
@@ -505,3 +511,15 @@ def test_cross_fitted_steps_predict_each_worker_count_out_of_sample():
         compare_steps(prof, [base] + recs, step_fit="sometimes")
     with pytest.raises(ValueError, match="two or more worker"):
         compare_steps(prof, [base] + [r for r in recs if r["workers"] == 2], step_fit="cross")
+    # each result says how its step terms were set, and what that makes of the scores
+    assert "each worker count is predicted out of sample" in cross.step_fit_note
+    one = compare_steps(prof, [base] + [r for r in recs if r["workers"] == 2])
+    assert one.step_fit == "profile" and "one worker count (2)" in one.step_fit_note
+    assert "keep their prior" in one.step_fit_note
+    from calibration import fit_steps, step_record_run
+
+    runs = [step_record_run(r, r["time_s"]["p10"], line=i) for i, r in enumerate([base, *recs])]
+    fitted = fit_steps(runs, model_workload(SPEC, step_time_s=BASE), prof, overlap=False)
+    own = compare_steps(fitted, [base] + recs)  # auto: the profile has step terms of its own
+    assert own.step_fit == "profile" and "in-sample, not a validation" in own.step_fit_note
+    assert own.to_dict()["step_fit_note"] == own.step_fit_note

@@ -1387,6 +1387,8 @@ def _validation_tables(v) -> list[dict]:
         for r in v.rows
     ]
     tau = "—" if not math.isfinite(v.kendall_tau) else f"{v.kendall_tau:.2f}"
+    how = getattr(v, "step_fit_note", "")
+    how = f"Predictions: {how}. " if how else ""
     cov = getattr(v, "interval_coverage", float("nan"))
     coverage = (
         f"The 90% interval holds {format_percent(cov)} of the measured steps (median "
@@ -1413,6 +1415,7 @@ def _validation_tables(v) -> list[dict]:
             f"{v.tau_pairs[0]} of {v.tau_pairs[1]} pairs whose measured times differ by more "
             f"than their spread); regret of the predicted-best configuration {format_percent(v.regret)}. "
             + coverage
+            + how
             + "Compute comes from the measured single-worker step "
             f"({format_seconds(v.baseline_step_s)}); statistic {v.statistic}.",
         }

@@ -392,14 +392,21 @@ def _print_steps(profile) -> None:
     from tuner import format_percent
 
     st = profile.fit["steps"]
-    rows = [["run", "architecture", "workers", "per node", "batch", "measured", "fitted", "error"]]
+    rows = [["run", "architecture", "workers", "per node", "bucket", "batch", "measured",
+             "fitted", "error"]]  # fmt: skip
     for r in st["rows"]:
+        arch = r["architecture"]
+        if arch in ("ps", "hybrid", "ps_host"):  # which servers (validate's label)
+            k = int(r.get("servers") or 1)
+            arch += f" k={k} ({'colocated' if r.get('colocated') else 'dedicated'})"
+        bb = r.get("bucket_bytes") or 0
         rows.append(
             [
                 f"{r['file']}:{r['line']}",
-                r["architecture"],
+                arch,
                 str(r["workers"]),
                 str(r["ranks_per_node"]),
+                format_bytes(bb) if bb else "per tensor",
                 str(r["batch_size"]),
                 format_seconds(r["measured_s"]),
                 format_seconds(r["fitted_s"]),
@@ -408,7 +415,7 @@ def _print_steps(profile) -> None:
         )
     print(f"training runs fitted: {st['runs']} (step time per run)")
     _table(rows)
-    rows = [["term", "value", "90% interval", "prior", "identified"]]
+    rows = [["term", "value", "90% interval", "prior", "identified by the runs"]]
     for leaf, t in st["terms"].items():
         name, unit = _STEP_TERM_SHOWN[leaf][:2]
 
@@ -424,31 +431,44 @@ def _print_steps(profile) -> None:
         ident = "yes" if t["identified"] else "no"
         rows.append([name, show(v), f"{show(lo)} – {show(hi)}", show(prior), ident])
     print(
-        "\nstep terms (identified: the runs pin it down to about ±16%; a term they do not "
-        "identify may still move, within its wide interval):"
+        "\nstep terms (identified by the runs: they pin it down to about ±16% and to under "
+        "half its prior's spread, which for a term the microbenchmarks already identified "
+        "they seldom do; a term they do not identify may still move, within its interval):"
     )
     _table(rows)
-    z90 = 1.6448536269514722
-    print(step_interval_text(math.expm1(z90 * profile.residual_sd(0.9)), profile.steps_set_spread))
+    print(step_interval_text(step_residual_half_width(profile), profile.steps_set_spread, True))
 
 
-def step_interval_text(residual: float, from_runs: bool) -> str:
+def step_residual_half_width(profile) -> float:
+    """The residual part of a step's 90% interval as a half-width: sinh(z·s), s = residual_sd.
+
+    The same measure as ``validate``'s median half-width, (high − low) / 2 over the
+    prediction, of a band with no parameter uncertainty.
+    """
+    return math.sinh(1.6448536269514722 * profile.residual_sd(0.9))
+
+
+def step_interval_text(half_width: float, from_runs: bool, runs: bool) -> str:
     """The line saying what a step prediction's 90% interval is made of (calibrate, show).
 
     Args:
-        residual: the residual part, ± this fraction of the step.
+        half_width: the residual part, a half-width as a fraction of the step.
         from_runs: whether the fitted training runs set it
             (:attr:`calibration.Profile.steps_set_spread`).
+        runs: whether the profile was fitted on training runs at all.
     """
-    why = (
-        "what the step fit leaves"
-        if from_runs
-        else "the microbenchmarks' held-out misses (the runs have fewer than two worker "
-        "counts to show how the model's miss changes with the count)"
-    )
+    if from_runs:
+        why = "what the step fit leaves"
+    elif runs:
+        why = (
+            "the microbenchmarks' held-out misses (the runs have fewer than two worker counts "
+            "to show how the model's miss changes with the count)"
+        )
+    else:
+        why = "the microbenchmarks' held-out misses"
     return (
-        f"90% interval of a step: ± {100 * residual:.1f}% from {why}, plus the parameters' "
-        "uncertainty"
+        f"90% interval of a step: half-width {100 * half_width:.1f}% from {why}, plus the "
+        "parameters' uncertainty"
     )
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 
 from costmodel import InputFileError, format_bytes, format_seconds
 
+from ._calibrate import step_interval_text, step_residual_half_width
 from ._common import CLIError, print_json, safe_tree
 
 NAME = "show"
@@ -102,6 +104,8 @@ def detect_kind(path: Path) -> str:
             None,
             "a JSON object that is neither a profile (no 'params' key) nor a measurement record",
         )
+    if re.search(rb'"kind"\s*:\s*"ddltune-profile"', head):
+        return "profile"  # a profile that is not whole JSON: its reader names the line
     text = head.decode("utf-8", errors="replace")
     first = next(line for line in text.splitlines() if line.strip())
     if first.lstrip().startswith("{"):
@@ -226,10 +230,12 @@ def summarize_profile(path: Path) -> dict:
             "median_abs_error": float(sorted(err)[len(err) // 2]),
             "max_abs_error": float(max(err)),
             "terms": {k: {"identified": v["identified"]} for k, v in steps["terms"].items()},
-            # the residual part of a step's 90% interval, ± this fraction, and whose it is
-            "interval_residual": math.expm1(1.6448536269514722 * prof.residual_sd(0.9)),
-            "interval_from": "training runs" if prof.steps_set_spread else "microbenchmarks",
         }
+    # the residual part of a step's 90% interval (a half-width, fraction of the step), and whose
+    out["step_interval"] = {
+        "residual_half_width": step_residual_half_width(prof),
+        "from": "training runs" if prof.steps_set_spread else "microbenchmarks",
+    }
     return out
 
 
@@ -255,7 +261,7 @@ def _print_profile(s: dict) -> None:
         print("  held-out error: none (no measurements: a preset profile)")
     if steps:
         lo, hi = steps["workers"]
-        from tuner.cli._calibrate import _STEP_TERM_SHOWN, step_interval_text
+        from tuner.cli._calibrate import _STEP_TERM_SHOWN
 
         ident = [
             _STEP_TERM_SHOWN[k][2] if k in _STEP_TERM_SHOWN else k
@@ -268,8 +274,11 @@ def _print_profile(s: dict) -> None:
             f"{100 * steps['median_abs_error']:.1f}%, max {100 * steps['max_abs_error']:.1f}%; "
             f"step terms identified: {', '.join(ident) if ident else 'none'}"
         )
-        from_runs = steps["interval_from"] == "training runs"
-        print("  " + step_interval_text(steps["interval_residual"], from_runs))
+
+    band = s.get("step_interval")
+    if band and band["residual_half_width"] > 0:
+        from_runs = band["from"] == "training runs"
+        print("  " + step_interval_text(band["residual_half_width"], from_runs, bool(steps)))
     if s.get("prior"):
         print(f"  prior: {s['prior']}")
     if s.get("host_links", 1) != 1:

@@ -264,12 +264,8 @@ def format_table(result: ValidationResult) -> str:
         )
     by_n = ", ".join(f"{n} workers {v * 100:.1f}%" for n, v in result.mape_by_workers.items())
     used, total = result.tau_pairs
-    if result.step_fit == "cross":
-        out.append(
-            "# predictions: the profile with its step terms (communication in a step over its "
-            "microbenchmark, interference, per-step overhead) fitted on the baseline and the "
-            "other worker counts' steps: each worker count is predicted out of sample"
-        )
+    if result.step_fit_note:
+        out.append(f"# predictions: {result.step_fit_note}")
     out.append(f"MAPE {result.mape * 100:.1f}% ({by_n}) over {len(rows)} configurations")
     if result.interval_coverage == result.interval_coverage:
         out.append(
@@ -366,6 +362,7 @@ def _run(args: argparse.Namespace) -> int:
         records = read_records(args.from_file)
         if args.workers is not None or args.arch is not None:
             keep_n = set(args.workers or ()) | {1}  # the single-worker step stays
+            before = [r for r in records if r.get("kind") == "step" and r.get("workers", 0) >= 2]
             records = [
                 r
                 for r in records
@@ -376,6 +373,21 @@ def _run(args: argparse.Namespace) -> int:
                     and (args.arch is None or r.get("architecture") in args.arch)
                 )
             ]
+            if before and not any(
+                r.get("kind") == "step" and r.get("workers", 0) >= 2 for r in records
+            ):
+                ws = ", ".join(str(w) for w in sorted({r.get("workers") for r in before}))
+                archs = ", ".join(sorted({str(r.get("architecture")) for r in before}))
+                asked = " and ".join(
+                    f"--{k} {','.join(map(str, v))}"
+                    for k, v in (("workers", args.workers), ("arch", args.arch))
+                    if v is not None
+                )
+                verb = "select" if " and " in asked else "selects"
+                raise UsageError(
+                    f"{asked} {verb} none of the {len(before)} step records of "
+                    f"{args.from_file} (workers {ws}; architectures {archs})"
+                )
         result = compare_steps(args.profile, records, statistic=args.statistic, overlap=overlap)
     else:
         args.workers = args.workers or [2, 3, 4]

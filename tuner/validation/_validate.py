@@ -157,6 +157,10 @@ class ValidationResult:
         step_fit: how the step terms of the predictions were set: ``"profile"``
             (the profile's, as it is) or ``"cross"`` (fitted on the other
             worker counts' steps: :func:`compare_steps`).
+        step_fit_note: one sentence for people: how the predictions' step
+            terms were set and what that makes of the scores (in-sample where
+            the profile was fitted on these steps; the terms' prior where
+            one worker count cannot be cross-fitted); "" when nothing needs saying.
     """
 
     rows: list[ValidationRow]
@@ -177,6 +181,7 @@ class ValidationResult:
     warnings: tuple[str, ...] = ()
     emulated: dict | None = None
     step_fit: str = "profile"
+    step_fit_note: str = ""
 
     def to_dict(self) -> dict:
         """``{"rows": [...], "mape", "kendall_tau", "regret", …}`` (fractions, not percents)."""
@@ -198,6 +203,7 @@ class ValidationResult:
             "interval_half_width": self.interval_half_width,
             "warnings": list(self.warnings),
             "step_fit": self.step_fit,
+            "step_fit_note": self.step_fit_note,
         }
 
 
@@ -254,7 +260,9 @@ def _resolve(profile):
                 "this is a measurements file (JSON Lines), not a profile: fit one with "
                 "'ddltune calibrate FILE -o profile.json'",
             ) from None
-        raise InputFileError(path, e.lineno, f"not valid JSON: {e.msg}") from None
+        raise InputFileError(
+            path, e.lineno, f"not valid JSON: {e.msg} (column {e.colno})"
+        ) from None
     if isinstance(doc, dict) and ("schema" in doc or "kind" in doc):
         # A profile file: load it whole (schema, parameters, covariance); its
         # own errors say what is wrong, never a fallback that drops them.
@@ -566,7 +574,41 @@ def compare_steps(
     result = _score(rows, baseline, stat, bool(overlap))
     emulated = next((r["emulated"] for r in rows_in if isinstance(r.get("emulated"), dict)), None)
     return dataclasses.replace(
-        result, warnings=_coverage_warnings(prof, rows_in), emulated=emulated, step_fit=fit_mode
+        result,
+        warnings=_coverage_warnings(prof, rows_in),
+        emulated=emulated,
+        step_fit=fit_mode,
+        step_fit_note=_step_fit_note(fit_mode, prof, rows_in),
+    )
+
+
+def _step_fit_note(mode: str, prof, rows_in: Sequence[dict]) -> str:
+    """What :attr:`ValidationResult.step_fit_note` says (see there)."""
+    if mode == "cross":
+        return (
+            "the profile with its step terms (communication in a step over its microbenchmark, "
+            "interference, per-step overhead) fitted on the baseline and the other worker "
+            "counts' steps: each worker count is predicted out of sample"
+        )
+    if not isinstance(prof, Profile):
+        return ""
+    steps = (prof.fit or {}).get("steps")
+    if steps:
+        files = ", ".join(steps.get("files") or []) or "a steps file"
+        return (
+            f"the profile as it is, with the step terms it was fitted on ({steps['runs']} "
+            f"training runs from {files}): where those are these steps, the scores are "
+            "in-sample, not a validation; give the profile calibrated without --steps to "
+            "predict each worker count out of sample"
+        )
+    counts = sorted({int(r["workers"]) for r in rows_in})
+    return (
+        f"the profile as it is: steps at one worker count ({counts[0]}) cannot be fitted on "
+        "the others, so the step terms (communication in a step over its microbenchmark, "
+        "interference, per-step overhead) keep their prior, and the 90% intervals carry its "
+        "width (×3 on the communication)"
+        if len(counts) == 1
+        else "the profile as it is (step_fit='profile')"
     )
 
 
