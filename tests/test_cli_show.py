@@ -121,6 +121,21 @@ def test_show_truncated_line_names_the_line(measurements, tmp_path, capsys):
     assert main(["show", str(cut)]) == 1
     err = capsys.readouterr().err
     assert f"{cut}:9:" in err and "truncated" in err
+    # where the JSON breaks, and what to do about it (the message ended "starting at")
+    assert "(column " in err and "The lines before it are whole" in err and "--resume" in err
+
+
+def test_show_a_cut_off_profile_names_where_its_json_breaks(tmp_path, capsys):
+    """A profile cut short was called measurements ('give it as --profile …')."""
+    from calibration import Profile
+
+    text = Profile.from_preset("ethernet-10g", "v100").to_json()
+    cut = tmp_path / "profile.json"
+    cut.write_text(text[: len(text) // 3])
+    assert main(["show", str(cut)]) == 1
+    err = capsys.readouterr().err
+    assert f"{cut}:" in err and "not valid JSON" in err and "(column " in err, err
+    assert "not measurements" not in err and err.count("\n") == 1
 
 
 def test_show_missing_and_usage(tmp_path, capsys):
@@ -149,6 +164,7 @@ def test_show_profile(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "profile — reliable" in out
     assert "held-out error: none" in out
+    assert "90% interval of a step" not in out  # a preset has no residual spread
     # β shown as a bandwidth in GB/s: 1.125 GB/s for ethernet-10g
     row = next(ln for ln in out.splitlines() if ln.strip().startswith("beta_s_per_byte[inter]"))
     assert "1.125" in row and "GB/s" in row
