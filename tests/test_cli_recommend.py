@@ -319,3 +319,24 @@ def test_sharding_for_memory_names_the_whole_need_per_rank(capsys):
     assert f"needs {need} per rank in all" in doc["rationale"]
     replica = doc["rationale"].split("a full replica (DDP) needs ")[1].split(",")[0]
     assert replica.endswith("GiB") and float(replica.split()[0]) > 80
+
+
+def test_a_cpu_profile_says_the_overlapped_exchange_is_an_assumption():
+    """validate predicts the ring without overlap on CPU (XLA:CPU runs collectives after
+    compute), recommend with it (DDP overlaps): recommend now says which it assumed, on a CPU
+    profile only (from a new user's trial)."""
+    from tuner import recommend
+
+    prof = Profile.from_preset("ethernet-10g", "cpu")
+    w = get_workload("resnet50", 64)
+    doc = json.loads(prof.to_json())
+    doc["provenance"]["backend"] = "cpu"
+    cpu = Profile.from_dict(doc)
+    doc["provenance"]["backend"] = "gpu"
+    gpu = Profile.from_dict(doc)
+    kw = dict(max_workers=16, architectures=["ring"])
+    (note,) = [m for m in recommend(cpu, w, **kw).warnings if "under backward" in m]
+    assert "XLA:CPU" in note and "can change the pick" in note
+    assert not [m for m in recommend(gpu, w, **kw).warnings if "under backward" in m]
+    ps = recommend(cpu, w, max_workers=16, architectures=["ps"])
+    assert not [m for m in ps.warnings if "under backward" in m]  # ps does not overlap

@@ -1019,6 +1019,14 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
             f"({ranks[0]:g}–{ranks[1]:g})"
         )
     out += bucket_size_warnings(profile, ctx.workload, chosen.b, chosen.variant.arch)
+    prov = getattr(profile, "provenance", None) or {}
+    if prov.get("backend") == "cpu" and chosen.variant.arch.overlaps:
+        out.append(
+            f"{chosen.variant.label} is predicted with its buckets' exchange under backward, "
+            "as PyTorch DDP (gloo on CPU too), Horovod and FSDP run it; an XLA:CPU program "
+            "(JAX on CPU, and 'ddltune validate') runs its collectives after the compute, "
+            "which adds the exposed exchange to every step and can change the pick"
+        )
     placed = min(ctx.ranks_per_node, int(chosen.n))  # a job smaller than a node: one node
     note = node_capacity_note(chosen.n, ctx.ranks_per_node)
     if note is not None:
@@ -1046,7 +1054,8 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
             )
             out.append(
                 "parameters this configuration depends on that the measurements could not "
-                f"identify (held at the prior): {shown}"
+                f"identify (wide 90% intervals: their values may have moved from the prior, "
+                f"but not far enough to trust): {shown}"
             )
     total = excluded.get("total", 0)
     nw, ns = excluded.get("worker_memory", 0), excluded.get("server_memory", 0)

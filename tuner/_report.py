@@ -400,7 +400,7 @@ def _human_rows(table: Sequence[Mapping]) -> list[list[str]]:
                 v,
                 u,
                 f"{lo_s} – {hi_s}" if math.isfinite(lo) and math.isfinite(hi) else "—",
-                "yes" if ident else ("no (prior)" if ident is not None else "—"),
+                "yes" if ident else ("no" if ident is not None else "—"),
             ]
         )
     return rows
@@ -1198,7 +1198,7 @@ def _parameter_tables(summary) -> list[dict]:
             "rows": format_parameter_rows(main),
             "note": "β (s/byte) is shown as a bandwidth, 1/β. conv_efficiency: a convolution's "
             "FLOP rate / flops_per_s (1 = a matmul's rate); conv_backward_efficiency: its backward "
-            "rate / its forward rate. 'no (prior)': the measurements "
+            "rate / its forward rate. 'no' (not identified): the measurements "
             "do not pin it down (its 90% interval is wider than about ±16%); it may have "
             f"moved from the prior preset ({summary['prior'] or 'none'}) but not far enough "
             "to trust, and predictions that depend on it extrapolate.",
