@@ -434,6 +434,11 @@ def test_cli_from_selects_rows_and_names_a_file_without_steps(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--workers 7 selects none of the 27 step records" in err, err
     assert "(workers 2, 3, 4; architectures p2p, ps, ring)" in err, err
+    # a file to write is refused, not silently skipped
+    out = tmp_path / "new.jsonl"
+    assert main(args + ["--measurements", str(out)]) == 2
+    assert "--measurements belongs to training" in capsys.readouterr().err
+    assert not out.exists()
     other = tmp_path / "coll.jsonl"
     coll = {k: v for k, v in recs[1].items() if k not in _STEP_ONLY}
     coll.update(kind="collective", collective="all_reduce", message_bytes=1024, num_ranks=2,

@@ -298,6 +298,15 @@ def run(args: argparse.Namespace) -> int:
         if a not in _ARCHS:
             raise UsageError(f"--arch: unknown architecture {a!r}; valid: {', '.join(_ARCHS)}")
     if args.from_file is not None:
+        given = [opt for opt, v in (("--measurements", args.measurements),
+                                    ("--emulate", args.emulate)) if v]  # fmt: skip
+        if given:
+            raise UsageError(
+                f"{' and '.join(given)} belong{'' if len(given) > 1 else 's'} to training; "
+                f"--from re-scores the steps of "
+                f"{args.from_file} without training, so nothing would be "
+                + ("written" if "--measurements" in given else "emulated")
+            )
         return _run(args)
     # the plan, before the namespaces (or any process, or the step file) exist
     from ..validation import check_validation_plan
