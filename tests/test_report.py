@@ -416,3 +416,28 @@ def test_report_cli_bad_input(preset_files, tmp_path, capsys, extra, code, needl
     err = capsys.readouterr().err
     assert needle in err and err.count("error:") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_report_warns_of_measurements_the_profile_was_not_fitted_on(tmp_path, capsys):
+    """Its figure marked another file's points 'fitted' and 'held out' without a word (from a
+    new user's trial); a file the profile lists by content passes silently."""
+    import hashlib
+
+    from calibration import Profile
+    from tuner.cli._report import _warn_foreign_measurements
+
+    mine, other = tmp_path / "mine.jsonl", tmp_path / "other.jsonl"
+    mine.write_text('{"a": 1}\n')
+    other.write_text('{"a": 2}\n')
+    doc = json.loads(Profile.from_preset("ethernet-10g", "v100").to_json())
+    sha = hashlib.sha256(mine.read_bytes()).hexdigest()
+    doc["provenance"]["inputs"] = [{"path": "elsewhere/m.jsonl", "sha256": sha}]
+    prof = Profile.from_dict(doc)
+    _warn_foreign_measurements(prof, "p.json", [mine])
+    assert capsys.readouterr().err == ""
+    _warn_foreign_measurements(prof, "p.json", [mine, other])
+    err = capsys.readouterr().err
+    assert f"{other} is not among the files p.json was fitted on" in err and str(mine) not in err
+    # a preset lists no inputs: nothing to compare
+    _warn_foreign_measurements(Profile.from_preset("ethernet-10g", "v100"), "p.json", [other])
+    assert capsys.readouterr().err == ""

@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"-o {e}") from None
     profile = load_profile(args.profile)
     records = calibration.read_records(args.measurements) if args.measurements else []
+    _warn_foreign_measurements(profile, args.profile, args.measurements or [])
     workload = (
         load_layers(args.layers, batch_size=args.batch_size)
         if args.layers
@@ -171,3 +172,28 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {files.html}")
     print(f"        {files.markdown}")
     return 0
+
+
+def _warn_foreign_measurements(profile, profile_path, measurements) -> None:
+    """Warn (stderr) about --measurements files the profile was not fitted on, by content.
+
+    Their points are still drawn against the model, but the figure's "fitted" and
+    "held out" marks follow the profile's hold-out rule, not what its fit saw.
+    """
+    import hashlib
+    from pathlib import Path
+
+    prov = getattr(profile, "provenance", None) or {}
+    known = {e.get("sha256") for e in prov.get("inputs") or [] if isinstance(e, dict)}
+    if not known:
+        return  # a preset or a profile that does not list its inputs
+    for m in measurements:
+        digest = hashlib.sha256(Path(m).read_bytes()).hexdigest()
+        if digest not in known:
+            print(
+                f"ddltune report: warning: {m} is not among the files {profile_path} was fitted "
+                "on (by content): its points are drawn against the model, but the figure's "
+                "'fitted' and 'held out' marks do not tell what the fit saw",
+                file=sys.stderr,
+            )
+
