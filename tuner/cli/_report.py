@@ -196,4 +196,3 @@ def _warn_foreign_measurements(profile, profile_path, measurements) -> None:
                 "'fitted' and 'held out' marks do not tell what the fit saw",
                 file=sys.stderr,
             )
-
