@@ -52,6 +52,7 @@ _EXPORTS = {
     "RecordRepairWarning": "._records",
     "RecordWriter": "._records",
     "atomic_write_text": "._records",
+    "file_entry": "._records",
     "describe_origin": "._records",
     "emulated_spec": "._records",
     "collective_algorithm": "._records",

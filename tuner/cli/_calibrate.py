@@ -445,7 +445,9 @@ def step_residual_half_width(profile) -> float:
     The same measure as ``validate``'s median half-width, (high − low) / 2 over the
     prediction, of a band with no parameter uncertainty.
     """
-    return math.sinh(1.6448536269514722 * profile.residual_sd(0.9))
+    from statistics import NormalDist
+
+    return math.sinh(NormalDist().inv_cdf(0.95) * profile.residual_sd(0.9))
 
 
 def step_interval_text(half_width: float, from_runs: bool, runs: bool) -> str:

@@ -180,16 +180,14 @@ def _warn_foreign_measurements(profile, profile_path, measurements) -> None:
     Their points are still drawn against the model, but the figure's "fitted" and
     "held out" marks follow the profile's hold-out rule, not what its fit saw.
     """
-    import hashlib
-    from pathlib import Path
+    from calibration import file_entry  # what calibrate wrote into the profile's provenance
 
     prov = getattr(profile, "provenance", None) or {}
     known = {e.get("sha256") for e in prov.get("inputs") or [] if isinstance(e, dict)}
     if not known:
         return  # a preset or a profile that does not list its inputs
     for m in measurements:
-        digest = hashlib.sha256(Path(m).read_bytes()).hexdigest()
-        if digest not in known:
+        if file_entry(m)["sha256"] not in known:
             print(
                 f"ddltune report: warning: {m} is not among the files {profile_path} was fitted "
                 "on (by content): its points are drawn against the model, but the figure's "
