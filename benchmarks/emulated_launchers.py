@@ -18,7 +18,9 @@ then runs, from the login node, exactly what a user runs on a cluster::
 and prints: the host each rank ran on, the records' ``num_ranks`` /
 ``ranks_per_node``, the busbw of the largest all-reduce with one rank per
 node measured and as the fitted profile predicts it, against the set rate's
-TCP goodput (the rate × 1448/1514, payload per full Ethernet frame), the fitted
+TCP goodput (the rate × 1448/1514, payload per full Ethernet frame), the link's
+bandwidth as fitted (the busbw of each further byte, no latency in it) against
+the set rate, the fitted
 all-reduce bandwidths with their 90% intervals and whether the data identify
 them, the intra-node busbw, and the ring against the hierarchical all-reduce
 on NODES × 2 measured (p10) and predicted by the profile, size by size, with
@@ -182,18 +184,28 @@ def main(argv=None) -> int:
         key=lambda r: r["message_bytes"],
         default=None,
     )
-    busbw = fitted = None
+    busbw = fitted = link = None
     if big is not None:
         n, S = big["num_ranks"], big["message_bytes"]
         factor = 2 * (n - 1) / n * S
         busbw = factor / big["time_s"]["p10"]
-        fitted = factor / predict(S, n, 1, big.get("ranks_per_machine", 1))
+        share = big.get("ranks_per_machine", 1)
+        fitted = factor / predict(S, n, 1, share)
+        # the link as the fit has it: the busbw of the time each further byte takes
+        # (the predicted slope from S to 16·S), which no latency term enters
+        slope = (predict(16 * S, n, 1, share) - predict(S, n, 1, share)) / (15 * S)
+        link = 2 * (n - 1) / n / slope
         print(
             f"inter-node: all_reduce {S / 2**20:g} MiB on {n} nodes x 1: busbw measured "
             f"{busbw / 1e6:.2f} MB/s ({busbw / goodput:.1%} of the TCP goodput "
             f"{goodput / 1e6:.2f} MB/s of {rate_bits / 1e6:g} Mbit/s), fitted "
             f"{fitted / 1e6:.2f} MB/s ({fitted / busbw - 1:+.1%} of the measured, "
             f"{fitted / goodput:.1%} of the goodput)"
+        )
+        print(
+            f"inter-node link as fitted (busbw of each further byte, {S / 2**20:g}–"
+            f"{16 * S / 2**20:g} MiB): {link / 1e6:.2f} MB/s, {link * 8 / rate_bits - 1:+.1%} "
+            f"of the set {rate_bits / 1e6:g} Mbit/s ({link / goodput - 1:+.1%} of its TCP goodput)"
         )
     rows = [r for r in prof.parameter_table() if r["name"].startswith(
         "regime_beta_s_per_byte[all_reduce,")]  # fmt: skip
@@ -235,6 +247,7 @@ def main(argv=None) -> int:
         "launcher": args.launcher,
         "measured_busbw_bytes_per_s": busbw,
         "fitted_busbw_bytes_per_s": fitted,
+        "fitted_link_busbw_bytes_per_s": link,
         "nodes": args.nodes,
         "ranks_per_node": args.per_node,
         "rate_bits_per_s": rate_bits,
