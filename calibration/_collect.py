@@ -58,13 +58,19 @@ class CollectError(RuntimeError):
         rank, where: the faulty rank and what it was measuring (from
             :class:`launch.LaunchError`), or ``None``.
         written: records written by this run before it stopped.
+        reason: what stopped it, without the advice on the file (which names
+            ``--resume``, collect's option): for a caller that words its own,
+            as ``ddltune run`` does; the message where none was given.
     """
 
-    def __init__(self, message: str, *, rank=None, where=None, written: int = 0):
+    def __init__(
+        self, message: str, *, rank=None, where=None, written: int = 0, reason: str | None = None
+    ):
         super().__init__(message)
         self.rank = rank
         self.where = where
         self.written = written
+        self.reason = message if reason is None else reason
 
 
 @dataclasses.dataclass
@@ -606,6 +612,7 @@ def _collect_local(
                         rank=e.rank,
                         where=e.where,
                         written=done,
+                        reason=f"{e} (with {n} workers)",
                     ) from e
                 info["elapsed_s"] = time.monotonic() - t0
                 info.setdefault("points", len(written) - n_before)

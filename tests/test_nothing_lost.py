@@ -268,6 +268,46 @@ def test_a_run_that_stops_late_keeps_what_it_measured(tmp_path, monkeypatch, pha
     assert len(list(tmp_path.glob("rep.measurements-*.jsonl"))) == 2
 
 
+@pytest.mark.parametrize("records", [0, 2])
+def test_a_collect_error_in_run_names_what_was_kept_not_collects_staging_file(
+    tmp_path, monkeypatch, records
+):
+    # collect's own advice names the staging file, which goes with the staging folder,
+    # and collect's --resume, which run has no such option as (from a new user's trial:
+    # 'timeout 60 ddltune run' told them to resume from a file that no longer existed)
+    import calibration
+    from tuner import _run
+
+    out = tmp_path / "rep"
+    src = _measurements(tmp_path / "src.jsonl")
+
+    def failing_collect(sm, measurements, *args, **kw):
+        if records:
+            sm.write_bytes(src.read_bytes())
+        raise calibration.CollectError(
+            f"terminated by SIGTERM (with 2 workers). The {records} records written to {sm} "
+            "by this run are valid; run again with --resume to measure the rest",
+            written=records,
+            reason="terminated by SIGTERM (with 2 workers)",
+        )
+
+    monkeypatch.setattr(_run, "_measure", failing_collect)
+    with pytest.raises(calibration.CollectError) as err:
+        tuner.run_main_job(out, max_workers=4, progress=False)
+    msg = str(err.value)
+    assert msg.startswith("terminated by SIGTERM (with 2 workers); ")
+    assert ".new-" not in msg and "run again with --resume" not in msg
+    assert f"{out} is as it was" in msg and not out.exists()
+    kept = list(tmp_path.glob("rep.measurements-*.jsonl"))
+    if records:
+        assert len(kept) == 1 and kept[0].read_bytes() == src.read_bytes()
+        assert f"its 2 finished measurements are kept in {kept[0]}" in msg
+        assert f"'ddltune run --measurements {kept[0]} -o DIR'" in msg
+    else:
+        assert kept == [] and "no measurement had finished" in msg
+    assert _leftovers(tmp_path) == []
+
+
 @pytest.mark.timeout(300)
 def test_run_overwrite_replaces_its_own_files_and_keeps_the_users(tmp_path, monkeypatch):
     from tuner import _run

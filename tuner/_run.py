@@ -261,6 +261,17 @@ def run_main_job(
                     emulate,
                 )  # fmt: skip
             later_phases(stage, sm, sp, sr)
+        except calibration.CollectError as e:
+            # collect's own advice names the staging file (gone with the staging
+            # folder) and its --resume, which run does not have: say what was kept
+            kept = _keep_measurements(sm, out, None)
+            raise calibration.CollectError(
+                f"{e.reason}; {_kept_text(kept, out)}",
+                rank=e.rank,
+                where=e.where,
+                written=e.written,
+                reason=e.reason,
+            ) from e
         except BaseException:
             if not measurements:  # what this run measured outlives the staging folder
                 _keep_measurements(sm, out, log)
@@ -314,14 +325,30 @@ def run_main_job(
     )
 
 
-def _keep_measurements(staged: Path, out: Path, log) -> Path | None:
+def _kept_text(kept: tuple[Path, int] | None, out: Path) -> str:
+    """What an interrupted run kept of its measurements and how to go on, for its error."""
+    if kept is None:
+        return (
+            f"no measurement had finished (each is written after its last of "
+            f"{RUN_DEFAULTS['rounds']} rounds), so none was kept; {out} is as it was"
+        )
+    dest, n = kept
+    return (
+        f"its {n} finished measurement{'s' if n != 1 else ''} are kept in {dest} (use them: "
+        f"'ddltune run --measurements {dest} -o DIR', or measure the rest first: 'ddltune "
+        f"collect -o {dest} --resume'); {out} is as it was"
+    )
+
+
+def _keep_measurements(staged: Path, out: Path, log) -> tuple[Path, int] | None:
     """Copy a failed or interrupted run's measurements beside ``-o`` under a new name.
 
     The staging folder (and ``-o``, left whole) lose nothing of what the user
     had; this keeps what the run itself measured, so that it is not lost with
     the staging folder: ``<out>.measurements-<UTC>.jsonl`` (never an existing
-    name), said on the log with the commands that continue from it. Returns the
-    path, or ``None`` when nothing was measured or it cannot be written.
+    name), said on the log (when one is given) with the commands that continue
+    from it. Returns the path and its record count, or ``None`` when nothing was
+    measured or it cannot be written.
     """
     try:
         if not staged.is_file() or staged.stat().st_size == 0:
@@ -343,7 +370,7 @@ def _keep_measurements(staged: Path, out: Path, log) -> Path | None:
         f"collect -o {dest} --resume', or use them: 'ddltune run --measurements {dest} "
         "-o DIR')",
     )
-    return dest
+    return dest, n
 
 
 @contextlib.contextmanager
