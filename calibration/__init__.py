@@ -16,6 +16,7 @@ _EXPORTS = {
     "CollectResult": "._collect",
     "check_local_bounds": "._collect",
     "mem_available_bytes": "._collect",
+    "message_sizes": "._worker",
     "collect": "._collect",
     "summary_rows": "._collect",
     "STATISTICS": "._names",

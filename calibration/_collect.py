@@ -441,7 +441,12 @@ def mem_available_bytes() -> int | None:
 
 
 def check_local_bounds(
-    worker_list, max_bytes: int, *, force: bool = False, what: str | None = None
+    worker_list,
+    max_bytes: int,
+    *,
+    force: bool = False,
+    what: str | None = None,
+    force_option: str | None = "--force",
 ) -> None:
     """Refuse a local run this machine cannot hold, before anything starts.
 
@@ -456,6 +461,8 @@ def check_local_bounds(
         force: allow more workers than the core bound.
         what: how the message names the process count (default ``--workers N``;
             e.g. ``--emulate 2x64@200mbit (128 ranks)``).
+        force_option: the caller's option that lifts the core bound, offered in
+            the message; ``None`` where the caller has none (``ddltune run``).
 
     Raises:
         ValueError: naming ``--workers`` or ``--max-bytes``, the bound and why.
@@ -466,8 +473,13 @@ def check_local_bounds(
     if n > cores * WORKERS_PER_CORE and not force:
         raise ValueError(
             f"{what} on {cores} CPU cores: more than {WORKERS_PER_CORE} local processes "
-            "per core only time the scheduler; use fewer, a cluster (srun/mpirun), or "
-            "--force to insist"
+            "per core only time the scheduler; use fewer"
+            + (
+                f", a cluster (srun/mpirun), or {force_option} to insist"
+                if force_option
+                else " or measure on a cluster (ddltune collect under srun/mpirun, then "
+                "ddltune run --measurements FILE)"
+            )
         )
     need = max_bytes * BUFFERS_PER_POINT * n
     avail = mem_available_bytes()

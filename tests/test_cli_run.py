@@ -133,12 +133,18 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
         (["--measurements", "nope.jsonl"], 1, "nope.jsonl"),
         (["--validate", "--measurements", "m.jsonl"], 2, "--validate"),
         (["--layers", "nope.json"], 1, "nope.json"),
+        # what collect would refuse, refused before anything starts (from a new user's
+        # trial: run printed "[1/4] measuring … (1024 B – 0 MiB)" first, and offered
+        # "--force", which run has no such option as)
+        (["--max-bytes", "512"], 2, "--max-bytes must be at least 1 KiB"),
+        (["--workers", "100000"], 2, "--workers 100000 on"),
     ],
 )
 def test_run_bad_arguments(tmp_path, capsys, argv, code, needle):
     assert main(["run", *argv, "-o", str(tmp_path / "out")]) == code
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert needle in err
+    assert "[1/4]" not in out + err and "--force" not in err
     assert not (tmp_path / "out").exists()  # nothing written on a usage error
 
 

@@ -244,6 +244,19 @@ def run_main_job(
     for p in measurements or ():
         if not Path(p).is_file():
             raise FileNotFoundError(2, "No such file", str(p))
+    if not measurements:  # what collect would refuse, before "[1/4] measuring …" is said
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < min_bytes:
+            raise ValueError(
+                f"max_bytes must be at least {format_bytes(min_bytes)}, the smallest message "
+                f"the run measures, got {max_bytes!r}"
+            )
+        calibration.message_sizes(min_bytes, max_bytes, RUN_DEFAULTS["step_factor"])
+        calibration.check_local_bounds(
+            [workers],
+            max_bytes,
+            what=None if emulate is None else f"--emulate {emulate.spec.text} ({workers} ranks)",
+            force_option=None,
+        )
     out = _check_out_dir(Path(out_dir), overwrite)
     m_path, prof_path, rec_path = (out / name for name in DATA_FILES)
     timings: dict[str, float] = {}
