@@ -679,6 +679,24 @@ def test_variants_and_worker_grid():
     )
 
 
+def test_worker_grid_refuses_a_sweep_beyond_its_bound_and_names_the_way_out(capsys):
+    # --max-workers 1e9 ran out of memory (112 GiB) and 100,000 ran for minutes
+    # without a word (from a new user's trial): every count is one column of the sweep
+    from tuner._search import MAX_WORKER_COUNTS, worker_grid
+    from tuner.cli import main
+
+    assert worker_grid(MAX_WORKER_COUNTS).size == MAX_WORKER_COUNTS
+    assert worker_grid(8 * MAX_WORKER_COUNTS, 8).size == MAX_WORKER_COUNTS
+    for args in ((MAX_WORKER_COUNTS + 1,), (8 * MAX_WORKER_COUNTS + 8, 8)):
+        with pytest.raises(ValueError, match=r"would search .* worker counts.*ranks_per_node"):
+            worker_grid(*args)
+    argv = ["recommend", "--preset", "ethernet-10g", "--device", "v100", "--model", "resnet50"]
+    assert main([*argv, "--max-workers", "1000000000", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-workers 1000000000 would search 1,000,000,000 worker counts" in err
+    assert "Traceback" not in err and "MemoryError" not in err
+
+
 # --------------------------------------------------------------------------- ties
 
 
