@@ -125,7 +125,7 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
         (["--workers", "1"], 2, "--workers"),
         (["--max-workers", "0"], 2, "--max-workers"),
         (["--batch-size", "x"], 2, "--batch-size"),
-        (["--model", "resnet51"], 2, "resnet51"),
+        (["--model", "resnet51"], 2, "For your own model give its layers: --layers FILE"),
         (["--model", "resnet50", "--layers", "x.json"], 2, "not allowed"),
         (["--device", "v100"], 2, "--preset"),
         (["--preset", "ethernet-11g"], 2, "ethernet-11g"),
@@ -145,6 +145,7 @@ def test_run_bad_arguments(tmp_path, capsys, argv, code, needle):
     out, err = capsys.readouterr()
     assert needle in err
     assert "[1/4]" not in out + err and "--force" not in err
+    assert "load_layers(" not in err and "workload_from_pytree" not in err  # no API advice
     assert not (tmp_path / "out").exists()  # nothing written on a usage error
 
 

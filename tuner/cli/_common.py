@@ -223,6 +223,29 @@ _OPTION_NAMES = {
 }
 
 
+#: A library message's advice to Python callers, as the command line says it
+#: (:func:`fail`): a user of ``ddltune`` has options, not functions.
+_CLI_PHRASES = {
+    "For your own model use load_layers(path) or workload_from_pytree(params).": (
+        "For your own model give its layers: --layers FILE (a JSON or CSV layer file, or a "
+        "Hugging Face config.json; see the README's 'Your own model')."
+    ),
+    "('ddltune recommend --force'; recommend(..., force=True))": "(--force)",
+}
+
+
+def cli_phrases(message: str) -> str:
+    """``message`` with the library's advice to Python callers as command-line advice.
+
+    Example:
+        >>> cli_phrases("unreliable ('ddltune recommend --force'; recommend(..., force=True)).")
+        'unreliable (--force).'
+    """
+    for api, cli in _CLI_PHRASES.items():
+        message = message.replace(api, cli)
+    return message
+
+
 def option_names(message: str, params=()) -> str:
     """A library message with Python argument names replaced by the CLI options.
 
@@ -350,6 +373,7 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
         msg = f"{type(exc).__name__}: {msg}"
     if code == 2:  # a library's argument names, as the options the user typed
         msg = option_names(msg)
+    msg = cli_phrases(msg)
     hint = (
         ""
         if debug
