@@ -192,6 +192,18 @@ def test_usage_errors_are_one_line_without_the_usage_block(argv, capsys):
     assert "usage:" not in err
 
 
+@pytest.mark.parametrize("command", ["run", "predict"])
+def test_an_unknown_option_points_to_its_subcommands_help(command, capsys):
+    # 'ddltune run --bucket-mb abc' answered "(see 'ddltune --help')", whose list of
+    # subcommands does not say run's options (from a new user's trial)
+    code, out, err = _run(capsys, command, "--bucket-mb", "abc")
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        f"ddltune {command}: error: unrecognized arguments: --bucket-mb abc "
+        f"(see 'ddltune {command} --help')"
+    )
+
+
 def test_errors_name_options_not_python_arguments(capsys):
     assert (
         fail(ValueError("max_bytes must be >= min_bytes, got 0"), command="collect", debug=False)

@@ -195,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     parser, modules = build_parser(argv)
     argv = _negative_values_attached(parser, argv)
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # said by the subcommand's parser: its name and its --help
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            where = sub.choices.get(getattr(args, "command", None) or "", parser)
+            where.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # argparse: --help/--version (0) or usage error (2)
         return int(exc.code or 0)
     if not args.command:
