@@ -69,6 +69,7 @@ _EXPORTS = {
     "summarize_measurements": "._summary",
     "RELIABLE_P90_LIMIT": "._validation",
     "holdout_mask": "._validation",
+    "systematic_note": "._validation",
     "series_label": "._validation",
 }
 

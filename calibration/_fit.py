@@ -98,6 +98,8 @@ from ._validation import (
     inner_folds,
     series_label,
     series_report,
+    systematic_misses,
+    systematic_note,
     worst_points,
 )
 
@@ -1257,6 +1259,9 @@ def _validation_summary(rows: _Rows, post: _Posterior, holdout: float) -> _Summa
     heldout_p90 = ho_sum["p90"]
     reliable = not (heldout_p90 > RELIABLE_P90_LIMIT)  # NaN (no held-out point) → True
     warn = [] if reliable else [_unreliable_warning(report, heldout_p90)]
+    systematic = systematic_misses(pts, pred, held)
+    if systematic and not reliable:
+        warn.append(systematic_note(systematic))
     notes = []
     if not held.any():
         notes.append("no point was held out: the accuracy of this profile is not validated")
@@ -1279,6 +1284,7 @@ def _validation_summary(rows: _Rows, post: _Posterior, holdout: float) -> _Summa
         "heldout": ho_sum,
         "series": report,
         "worst": worst_points(pts, pred, held),
+        "systematic": systematic,
         "heldout_log_residuals": [float(v) for v in r_all[held]],
         "train_log_residuals": [float(v) for v in r_all[train]],
     }

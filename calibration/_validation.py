@@ -26,6 +26,8 @@ __all__ = [
     "error_summary",
     "series_report",
     "worst_points",
+    "systematic_misses",
+    "systematic_note",
     "RELIABLE_P90_LIMIT",
 ]
 
@@ -207,6 +209,77 @@ def worst_points(points: Sequence[dict], pred_s, heldout: np.ndarray, k: int = 5
             }
         )
     return out
+
+
+def systematic_misses(
+    points: Sequence[dict], pred_s, heldout: np.ndarray, *, min_series: int = 3
+) -> list[dict]:
+    """Held-out message sizes that the series miss the same way, by more than the limit.
+
+    Noise scatters a size's held-out errors over both signs; a size held out in
+    at least ``min_series`` collective series, whose median signed error is over
+    :data:`RELIABLE_P90_LIMIT` and which at least 3 in 4 of them miss in that
+    direction, is a curve the model cannot follow (on one CPU: caches, whose cost
+    per byte grows with the size), which measuring longer does not change.
+
+    Args:
+        points: the fit's points (``kind``, ``size``, ``time_s``).
+        pred_s: predicted seconds, one per point.
+        heldout: boolean mask of the held-out points.
+        min_series: the fewest held-out points of one size to judge it, ≥ 2.
+
+    Returns:
+        One dict per such size, smallest first: ``size`` (bytes), ``points``,
+        ``median_error``, ``min_error``, ``max_error`` (signed fractions t̂/t − 1).
+    """
+    pred = np.asarray(pred_s, dtype=np.float64)
+    by: dict = defaultdict(list)
+    for i, p in enumerate(points):
+        if heldout[i] and p.get("kind") == "collective":
+            by[float(p["size"])].append(pred[i] / float(p["time_s"]) - 1.0)
+    out = []
+    for size in sorted(by):
+        e = np.asarray(by[size])
+        med = float(np.median(e))
+        agree = float(np.mean(np.sign(e) == np.sign(med)))
+        if len(e) >= max(2, min_series) and abs(med) > RELIABLE_P90_LIMIT and agree >= 0.75:
+            out.append(
+                {
+                    "size": size,
+                    "points": int(len(e)),
+                    "median_error": med,
+                    "min_error": float(e.min()),
+                    "max_error": float(e.max()),
+                }
+            )
+    return out
+
+
+def systematic_note(entries: Sequence[Mapping]) -> str:
+    """One sentence on :func:`systematic_misses`' sizes, or ``""`` when there are none.
+
+    Example:
+        >>> systematic_note([{"size": 1048576, "points": 7, "median_error": 0.3,
+        ...                   "min_error": 0.17, "max_error": 0.56}])[:63]
+        'held-out misses that measuring longer will not remove: at 1 MiB'
+    """
+    from costmodel import format_bytes
+
+    if not entries:
+        return ""
+    parts = [
+        f"at {format_bytes(int(e['size']))} {e['points']} series are predicted "
+        f"{100 * e['median_error']:+.0f}% (median; {100 * e['min_error']:+.0f}% … "
+        f"{100 * e['max_error']:+.0f}%)"
+        for e in entries
+    ]
+    return (
+        "held-out misses that measuring longer will not remove: "
+        + "; ".join(parts)
+        + ". The model's α-β-γ curve cannot follow these sizes here (on one CPU, caches "
+        "make each byte of a large message cost more than one of a small message); "
+        "measure the cluster you will train on, or an emulated one"
+    )
 
 
 def series_label(s: Mapping, *, always_ranks_per_node: bool = False) -> str:

@@ -46,6 +46,7 @@ from calibration import (
     collective_algorithm,
     holdout_mask,
     refuse_symlink,
+    systematic_note,
 )
 from costmodel import (
     DEFAULT_BUCKET_BYTES,
@@ -838,6 +839,7 @@ def profile_summary(profile) -> dict:
         "parameters": [dict(r) for r in profile.parameter_table()],
         "series": series,
         "worst": list(validation.get("worst", [])),
+        "systematic": list(validation.get("systematic", [])),
         "warnings": list(getattr(profile, "warnings", []) or []),
         "notes": list(getattr(profile, "notes", []) or []),
         "provenance": dict(getattr(profile, "provenance", {}) or {}),
@@ -1131,14 +1133,21 @@ def _unreliable(summary, refusal) -> dict:
         )
     else:
         reason = (refusal[:1].upper() + refusal[1:]) if refusal else "The profile is unreliable."
-    return {
-        "reason": reason,
-        "rows": rows,
-        "advice": "The model does not predict held-out measurements of this cluster well "
-        "enough to trust its ranking. Measure again with more repetitions (a larger "
-        "--budget), on a quieter machine, or over the sizes you care about, and recalibrate; "
-        "'ddltune recommend' refuses such a profile unless --force is given.",
-    }
+    systematic = (summary or {}).get("systematic") or []
+    if systematic:  # the model's shape, not noise: more repetitions would not help
+        advice = (
+            "The model does not predict held-out measurements of this cluster well enough "
+            f"to trust its ranking, and not because of noise: {systematic_note(systematic)}. "
+            "'ddltune recommend' refuses such a profile unless --force is given."
+        )
+    else:
+        advice = (
+            "The model does not predict held-out measurements of this cluster well "
+            "enough to trust its ranking. Measure again with more repetitions (a larger "
+            "--budget-s), on a quieter machine, or over the sizes you care about, and "
+            "recalibrate; 'ddltune recommend' refuses such a profile unless --force is given."
+        )
+    return {"reason": reason, "rows": rows, "advice": advice}
 
 
 def _alternatives_table(rec) -> dict:

@@ -325,10 +325,23 @@ def _print_summary(args: argparse.Namespace, res) -> None:
         print(f"  runner-up: {a.describe()}, {a.throughput_samples_per_s:.4g} samples/s")
     if res.refusal:
         p90 = res.profile.heldout_p90
+        systematic = (res.profile.validation or {}).get("systematic")
+        what = (  # noise wants more repetitions; a curve the model cannot follow does not
+            "its misses are systematic, not noise ("
+            + "; ".join(
+                f"at {format_bytes(int(e['size']))} {e['points']} series predicted "
+                f"{100 * e['median_error']:+.0f}% (median)"
+                for e in systematic
+            )
+            + "): a larger --budget-s will not remove them; measure the cluster you will "
+            "train on, or an emulated one ('ddltune lab --help')"
+            if systematic
+            else "measure again with a larger --budget-s or on a quieter machine"
+        )
         print(
             f"  warning: the profile's held-out p90 error is {100 * p90:.0f}% (the tuner's limit "
-            f"is {100 * tuner.RELIABLE_P90_LIMIT:.0f}%): measure again with a larger --budget-s or on a quieter machine; the report "
-            "lists the errors per collective"
+            f"is {100 * tuner.RELIABLE_P90_LIMIT:.0f}%): {what}; the report lists the errors "
+            "per collective"
         )
     t = res.timings
     phases = ", ".join(f"{k} {v:.0f} s" for k, v in t.items() if k != "total")
