@@ -497,6 +497,8 @@ def run(args: argparse.Namespace) -> int:
     bandwidths are exact to the digits shown. Rows at a topology the profile
     never measured carry ``warnings``, also printed once each on stderr.
     """
+    from costmodel import format_bytes
+
     mode = _mode(args)
     params, profile, cluster = _cluster(args, _workload(args) if mode != "collective" else None)
     source = params if profile is None else profile
@@ -535,7 +537,7 @@ def run(args: argparse.Namespace) -> int:
     )
     line = (
         f"{w.name}: {w.total_params / 1e6:.1f} M parameters, "
-        f"{grad_bytes / 1024**2:.0f} MiB of gradients{dtype}, batch {w.batch_size} per worker"
+        f"{format_bytes(grad_bytes)} of gradients{dtype}, batch {w.batch_size} per worker"
         f"{step}{accum}"
     )
     _print_iterations(rows, cluster, line)

@@ -54,12 +54,9 @@ A profile whose held-out p90 error is over 15% is refused unless --force.
 Exit codes: 0 success; 2 bad arguments; 1 no configuration meets the
 constraints, or the profile is refused.
 
-The first run compiles the cost model's programs (tens of seconds on a small
-machine; the search itself then takes about a second). Compiled programs are
-kept in JAX's persistent cache in ~/.cache/ddltune/jax (or
-$XDG_CACHE_HOME/ddltune/jax), which makes later runs start faster; set
-JAX_COMPILATION_CACHE_DIR to use another folder, or
-DDLTUNE_NO_COMPILATION_CACHE=1 to keep nothing."""
+The search evaluates the cost model in numpy: nothing is compiled, and a
+recommendation takes about a second on a small machine (benchmarks/README.md,
+cli_latency.py)."""
 EPILOG = """\
 examples:
   # datasheet presets: 10 Gb/s Ethernet, V100s, ResNet-50 at 64 images per GPU
