@@ -334,6 +334,10 @@ def test_alternatives_table_shows_memory_per_rank_next_to_the_time():
         assert m, row[col]
         shown.setdefault(row[arch_col], set()).add(float(m[1]) * unit[m[2]])
     assert set(shown) == {"ring", "fsdp"}  # both architectures are in the table
+    # fsdp exchanges per wrapped block, as recommend prints it: no bucket size to show
+    b_col = table["head"].index("bucket")
+    assert {r[b_col] for r in table["rows"] if r[arch_col] == "fsdp"} == {"per block"}
+    assert all(r[b_col] != "per block" for r in table["rows"] if r[arch_col] == "ring")
     # DDP keeps parameters, gradients and one momentum word (the tuner's default optimizer
     # state factor 1): 3 × 102,228,128 B = 292.5 MiB on every rank, whatever the bucket
     (ring,) = shown["ring"]

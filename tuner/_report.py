@@ -1022,7 +1022,14 @@ def _config_row(i: int, c) -> list[str]:
         c.label,
         str(c.servers) if c.servers else "—",
         str(c.workers),
-        "per tensor" if c.bucket_bytes == 0 else format_bytes(c.bucket_bytes),
+        # as recommend prints it: fsdp/hsdp gather and scatter per wrapped block, and
+        # their bucket_bytes is not a setting (the report said "128 MiB" where
+        # recommend said "per block"; from a new user's trial)
+        "per block"
+        if not getattr(c, "uses_bucket_bytes", True)
+        else "per tensor"
+        if c.bucket_bytes == 0
+        else format_bytes(c.bucket_bytes),
         format_seconds(c.iteration_time_s),
         _interval_text(lo, hi),
         f"{c.throughput_samples_per_s:.4g}",
