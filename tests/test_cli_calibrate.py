@@ -230,3 +230,11 @@ def test_real_nccl_tests_all_reduce_within_error_band(tmp_path, capsys):
     lo, hi = prof.interval(lambda p: collective_time(p, "all_reduce", 2.0**30, 8, 8))
     lo2, hi2 = prof.interval(lambda p: collective_time(p, "all_reduce", 2.0**30, 16, 8))
     assert float(hi / lo) < 1.3 < 3.0 < float(hi2 / lo2)
+
+
+def test_identified_bandwidths_keep_three_digits_without_a_stray_point():
+    # 'calibrate' printed "897. MB/s" (a new user's trial): '#.3g' keeps a trailing point
+    from tuner.cli._calibrate import _value
+
+    shown = [_value({"unit": "s/byte", "value": 1 / bw}) for bw in (897.3e6, 21e6, 999.6e6, 5.5)]
+    assert shown == ["897 MB/s", "21.0 MB/s", "1.00 GB/s", "5.50 B/s"]

@@ -491,11 +491,15 @@ def _value(row: dict) -> str:
     if unit == "s":
         return format_seconds(v)
     if unit == "s/byte":  # as the bandwidth 1/β, in a unit that keeps 3 digits
-        bw = 1.0 / v
+        bw = float(f"{1.0 / v:.3g}")  # rounded first: 999.6 MB/s reads 1.00 GB/s
+
+        def digits(x: float) -> str:  # 3 significant digits, kept: 21.0, 1.00; 897, not "897."
+            return f"{x:#.3g}".removesuffix(".")
+
         for scale, name in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
             if bw >= scale:
-                return f"{bw / scale:#.3g} {name}"
-        return f"{bw:#.3g} B/s"
+                return f"{digits(bw / scale)} {name}"
+        return f"{digits(bw)} B/s"
     if unit == "FLOP/s":
         return f"{v / 1e9:.3g} GFLOP/s"
     if unit == "bytes":
