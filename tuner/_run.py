@@ -149,6 +149,8 @@ def _print_errors(profile, log) -> None:
     state = "reliable" if s["reliable"] else "UNRELIABLE"
     overall = "no held-out point" if p90 is None else f"held-out p90 error {100 * p90:.1f}%"
     _say(log, f"  profile: {state} ({overall}, limit {100 * s['limit']:.0f}%)")
+    if any(e["heldout_points"] for e in s["series"]):
+        _say(log, "    (n: ranks in the collective or processes computing; g: ranks per node)")
     for e in s["series"]:
         if not e["heldout_points"]:
             continue

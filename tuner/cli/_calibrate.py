@@ -486,6 +486,13 @@ def _table(rows: list[list[str]]) -> None:
     print("\n".join(format_table(rows[1:], head=rows[0], right=range(1, len(rows[0])))))
 
 
+#: What a series' name says (printed under the table; a new user asked what "n=2 g=2" was).
+_SERIES_LEGEND = (
+    "(n: ranks in the collective or processes computing at once; g: ranks per node; errors "
+    "are |predicted/measured − 1| over the series' sizes)"
+)
+
+
 def _value(row: dict) -> str:
     unit, v = row["unit"], row["value"]
     if unit == "s":
@@ -569,6 +576,7 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
         ]
     )
     _table(rows)
+    print(_SERIES_LEGEND)
     worst = [w for w in v.get("worst", []) if w["heldout"]][:3]
     if worst:
         print("\nworst held-out points:")
