@@ -57,6 +57,7 @@ _EXPORTS = {
     "describe_origin": "._records",
     "emulated_spec": "._records",
     "collective_algorithm": "._records",
+    "cost_algorithm": "._records",
     "host_fingerprint": "._records",
     "iter_records": "._records",
     "json_depth_ok": "._records",

@@ -84,7 +84,7 @@ from ._layout import ParamLayout
 from ._names import STATISTICS
 from ._profile import Profile
 from ._records import (
-    collective_algorithm,
+    cost_algorithm,
     file_entry,
     package_versions,
     read_records,
@@ -351,7 +351,7 @@ def _collective_point(rec: dict, t: float, used: str) -> dict:
     """A collective record as a point (size: message bytes)."""
     n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
     c = rec["collective"]
-    algo = collective_algorithm(rec)
+    algo = cost_algorithm(rec)
     series = {"kind": "collective", "collective": c, "num_ranks": n, "ranks_per_node": g}
     return {
         "kind": "collective",
@@ -788,19 +788,20 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     series: dict = {}
     for i in coll:
         p = points[i]
-        if p.get("algorithm"):  # several phases on two levels: no one line of α and β
-            continue
-        series.setdefault((p["collective"], p["num_ranks"], p["ranks_per_node"]), {}).setdefault(
-            p["size"], []
-        ).append(p["time_s"] / share[sharing(p)])
+        algo, n_, g_ = p.get("algorithm"), p["num_ranks"], p["ranks_per_node"]
+        if algo == "hierarchical" or (algo and 1 < g_ < n_):
+            continue  # several phases on two levels: no one line of α and β
+        series.setdefault((p["collective"], algo, n_, g_), {}).setdefault(p["size"], []).append(
+            p["time_s"] / share[sharing(p)]
+        )
     tops = max(1, n_starts)
     per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
     overlap_vote = np.zeros(2)  # per level: Σ over series of (additive − overlapped) cost
-    for (c, n, g), bysize in series.items():
+    for (c, algo, n, g), bysize in series.items():
         S = np.asarray(sorted(bysize))
         T = np.asarray([np.median(bysize[s]) for s in S])
         overlap_vote[1 if n > g else 0] += _overlap_evidence(S, T)
-        terms = get_collective(c).terms(
+        terms = get_collective(c, algo).terms(
             np.asarray(1.0), np.asarray(float(n)), np.asarray(float(min(g, n)))
         )
         steps = max(float(terms.steps), 1.0)
@@ -883,7 +884,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     # it, and a convex curve (a shaper's bucket passing a message's first bytes at
     # once: 16 KiB on the emulated 4×1 at +23% of α + S/R) is then out of the fit's
     # reach. The fit keeps whichever start ends lower.
-    levels = {1 if n > g else 0 for (_, n, g) in series}
+    levels = {1 if n > g else 0 for (_, _, n, g) in series}
     half = [lv for lv in sorted(levels) if overlap_vote[lv] <= 0]
     if half:
         th = starts[0].copy()

@@ -87,6 +87,7 @@ __all__ = [
     "describe_origin",
     "emulated_spec",
     "collective_algorithm",
+    "cost_algorithm",
     "atomic_write_text",
     "provenance",
     "host_fingerprint",
@@ -276,6 +277,27 @@ def collective_algorithm(rec: dict) -> str | None:
     """
     algo = rec.get("algorithm")
     return None if algo in (None, "ring") else str(algo)
+
+
+def cost_algorithm(rec: dict) -> str | None:
+    """The algorithm the cost model times a collective record with, ``None`` for the default.
+
+    The record's own (:func:`collective_algorithm`), else, for a reduce_scatter
+    measured on CPU (``backend`` ``"cpu"``: XLA:CPU's gloo ``psum_scatter``, what
+    ``ddltune collect`` times there), ``"halving_doubling"``
+    (:class:`costmodel.collectives.HalvingDoublingReduceScatter`; gloo runs no
+    ring for it). The record's key (:func:`record_key`) is unchanged by it.
+
+    Example:
+        >>> cost_algorithm({"collective": "reduce_scatter", "backend": "cpu"})
+        'halving_doubling'
+        >>> cost_algorithm({"collective": "reduce_scatter", "backend": "gpu"}) is None
+        True
+    """
+    algo = collective_algorithm(rec)
+    if algo is None and rec.get("collective") == "reduce_scatter" and rec.get("backend") == "cpu":
+        return "halving_doubling"
+    return algo
 
 
 def _check_compute(rec: dict) -> None:

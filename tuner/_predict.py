@@ -426,7 +426,8 @@ def predict_collective(
         num_ranks: n ≥ 1.
         ranks_per_node: g ≥ 1 (reported as min(g, n)).
         algorithm: for all_reduce ``ring`` (default), ``tree`` or
-            ``hierarchical``.
+            ``hierarchical``; for reduce_scatter ``ring`` (default) or
+            ``halving_doubling`` (gloo's, XLA:CPU's).
         level: interval coverage in (0, 1).
 
     Returns:

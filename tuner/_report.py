@@ -43,7 +43,7 @@ from calibration import (
     OutputPathError,
     atomic_replace_dir,
     atomic_write_text,
-    collective_algorithm,
+    cost_algorithm,
     holdout_mask,
     refuse_symlink,
     systematic_note,
@@ -334,7 +334,7 @@ def collective_series(
     groups: dict[tuple, dict[int, float]] = {}
     shares: dict[tuple, int] = {}
     for r in recs:
-        algo = collective_algorithm(r) or ""
+        algo = cost_algorithm(r) or ""  # as the fit times it (gloo's reduce_scatter on CPU)
         n, g = int(r["num_ranks"]), int(r["ranks_per_node"])
         key = (r["collective"], algo, n, g)
         t = _stat(r, stat)

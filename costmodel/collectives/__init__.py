@@ -24,6 +24,7 @@ from ._base import Terms as Terms
 from ._base import collective_batch_time as collective_batch_time
 from ._base import evaluate as evaluate
 from ._base import finish as finish
+from ._halving import HalvingDoublingReduceScatter as HalvingDoublingReduceScatter
 from ._hierarchical import HierarchicalAllReduce as HierarchicalAllReduce
 from ._ps import PSPull as PSPull
 from ._ps import PSPush as PSPush
@@ -56,9 +57,25 @@ ALL_REDUCE = {
     "hierarchical": HierarchicalAllReduce(),
 }
 
+#: reduce_scatter's algorithms: the ring (NCCL, the default) and gloo's halving-doubling
+#: (XLA:CPU's psum_scatter, what ``ddltune collect`` times on CPU).
+REDUCE_SCATTER = {
+    "ring": RingReduceScatter(),
+    "halving_doubling": HalvingDoublingReduceScatter(),
+}
+
+#: Collectives with more than one algorithm, and their algorithms by name.
+ALGORITHMS = {"all_reduce": ALL_REDUCE, "reduce_scatter": REDUCE_SCATTER}
+
 
 def get_collective(name: str, algorithm: str | None = None) -> AbstractCollective:
-    """The cost model of a collective by name (and, for all_reduce, algorithm).
+    """The cost model of a collective by name (and algorithm, where it has several).
+
+    Args:
+        name: a name of :data:`costmodel.COLLECTIVE_NAMES`.
+        algorithm: ``None`` (the default: ring), or for all_reduce ``ring``,
+            ``tree``, ``hierarchical``; for reduce_scatter ``ring`` or
+            ``halving_doubling``; for the others their one algorithm's name.
 
     Raises:
         ValueError: on an unknown name or algorithm, listing the valid ones.
@@ -67,17 +84,17 @@ def get_collective(name: str, algorithm: str | None = None) -> AbstractCollectiv
         raise ValueError(f"unknown collective {name!r}; valid: {format_choices(COLLECTIVE_NAMES)}")
     if algorithm is None:
         return COLLECTIVES[name]
-    if name != "all_reduce":
+    if name not in ALGORITHMS:
         if algorithm != COLLECTIVES[name].algorithm:
             raise ValueError(
                 f"{name} has one algorithm ({COLLECTIVES[name].algorithm}), got {algorithm!r}"
             )
         return COLLECTIVES[name]
-    if algorithm not in ALL_REDUCE:
+    if algorithm not in ALGORITHMS[name]:
         raise ValueError(
-            f"unknown all_reduce algorithm {algorithm!r}; valid: {format_choices(ALL_REDUCE)}"
+            f"unknown {name} algorithm {algorithm!r}; valid: {format_choices(ALGORITHMS[name])}"
         )
-    return ALL_REDUCE[algorithm]
+    return ALGORITHMS[name][algorithm]
 
 
 def collective_time(

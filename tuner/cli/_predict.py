@@ -175,8 +175,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     co.add_argument(
         "--algorithm",
-        choices=("ring", "tree", "hierarchical"),
-        help="all_reduce algorithm (default ring)",
+        choices=("ring", "tree", "hierarchical", "halving_doubling"),
+        help="the collective's algorithm (default ring): all_reduce ring, tree or "
+        "hierarchical; reduce_scatter ring or halving_doubling (gloo's, what "
+        "XLA:CPU runs and a CPU profile measured)",
     )
     co.add_argument(
         "--num-ranks", type=positive_int_arg, metavar="N", help="ranks in the collective, ≥ 1"
