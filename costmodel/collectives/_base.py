@@ -47,6 +47,7 @@ from .._xp import is_traced, xp_of
 
 __all__ = [
     "Terms",
+    "phases_in_sequence",
     "evaluate",
     "finish",
     "as_float",
@@ -77,6 +78,17 @@ class Terms(NamedTuple):
     reduce_bytes: Float[Array, "*b"]
     congestion: Float[Array, "*b"]
     inter: Array
+
+
+def phases_in_sequence(phases: tuple[Terms, ...], inter) -> Terms:
+    """One :class:`Terms` of phases run one after another: steps and bytes added,
+    the first phase's congestion, the level ``inter`` (the phase that crosses nodes).
+
+    The one-call view of a collective of several phases (its ``terms``); its time is
+    :meth:`AbstractCollective.time` over the phases, each at its own level.
+    """
+    return Terms(*(sum(col) for col in zip(*(p[:4] for p in phases), strict=True)),
+                 phases[0].congestion, inter)  # fmt: skip
 
 
 def as_float(x: ArrayLike) -> Float[Array, "*b"]:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from .._xp import xp_of
 from ._abstract import AbstractCollective
-from ._base import Terms
+from ._base import Terms, phases_in_sequence
 
 __all__ = ["HalvingDoublingReduceScatter"]
 
@@ -96,8 +96,4 @@ class HalvingDoublingReduceScatter(AbstractCollective):
 
     def terms(self, S, n, g):
         p1, p2, p3 = self.phases(S, n, g)
-        return Terms(
-            *(a + b + c for a, b, c in zip(p1[:4], p2[:4], p3[:4], strict=True)),
-            p1.congestion,
-            p2.inter,
-        )
+        return phases_in_sequence((p1, p2, p3), p2.inter)

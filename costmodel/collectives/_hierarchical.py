@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .._xp import xp_of
 from ._abstract import AbstractCollective
-from ._base import Terms
+from ._base import Terms, phases_in_sequence
 
 __all__ = ["HierarchicalAllReduce"]
 
@@ -44,8 +44,4 @@ class HierarchicalAllReduce(AbstractCollective):
 
     def terms(self, S, n, g):
         rs, ar, ag = self.phases(S, n, g)
-        return Terms(
-            *(a + b + c for a, b, c in zip(rs[:4], ar[:4], ag[:4], strict=True)),
-            rs.congestion,
-            ar.inter,
-        )
+        return phases_in_sequence((rs, ar, ag), ar.inter)
