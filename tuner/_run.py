@@ -349,7 +349,7 @@ def _kept_text(kept: tuple[Path, int] | None, out: Path) -> str:
         )
     dest, n = kept
     return (
-        f"its {n} finished measurement{'s' if n != 1 else ''} are kept in {dest} (use them: "
+        f"its {n} finished measurement{'s are' if n != 1 else ' is'} kept in {dest} (use them: "
         f"'ddltune run --measurements {dest} -o DIR', or measure the rest first: 'ddltune "
         f"collect -o {dest} --resume'); {out} is as it was"
     )
