@@ -16,7 +16,6 @@ _EXPORTS = {
     "CollectResult": "._collect",
     "check_local_bounds": "._collect",
     "mem_available_bytes": "._collect",
-    "message_sizes": "._worker",
     "collect": "._collect",
     "summary_rows": "._collect",
     "STATISTICS": "._names",

@@ -252,7 +252,6 @@ def run_main_job(
                 f"max_bytes must be at least {format_bytes(min_bytes)}, the smallest message "
                 f"the run measures, got {max_bytes!r}"
             )
-        calibration.message_sizes(min_bytes, max_bytes, RUN_DEFAULTS["step_factor"])
         calibration.check_local_bounds(
             [workers],
             max_bytes,

@@ -187,7 +187,7 @@ def resolve_variants(architectures: Sequence[str] | str | None, ranks_per_node: 
 
 #: Most worker counts one search sweeps (:func:`worker_grid`): each costs about 100 KB
 #: and 0.6 ms of a sweep (ResNet-50 from presets, 2-core machine: 16,384 counts
-#: 10 s and 1.6 GB; 100,000 ran out of memory), so a grid beyond it is refused
+#: 10 s and 1.6 GB; 100,000 ran past 100 s, 10⁹ asked for 112 GiB), so a grid beyond it is refused
 #: with the way to a coarser one (``ranks_per_node``: 16,384 nodes of 8 are
 #: 131,072 workers).
 MAX_WORKER_COUNTS = 16384
