@@ -22,7 +22,9 @@ checked from the ranks' host names):
 
 Both results are checked equal to the expected sum on every rank. Timing as
 the collector's: compiled ahead of time, ``--warmup`` untimed calls, then
-``--reps`` rounds in which the two algorithms alternate, each call preceded by
+rounds in which the two algorithms alternate (at least ``--reps``, on until
+``--budget-s`` seconds per size, at most ``--max-reps``: the small sizes' p10
+then rests on about a hundred samples, not nine), each call preceded by
 :meth:`launch.Ranks.sync` (a barrier that carries every rank's time of the
 previous call, so a sample is the slowest rank's). Rank 0 prints one JSON line
 per (algorithm, size) with the samples in seconds; ``benchmarks/emulated_launchers.py``
@@ -61,7 +63,12 @@ def _programs(mesh: Mesh):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--max-bytes", default="16M", help="largest message (default 16M)")
-    ap.add_argument("--reps", type=int, default=9, help="timed calls per point (default 9)")
+    ap.add_argument("--reps", type=int, default=9,
+                    help="at least this many timed calls per point and algorithm (default 9)")
+    ap.add_argument("--budget-s", type=float, default=2.0,
+                    help="and rounds go on until this many seconds per point (default 2)")
+    ap.add_argument("--max-reps", type=int, default=200,
+                    help="at most this many timed calls per point and algorithm (default 200)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls per point (default 2)")
     args = ap.parse_args(argv)
     initialize_worker(timeout_s=120, single_ok=False)
@@ -95,18 +102,26 @@ def main(argv=None) -> int:
             if not np.all(block == expected):
                 print(f"{k} all-reduce of {S} bytes is wrong on rank {ranks.rank}", file=sys.stderr)
                 return 1
-        prev, took = None, 0.0
-        for _ in range(args.reps):
-            for k, f in compiled.items():
-                # the barrier carries every rank's time of the previous call
-                _, slowest, _ = ranks.sync(False, {r: took for r, _ in ranks.local})
+        prev, took, rounds, t0_point = None, 0.0, 0, time.perf_counter()
+        done = False
+        while not done:
+            for i, (k, f) in enumerate(compiled.items()):
+                # rank 0 decides, at a round's start, whether the point has enough samples;
+                # the barrier carries its decision and every rank's time of the previous call
+                enough = rounds >= args.max_reps or (
+                    rounds >= args.reps and time.perf_counter() - t0_point >= args.budget_s
+                )
+                stop, slowest, _ = ranks.sync(i == 0 and enough, {r: took for r, _ in ranks.local})
                 if prev is not None:
                     samples[prev].append(slowest)
+                    prev = None
+                if stop:
+                    done = True
+                    break
                 t0 = time.perf_counter()
                 f(a).block_until_ready()
                 prev, took = k, time.perf_counter() - t0
-        _, slowest, _ = ranks.sync(False, {r: took for r, _ in ranks.local})
-        samples[prev].append(slowest)
+            rounds += 1
         if ranks.is_rank0:
             for k, s in samples.items():
                 print(json.dumps({"algorithm": k, "message_bytes": S, "num_ranks": n,

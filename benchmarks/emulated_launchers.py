@@ -88,6 +88,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--collectives", default="all_reduce", help="collect's --collectives (default all_reduce)"
     )
+    ap.add_argument("--budget-s", default=None,
+                    help="collect's --budget-s, seconds per point (default: collect's)")
     ap.add_argument("--no-algorithms", action="store_true",
                     help="skip the ring-against-hierarchical job")  # fmt: skip
     ap.add_argument(
@@ -125,7 +127,8 @@ def main(argv=None) -> int:
         for nodes, per in ((args.nodes, args.per_node), (args.nodes, 1), (1, args.per_node)):
             cmd = [*start(nodes, per), sys.executable, "-m", "tuner.cli", "collect",
                    "--max-bytes", args.max_bytes, "--collectives", args.collectives,
-                   "--suite", "collectives", "--no-progress", "-o", str(m), "--resume"]  # fmt: skip
+                   "--suite", "collectives", "--no-progress", "-o", str(m), "--resume",
+                   *(["--budget-s", args.budget_s] if args.budget_s else [])]  # fmt: skip
             t0 = time.monotonic()
             res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600,
                                  cwd=ROOT)  # fmt: skip
