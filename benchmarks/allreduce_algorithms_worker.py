@@ -63,12 +63,24 @@ def _programs(mesh: Mesh):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--max-bytes", default="16M", help="largest message (default 16M)")
-    ap.add_argument("--reps", type=int, default=9,
-                    help="at least this many timed calls per point and algorithm (default 9)")
-    ap.add_argument("--budget-s", type=float, default=2.0,
-                    help="and rounds go on until this many seconds per point (default 2)")
-    ap.add_argument("--max-reps", type=int, default=200,
-                    help="at most this many timed calls per point and algorithm (default 200)")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=9,
+        help="at least this many timed calls per point and algorithm (default 9)",
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=2.0,
+        help="and rounds go on until this many seconds per point (default 2)",
+    )
+    ap.add_argument(
+        "--max-reps",
+        type=int,
+        default=200,
+        help="at most this many timed calls per point and algorithm (default 200)",
+    )
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls per point (default 2)")
     args = ap.parse_args(argv)
     initialize_worker(timeout_s=120, single_ok=False)

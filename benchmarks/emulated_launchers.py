@@ -88,8 +88,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--collectives", default="all_reduce", help="collect's --collectives (default all_reduce)"
     )
-    ap.add_argument("--budget-s", default=None,
-                    help="collect's --budget-s, seconds per point (default: collect's)")
+    ap.add_argument(
+        "--budget-s",
+        default=None,
+        help="collect's --budget-s, seconds per point (default: collect's)",
+    )
     ap.add_argument("--no-algorithms", action="store_true",
                     help="skip the ring-against-hierarchical job")  # fmt: skip
     ap.add_argument(
