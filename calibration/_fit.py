@@ -79,6 +79,7 @@ from costmodel import (
     get_collective,
     preset,
 )
+from costmodel.workloads import small_gemm_at
 
 from ._layout import ParamLayout
 from ._names import STATISTICS
@@ -336,6 +337,7 @@ def _compute_point(rec: dict, t: float, used: str) -> dict:
         "size": float(rec["flops"]),
         "conv": 1.0 if conv else 0.0,
         "backward": 1.0 if rec["op"] == "backward" else 0.0,
+        "small_gemm": small_gemm(shape),
         "num_ranks": n,
         "ranks_per_node": g,
         "time_s": t,
@@ -345,6 +347,36 @@ def _compute_point(rec: dict, t: float, used: str) -> dict:
         "file": rec.get("_file"),
         "line": rec.get("_line"),
     }
+
+
+def small_gemm(shape) -> float:
+    """u = 1/m of a compute record's one matrix product, 1/elements; 0 when unknown.
+
+    m is the smallest GEMM dimension (``ClusterParams.gemm_half_dim``): a
+    matmul's min(m, n, k); a dense layer's min(batch, in, out); a convolution's
+    as its implicit GEMM, min(batch·H·W, C_out, C_in·k²) (Chetlur et al.,
+    "cuDNN", arXiv:1410.0759, §3: convolution as a matrix product). The same
+    rows and widths as ``costmodel.Workload.gemm_dims`` (:func:`costmodel.workloads.small_gemm_at`).
+    """
+    if not isinstance(shape, dict):
+        return 0.0
+    try:
+        if {"m", "n", "k"} <= shape.keys():
+            q, r, w = [1.0], [float(shape["m"])], [float(min(shape["n"], shape["k"]))]
+        elif shape.get("type") == "linear":
+            q, r, w = [1.0], [1.0], [float(min(shape["in"], shape["out"]))]
+        elif shape.get("type") == "conv2d":
+            k = float(shape["kernel"]) ** 2
+            q, r = [1.0], [float(shape["height"]) * float(shape.get("width", shape["height"]))]
+            w = [float(min(shape["out"], shape["in"] * k))]
+        else:
+            return 0.0
+        batch = float(shape.get("batch", 1))
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    if not (batch > 0 and r[0] > 0 and w[0] > 0):
+        return 0.0
+    return float(small_gemm_at(np.asarray(q), np.asarray(r), np.asarray(w), np.asarray(batch)))
 
 
 def _collective_point(rec: dict, t: float, used: str) -> dict:
@@ -391,6 +423,7 @@ class _Data(eqx.Module):
     comp_g: jax.Array
     conv: jax.Array
     backward: jax.Array
+    small_gemm: jax.Array
     logt: jax.Array
     n_coll: int = eqx.field(static=True)
 
@@ -402,7 +435,12 @@ def _predict(params: ClusterParams, data: _Data):
         return t
     # one timed call each
     comp = params.compute_time(
-        data.flops, data.comp_g, calls=1.0, conv=data.conv, backward=data.backward
+        data.flops,
+        data.comp_g,
+        calls=1.0,
+        conv=data.conv,
+        backward=data.backward,
+        small_gemm=data.small_gemm,
     )
     xp = jnp if isinstance(t, jax.Array) or isinstance(comp, jax.Array) else np
     return xp.concatenate([t, xp.broadcast_to(comp, t.shape[:-1] + comp.shape[-1:])], axis=-1)
@@ -452,6 +490,7 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
         comp_g=f([points[i]["ranks_per_node"] for i in comp]),
         conv=f([points[i].get("conv", 0.0) for i in comp]),
         backward=f([points[i].get("backward", 0.0) for i in comp]),
+        small_gemm=f([points[i].get("small_gemm", 0.0) for i in comp]),
         logt=f(np.log([points[i]["time_s"] for i in src_rows])),
         n_coll=len(coll),
     )
@@ -818,14 +857,21 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
                 (np.log(np.maximum(alpha, 1e-12)), np.log(np.maximum(beta, 1e-18)))
             )
     comp = [i for i in sel if points[i]["kind"] == "compute"]
-    log_flops = log_conv = log_conv_bwd = None
+    log_flops = log_conv = log_conv_bwd = log_gemm_half = None
     if comp:
+        # GEMMs of known shape: m½ starts at least at 16 elements (XLA:CPU's, issue
+        # 22), so that a prior without one (a GPU preset's e^−30, where no prediction
+        # depends on it and _free_mask would hold it) lets the data move it
+        if any(points[i].get("small_gemm", 0.0) > 0 for i in comp):
+            log_gemm_half = max(math.log(float(base.gemm_half_dim)), math.log(16.0))
+        m_half = float(base.gemm_half_dim) if log_gemm_half is None else math.exp(log_gemm_half)
 
-        def rate(idx):  # the median FLOP rate of these points, FLOP/s
+        def rate(idx):  # the median FLOP rate of these points at full size (m ≫ m½), FLOP/s
             return float(
                 np.median(
                     [
                         points[i]["size"]
+                        * (1.0 + m_half * points[i].get("small_gemm", 0.0))
                         / (points[i]["time_s"] / share[points[i]["ranks_per_node"]])
                         for i in idx
                     ]
@@ -854,6 +900,8 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
             th[sl["log_conv_efficiency"]] = log_conv
         if log_conv_bwd is not None:
             th[sl["log_conv_backward_efficiency"]] = log_conv_bwd
+        if log_gemm_half is not None:
+            th[sl["log_gemm_half"]] = log_gemm_half
         # a level whose curves look overlapped (_overlap_evidence) starts its latency
         # overlap at d ≈ 0.88; elsewhere it stays at the prior's d ≈ 1e-13 (logit −30),
         # where no prediction depends on it, so it is held there: α + S·β as before

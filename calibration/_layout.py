@@ -61,6 +61,11 @@ PRIOR_SD = {
     # centred at logit −30 (α + S·β, Hockney); wide (sd 15) so that a measured
     # curve whose small sizes take the same time moves it anywhere in (0, 1)
     "logit_latency_overlap": 15.0,
+    # a GEMM's half-performance dimension m½: centred at the preset's (about 15 on
+    # the emulated cluster's CPU, e^−30, none, on the GPU presets whose rate is
+    # already their model kind's); wide (sd 15) so that matmuls of several sizes
+    # move it anywhere
+    "log_gemm_half": 15.0,
 }
 _DEFAULT_SD = math.log(4.0)
 
@@ -84,6 +89,7 @@ _PHYSICAL = {
     "logit_backward_hide": "backward_hide",
     "log_conv_efficiency": "conv_efficiency",
     "log_conv_backward_efficiency": "conv_backward_efficiency",
+    "log_gemm_half": "gemm_half_dim",
     "logit_latency_overlap": "latency_overlap",
 }
 

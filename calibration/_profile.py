@@ -624,9 +624,9 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     """(P,) standard deviations of θ for a preset profile (nothing measured).
 
     The calibration prior (:meth:`ParamLayout.prior_sd`, ``PRIOR_SD``) except
-    three leaves, set from the evidence: log ``flops_per_s`` at
-    :data:`PRESET_FLOPS_SD` (ln 2), and log ``conv_efficiency`` and
-    ``conv_backward_efficiency`` at 0.1% —
+    four leaves, set from the evidence: log ``flops_per_s`` at
+    :data:`PRESET_FLOPS_SD` (ln 2), and log ``conv_efficiency``,
+    ``conv_backward_efficiency`` and ``gemm_half_dim`` at 0.1% —
     a preset's ``flops_per_s`` is already the rate of the model's kind (a
     CNN's, :func:`costmodel.device_flops_per_s`), so a CNN's interval must not
     count the compute spread twice. Calibration keeps ``PRIOR_SD`` (×4 on
@@ -635,6 +635,7 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     sd = layout.prior_sd()
     sd[layout.slices["log_conv_efficiency"]] = _PRESET_CONV_SD
     sd[layout.slices["log_conv_backward_efficiency"]] = _PRESET_CONV_SD
+    sd[layout.slices["log_gemm_half"]] = _PRESET_CONV_SD
     sd[layout.slices["log_flops"]] = PRESET_FLOPS_SD
     return sd
 
@@ -648,6 +649,7 @@ _NEW_LEAVES = (
     "log_conv_efficiency",
     "log_conv_backward_efficiency",
     "logit_latency_overlap",
+    "log_gemm_half",
 )
 
 

@@ -20,6 +20,7 @@ from jaxtyping import Array, Float
 
 from ._params import ClusterParams
 from ._xp import to_jax, xp_of
+from .workloads import gemm_groups, small_gemm_at
 
 #: PyTorch DDP's default ``bucket_cap_mb`` = 25 MiB.
 DEFAULT_BUCKET_BYTES = 25 * 1024**2
@@ -95,6 +96,9 @@ class WorkloadTerms(eqx.Module):
         conv_share: the share of the FLOPs in convolutions (1 for a CNN,
             ``Workload.kind == "cnn"``; else 0), run at
             ``ClusterParams.conv_efficiency`` × ``flops_per_s``.
+        gemm_share, gemm_rows, gemm_width: (G,) the workload's GEMMs grouped by
+            shape (:func:`costmodel.workloads.gemm_groups`): FLOP share, rows per
+            sample, smaller other dimension; G = 0 when unknown.
         cum_bytes_rev, ready_frac_rev: (T,) cumulative gradient bytes and the
             fraction of backward done when each tensor's gradient is ready, in
             reverse (backward) order.
@@ -112,6 +116,9 @@ class WorkloadTerms(eqx.Module):
     step_time_per_sample_s: Float[Array, ""]
     fwd_share: Float[Array, ""]
     conv_share: Float[Array, ""]
+    gemm_share: Float[Array, " G"]
+    gemm_rows: Float[Array, " G"]
+    gemm_width: Float[Array, " G"]
     cum_bytes_rev: Float[Array, " T"]
     ready_frac_rev: Float[Array, " T"]
     measured: bool = eqx.field(static=True, default=False)
@@ -159,6 +166,7 @@ class WorkloadTerms(eqx.Module):
             f(step),
             f(share),
             f(1.0 if getattr(workload, "kind", "") == "cnn" else 0.0),
+            *(f(x) for x in gemm_groups(workload)),
             f(np.cumsum(pb)),
             f(ready),
             measured,
@@ -219,8 +227,9 @@ def _compute_s(params: ClusterParams, wt: WorkloadTerms, batch, g):
         return comp * wt.fwd_share * share, comp * (1.0 - wt.fwd_share) * share
     # compute_time is linear in the FLOPs (no dispatched calls inside a step):
     # one evaluation per sample, scaled by forward's and backward's FLOPs
-    fwd = params.compute_time(batch, g, conv=wt.conv_share)
-    bwd = params.compute_time(batch, g, conv=wt.conv_share, backward=1.0)
+    u = small_gemm_at(wt.gemm_share, wt.gemm_rows, wt.gemm_width, batch)
+    fwd = params.compute_time(batch, g, conv=wt.conv_share, small_gemm=u)
+    bwd = params.compute_time(batch, g, conv=wt.conv_share, backward=1.0, small_gemm=u)
     return fwd * wt.fwd_flops, bwd * wt.bwd_flops
 
 

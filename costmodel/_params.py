@@ -61,6 +61,7 @@ PARAMETER_UNITS = {
     "conv_efficiency": "1",
     "conv_backward_efficiency": "1",
     "latency_overlap": "1",
+    "gemm_half_dim": "elements",
     "host_links": "links",
 }
 
@@ -69,12 +70,16 @@ PARAMETER_UNITS = {
 #: backward_hide's default: logit −30, a share of about 1e-13 (no hiding; exactly
 #: representable in (0, 1), which a logit needs).
 _NO_HIDE = 1.0 / (1.0 + math.exp(30.0))
+#: gemm_half_dim's default: e^−30 ≈ 9e-14 elements, every GEMM at the full rate (a
+#: preset's ``flops_per_s`` is already the rate of its model kind).
+NO_GEMM_HALF = math.exp(-30.0)
 _OPTIONAL_KEYS = {
     "step_comm_factor": 1.0,
     "backward_hide": _NO_HIDE,
     "conv_efficiency": 1.0,
     "conv_backward_efficiency": 1.0,
     "latency_overlap": _NO_HIDE,
+    "gemm_half_dim": NO_GEMM_HALF,
     "host_links": 1,
 }
 #: The most host links per node :meth:`ClusterParams.create` accepts.
@@ -187,6 +192,14 @@ class ClusterParams(eqx.Module):
       behind the gap of a pipelined transfer). Default d ≈ 1e-13 (logit −30):
       α + S·β. Measured on the emulated cluster (issue 22): 1 and 4 KiB take the
       same 0.4–1.3 ms, and 16 KiB its wire time alone.
+    * ``log_gemm_half`` (): log m½, the half-performance dimension of a matrix
+      product (Hockney's n½ for compute): a GEMM whose smallest dimension is m
+      runs at ``flops_per_s``·m / (m + m½), so its time is F·(1 + m½/m) /
+      ``flops_per_s`` (:meth:`compute_time`'s ``small_gemm``). Measured on the
+      emulated cluster's CPU (XLA:CPU, issue 22): 128³ … 1024³ matmuls, batch-64
+      dense layers and 32–96-channel convolutions fit m½ ≈ 15 with
+      ``conv_efficiency`` ≈ 1 (one rate: median error 2.3%, against 8.4% for one
+      rate without m½). Default e^−30 ≈ 9e-14 (every GEMM at the full rate).
 
     Static (not fitted, not in θ): ``n_regimes`` (R) and ``host_links``, the
     independent links over which a node's devices reach host memory (one per
@@ -219,6 +232,7 @@ class ClusterParams(eqx.Module):
     log_conv_efficiency: Float[Array, ""]
     log_conv_backward_efficiency: Float[Array, ""]
     logit_latency_overlap: Float[Array, "2"]
+    log_gemm_half: Float[Array, ""]
     n_regimes: int = eqx.field(static=True, default=1)
     host_links: int = eqx.field(static=True, default=1)
 
@@ -248,6 +262,7 @@ class ClusterParams(eqx.Module):
         conv_efficiency: float = 1.0,
         conv_backward_efficiency: float = 1.0,
         latency_overlap: float | Sequence[float] = _NO_HIDE,
+        gemm_half_dim: float = NO_GEMM_HALF,
         host_links: int = 1,
     ) -> ClusterParams:
         """Build parameters from physical values (SI units).
@@ -285,6 +300,9 @@ class ClusterParams(eqx.Module):
             latency_overlap: per level (intra, inter), the share of a
                 collective's latency hidden under its bandwidth term, in
                 (0, 1); a scalar sets both (default about 1e-13: α + S·β).
+            gemm_half_dim: m½ > 0, the smallest GEMM dimension (elements) at
+                which a matrix product runs at half of ``flops_per_s`` (default
+                about 9e-14: every GEMM at the full rate).
             host_links: the independent links over which a node's devices
                 reach host memory (one per PCIe switch uplink), an integer in
                 [1, :data:`MAX_HOST_LINKS`] (static, not fitted). ``ps_host``
@@ -355,6 +373,7 @@ class ClusterParams(eqx.Module):
                     ]
                 )
             ),
+            log_gemm_half=f(math.log(_pos(gemm_half_dim, "gemm_half_dim"))),
             n_regimes=R,
             host_links=int(host_links),
         )
@@ -560,6 +579,11 @@ class ClusterParams(eqx.Module):
         return self._xp.exp(self.log_conv_backward_efficiency)
 
     @property
+    def gemm_half_dim(self) -> Float[Array, ""]:
+        """m½, the smallest GEMM dimension at which a matrix product runs at half the rate, elements."""
+        return self._xp.exp(self.log_gemm_half)
+
+    @property
     def latency_overlap(self) -> Float[Array, "2"]:
         """Per level (intra, inter), the share of a collective's latency under its bandwidth term."""
         return 1.0 / (1.0 + self._xp.exp(-self.logit_latency_overlap))
@@ -606,14 +630,19 @@ class ClusterParams(eqx.Module):
         calls=0.0,
         conv=0.0,
         backward=0.0,
+        small_gemm=0.0,
     ) -> Float[Array, "*b"]:
         """Seconds of ``flops`` on one device while g ranks share its node.
 
-        (c·o + F·(1 − v + v·(1 − w + w/b)/e) / flops_per_s) · share(g), with o =
-        ``call_overhead_s``, v the share of the FLOPs in convolutions, w the share
-        of those in a backward pass, e ``conv_efficiency``, b
-        ``conv_backward_efficiency`` and ``share`` :meth:`core_share` (a roofline-free
-        throughput model: each kind of layer at its own sustained rate). The compute model of the iteration
+        (c·o + F·(1 + m½·u)·(1 − v + v·(1 − w + w/b)/e) / flops_per_s) · share(g),
+        with o = ``call_overhead_s``, m½ ``gemm_half_dim``, u the FLOP-weighted
+        mean of 1/m over the GEMMs (m the smallest dimension of each), v the share
+        of the FLOPs in convolutions, w the share of those in a backward pass, e
+        ``conv_efficiency``, b ``conv_backward_efficiency`` and ``share``
+        :meth:`core_share` (a roofline-free throughput model: each kind of layer
+        at its own sustained rate, a GEMM of smallest dimension m at the
+        fraction m / (m + m½) of it: Hockney & Jesshope, *Parallel Computers 2*,
+        1988, §1.3.3, r∞ and n½). The compute model of the iteration
         timeline (forward and backward FLOPs inside one step: c = 0, the step's
         dispatch is ``step_overhead_s``) and of calibration's compute records
         (each one timed call of a compiled program: c = 1, the same dispatch a
@@ -627,6 +656,10 @@ class ClusterParams(eqx.Module):
                 0: matrix products and dense layers only), (*b) or scalar.
             backward: w in [0, 1], the share of the convolutions' FLOPs in
                 backward passes (default 0: forward), (*b) or scalar.
+            small_gemm: u ≥ 0, 1/elements: Σ F_l/m_l / Σ F_l over the layers
+                (m_l the smallest dimension of layer l's matrix product, a
+                convolution's as its implicit GEMM); 0 (default): no GEMM
+                dimension known, the full rate.
 
         Returns:
             Seconds, broadcast shape.
@@ -639,7 +672,7 @@ class ClusterParams(eqx.Module):
         conv_factor = (1.0 - backward + backward / self.conv_backward_efficiency) / (
             self.conv_efficiency
         )
-        rate_factor = 1.0 - conv + conv * conv_factor
+        rate_factor = (1.0 - conv + conv * conv_factor) * (1.0 + self.gemm_half_dim * small_gemm)
         return (
             calls * self.call_overhead_s + flops * rate_factor / self.flops_per_s
         ) * self.core_share(ranks_per_node)
@@ -681,6 +714,7 @@ class ClusterParams(eqx.Module):
             "conv_efficiency": tolist(self.conv_efficiency),
             "conv_backward_efficiency": tolist(self.conv_backward_efficiency),
             "latency_overlap": tolist(self.latency_overlap),
+            "gemm_half_dim": tolist(self.gemm_half_dim),
         }
 
     @classmethod
@@ -726,6 +760,7 @@ class ClusterParams(eqx.Module):
                 conv_efficiency=d.get("conv_efficiency", 1.0),
                 conv_backward_efficiency=d.get("conv_backward_efficiency", 1.0),
                 latency_overlap=d.get("latency_overlap", _NO_HIDE),
+                gemm_half_dim=d.get("gemm_half_dim", NO_GEMM_HALF),
                 host_links=_integer(d.get("host_links", 1)),
             ).replace_sharpness(d["regime_sharpness"])
         except (TypeError, ValueError) as e:
@@ -755,7 +790,8 @@ class ClusterParams(eqx.Module):
         ``beta_intra`` / ``beta_inter`` (inverse bandwidth: a 2× faster network is
         ``beta_inter=0.5``; the node's cap ``node_beta`` keeps its value: scale both
         for faster NICs), ``node_beta``, ``gamma``, ``call_overhead``,
-        ``flops``, ``conv_efficiency``, ``conv_backward_efficiency``, ``step_overhead``, ``update``, ``memory``,
+        ``flops``, ``conv_efficiency``, ``conv_backward_efficiency``, ``gemm_half_dim``,
+        ``step_overhead``, ``update``, ``memory``,
         ``step_comm``.
 
         Raises:
@@ -781,6 +817,7 @@ class ClusterParams(eqx.Module):
             "flops": ("log_flops", None),
             "conv_efficiency": ("log_conv_efficiency", None),
             "conv_backward_efficiency": ("log_conv_backward_efficiency", None),
+            "gemm_half_dim": ("log_gemm_half", None),
             "step_overhead": ("log_step_overhead", None),
             "update": ("log_update", None),
             "memory": ("log_memory", None),
@@ -844,6 +881,7 @@ _PHYSICAL_PROPERTIES = (
     "conv_efficiency",
     "conv_backward_efficiency",
     "latency_overlap",
+    "gemm_half_dim",
 )
 
 

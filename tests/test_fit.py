@@ -901,3 +901,51 @@ def test_cpu_reduce_scatter_is_fitted_as_gloos_halving_doubling():
     prof = calibrate(recs, n_regimes=1, holdout=0.25)
     assert prof.validation["heldout"]["p90"] < 0.02
     assert {s.get("algorithm") for s in prof.validation["series"]} == {"halving_doubling"}
+
+
+# ----------------------------------------------------------------------------- small GEMMs
+def test_a_small_gemm_runs_below_the_rate_by_its_half_performance_dimension():
+    """Matmuls m³ (m = 32 … 1024) and dense layers (batch 64) that take
+    o + F·(1 + m½/min dim)/R with m½ = 16 (Hockney's n½; XLA:CPU measured about 15):
+    the fit recovers R and m½, and predicts each record within 3%; the same records
+    fitted with one rate (no shapes: m½ plays no part) miss one of them by more than 25%. A workload's compute in the timeline is then Σ F_l·(1 + m½/m_l)/R."""
+    rng = np.random.default_rng(11)
+    R, m_half, o = 5e10, 16.0, 30e-6
+    gpu = {"backend": "gpu", "device_kind": "A100"}
+
+    def rec(f, m, shape, op="matmul"):
+        t = (o + f * (1 + m_half / m) / R) * math.exp(0.01 * rng.normal())
+        return {**comp(f, 1, t), **gpu, "op": op, "shape": shape}
+
+    mm = [rec(2.0 * m**3, m, {"m": m, "n": m, "k": m}) for m in (32, 64, 128, 256, 512, 1024)]
+    dense = [
+        rec(2.0 * 64 * i * j, min(64, i, j), {"type": "linear", "batch": 64, "in": i, "out": j},
+            op=op)
+        for i, j in ((784, 512), (512, 512), (512, 10), (2048, 2048))
+        for op in ("forward",)
+    ]  # fmt: skip
+    fit = calibrate(mm + dense, n_regimes=1, holdout=0.0)
+    assert float(fit.params.flops_per_s) == pytest.approx(R, rel=0.05)
+    assert float(fit.params.gemm_half_dim) == pytest.approx(m_half, rel=0.15)
+    points = _prepare(mm + dense, None, "lower")[0]
+    data, order = _build_data(points)
+    pred = np.asarray(_predict(fit.params.to_numpy(), data))
+    for row, i in enumerate(order):
+        if i >= 0:
+            assert pred[row] == pytest.approx(points[i]["time_s"], rel=0.03)
+    # without the shapes, one rate: the smallest matmul is far off
+    plain = [{k: v for k, v in r.items() if k != "shape"} for r in mm + dense]
+    one = calibrate(plain, n_regimes=1, holdout=0.0).params
+    miss = [
+        (float(one.call_overhead_s) + q["size"] / float(one.flops_per_s)) / q["time_s"] - 1
+        for q in _prepare(plain, None, "lower")[0]
+    ]
+    assert max(np.abs(miss)) > 0.25
+    # the timeline's compute of a workload with GEMM shapes
+    from costmodel.workloads import get_workload
+
+    w = get_workload("resnet50", 4)
+    p = fit.params.to_numpy()
+    fwd_b = float(np.sum(w.fwd_flops) + np.sum(w.bwd_flops)) * 4
+    want = fwd_b * (1 + float(p.gemm_half_dim) * w.small_gemm()) / float(p.flops_per_s)
+    assert costmodel_compute_s(p, w, batch=4) == pytest.approx(want, rel=1e-9)

@@ -239,3 +239,35 @@ def test_host_links_is_static_and_survives_json_and_flat_round_trips():
     d["host_links"] = 0
     with pytest.raises(ValueError, match=r"invalid parameters: host_links must be"):
         ClusterParams.from_dict(d)
+
+
+def test_compute_time_of_a_small_gemm_is_hockneys_half_performance_law():
+    """compute_time(F, small_gemm = 1/m) = F·(1 + m½/m)/R: at m = m½ half the rate,
+    at m ≫ m½ the full rate, u = 0 exactly the rate; the default m½ (e^−30) leaves
+    every time as it was to 1e-12; jax and numpy agree; gradients flow to m½."""
+    R, m_half = 1e12, 16.0
+    p = ClusterParams.create(flops_per_s=R, gemm_half_dim=m_half)
+    F = 2e9
+    one = jnp.asarray(1.0)
+    assert float(p.compute_time(F, one, small_gemm=1 / m_half)) == pytest.approx(2 * F / R)
+    assert float(p.compute_time(F, one, small_gemm=1 / 64)) == pytest.approx(1.25 * F / R)
+    assert float(p.compute_time(F, one, small_gemm=1e-9)) == pytest.approx(F / R, rel=1e-7)
+    assert float(p.compute_time(F, one)) == pytest.approx(F / R, rel=1e-7)
+    ms = np.array([1.0, 4.0, 16.0, 64.0, 256.0, 4096.0])
+    pn = p.to_numpy()
+    t = pn.compute_time(F, np.ones_like(ms), small_gemm=1 / ms)
+    assert np.all(np.diff(t) < 0)  # bigger GEMMs run faster, toward F/R
+    np.testing.assert_allclose(t, F * (1 + m_half / ms) / R, rtol=1e-12)
+    d = ClusterParams.create(flops_per_s=R).to_numpy()
+    np.testing.assert_allclose(d.compute_time(F, np.ones_like(ms), small_gemm=1 / ms), F / R,
+                               rtol=1e-12)  # fmt: skip
+    g = jax.grad(lambda q: q.compute_time(F, one, small_gemm=1 / 64.0))(p)
+    assert float(g.log_gemm_half) == pytest.approx(F / R * m_half / 64, rel=1e-5)
+    # round trip through the profile's dict; a dict without the key keeps the default
+    back = ClusterParams.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert float(back.gemm_half_dim) == pytest.approx(m_half, rel=1e-6)
+    old = p.to_dict()
+    del old["gemm_half_dim"]
+    assert float(ClusterParams.from_dict(old).gemm_half_dim) < 1e-12
+    with pytest.raises(ValueError, match="gemm_half_dim"):
+        ClusterParams.create(gemm_half_dim=0.0)

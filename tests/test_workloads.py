@@ -506,3 +506,53 @@ def test_pytree_of_shapes_and_errors():
         workload_from_pytree({"a": None, "b": np.zeros(0)})
     with pytest.raises(ValueError, match="fwd_flops_per_sample"):
         workload_from_pytree(shapes, fwd_flops_per_sample=math.nan)
+
+
+def test_gemm_dims_give_each_layers_smallest_dimension_at_the_micro_batch():
+    """A builder's dense and conv layers carry their GEMM (rows per sample, smaller
+    other dimension): u = Σ F_l/min(b·r_l, w_l) / Σ F, computed independently here;
+    u falls as the batch grows until the width binds; accumulation steps divide the
+    batch; a workload without dims has u = 0."""
+    w = get_workload("vgg16", batch_size=2)
+    dims = w.gemm_dims
+    assert dims.shape == (w.num_tensors, 2)
+    carried = dims[:, 1] > 0
+    # conv1_1: 3 → 64 channels, 3×3, 224² output pixels; the classifier: 4096 → 1000
+    assert tuple(dims[np.argmax(carried)]) == (224 * 224, min(64, 3 * 9))
+    assert tuple(dims[-1]) == (1.0, 1000.0)
+    for b in (1, 4, 64):
+        m = np.minimum(b * dims[carried, 0], dims[carried, 1])
+        want = float(np.sum(w.fwd_flops[carried] / m) / np.sum(w.fwd_flops))
+        assert w.small_gemm(b) == pytest.approx(want, rel=1e-12)
+    us = [w.small_gemm(b) for b in (1, 2, 8, 64, 4096)]
+    assert all(a >= b for a, b in zip(us, us[1:], strict=False)) and us[0] > us[-1]
+    acc = dataclasses.replace(w, batch_size=8, accumulation_steps=4)
+    assert acc.small_gemm() == pytest.approx(w.small_gemm(2), rel=1e-12)
+    assert dataclasses.replace(w, gemm_dims=None).small_gemm() == 0.0
+
+
+def test_layer_files_carry_gemm_dims_and_refuse_bad_ones(tmp_path):
+    """gemm_rows/gemm_width round-trip through JSON and CSV; a negative, non-numeric
+    or infinite value is refused naming the file, the line and the key."""
+    j = tmp_path / "m.json"
+    j.write_text(json.dumps({"layers": [
+        {"name": "fc.weight", "params": 7840},
+        {"name": "fc.bias", "params": 10, "fwd_flops": 15690, "gemm_rows": 1, "gemm_width": 10},
+    ]}))  # fmt: skip
+    wj = load_layers(j, batch_size=32)
+    assert wj.gemm_dims.tolist() == [[0.0, 0.0], [1.0, 10.0]]
+    assert wj.small_gemm() == pytest.approx(1 / 10)
+    c = tmp_path / "m.csv"
+    c.write_text("name,params,fwd_flops,gemm_rows,gemm_width\nfc.weight,7840,0,,\n"
+                 "fc.bias,10,15690,1,10\n")  # fmt: skip
+    assert load_layers(c, batch_size=32) == dataclasses.replace(
+        wj, name="m", source=f"layer file {c}"
+    )
+    w = get_workload("resnet50", batch_size=16)
+    (tmp_path / "r.json").write_text(json.dumps(workload_to_layers(w)))
+    assert load_layers(tmp_path / "r.json", batch_size=16) == w
+    for bad, text in (("-1", "must be finite, >= 0"), ("x", "must be a number"),
+                      ("inf", "must be finite")):  # fmt: skip
+        c.write_text(f"name,params,fwd_flops,gemm_rows,gemm_width\nfc.bias,10,15690,{bad},10\n")
+        with pytest.raises(InputFileError, match=rf"m\.csv:2: .*gemm_rows.*{text}"):
+            load_layers(c)

@@ -448,6 +448,7 @@ def _params_table_from_params(params) -> list[dict]:
         "flops_per_s",
         "conv_efficiency",
         "conv_backward_efficiency",
+        "gemm_half_dim",
         "step_overhead_s",
         "update_s_per_byte",
         "overlap_interference",
@@ -1214,7 +1215,8 @@ def _parameter_tables(summary) -> list[dict]:
             "rows": format_parameter_rows(main),
             "note": "β (s/byte) is shown as a bandwidth, 1/β. conv_efficiency: a convolution's "
             "FLOP rate / flops_per_s (1 = a matmul's rate); conv_backward_efficiency: its backward "
-            "rate / its forward rate. 'no' (not identified): the measurements "
+            "rate / its forward rate; gemm_half_dim: the smallest GEMM dimension at which a "
+            "matrix product runs at half of flops_per_s. 'no' (not identified): the measurements "
             "do not pin it down (its 90% interval is wider than about ±16%); it may have "
             f"moved from the prior preset ({summary['prior'] or 'none'}) but not far enough "
             "to trust, and predictions that depend on it extrapolate.",

@@ -29,6 +29,8 @@ _EXPORTS = {
     "Workload": "._workload",
     "TransformerShape": "._workload",
     "CHECKPOINTING": "._workload",
+    "gemm_groups": "._workload",
+    "small_gemm_at": "._workload",
     "WORKLOAD_NAMES": "._names",
     "get_workload": "._zoo",
 }

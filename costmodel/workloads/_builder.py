@@ -54,21 +54,35 @@ class LayerBuilder:
         self._names: list[str] = []
         self._counts: list[int] = []
         self._flops: list[float] = []
+        self._gemm: list[tuple[float, float]] = []
         self._pending = 0.0
         #: ``Workload.kind`` and ``Workload.transformer`` of what is built (a
         #: builder of the zoo sets them).
         self.kind = ""
         self.transformer = None
 
-    def layer(self, tensors: Sequence[tuple[str, int]], flops: float) -> None:
-        """Add one layer: ``tensors`` = [(name, element count), ...] in forward order."""
+    def layer(
+        self,
+        tensors: Sequence[tuple[str, int]],
+        flops: float,
+        gemm: tuple[float, float] | None = None,
+    ) -> None:
+        """Add one layer: ``tensors`` = [(name, element count), ...] in forward order.
+
+        ``gemm``: the layer's matrix product as (rows per sample, the smaller of
+        its other two dimensions), ``Workload.gemm_dims`` of its last tensor; None
+        for a layer without one (a norm).
+        """
         if not tensors:
             raise ValueError("a layer needs at least one parameter tensor")
         for name, count in tensors:
             self._names.append(name)
             self._counts.append(int(count))
             self._flops.append(0.0)
+            self._gemm.append((0.0, 0.0))
         self._flops[-1] = float(flops) + self._pending
+        if gemm is not None:
+            self._gemm[-1] = (float(gemm[0]), float(gemm[1]))
         self._pending = 0.0
 
     def post(self, flops: float) -> None:
@@ -105,6 +119,9 @@ class LayerBuilder:
             source=source,
             kind=self.kind if kind is None else kind,
             transformer=self.transformer if transformer is None else transformer,
+            gemm_dims=np.asarray(self._gemm, dtype=np.float64)
+            if any(map(any, self._gemm))
+            else None,
         )
 
 
@@ -136,7 +153,8 @@ def conv2d(
     if bias:
         tensors.append((f"{prefix}.bias", cout))
         flops += outputs
-    b.layer(tensors, flops)
+    # implicit GEMM: (N·H·W) × (C_in·k_h·k_w) by (C_in·k_h·k_w) × C_out
+    b.layer(tensors, flops, gemm=(h * w, min(cout, cin * kh * kw)))
     return h, w
 
 
@@ -157,7 +175,7 @@ def linear(
     if bias:
         tensors.append((f"{prefix}.bias", fout))
         flops += tokens * fout
-    b.layer(tensors, flops)
+    b.layer(tensors, flops, gemm=(tokens, min(fin, fout)))
 
 
 def layernorm(b: LayerBuilder, prefix: str, d: int, *, tokens: int) -> None:

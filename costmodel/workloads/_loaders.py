@@ -23,8 +23,13 @@ Fields: ``name`` (unique, non-empty), ``params`` (element count, integer >= 1),
 ``fwd_flops`` (forward FLOPs PER SAMPLE attributed to the tensor, FLOPs = 2 ×
 MACs, finite >= 0; optional, default 0 — then give the workload a measured
 step time with :meth:`Workload.with_step_time`), ``bwd_flops`` (optional,
-default 2 × fwd_flops). Attribute each layer's FLOPs to its last tensor (see
-:class:`Workload`). Reading is the only file access in ``costmodel``; nothing
+default 2 × fwd_flops), ``gemm_rows`` and ``gemm_width`` (optional, default 0:
+the matrix product of the layer whose FLOPs the tensor carries, as rows per
+sample — 1 for a dense layer on one vector, the tokens of a sequence, a
+convolution's output pixels H·W — and the smaller of its other two dimensions —
+min(in, out), or min(C_out, C_in·k_h·k_w) —, which say how far below the full
+FLOP rate a small GEMM runs: ``Workload.gemm_dims``). Attribute each layer's
+FLOPs to its last tensor (see :class:`Workload`). Reading is the only file access in ``costmodel``; nothing
 is written.
 """
 
@@ -51,15 +56,19 @@ from ._workload import WORKLOAD_KINDS, TransformerShape, Workload
 
 __all__ = ["load_layers", "workload_from_pytree", "workload_to_layers"]
 
-_FIELDS = ("name", "params", "fwd_flops", "bwd_flops")
+_FIELDS = ("name", "params", "fwd_flops", "bwd_flops", "gemm_rows", "gemm_width")
+_GEMM_FIELDS = ("gemm_rows", "gemm_width")
+#: The largest GEMM dimension a layer file may give (elements).
+MAX_GEMM_DIM = 1e12
 _TOP_KEYS = ("name", "source", "kind", "transformer", "layers")
 
 
 class _Layer:
-    __slots__ = ("name", "params", "fwd", "bwd", "line")
+    __slots__ = ("name", "params", "fwd", "bwd", "line", "gemm")
 
-    def __init__(self, name, params, fwd, bwd, line):
+    def __init__(self, name, params, fwd, bwd, line, gemm=(0.0, 0.0)):
         self.name, self.params, self.fwd, self.bwd, self.line = name, params, fwd, bwd, line
+        self.gemm = gemm
 
 
 # -- value checks shared by JSON and CSV -------------------------------------------------
@@ -128,6 +137,22 @@ def _check_flops(path, line, where, key, value) -> float:
             path,
             line,
             f"{where}: {key!r} must be finite, >= 0 and <= 1e20 (FLOPs per sample), got {value}",
+        )
+    return value
+
+
+def _check_gemm_dim(path, line, where, key, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputFileError(
+            path, line, f"{where}: {key!r} must be a number of elements, got {value!r}"
+        )
+    try:
+        value = float(value)
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value) or value < 0 or value > MAX_GEMM_DIM:
+        raise InputFileError(
+            path, line, f"{where}: {key!r} must be finite, >= 0 and <= 1e12 elements, got {value}"
         )
     return value
 
@@ -307,7 +332,11 @@ def _parse_json(path: str, text: str) -> tuple[str | None, str | None, list[_Lay
         bwd = item.get("bwd_flops")
         if bwd is not None:
             bwd = _check_flops(path, keys.get("bwd_flops", line), where, "bwd_flops", bwd)
-        out.append(_Layer(lname, params, fwd, bwd, line))
+        gemm = tuple(
+            _check_gemm_dim(path, keys.get(k, line), where, k, item.get(k, 0.0))
+            for k in _GEMM_FIELDS
+        )
+        out.append(_Layer(lname, params, fwd, bwd, line, gemm))
     return name, source, out, _parse_extras(path, doc, top_keys, top_line)
 
 
@@ -333,7 +362,7 @@ def _parse_csv(path: str, text: str) -> list[_Layer]:
                         path,
                         line,
                         f"unknown column {col!r} in the header (expected "
-                        "name,params,fwd_flops[,bwd_flops])",
+                        "name,params,fwd_flops[,bwd_flops][,gemm_rows,gemm_width])",
                     )
                 if col in columns:
                     raise InputFileError(path, line, f"column {col!r} appears twice in the header")
@@ -378,7 +407,17 @@ def _parse_csv(path: str, text: str) -> list[_Layer]:
                 ) from None
             flops[col] = _check_flops(path, line, where, col, value)
         fwd = 0.0 if flops["fwd_flops"] is None else flops["fwd_flops"]
-        out.append(_Layer(lname, params, fwd, flops["bwd_flops"], line))
+        gemm = []
+        for col in _GEMM_FIELDS:
+            raw = cells[columns[col]] if col in columns else ""
+            try:
+                value = float(raw) if raw else 0.0
+            except ValueError:
+                raise InputFileError(
+                    path, line, f"{where}: {col!r} must be a number of elements, got {raw!r}"
+                ) from None
+            gemm.append(_check_gemm_dim(path, line, where, col, value))
+        out.append(_Layer(lname, params, fwd, flops["bwd_flops"], line, tuple(gemm)))
     if header is None:
         raise InputFileError(
             path, 1, "empty file: expected a header line name,params,fwd_flops[,bwd_flops]"
@@ -461,6 +500,7 @@ def load_layers(
     stem = os.path.splitext(os.path.basename(path_str))[0] or "custom"
     fwd = np.array([la.fwd for la in layers], dtype=np.float64)
     bwd = np.array([2.0 * la.fwd if la.bwd is None else la.bwd for la in layers], dtype=np.float64)
+    gemm = np.array([la.gemm for la in layers], dtype=np.float64)
     return Workload(
         name=name or file_name or stem,
         tensor_names=tuple(la.name for la in layers),
@@ -470,6 +510,7 @@ def load_layers(
         batch_size=batch_size,
         dtype_bytes=dtype_bytes,
         source=source if source is not None else f"layer file {path_str}",
+        gemm_dims=gemm if gemm.any() else None,
         **extras,
     )
 
@@ -499,12 +540,16 @@ def workload_to_layers(workload: Workload) -> dict:
                 "params": int(p),
                 "fwd_flops": float(f),
                 "bwd_flops": float(b),
+                **({"gemm_rows": float(g[0]), "gemm_width": float(g[1])} if any(g) else {}),
             }
-            for n, p, f, b in zip(
+            for n, p, f, b, g in zip(
                 workload.tensor_names,
                 workload.param_counts,
                 workload.fwd_flops,
                 workload.bwd_flops,
+                np.zeros((workload.num_tensors, 2))
+                if workload.gemm_dims is None
+                else workload.gemm_dims,
                 strict=True,
             )
         ],

@@ -165,6 +165,64 @@ def _check_flops(field: str, value, names: tuple[str, ...]) -> np.ndarray:
     return arr
 
 
+def gemm_groups(workload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A workload's GEMMs grouped by shape: (q, r, w), each float64 (G,).
+
+    q_g is the share of the forward FLOPs carried by tensors whose
+    ``gemm_dims`` row is (r_g, w_g) (rows per sample, the smaller other
+    dimension), over all forward FLOPs; tensors without a GEMM are left out
+    (G = 0 when ``gemm_dims`` is None or there are no FLOPs). Backward FLOPs are
+    2× forward per tensor in every workload built here, so one set serves both.
+    """
+    fwd = workload.fwd_flops
+    total = float(fwd.sum())
+    if workload.gemm_dims is None or total <= 0:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    dims = workload.gemm_dims
+    gemm = (dims[:, 0] > 0) & (dims[:, 1] > 0) & (fwd > 0)
+    keys, inverse = np.unique(dims[gemm], axis=0, return_inverse=True)
+    q = np.bincount(inverse.reshape(-1), weights=fwd[gemm], minlength=len(keys)) / total
+    return q, keys[:, 0].copy(), keys[:, 1].copy()
+
+
+def small_gemm_at(q, rows, width, micro_batch):
+    """u = Σ_g q_g / min(b·r_g, w_g), 1/elements, at micro-batch b (an array, any shape).
+
+    The FLOP-weighted mean of 1/m over a workload's GEMMs (:func:`gemm_groups`),
+    m = min(b·r, w) the smallest dimension of each; the namespace of ``q``
+    (numpy or jax.numpy, :mod:`costmodel._xp`). 0 where there are none (G = 0).
+    """
+    from .._xp import xp_of
+
+    xp = xp_of(q, micro_batch)
+    b = xp.asarray(micro_batch)
+    if q.shape[-1] == 0:
+        return xp.zeros_like(b)
+    m = xp.minimum(b[..., None] * rows, width)
+    return xp.sum(q / m, axis=-1)
+
+
+def _check_gemm_dims(value, names: tuple[str, ...]) -> np.ndarray:
+    """``Workload.gemm_dims`` as float64 (T, 2), finite and >= 0."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iuf":
+        raise ValueError(f"Workload.gemm_dims must be a numeric array, got dtype {arr.dtype}.")
+    arr = arr.astype(np.float64)
+    if arr.shape != (len(names), 2):
+        raise ValueError(
+            f"Workload.gemm_dims must have shape ({len(names)}, 2) (rows per sample, smaller "
+            f"other dimension per tensor), got shape {arr.shape}."
+        )
+    bad = ~np.isfinite(arr).all(axis=1) | (arr < 0).any(axis=1)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"Workload.gemm_dims must be finite and >= 0, got {arr[i].tolist()} for tensor "
+            f"{names[i]!r}."
+        )
+    return arr
+
+
 def _check_step_time(s) -> float:
     """``Workload.step_time_s`` (when given) as a float: finite seconds > 0."""
     if isinstance(s, bool) or not isinstance(s, numbers.Real) or not math.isfinite(s):
@@ -212,6 +270,14 @@ class Workload:
         activation_checkpointing: ``"none"``, ``"selective"`` or ``"full"``
             (:func:`costmodel.with_activation_checkpointing`, which also adds
             the recompute FLOPs): what :func:`costmodel.activation_bytes` keeps.
+        gemm_dims: float64, shape (T, 2), or ``None`` (unknown): for the tensor
+            that carries a layer's FLOPs, the matrix product's rows per sample
+            r (1 for a dense layer on one vector, the tokens of a sequence, a
+            convolution's output pixels H·W as its implicit GEMM) and the smaller
+            of its other two dimensions w (a dense layer's min(in, out), a
+            convolution's min(C_out, C_in·k_h·k_w)); 0 where the tensor carries
+            no GEMM. The GEMM's smallest dimension at micro-batch b is
+            min(b·r, w) (:meth:`small_gemm`, ``ClusterParams.gemm_half_dim``).
 
     The arrays are copied and made read-only, so a Workload is immutable.
     Equality compares every field (arrays element-wise); instances are hashable.
@@ -240,6 +306,7 @@ class Workload:
     transformer: TransformerShape | None = None
     accumulation_steps: int = 1
     activation_checkpointing: str = "none"
+    gemm_dims: Float[np.ndarray, "T 2"] | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -277,6 +344,8 @@ class Workload:
             raise ValueError(
                 f"Workload.transformer must be a TransformerShape or None, got {self.transformer!r}."
             )
+        if self.gemm_dims is not None:
+            set_(self, "gemm_dims", _read_only(_check_gemm_dims(self.gemm_dims, names)))
 
     # -- derived quantities ------------------------------------------------------------
 
@@ -309,6 +378,28 @@ class Workload:
     def total_bwd_flops(self) -> float:
         """Backward FLOPs per sample (sum over tensors)."""
         return float(self.bwd_flops.sum())
+
+    def small_gemm(self, batch_size=None) -> float:
+        """u = Σ F_l / m_l / Σ F_l, 1/elements: the FLOP-weighted mean of 1/m over the layers.
+
+        m_l = min(b·r_l, w_l) is layer l's smallest GEMM dimension at the
+        micro-batch b = ``batch_size`` / ``accumulation_steps`` (``gemm_dims``);
+        tensors without a GEMM count as m = ∞. A step's compute then takes
+        F·(1 + m½·u) / ``flops_per_s`` (:meth:`costmodel.ClusterParams.compute_time`:
+        a GEMM of smallest dimension m runs at m / (m + m½) of the rate, Hockney's
+        n½). 0 when ``gemm_dims`` is ``None`` or the workload has no FLOPs.
+
+        Args:
+            batch_size: samples per worker per step, ≥ 1 (default the workload's).
+
+        Example:
+            >>> w = Workload("fc", ("w",), np.array([512 * 10]), np.array([2.0 * 512 * 10]),
+            ...              None, batch_size=64, gemm_dims=np.array([[1.0, 10.0]]))
+            >>> w.small_gemm()      # min(64 · 1, 10) = 10
+            0.1
+        """
+        b = (self.batch_size if batch_size is None else batch_size) / self.accumulation_steps
+        return float(small_gemm_at(*gemm_groups(self), np.asarray(b, dtype=np.float64)))
 
     # -- copies with one thing changed ---------------------------------------------------
 
@@ -363,6 +454,11 @@ class Workload:
             and self.transformer == other.transformer
             and self.accumulation_steps == other.accumulation_steps
             and self.activation_checkpointing == other.activation_checkpointing
+            and (
+                np.array_equal(self.gemm_dims, other.gemm_dims)
+                if self.gemm_dims is not None and other.gemm_dims is not None
+                else self.gemm_dims is other.gemm_dims
+            )
         )
 
     def __hash__(self) -> int:
@@ -381,6 +477,7 @@ class Workload:
                 self.transformer,
                 self.accumulation_steps,
                 self.activation_checkpointing,
+                None if self.gemm_dims is None else self.gemm_dims.tobytes(),
             )
         )
 

@@ -612,6 +612,11 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
             "(conv_backward_efficiency: a convolution's backward FLOP rate / its forward rate, "
             "1 = the same)"
         )
+    if any(r["name"] == "gemm_half_dim" for r in ident):
+        print(
+            "(gemm_half_dim: the smallest GEMM dimension at which a matrix product runs at "
+            "half of flops_per_s)"
+        )
     frozen = len(profile.leaf_names) - len(profile.fit.get("free_leaves", profile.leaf_names))
     print(
         f"the other {len(table) - len(ident)} are not pinned down (90% interval wider than "

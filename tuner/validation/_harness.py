@@ -218,6 +218,7 @@ def model_workload(spec: dict | str, step_time_s: float | None = None):
         dtype_bytes=4,
         step_time_s=step_time_s,
         kind="cnn" if s["model"] == "cnn" else "mlp",
+        gemm_dims=np.array([t["gemm"] for t in layers], dtype=np.float64),
         source="ddltune training harness (tuner.validation._train_worker); FLOPs = 2 x MACs",
     )
 

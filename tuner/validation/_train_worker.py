@@ -232,7 +232,10 @@ def model_layers(spec: dict | str) -> list[dict]:
 
     Returns:
         One dict per tensor: ``name`` (the pytree path, e.g. ``layers.0.weight``),
-        ``shape``, ``count`` (elements) and ``fwd_flops`` (per sample).
+        ``shape``, ``count`` (elements), ``fwd_flops`` (per sample) and ``gemm``
+        (``costmodel.Workload.gemm_dims``' row: the layer's matrix product as rows
+        per sample and the smaller other dimension; (0, 0) on the weight, whose
+        layer's FLOPs the bias carries).
 
     Example:
         >>> [(t["name"], t["count"], t["fwd_flops"]) for t in model_layers(
@@ -245,7 +248,8 @@ def model_layers(spec: dict | str) -> list[dict]:
         dims = [s["in"]] + [s["width"]] * s["depth"] + [s["classes"]]
         for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
             out.append({"name": f"layers.{i}.weight", "shape": (b, a), "fwd_flops": 0.0})
-            out.append({"name": f"layers.{i}.bias", "shape": (b,), "fwd_flops": 2.0 * a * b})
+            out.append({"name": f"layers.{i}.bias", "shape": (b,), "fwd_flops": 2.0 * a * b,
+                        "gemm": (1, min(a, b))})  # fmt: skip
     else:
         hw, k = s["image"], s["kernel"]
         chans = [s["in_channels"]] + [s["channels"]] * s["depth"]
@@ -257,13 +261,16 @@ def model_layers(spec: dict | str) -> list[dict]:
                     "name": f"convs.{i}.bias",
                     "shape": (b, 1, 1),
                     "fwd_flops": 2.0 * hw * hw * a * b * k * k,
+                    "gemm": (hw * hw, min(b, a * k * k)),  # its implicit GEMM
                 }
             )
         c, m = s["channels"], s["classes"]
         out.append({"name": "head.weight", "shape": (m, c), "fwd_flops": 0.0})
-        out.append({"name": "head.bias", "shape": (m,), "fwd_flops": 2.0 * c * m})
+        out.append({"name": "head.bias", "shape": (m,), "fwd_flops": 2.0 * c * m,
+                    "gemm": (1, min(c, m))})  # fmt: skip
     for t in out:
         t["count"] = int(np.prod(t["shape"]))
+        t.setdefault("gemm", (0, 0))
     return out
 
 
