@@ -215,6 +215,31 @@ def _numpy_terms(workload) -> WorkloadTerms:
     return WorkloadTerms._build(workload)
 
 
+#: gemm_half_dim below which (concrete, numpy) a sweep skips the GEMM term: its factor
+#: 1 + m½/m is then within 1e-9 of 1 (the presets without one: e^−30 ≈ 9e-14).
+_NEGLIGIBLE_GEMM_HALF = 1e-9
+
+
+def _small_gemm(params: ClusterParams, wt: WorkloadTerms, batch):
+    """u (:func:`costmodel.workloads.small_gemm_at`) at micro-batch ``batch`` (*b).
+
+    The numpy path skips what cannot matter: 0 when m½ is negligible, and one
+    evaluation when a sweep has one batch size (every configuration's the same).
+    """
+    if wt.gemm_share.shape[-1] == 0:
+        return 0.0
+    q, r, w = wt.gemm_share, wt.gemm_rows, wt.gemm_width
+    if xp_of(params, wt, batch) is np:
+        m_half = params.gemm_half_dim
+        if np.ndim(m_half) == 0 and m_half < _NEGLIGIBLE_GEMM_HALF:
+            return 0.0
+        b = np.asarray(batch)
+        if b.size > 1 and b.min() == b.max():
+            one = small_gemm_at(q, r, w, b.reshape(-1)[:1])
+            return np.broadcast_to(one.reshape((1,) * b.ndim), b.shape)
+    return small_gemm_at(q, r, w, batch)
+
+
 def _compute_s(params: ClusterParams, wt: WorkloadTerms, batch, g):
     """(forward, backward) seconds at ``batch`` samples with g ranks sharing a node."""
     xp = xp_of(params, wt, batch, g)
@@ -227,7 +252,7 @@ def _compute_s(params: ClusterParams, wt: WorkloadTerms, batch, g):
         return comp * wt.fwd_share * share, comp * (1.0 - wt.fwd_share) * share
     # compute_time is linear in the FLOPs (no dispatched calls inside a step):
     # one evaluation per sample, scaled by forward's and backward's FLOPs
-    u = small_gemm_at(wt.gemm_share, wt.gemm_rows, wt.gemm_width, batch)
+    u = _small_gemm(params, wt, batch)
     fwd = params.compute_time(batch, g, conv=wt.conv_share, small_gemm=u)
     bwd = params.compute_time(batch, g, conv=wt.conv_share, backward=1.0, small_gemm=u)
     return fwd * wt.fwd_flops, bwd * wt.bwd_flops

@@ -51,6 +51,9 @@ def _params_sets():
     # latency under the transfer (d = 0.5, 0.8): costs not affine, the per-cap path
     overlapped = eqx.tree_at(lambda p: p.logit_latency_overlap, pre, jnp.asarray([0.0, 1.4]))
     out.append(("ethernet-10g:v100 overlapped", overlapped))
+    # small GEMMs below the rate (the CPU preset's m½ = 16): the numpy path's one
+    # evaluation of the GEMM term per batch size against the traced one per configuration
+    out.append(("ethernet-10g:cpu", preset("ethernet-10g", "cpu")))
     for r in (1, 3):
         fitted, _ = _fitted(r)
         out.append((f"fitted-{r}-regimes", jax.tree_util.tree_map(jnp.asarray, fitted)))
