@@ -765,3 +765,30 @@ def test_exposed_communication_never_exceeds_the_communication(arch):
     # and where many buckets overlap backward, backward is slowed (ι still acts)
     many = caps == 2.0**20
     assert np.all(exposed[many] < comm[many])
+
+
+def test_a_fixed_global_batch_pays_for_its_smaller_gemms():
+    """Strong scaling: B = 256 samples over n workers, each computing B/n. With
+    m½ = 16 (the CPU preset's) a worker's compute per sample grows as its batch
+    shrinks — a batch-1 dense layer is a matrix-vector product — exactly as
+    Σ F_l(1 + m½/min(b·r_l, w_l)) / R says; with no m½ (a GPU preset's) it is
+    the same at every n."""
+    from costmodel import preset
+    from costmodel.workloads import get_workload
+
+    w = get_workload("vgg16", batch_size=256)
+    n = np.array([1.0, 4.0, 16.0, 64.0, 256.0])
+    b = 256.0 / n
+    flops = float(np.sum(w.fwd_flops) + np.sum(w.bwd_flops))
+    for dev, m_half in (("cpu", 16.0), ("v100", None)):
+        p = preset("ethernet-10g", dev).to_numpy()
+        out = iteration_time(p, w, "ring", n, batch_size=b, base_batch_size=256.0)
+        per_sample = (np.asarray(out.forward_s) + np.asarray(out.backward_s)) / b
+        if m_half is None:
+            np.testing.assert_allclose(per_sample, per_sample[0], rtol=1e-9)
+            continue
+        assert np.all(np.diff(per_sample) > 0)
+        u = np.array([w.small_gemm(x) for x in b])
+        share = float(p.core_share(np.float64(1.0)))  # a lone rank on the CPU's 2 slots
+        want = flops * (1 + m_half * u) / float(p.flops_per_s) * share
+        np.testing.assert_allclose(per_sample, want, rtol=1e-9)
