@@ -309,9 +309,14 @@ def device_flops_per_s(device: str, compute_dtype: str | None = None, model_kind
     else:
         util, why = MIXED_PRECISION_CNN_UTILISATION, "mixed-precision CNN (ResNet-50, NVIDIA)"
     rate = peak * util
+    small = (
+        f"; a GEMM of smallest dimension m at m / (m + {dev.gemm_half_dim:g}) of it"
+        if dev.gemm_half_dim >= 1.0
+        else ""
+    )
     return rate, (
         f"{device} {dtype}: {peak / 1e12:g} TFLOP/s dense peak × {util:.3g} {why} = "
-        f"{rate / 1e12:.3g} TFLOP/s"
+        f"{rate / 1e12:.3g} TFLOP/s{small}"
     )
 
 
