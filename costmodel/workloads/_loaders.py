@@ -123,38 +123,35 @@ def _short(v) -> str:
     return r if len(r) <= 40 else f"{r[:20]}…({len(r)} characters)"
 
 
-def _check_flops(path, line, where, key, value) -> float:
+def _check_amount(path, line, where, key, value, *, unit: str, limit: float, shown: str) -> float:
+    """A layer's number ``value``: finite, >= 0 and <= ``limit`` (shown as ``shown``), in ``unit``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputFileError(
-            path, line, f"{where}: {key!r} must be a number of FLOPs per sample, got {value!r}"
+            path, line, f"{where}: {key!r} must be a number of {unit}, got {value!r}"
         )
     try:
         value = float(value)
     except OverflowError:  # an integer beyond float range
         value = math.inf
-    if not math.isfinite(value) or value < 0 or value > MAX_FLOPS:
+    if not math.isfinite(value) or value < 0 or value > limit:
         raise InputFileError(
             path,
             line,
-            f"{where}: {key!r} must be finite, >= 0 and <= 1e20 (FLOPs per sample), got {value}",
+            f"{where}: {key!r} must be finite, >= 0 and <= {shown} ({unit}), got {value}",
         )
     return value
+
+
+def _check_flops(path, line, where, key, value) -> float:
+    return _check_amount(
+        path, line, where, key, value, unit="FLOPs per sample", limit=MAX_FLOPS, shown="1e20"
+    )
 
 
 def _check_gemm_dim(path, line, where, key, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InputFileError(
-            path, line, f"{where}: {key!r} must be a number of elements, got {value!r}"
-        )
-    try:
-        value = float(value)
-    except OverflowError:
-        value = math.inf
-    if not math.isfinite(value) or value < 0 or value > MAX_GEMM_DIM:
-        raise InputFileError(
-            path, line, f"{where}: {key!r} must be finite, >= 0 and <= 1e12 elements, got {value}"
-        )
-    return value
+    return _check_amount(
+        path, line, where, key, value, unit="elements", limit=MAX_GEMM_DIM, shown="1e12"
+    )
 
 
 def _check_name(path, line, where, value) -> str:
