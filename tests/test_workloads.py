@@ -551,8 +551,22 @@ def test_layer_files_carry_gemm_dims_and_refuse_bad_ones(tmp_path):
     w = get_workload("resnet50", batch_size=16)
     (tmp_path / "r.json").write_text(json.dumps(workload_to_layers(w)))
     assert load_layers(tmp_path / "r.json", batch_size=16) == w
-    for bad, text in (("-1", "must be finite, >= 0"), ("x", "must be a number"),
-                      ("inf", "must be finite")):  # fmt: skip
+    for bad, text in (("-1", "'gemm_rows' must be finite, >= 0"),
+                      ("x", "'gemm_rows' must be a number"), ("inf", "'gemm_rows' must be finite"),
+                      ("0.5", "'gemm_rows' must be a matrix dimension >= 1"),
+                      ("1e-300", "'gemm_rows' must be a matrix dimension >= 1"),
+                      ("5_12", "'gemm_rows' must be a number"),
+                      ("", "'gemm_width' without 'gemm_rows'")):  # fmt: skip
         c.write_text(f"name,params,fwd_flops,gemm_rows,gemm_width\nfc.bias,10,15690,{bad},10\n")
-        with pytest.raises(InputFileError, match=rf"m\.csv:2: .*gemm_rows.*{text}"):
+        with pytest.raises(InputFileError, match=rf"m\.csv:2: .*{text}"):
             load_layers(c)
+    # one key alone, and keys on a tensor that carries no FLOPs, in JSON (its own line)
+    j.write_text('{"layers": [\n{"name": "w", "params": 70, "gemm_rows": 1, "gemm_width": 7},\n'
+                 '{"name": "b", "params": 7, "fwd_flops": 140, "gemm_rows": 1}\n]}')  # fmt: skip
+    with pytest.raises(InputFileError, match=r"m\.json:2: .*'w'.*carries the layer's FLOPs"):
+        load_layers(j)
+    j.write_text('{"layers": [\n{"name": "b", "params": 7, "fwd_flops": 140,\n"gemm_rows": 1}]}')
+    with pytest.raises(InputFileError, match=r"m\.json:3: .*'gemm_rows' without 'gemm_width'"):
+        load_layers(j)
+    with pytest.raises(ValueError, match="gemm_dims must be .0, 0. or two finite dimensions"):
+        dataclasses.replace(wj, gemm_dims=np.array([[1.0, 10.0], [1.0, 10.0]]))  # no FLOPs

@@ -148,10 +148,41 @@ def _check_flops(path, line, where, key, value) -> float:
     )
 
 
-def _check_gemm_dim(path, line, where, key, value) -> float:
-    return _check_amount(
-        path, line, where, key, value, unit="elements", limit=MAX_GEMM_DIM, shown="1e12"
-    )
+def _check_gemm(path, lines, where, given: dict, fwd: float) -> tuple[float, float]:
+    """A layer's (gemm_rows, gemm_width): both or neither, each a dimension ≥ 1 element,
+    and only on a tensor that carries FLOPs (its layer's matrix product).
+
+    ``given``: key → value of the keys present (CSV: non-empty cells); ``lines``:
+    key → line of each.
+    """
+    if not given:
+        return 0.0, 0.0
+    rows, width = (
+        _check_amount(path, lines[k], where, k, given[k], unit="elements", limit=MAX_GEMM_DIM,
+                      shown="1e12") if k in given else None
+        for k in _GEMM_FIELDS
+    )  # fmt: skip
+    for k, v in zip(_GEMM_FIELDS, (rows, width), strict=True):
+        if v is not None and v < 1:
+            raise InputFileError(
+                path, lines[k], f"{where}: {k!r} must be a matrix dimension >= 1 element, got {v}"
+            )
+    if rows is None or width is None:
+        have, lack = (_GEMM_FIELDS[0], _GEMM_FIELDS[1]) if width is None else _GEMM_FIELDS[::-1]
+        raise InputFileError(
+            path,
+            lines[have],
+            f"{where}: {have!r} without {lack!r}: a layer's matrix product needs both (rows per "
+            "sample and the smaller other dimension), or neither",
+        )
+    if fwd <= 0:
+        raise InputFileError(
+            path,
+            lines[_GEMM_FIELDS[0]],
+            f"{where}: gemm_rows and gemm_width belong on the tensor that carries the layer's "
+            "FLOPs (this one has fwd_flops 0)",
+        )
+    return rows, width
 
 
 def _check_name(path, line, where, value) -> str:
@@ -329,15 +360,27 @@ def _parse_json(path: str, text: str) -> tuple[str | None, str | None, list[_Lay
         bwd = item.get("bwd_flops")
         if bwd is not None:
             bwd = _check_flops(path, keys.get("bwd_flops", line), where, "bwd_flops", bwd)
-        gemm = tuple(
-            _check_gemm_dim(path, keys.get(k, line), where, k, item.get(k, 0.0))
-            for k in _GEMM_FIELDS
-        )
+        given = {k: item[k] for k in _GEMM_FIELDS if k in item}
+        lines = {k: keys.get(k, line) for k in _GEMM_FIELDS}
+        gemm = _check_gemm(path, lines, where, given, fwd)
         out.append(_Layer(lname, params, fwd, bwd, line, gemm))
     return name, source, out, _parse_extras(path, doc, top_keys, top_line)
 
 
 # -- CSV ----------------------------------------------------------------------------------
+
+
+def _plain_number(raw: str) -> str:
+    """``raw`` unchanged, or ValueError for a Python literal a number in a file is not
+    (``5_12``, which ``int`` and ``float`` read as 512)."""
+    if "_" in raw:
+        raise ValueError(raw)
+    return raw
+
+
+def _csv_float(raw: str) -> float:
+    """A CSV cell as a float, refusing what only Python reads as one (``5_12``)."""
+    return float(_plain_number(raw))
 
 
 def _parse_csv(path: str, text: str) -> list[_Layer]:
@@ -382,7 +425,7 @@ def _parse_csv(path: str, text: str) -> list[_Layer]:
         where = f"row {len(out) + 1} ({lname!r})"
         raw = cells[columns["params"]]
         try:
-            params = int(raw)
+            params = int(_plain_number(raw))
         except ValueError:
             raise InputFileError(
                 path, line, f"{where}: 'params' must be an integer element count >= 1, got {raw!r}"
@@ -395,7 +438,7 @@ def _parse_csv(path: str, text: str) -> list[_Layer]:
                 flops[col] = None
                 continue
             try:
-                value = float(raw)
+                value = _csv_float(raw)
             except ValueError:
                 raise InputFileError(
                     path,
@@ -404,17 +447,19 @@ def _parse_csv(path: str, text: str) -> list[_Layer]:
                 ) from None
             flops[col] = _check_flops(path, line, where, col, value)
         fwd = 0.0 if flops["fwd_flops"] is None else flops["fwd_flops"]
-        gemm = []
+        given = {}
         for col in _GEMM_FIELDS:
             raw = cells[columns[col]] if col in columns else ""
+            if not raw:
+                continue
             try:
-                value = float(raw) if raw else 0.0
+                given[col] = _csv_float(raw)
             except ValueError:
                 raise InputFileError(
                     path, line, f"{where}: {col!r} must be a number of elements, got {raw!r}"
                 ) from None
-            gemm.append(_check_gemm_dim(path, line, where, col, value))
-        out.append(_Layer(lname, params, fwd, flops["bwd_flops"], line, tuple(gemm)))
+        gemm = _check_gemm(path, dict.fromkeys(_GEMM_FIELDS, line), where, given, fwd)
+        out.append(_Layer(lname, params, fwd, flops["bwd_flops"], line, gemm))
     if header is None:
         raise InputFileError(
             path, 1, "empty file: expected a header line name,params,fwd_flops[,bwd_flops]"

@@ -202,8 +202,9 @@ def small_gemm_at(q, rows, width, micro_batch):
     return xp.sum(q / m, axis=-1)
 
 
-def _check_gemm_dims(value, names: tuple[str, ...]) -> np.ndarray:
-    """``Workload.gemm_dims`` as float64 (T, 2), finite and >= 0."""
+def _check_gemm_dims(value, names: tuple[str, ...], fwd_flops: np.ndarray) -> np.ndarray:
+    """``Workload.gemm_dims`` as float64 (T, 2): each row (0, 0), or two dimensions ≥ 1 on a
+    tensor with forward FLOPs."""
     arr = np.asarray(value)
     if arr.dtype.kind not in "iuf":
         raise ValueError(f"Workload.gemm_dims must be a numeric array, got dtype {arr.dtype}.")
@@ -213,12 +214,15 @@ def _check_gemm_dims(value, names: tuple[str, ...]) -> np.ndarray:
             f"Workload.gemm_dims must have shape ({len(names)}, 2) (rows per sample, smaller "
             f"other dimension per tensor), got shape {arr.shape}."
         )
-    bad = ~np.isfinite(arr).all(axis=1) | (arr < 0).any(axis=1)
+    none = (arr == 0).all(axis=1)
+    dims = np.isfinite(arr).all(axis=1) & (arr >= 1).all(axis=1) & (fwd_flops > 0)
+    bad = ~(none | dims)
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(
-            f"Workload.gemm_dims must be finite and >= 0, got {arr[i].tolist()} for tensor "
-            f"{names[i]!r}."
+            f"Workload.gemm_dims must be (0, 0) or two finite dimensions >= 1 on a tensor with "
+            f"fwd_flops > 0, got {arr[i].tolist()} for tensor {names[i]!r} "
+            f"(fwd_flops {fwd_flops[i]:g})."
         )
     return arr
 
@@ -345,7 +349,8 @@ class Workload:
                 f"Workload.transformer must be a TransformerShape or None, got {self.transformer!r}."
             )
         if self.gemm_dims is not None:
-            set_(self, "gemm_dims", _read_only(_check_gemm_dims(self.gemm_dims, names)))
+            dims = _check_gemm_dims(self.gemm_dims, names, self.fwd_flops)
+            set_(self, "gemm_dims", _read_only(dims))
 
     # -- derived quantities ------------------------------------------------------------
 

@@ -612,10 +612,14 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
             "(conv_backward_efficiency: a convolution's backward FLOP rate / its forward rate, "
             "1 = the same)"
         )
-    if any(r["name"] == "gemm_half_dim" for r in ident):
+    gemm = next((r for r in table if r["name"] == "gemm_half_dim"), None)
+    if gemm is not None and "log_gemm_half" in profile.fit.get("free_leaves", ()):
         print(
-            "(gemm_half_dim: the smallest GEMM dimension at which a matrix product runs at "
-            "half of flops_per_s)"
+            f"(gemm_half_dim: a matrix product whose smallest dimension is m runs at "
+            f"m / (m + {gemm['value']:.3g}) of flops_per_s; 90%: {gemm['low']:.3g}–"
+            f"{gemm['high']:.3g} elements"
+            + ("" if gemm["identified"] else ", not pinned down")
+            + ")"
         )
     frozen = len(profile.leaf_names) - len(profile.fit.get("free_leaves", profile.leaf_names))
     print(

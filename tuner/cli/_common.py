@@ -73,7 +73,9 @@ def add_model_arguments(group) -> None:
     group.add_argument(
         "--layers",
         metavar="FILE",
-        help="your model's parameter tensors as a JSON or CSV layer file (see the README)",
+        help="your model's parameter tensors as a JSON or CSV layer file: name, params, "
+        "fwd_flops, optional bwd_flops and each layer's GEMM shape gemm_rows, gemm_width "
+        "(see the README)",
     )
     group.add_argument(  # load_layers reads a config.json: the same path as --layers
         "--hf-config",

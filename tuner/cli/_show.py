@@ -322,6 +322,11 @@ def _print_profile(s: dict) -> None:
             f"  (+ {len(regimes) - len(shown)} protocol-regime values not identified; "
             "--json lists every one)"
         )
+    print(
+        "  (gemm_half_dim: a matrix product whose smallest dimension is m runs at m / (m + "
+        "gemm_half_dim) of flops_per_s; a value near 1e-13 is the default, none. "
+        "latency_overlap, backward_hide: shares in (0, 1), near 1e-13 by default)"
+    )
     if s["series"]:
         print("\nfit error per series (absolute % error of the fitted statistic)")
         rows = [
