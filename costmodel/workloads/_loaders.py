@@ -23,7 +23,8 @@ Fields: ``name`` (unique, non-empty), ``params`` (element count, integer >= 1),
 ``fwd_flops`` (forward FLOPs PER SAMPLE attributed to the tensor, FLOPs = 2 ×
 MACs, finite >= 0; optional, default 0 — then give the workload a measured
 step time with :meth:`Workload.with_step_time`), ``bwd_flops`` (optional,
-default 2 × fwd_flops), ``gemm_rows`` and ``gemm_width`` (optional, default 0:
+default 2 × fwd_flops), ``gemm_rows`` and ``gemm_width`` (optional, both or
+neither, each ≥ 1, only on a tensor with ``fwd_flops``; absent: no GEMM known:
 the matrix product of the layer whose FLOPs the tensor carries, as rows per
 sample — 1 for a dense layer on one vector, the tokens of a sequence, a
 convolution's output pixels H·W — and the smaller of its other two dimensions —
