@@ -46,9 +46,11 @@ Every timed call's result is compared with the expected value outside the
 timed region; ``wrong`` counts the calls whose result differed on any rank
 (nccl-tests reports ``#wrong``).
 
-Compute (``kind: "compute"``): square matmuls (``op: "matmul"``, flops 2·m·n·k,
-on every process at once, and on rank 0 alone where a node runs more than one
-rank), and the forward and
+Compute (``kind: "compute"``): square matmuls and two thin ones, N×k by k×N
+with a small inner dimension k (``op: "matmul"``, flops 2·m·n·k, on every
+process at once, and on rank 0 alone where a node runs more than one rank: the
+thin ones pin down how far a small GEMM runs below the rate,
+``ClusterParams.gemm_half_dim``), and the forward and
 backward pass of each layer of a small MLP and of one conv layer (equinox
 layers; ``op: "forward"`` / ``"backward"``; flops of a dense layer 2·B·in·out
 forward and twice that backward, of a conv 2·B·H·W·Cout·Cin·kh·kw forward).
@@ -87,6 +89,9 @@ _SPLIT = ("reduce_scatter", "all_gather", "all_to_all")  # S must split into n e
 
 #: Matmul sizes (m = n = k) by backend, and the small models' layer shapes.
 MATMUL_SIZES = {"cpu": (128, 256, 512, 1024), "gpu": (1024, 2048, 4096, 8192)}
+#: Thin matmuls N×k by k×N: N and the small inner dimensions k (XLA:CPU on this
+#: project's cores: k = 16 at 62%, 64 at 82% of the 1024³ rate)
+THIN_MATMULS = {"cpu": (1024, (16, 64)), "gpu": (8192, (64, 256))}
 MLP = {"cpu": (64, (784, 512, 512, 10)), "gpu": (1024, (784, 4096, 4096, 10))}
 #: batch, H=W, channel widths (C_in = C_out; four, so that the conv series has a
 #: held-out interior size: calibration.holdout_mask), kernel
@@ -196,7 +201,12 @@ def plan_points(
         # host that the job's other nodes leave idle (on an emulated cluster, nodes
         # that share a core: 2.3x faster than with every node busy, the same key).
         layouts = [(False, concurrent)] + ([(True, 1)] if concurrent > 1 else [])
-        points += _matmul_points(config.get("matmul_sizes") or MATMUL_SIZES[key], layouts, dtype)
+        if config.get("matmul_sizes"):  # the user's sizes, square, and nothing else
+            shapes = [(s, s, s) for s in config["matmul_sizes"]]
+        else:
+            n_thin, ks = THIN_MATMULS[key]
+            shapes = [(s, s, s) for s in MATMUL_SIZES[key]] + [(n_thin, n_thin, k) for k in ks]
+        points += _matmul_points(shapes, layouts, dtype)
         points += _mlp_points(*MLP[key], concurrent, dtype)
         points += _conv_points(*CONV[key], concurrent, dtype)
     return points
@@ -254,22 +264,24 @@ def _hierarchical_points(config: dict, num_ranks: int, ranks_per_node: int) -> l
     return points
 
 
-def _matmul_points(sizes, layouts: list[tuple[bool, int]], dtype: str) -> list[dict]:
-    """Square matmuls (flops 2·s³) of every size, per layout ``(solo, processes at once)``."""
+def _matmul_points(shapes, layouts: list[tuple[bool, int]], dtype: str) -> list[dict]:
+    """Matmuls m×k by k×n (flops 2·m·n·k) of every ``(m, n, k)``, per layout ``(solo,
+    processes at once)``."""
     points = []
-    for s in sizes:
+    for m, n, k in shapes:
+        s = f"{m}³" if m == n == k else f"{m}×{k}×{n}"
         for solo, nr in layouts:
             points.append(
                 {
                     "kind": "compute",
                     "op": "matmul",
-                    "shape": {"m": s, "n": s, "k": s},
-                    "flops": 2.0 * s**3,
+                    "shape": {"m": m, "n": n, "k": k},
+                    "flops": 2.0 * m * n * k,
                     "num_ranks": nr,
                     "ranks_per_node": nr,
                     "dtype": dtype,
                     "solo": solo,
-                    "desc": f"matmul {s}³ on {'rank 0 alone' if solo else f'{nr} processes'}",
+                    "desc": f"matmul {s} on {'rank 0 alone' if solo else f'{nr} processes'}",
                 }
             )
     return points

@@ -196,8 +196,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int_list_arg,
         default=None,
         metavar="N[,N…]",
-        help="square matmul sizes of the compute suite (default 128,256,512,1024 on CPU, "
-        "1024…8192 on GPU)",
+        help="square matmul sizes of the compute suite, instead of the default matmuls "
+        "(128,256,512,1024 on CPU, 1024…8192 on GPU, and two thin ones with a small inner "
+        "dimension, 1024×16×1024 and 1024×64×1024 on CPU, which fit how far small GEMMs run "
+        "below the rate)",
     )
     parser.add_argument(
         "--log-dir",
