@@ -46,8 +46,8 @@ Every timed call's result is compared with the expected value outside the
 timed region; ``wrong`` counts the calls whose result differed on any rank
 (nccl-tests reports ``#wrong``).
 
-Compute (``kind: "compute"``): square matmuls and two thin ones, N×k by k×N
-with a small inner dimension k (``op: "matmul"``, flops 2·m·n·k, on every
+Compute (``kind: "compute"``): square matmuls and two thin ones, b×N by N×N
+with a small outer dimension b, as a dense layer on a small batch (``op: "matmul"``, flops 2·m·n·k, on every
 process at once, and on rank 0 alone where a node runs more than one rank: the
 thin ones pin down how far a small GEMM runs below the rate,
 ``ClusterParams.gemm_half_dim``), and the forward and
@@ -89,8 +89,10 @@ _SPLIT = ("reduce_scatter", "all_gather", "all_to_all")  # S must split into n e
 
 #: Matmul sizes (m = n = k) by backend, and the small models' layer shapes.
 MATMUL_SIZES = {"cpu": (128, 256, 512, 1024), "gpu": (1024, 2048, 4096, 8192)}
-#: Thin matmuls N×k by k×N: N and the small inner dimensions k (XLA:CPU on this
-#: project's cores: k = 16 at 62%, 64 at 82% of the 1024³ rate)
+#: Thin matmuls b×N by N×N, as a dense layer of width N on a batch of b: N and
+#: the small batches b (XLA:CPU on this project's cores: b = 16 at 56%, 64 at
+#: 80% of the 1024³ rate; a small inner dimension costs less, 62% and 82%, and is
+#: rarer in training)
 THIN_MATMULS = {"cpu": (1024, (16, 64)), "gpu": (8192, (64, 256))}
 MLP = {"cpu": (64, (784, 512, 512, 10)), "gpu": (1024, (784, 4096, 4096, 10))}
 #: batch, H=W, channel widths (C_in = C_out; four, so that the conv series has a
@@ -204,8 +206,8 @@ def plan_points(
         if config.get("matmul_sizes"):  # the user's sizes, square, and nothing else
             shapes = [(s, s, s) for s in config["matmul_sizes"]]
         else:
-            n_thin, ks = THIN_MATMULS[key]
-            shapes = [(s, s, s) for s in MATMUL_SIZES[key]] + [(n_thin, n_thin, k) for k in ks]
+            n_thin, bs = THIN_MATMULS[key]
+            shapes = [(s, s, s) for s in MATMUL_SIZES[key]] + [(b, n_thin, n_thin) for b in bs]
         points += _matmul_points(shapes, layouts, dtype)
         points += _mlp_points(*MLP[key], concurrent, dtype)
         points += _conv_points(*CONV[key], concurrent, dtype)

@@ -197,9 +197,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N[,N…]",
         help="square matmul sizes of the compute suite, instead of the default matmuls "
-        "(128,256,512,1024 on CPU, 1024…8192 on GPU, and two thin ones with a small inner "
-        "dimension, 1024×16×1024 and 1024×64×1024 on CPU, which fit how far small GEMMs run "
-        "below the rate)",
+        "(128,256,512,1024 on CPU, 1024…8192 on GPU, and two thin ones, a batch of 16 and of "
+        "64 through a 1024×1024 matrix on CPU, which fit how far small GEMMs run below the "
+        "rate)",
     )
     parser.add_argument(
         "--log-dir",
