@@ -151,12 +151,12 @@ def _print_errors(profile, log) -> None:
     _say(log, f"  profile: {state} ({overall}, limit {100 * s['limit']:.0f}%)")
     if any(e["heldout_points"] for e in s["series"]):
         _say(log, "    (n: ranks in the collective or processes computing; g: ranks per node)")
-    for e in s["series"]:
-        if not e["heldout_points"]:
-            continue
+    shown = [e for e in s["series"] if e["heldout_points"]]
+    width = max((len(e["series"]) for e in shown), default=0)
+    for e in shown:
         _say(
             log,
-            f"    {e['series']:<28} held-out median {100 * (e['heldout_median'] or 0):5.1f}%"
+            f"    {e['series']:<{width}} held-out median {100 * (e['heldout_median'] or 0):5.1f}%"
             f"  p90 {100 * (e['heldout_p90'] or 0):5.1f}%  ({e['heldout_points']} point{'' if e['heldout_points'] == 1 else 's'})",
         )
 
