@@ -79,7 +79,7 @@ from costmodel import (
     get_collective,
     preset,
 )
-from costmodel.workloads import small_gemm_at
+from costmodel.workloads import conv_gemm, dense_gemm, small_gemm_at
 
 from ._layout import ParamLayout
 from ._names import STATISTICS
@@ -361,22 +361,22 @@ def small_gemm(shape) -> float:
     if not isinstance(shape, dict):
         return 0.0
     try:
-        if {"m", "n", "k"} <= shape.keys():
-            q, r, w = [1.0], [float(shape["m"])], [float(min(shape["n"], shape["k"]))]
+        if {"m", "n", "k"} <= shape.keys():  # one row per sample: m rows, a batch of 1
+            r, w = dense_gemm(shape["k"], shape["n"], tokens=shape["m"])
         elif shape.get("type") == "linear":
-            q, r, w = [1.0], [1.0], [float(min(shape["in"], shape["out"]))]
+            r, w = dense_gemm(shape["in"], shape["out"])
         elif shape.get("type") == "conv2d":
-            k = float(shape["kernel"]) ** 2
-            q, r = [1.0], [float(shape["height"]) * float(shape.get("width", shape["height"]))]
-            w = [float(min(shape["out"], shape["in"] * k))]
+            hw = (shape["height"], shape.get("width", shape["height"]))
+            r, w = conv_gemm(hw, shape["in"], shape["out"], shape["kernel"])
         else:
             return 0.0
         batch = float(shape.get("batch", 1))
     except (KeyError, TypeError, ValueError):
         return 0.0
-    if not (batch > 0 and r[0] > 0 and w[0] > 0):
+    if not (batch > 0 and r > 0 and w > 0):
         return 0.0
-    return float(small_gemm_at(np.asarray(q), np.asarray(r), np.asarray(w), np.asarray(batch)))
+    one = np.ones(1)
+    return float(small_gemm_at(one, one * r, one * w, np.asarray(batch)))
 
 
 def _collective_point(rec: dict, t: float, used: str) -> dict:

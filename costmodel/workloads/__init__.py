@@ -30,6 +30,8 @@ _EXPORTS = {
     "TransformerShape": "._workload",
     "CHECKPOINTING": "._workload",
     "gemm_groups": "._workload",
+    "dense_gemm": "._builder",
+    "conv_gemm": "._builder",
     "small_gemm_at": "._workload",
     "WORKLOAD_NAMES": "._names",
     "get_workload": "._zoo",

@@ -125,6 +125,21 @@ class LayerBuilder:
         )
 
 
+def dense_gemm(fin: int, fout: int, tokens: int = 1) -> tuple[float, float]:
+    """A dense layer's matrix product as ``Workload.gemm_dims``' row: (rows per sample,
+    the smaller other dimension) = (tokens, min(in, out)); at batch b its smallest
+    dimension is min(b·tokens, in, out)."""
+    return float(tokens), float(min(fin, fout))
+
+
+def conv_gemm(out_hw: tuple[int, int], cin: int, cout: int, kernel) -> tuple[float, float]:
+    """A convolution's implicit GEMM, (N·H·W) × (C_in·k_h·k_w) by (C_in·k_h·k_w) × C_out
+    (Chetlur et al., "cuDNN", arXiv:1410.0759, §3), as ``Workload.gemm_dims``' row:
+    (output pixels H·W, min(C_out, C_in·k_h·k_w))."""
+    kh, kw = _pair(kernel)
+    return float(out_hw[0] * out_hw[1]), float(min(cout, cin * kh * kw))
+
+
 def _pair(x) -> tuple[int, int]:
     return (x, x) if isinstance(x, int) else (int(x[0]), int(x[1]))
 
@@ -153,8 +168,7 @@ def conv2d(
     if bias:
         tensors.append((f"{prefix}.bias", cout))
         flops += outputs
-    # implicit GEMM: (N·H·W) × (C_in·k_h·k_w) by (C_in·k_h·k_w) × C_out
-    b.layer(tensors, flops, gemm=(h * w, min(cout, cin * kh * kw)))
+    b.layer(tensors, flops, gemm=conv_gemm((h, w), cin, cout, kernel))
     return h, w
 
 
@@ -175,7 +189,7 @@ def linear(
     if bias:
         tensors.append((f"{prefix}.bias", fout))
         flops += tokens * fout
-    b.layer(tensors, flops, gemm=(tokens, min(fin, fout)))
+    b.layer(tensors, flops, gemm=dense_gemm(fin, fout, tokens))
 
 
 def layernorm(b: LayerBuilder, prefix: str, d: int, *, tokens: int) -> None:

@@ -69,6 +69,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from calibration import provenance
+from costmodel.workloads import conv_gemm, dense_gemm
 from launch import Ranks, heartbeat, hierarchical_psum, worker_main
 
 __all__ = [
@@ -249,7 +250,7 @@ def model_layers(spec: dict | str) -> list[dict]:
         for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
             out.append({"name": f"layers.{i}.weight", "shape": (b, a), "fwd_flops": 0.0})
             out.append({"name": f"layers.{i}.bias", "shape": (b,), "fwd_flops": 2.0 * a * b,
-                        "gemm": (1, min(a, b))})  # fmt: skip
+                        "gemm": dense_gemm(a, b)})  # fmt: skip
     else:
         hw, k = s["image"], s["kernel"]
         chans = [s["in_channels"]] + [s["channels"]] * s["depth"]
@@ -261,13 +262,13 @@ def model_layers(spec: dict | str) -> list[dict]:
                     "name": f"convs.{i}.bias",
                     "shape": (b, 1, 1),
                     "fwd_flops": 2.0 * hw * hw * a * b * k * k,
-                    "gemm": (hw * hw, min(b, a * k * k)),  # its implicit GEMM
+                    "gemm": conv_gemm((hw, hw), a, b, k),
                 }
             )
         c, m = s["channels"], s["classes"]
         out.append({"name": "head.weight", "shape": (m, c), "fwd_flops": 0.0})
         out.append({"name": "head.bias", "shape": (m,), "fwd_flops": 2.0 * c * m,
-                    "gemm": (1, min(c, m))})  # fmt: skip
+                    "gemm": dense_gemm(c, m)})  # fmt: skip
     for t in out:
         t["count"] = int(np.prod(t["shape"]))
         t.setdefault("gemm", (0, 0))
