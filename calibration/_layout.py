@@ -52,8 +52,9 @@ PRIOR_SD = {
     # centred at logit −30 (no hiding, what every architecture without bucket overlap
     # costs); wide enough (sd 15) that rows with communication move it to any share
     "logit_backward_hide": 15.0,
-    # a convolution's rate over a matmul's: about 1/4 on the emulated cluster's CPU
-    # (issue 22), about 1 for cuDNN on tensor cores; ×4 either way
+    # a convolution's rate over a matmul's of the same GEMM size: 0.98 on the emulated
+    # cluster's CPU once gemm_half_dim is fitted (issue 22), about 1 for cuDNN on
+    # tensor cores; ×4 either way
     "log_conv_efficiency": math.log(4.0),
     # a convolution's backward rate over its forward: 0.5–0.65 on XLA:CPU (issue 22),
     # about 1 for a dense layer; ×2 either way

@@ -174,10 +174,12 @@ class ClusterParams(eqx.Module):
       when it exists: that exchange costs max(0, C − h·T_bwd) after backward
       instead of C. Default h ≈ 1e-13 (logit −30): today's serial exchange.
     * ``log_conv_efficiency`` (): a convolution's FLOP rate over ``flops_per_s``
-      (the rate of matrix products and dense layers); 1 = the same. On the CPU
-      of the emulated cluster a 3×3 convolution runs at about a quarter of a
-      512³ matmul's rate (issue 22); cuDNN's convolutions reach about the rate
-      of its GEMMs. Presets set it to 1: their ``flops_per_s`` is already the
+      (the rate of matrix products and dense layers) beyond what its GEMM's
+      size explains (``log_gemm_half``); 1 = the same. On the CPU of the
+      emulated cluster 3×3 convolutions of 32–96 channels run at 32–41 GFLOP/s
+      against a 1024³ matmul's 51, and with m½ fitted they come out at 0.98
+      (issue 22: their GEMMs are small); cuDNN's convolutions reach about the
+      rate of its GEMMs. Presets set it to 1: their ``flops_per_s`` is already the
       rate of the model's kind (:func:`costmodel.device_flops_per_s`).
     * ``log_conv_backward_efficiency`` (): a convolution's backward FLOP rate (the
       gradients of its input and of its filter, 2× the forward FLOPs) over its
