@@ -454,3 +454,13 @@ def test_accumulation_steps_out_of_range_is_one_line_naming_it(capsys, steps):
     err = capsys.readouterr().err
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "--accumulation-steps" in err
+
+
+def test_the_cpu_preset_says_how_it_slows_small_gemms(capsys):
+    """The cluster line names the CPU preset's small-GEMM rate, m / (m + 16), beside its
+    FLOP rate; a GPU preset (no such term) says nothing of it."""
+    base = ("--model", "resnet50", "--arch", "ring", "--workers", "2", "--preset", "ethernet-10g")
+    code, out, _ = _run(capsys, *base, "--device", "cpu")
+    assert code == 0 and "a GEMM of smallest dimension m at m / (m + 16) of it" in out
+    code, out, _ = _run(capsys, *base, "--device", "v100")
+    assert code == 0 and "smallest dimension" not in out

@@ -240,3 +240,22 @@ def test_wrong_results_are_named_record_by_record():
     many = [dict(bad, message_bytes=2**k, wrong=2) for k in range(10, 16)]
     note = _wrong_results_note(many)
     assert note.startswith("12 measured calls") and "and 2 more" in note
+
+
+def test_run_summary_aligns_series_of_any_label_length(monkeypatch):
+    """The held-out table's series column is as wide as its longest label (a
+    halving-doubling reduce_scatter's label is 41 characters)."""
+    import tuner._run as run_module
+
+    series = [
+        {"series": "all_reduce n=4 g=1", "heldout_points": 2, "heldout_median": 0.1,
+         "heldout_p90": 0.2},
+        {"series": "reduce_scatter (halving_doubling) n=4 g=1", "heldout_points": 2,
+         "heldout_median": 0.1, "heldout_p90": 0.2},
+    ]  # fmt: skip
+    summary = {"heldout_p90": 0.2, "reliable": False, "limit": 0.15, "series": series}
+    monkeypatch.setattr(run_module, "profile_summary", lambda profile: summary)
+    lines = []
+    run_module._print_errors(None, lines.append)
+    rows = [ln for ln in lines if "held-out median" in ln]
+    assert len(rows) == 2 and len({ln.index("held-out median") for ln in rows}) == 1

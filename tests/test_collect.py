@@ -535,3 +535,17 @@ def test_progress_moves_through_the_rounds_before_the_records_arrive(capsys):
     h(0, {"type": "record", "record": {}})
     assert bar.position() == 1
     bar.close()
+
+
+def test_default_matmuls_add_two_thin_ones_that_matmul_sizes_replace():
+    """Without --matmul-sizes the compute suite times the square matmuls and two thin
+    ones, a batch of 16 and of 64 through a 1024 × 1024 matrix (what pins down
+    gemm_half_dim); --matmul-sizes replaces all of them with its square sizes."""
+    default = plan_points({**CONFIG, "matmul_sizes": None}, 1, 1, num_processes=1)
+    shapes = {tuple(p["shape"][k] for k in "mnk") for p in default if p["op"] == "matmul"}
+    assert shapes == {(128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
+                      (16, 1024, 1024), (64, 1024, 1024)}  # fmt: skip
+    thin = next(p for p in default if p["op"] == "matmul" and p["shape"]["m"] == 16)
+    assert thin["flops"] == 2.0 * 16 * 1024 * 1024 and "16×1024×1024" in thin["desc"]
+    given = plan_points(CONFIG, 1, 1, num_processes=1)
+    assert [p["shape"] for p in given if p["op"] == "matmul"] == [{"m": 32, "n": 32, "k": 32}]
