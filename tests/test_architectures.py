@@ -122,6 +122,41 @@ def test_colocated_ps_bucket_cost(s, n, k, g):
     assert one == pytest.approx(move + n * s / k * GAMMA, rel=1e-12)
 
 
+def test_servers_on_workers_send_and_receive_at_sendrecvs_rate():
+    """k ≥ 2 colocated servers (and ps_host's and hybrid's servers on the nodes) send
+    their own worker's shares while they receive the others': both directions of the
+    NIC at once, the pattern sendrecv measures, so their bytes go at sendrecv's fitted
+    rate. One server on a worker (its share stays local: it only receives) and
+    dedicated servers keep the one-way rate of ps_push / ps_pull. Measured on the
+    emulated 4 × 1 cluster (issue 22, the main job's 2-PS colocated steps): −8.9,
+    −15.2, −18.2% at 2, 3, 4 workers at the one-way rate, +7.1, −1.2, −3.4% at sendrecv's."""
+    from costmodel import COLLECTIVE_NAMES
+
+    slow = 1.25  # sendrecv's β factor; every other collective's is 1
+    rb = np.ones((len(COLLECTIVE_NAMES), 2, 1))
+    rb[COLLECTIVE_NAMES.index("sendrecv")] = slow
+    plain, duplex = exact_params(), exact_params(regime_beta_factor=rb)
+    s, n = 3e7, 4
+    for k, colocated, factor in ((2, True, slow), (4, True, slow), (1, True, 1.0), (2, False, 1.0)):
+        a = phases("ps", s, n, k=k, colocated=colocated, params=plain)
+        b = phases("ps", s, n, k=k, colocated=colocated, params=duplex)
+        flows = n - 1 if colocated else n
+        kk = min(k, n) if colocated else k
+        wire = max(flows * s / kk, s * (kk - 1) / kk if colocated else s)
+        wire *= max(flows / kk, 1.0) ** FANIN_E * BETA[1]
+        for x, y in zip(a, b, strict=True):  # push and pull alike
+            assert y - x == pytest.approx((factor - 1.0) * wire, rel=1e-9), (k, colocated)
+    for name in ("ps_host", "hybrid"):  # 4 nodes of 2 ranks, servers on the nodes
+        a = phases(name, s, 8, g=2, k=4, params=plain)
+        b = phases(name, s, 8, g=2, k=4, params=duplex)
+        assert all(y > x for x, y in zip(a, b, strict=True)), name
+        one_node = (
+            phases(name, s, 2, g=2, k=4, params=plain),
+            phases(name, s, 2, g=2, k=4, params=duplex),
+        )
+        assert one_node[0] == pytest.approx(one_node[1], rel=1e-12), name
+
+
 @pytest.mark.parametrize("name", ["ring", "tree", "hierarchical"])
 def test_all_reduce_architectures_have_no_second_phase(name):
     one, two = phases(name, 1e7, 16, g=4)

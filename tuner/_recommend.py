@@ -86,6 +86,22 @@ _COLLECTIVES_USED = {
     "hsdp": ("all_gather", "reduce_scatter", "all_reduce"),
 }
 
+
+def _collectives_used(chosen: _Row, g: int) -> tuple[str, ...]:
+    """The collectives whose fitted rows predict ``chosen`` (:data:`_COLLECTIVES_USED`),
+    with ``sendrecv`` where servers on workers send and receive at once (ps colocated
+    with k ≥ 2, ps_host and hybrid across nodes: ``costmodel.architectures._ps``)."""
+    used = _COLLECTIVES_USED[chosen.variant.name]
+    name = chosen.variant.name
+    nodes = -(-int(chosen.n) // max(int(g), 1))
+    both_ways = (
+        (name == "ps" and chosen.variant.colocated and min(chosen.k, chosen.n) >= 2)
+        or (name == "ps_host" and nodes >= 2)
+        or (name == "hybrid" and min(chosen.k, nodes) >= 2)
+    )
+    return (*used, "sendrecv") if both_ways else used
+
+
 #: Sharded data parallelism (each rank holds a shard of the model states).
 _SHARDED = ("zero1", "zero2", "fsdp", "hsdp")
 
@@ -970,7 +986,7 @@ def _range(mr: Mapping, key: str):
 def _relevant_names(chosen: _Row, g: int):
     """A predicate on profile parameter names: does the chosen configuration use it?"""
     levels = (["inter"] if chosen.n > g else []) + (["intra"] if g > 1 else [])
-    colls = _COLLECTIVES_USED[chosen.variant.name]
+    colls = _collectives_used(chosen, g)
 
     def relevant(name: str) -> bool:
         base, _, idx = name.partition("[")
@@ -1038,7 +1054,7 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
         )
     measured = mr.get("collectives") if isinstance(mr, Mapping) else None
     if measured:
-        missing = [c for c in _COLLECTIVES_USED[chosen.variant.name] if c not in measured]
+        missing = [c for c in _collectives_used(chosen, ctx.ranks_per_node) if c not in measured]
         if missing:
             out.append(
                 f"the profile has no measurements of {', '.join(missing)}, which "
