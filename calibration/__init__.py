@@ -22,6 +22,8 @@ _EXPORTS = {
     "CalibrationWarning": "._fit",
     "calibrate": "._fit",
     "STEP_TERMS": "._steps",
+    "compute_contention": "._steps",
+    "contended": "._steps",
     "fit_steps": "._steps",
     "read_steps": "._steps",
     "read_step_records": "._steps",

@@ -629,12 +629,14 @@ class EmulatedCluster:
 
     def provenance(self) -> dict:
         """``{"nodes", "ranks_per_node", "rate_bits_per_s", "goodput_bytes_per_s",
-        "cpus_per_node", "nodes_per_cpu"}`` for records.
+        "cpus_per_node", "nodes_per_cpu", "cpus"}`` for records.
 
         ``goodput_bytes_per_s`` is the lowest steady-state goodput of the last
         :meth:`self_check` (``None`` before one, or with one node);
         ``cpus_per_node`` the CPUs each node is pinned to (:meth:`node_cpus`),
-        ``nodes_per_cpu`` how many nodes share each (1: no two nodes share a core).
+        ``nodes_per_cpu`` how many nodes share each (1: no two nodes share a core),
+        ``cpus`` the machine's usable CPUs (node i runs on CPU i mod ``cpus`` when
+        they share: ``calibration.compute_contention``).
         """
         good = min((c.goodput_bytes_per_s for c in self.checks), default=None)
         ncpu = len(os.sched_getaffinity(0))
@@ -645,6 +647,7 @@ class EmulatedCluster:
             "goodput_bytes_per_s": good,
             "cpus_per_node": len(self.node_cpus(0)),
             "nodes_per_cpu": max(1, math.ceil(self.spec.nodes / ncpu)),
+            "cpus": ncpu,
         }
 
     # ------------------------------------------------------------------ self-check

@@ -342,6 +342,7 @@ def test_each_node_runs_on_its_own_cores_where_there_are_enough(
     assert argv[i + 3 :] == ["python", "-m", "x"]
     prov = c.provenance()
     assert prov["cpus_per_node"] == len(want[0]) and prov["nodes_per_cpu"] == per_cpu
+    assert prov["cpus"] == len(cpus)
 
 
 # --------------------------------------------------------------------------- real namespaces

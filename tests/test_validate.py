@@ -528,3 +528,48 @@ def test_cross_fitted_steps_predict_each_worker_count_out_of_sample():
     own = compare_steps(fitted, [base] + recs)  # auto: the profile has step terms of its own
     assert own.step_fit == "profile" and "in-sample, not a validation" in own.step_fit_note
     assert own.to_dict()["step_fit_note"] == own.step_fit_note
+
+
+def test_emulated_nodes_sharing_a_cpu_slow_the_steps_compute_by_their_count():
+    """Issue 22: an emulated cluster of more nodes than CPUs pins node i to CPU i mod C,
+    so a 3- or 4-worker step on 4 nodes of a 2-CPU machine runs two workers' compute on
+    one core: the step waits for them (the CNN's 3- and 4-worker steps were 45–52% slower
+    than predicted). Its compute is the single-worker step × ⌈⌈P / R⌉ / C⌉; real hosts,
+    and emulated nodes with CPUs of their own, are not slowed."""
+    from calibration import compute_contention, step_record_run
+
+    emu = {"nodes": 4, "ranks_per_node": 1, "nodes_per_cpu": 2, "cpus": 2}
+
+    def rec(workers, **kw):
+        r = _rec("ring", workers, 0, 1.0)
+        return dict(r, ranks_per_node=1, processes=workers, emulated=dict(emu, **kw))
+
+    assert [compute_contention(rec(n)) for n in (1, 2, 3, 4)] == [1.0, 1.0, 2.0, 2.0]
+    dedicated = dict(rec(2), processes=3)  # 2 workers and their server: 3 nodes
+    assert compute_contention(dedicated) == 2.0
+    assert compute_contention(rec(4, nodes_per_cpu=1, cpus=4)) == 1.0  # a CPU per node
+    assert compute_contention(rec(6, nodes=6, nodes_per_cpu=3, cpus=2)) == 3.0
+    # 2 ranks per node: 4 processes fill nodes 0 and 1, which have CPUs 0 and 1
+    assert compute_contention(dict(rec(4, ranks_per_node=2), ranks_per_node=2)) == 1.0
+    old = rec(4)
+    del old["emulated"]["cpus"]  # records before 'cpus': ⌈nodes / nodes_per_cpu⌉
+    assert compute_contention(old) == 2.0
+    assert compute_contention(_rec("ring", 4, 0, 1.0)) == 1.0  # real hosts
+    # the prediction adds (c − 1) × the single-worker step, in validate and in step fits
+    from costmodel import ClusterParams
+
+    p = ClusterParams.create()
+    plain = [_rec("ring", n, 0, 1.0) for n in (3, 4)]
+    shared = [rec(n) for n in (3, 4)]
+    for r in plain:
+        r["ranks_per_node"] = 1
+    got = predict_records(p, shared, BASE, overlap=False) - predict_records(
+        p, plain, BASE, overlap=False
+    )
+    np.testing.assert_allclose(got, [BASE, BASE], rtol=1e-9)
+    from calibration import step_time
+
+    runs = [step_record_run(r, 1.0) for r in (*shared, *plain)]
+    assert [r["compute_share"] for r in runs] == [2.0, 2.0, 1.0, 1.0]
+    t = step_time(p.to_numpy(), model_workload(SPEC, step_time_s=BASE), runs, overlap=False)
+    np.testing.assert_allclose(t[:2] - t[2:], [BASE, BASE], rtol=1e-9)

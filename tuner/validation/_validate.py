@@ -42,7 +42,15 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from calibration import Profile, RecordWriter, fit_steps, run_architecture, step_record_run
+from calibration import (
+    Profile,
+    RecordWriter,
+    compute_contention,
+    contended,
+    fit_steps,
+    run_architecture,
+    step_record_run,
+)
 from costmodel import (
     ClusterParams,
     InputFileError,
@@ -388,8 +396,9 @@ def predict_records(
     """Predicted iteration time (s) of each ``kind: "step"`` record's configuration.
 
     Compute comes from ``baseline_step_s``, the measured single-worker step of
-    the same model at the records' batch size (``Workload.with_step_time``);
-    the workload's tensors and FLOPs (which only say when each gradient is
+    the same model at the records' batch size (``Workload.with_step_time``),
+    times :func:`calibration.compute_contention` where emulated nodes share a
+    CPU; the workload's tensors and FLOPs (which only say when each gradient is
     ready) come from the record's ``model_spec`` (:func:`tuner.validation.model_workload`).
 
     Args:
@@ -431,10 +440,13 @@ def predict_records(
     out, low, high = (np.zeros(len(records)) for _ in range(3))
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(records):
-        groups.setdefault((r["architecture"], bool(r.get("colocated", False))), []).append(i)
-    for (name, colocated), idx in groups.items():
+        key = (r["architecture"], bool(r.get("colocated", False)), compute_contention(r))
+        groups.setdefault(key, []).append(i)
+    for (name, colocated, share), idx in groups.items():
         fn = _iteration_fn(
-            workload, run_architecture(name, colocated, overlap=overlap), [records[i] for i in idx]
+            contended(workload, share),
+            run_architecture(name, colocated, overlap=overlap),
+            [records[i] for i in idx],
         )
         out[idx] = np.asarray(fn(params), dtype=np.float64)
         if profile is not None:
