@@ -13,7 +13,8 @@ Issue 12, item 3. For each rate R and the largest node count N:
 2. ``calibration.collect(..., emulate=cluster)`` on it at every process count
    the training needs (n workers and n+1 for the dedicated server, n in
    ``--nodes``), only the collectives the architectures use (all_reduce for
-   ring; all_to_all and all_gather for P2P; ps_push and ps_pull for PS), at
+   ring; all_to_all and all_gather for P2P; ps_push and ps_pull for PS, and
+   sendrecv for k ≥ 2 colocated servers, whose NICs send and receive at once), at
    sizes well above the token bucket (default 1 MiB – 8 MiB, factor 2: the bucket lets ~rate/HZ bytes through unshaped), plus
    the compute suite;
 3. ``calibration.calibrate`` a profile on those records;
@@ -52,7 +53,7 @@ import numpy as np
 
 RESULTS = Path(__file__).parent / "results"
 #: What each architecture of the harness costs in the model (costmodel.architectures).
-COLLECTIVES = ("all_reduce", "all_to_all", "all_gather", "ps_push", "ps_pull")
+COLLECTIVES = ("all_reduce", "all_to_all", "all_gather", "ps_push", "ps_pull", "sendrecv")
 MB = 1e6 / 8  # bytes/s per Mbit/s
 #: Bytes over the busiest NIC per byte of S, n ranks one per node (nccl-tests' S convention).
 LINK_BYTES = {
@@ -61,6 +62,7 @@ LINK_BYTES = {
     "all_gather": lambda n: (n - 1) / n,
     "ps_push": lambda n: n - 1.0,
     "ps_pull": lambda n: n - 1.0,
+    "sendrecv": lambda n: 1.0,  # each rank sends S to the next and receives S
 }
 
 
