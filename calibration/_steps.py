@@ -215,7 +215,10 @@ def step_record_run(rec: dict, step_time_s: float | None = None, *, path="<step 
     row["step_time_s"] = "" if t is None else repr(float(t))
     run = _run(path, line, row)
     run["model_spec"] = rec.get("model_spec")
-    run["compute_share"] = compute_contention(rec)
+    try:
+        run["compute_share"] = compute_contention(rec)
+    except ValueError as e:
+        raise InputFileError(path, line, str(e)) from None
     return run
 
 
@@ -243,19 +246,29 @@ def compute_contention(rec: dict) -> float:
     Returns:
         1.0 for a record of real hosts or of an emulated cluster whose nodes
         have CPUs of their own; else the factor above.
+
+    Raises:
+        ValueError: naming the field, where ``emulated`` is not an object or
+            one of the fields above is not a whole number ≥ 1.
     """
     emu = rec.get("emulated")
+    if emu is None:
+        return 1.0
     if not isinstance(emu, dict):
-        return 1.0
-    try:
-        nodes = int(emu["nodes"])
-        per_node = max(int(emu.get("ranks_per_node") or 1), 1)
-        npc = int(emu.get("nodes_per_cpu") or 1)
-        cpus = int(emu.get("cpus") or -(-nodes // max(npc, 1)))
-        procs = int(rec.get("processes") or rec["workers"])
-    except (KeyError, TypeError, ValueError):
-        return 1.0
-    if npc <= 1 or cpus < 1 or nodes < 1:
+        raise ValueError(f"emulated: expected the emulated cluster's object, got {emu!r}")
+
+    def whole(where: dict, key: str, default, name: str) -> int:
+        v = where.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 1 or v != int(v):
+            raise ValueError(f"{name}: expected a whole number ≥ 1, got {v!r}")
+        return int(v)
+
+    nodes = whole(emu, "nodes", None, "emulated.nodes")
+    per_node = whole(emu, "ranks_per_node", 1, "emulated.ranks_per_node")
+    npc = whole(emu, "nodes_per_cpu", 1, "emulated.nodes_per_cpu")  # older records: unknown
+    cpus = whole(emu, "cpus", -(-nodes // npc), "emulated.cpus")
+    procs = whole(rec, "processes", rec.get("workers"), "processes")
+    if npc <= 1:
         return 1.0
     used = min(-(-procs // per_node), nodes)
     return float(max(-(-used // cpus), 1))

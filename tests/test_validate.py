@@ -573,3 +573,25 @@ def test_emulated_nodes_sharing_a_cpu_slow_the_steps_compute_by_their_count():
     assert [r["compute_share"] for r in runs] == [2.0, 2.0, 1.0, 1.0]
     t = step_time(p.to_numpy(), model_workload(SPEC, step_time_s=BASE), runs, overlap=False)
     np.testing.assert_allclose(t[:2] - t[2:], [BASE, BASE], rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("emulated", "words"),
+    [
+        ("4x1", "emulated: expected the emulated cluster's object, got '4x1'"),
+        ({"nodes": 4, "nodes_per_cpu": "two"}, "emulated.nodes_per_cpu: expected a whole number"),
+        ({"nodes_per_cpu": 2}, "emulated.nodes: expected a whole number ≥ 1, got None"),
+        ({"nodes": 4, "nodes_per_cpu": 2, "cpus": 0}, "emulated.cpus: expected a whole number"),
+    ],
+)
+def test_cli_a_bad_emulated_provenance_names_file_line_and_field(tmp_path, capsys, emulated, words):
+    """The contention a step record's emulated cluster implies is read from its
+    provenance; a field that is not what ddltune writes is an error at its line, not
+    a step silently predicted as on real hosts."""
+    recs, path, prof = _steps_and_profile(tmp_path)
+    recs[3]["emulated"] = emulated
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert main(["validate", "--profile", str(prof), "--from", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"steps.jsonl:4: {words}" in err, err
+    assert "Traceback" not in err

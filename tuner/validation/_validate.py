@@ -487,6 +487,12 @@ def _check_step_specs(steps: list[dict]) -> None:
             if where[0] is None:
                 raise
             raise InputFileError(str(where[0]), where[1], f"model_spec: {e}") from None
+        try:
+            compute_contention(r)
+        except ValueError as e:
+            if where[0] is None:
+                raise
+            raise InputFileError(str(where[0]), where[1], str(e)) from None
 
 
 def compare_steps(
