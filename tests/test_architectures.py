@@ -155,6 +155,20 @@ def test_servers_on_workers_send_and_receive_at_sendrecvs_rate():
             phases(name, s, 2, g=2, k=4, params=duplex),
         )
         assert one_node[0] == pytest.approx(one_node[1], rel=1e-12), name
+    # the architectures say where they do it (the tuner then asks for sendrecv)
+    says = {
+        (name, colocated, n, g, k): bool(
+            get_architecture(name, colocated=colocated).servers_send_and_receive(n, g, k)
+        )
+        for name, colocated, n, g, k in (
+            ("ps", True, 4, 1, 2), ("ps", True, 4, 1, 1), ("ps", False, 4, 1, 2),
+            ("ps_host", False, 8, 2, 1), ("ps_host", False, 2, 2, 1),
+            ("hybrid", False, 8, 2, 4), ("hybrid", False, 8, 2, 1), ("ring", False, 8, 2, 1),
+        )
+    }  # fmt: skip
+    assert [k for k, v in says.items() if v] == [
+        ("ps", True, 4, 1, 2), ("ps_host", False, 8, 2, 1), ("hybrid", False, 8, 2, 4)
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["ring", "tree", "hierarchical"])

@@ -512,6 +512,23 @@ def test_extrapolation_beyond_measured_ranges_is_flagged(resnet18, preset_profil
     assert "no measurements of ps_push, ps_pull" in text
 
 
+def test_servers_on_workers_need_sendrecv_measured(resnet18, preset_profile):
+    """Two or more servers on workers send and receive at once: the model prices their
+    bytes at sendrecv's rate, so a profile without sendrecv says so; one server on a
+    worker only receives, and needs only ps_push and ps_pull."""
+    measured = {"collectives": ["ps_push", "ps_pull"]}
+    prof = _scaled_profile(preset_profile, 1.0, measured_ranges=measured)
+    for servers, missing in (([2], True), ([1], False)):
+        rec = tuner.recommend(
+            prof, resnet18, max_workers=8, architectures=["ps_colocated"], servers=servers,
+            refine=False,
+        )  # fmt: skip
+        assert rec.config.colocated and rec.config.servers == servers[0]
+        text = " ".join(rec.warnings)
+        assert ("no measurements of sendrecv" in text) is missing, text
+        assert "no measurements of ps_push" not in text
+
+
 # ---------------------------------------------------------------------------
 # What-if and the inverse question
 # ---------------------------------------------------------------------------

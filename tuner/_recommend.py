@@ -27,6 +27,7 @@ from costmodel import (
     format_bytes,
     format_choices,
     format_seconds,
+    get_architecture,
 )
 
 from ._format import format_percent
@@ -89,17 +90,12 @@ _COLLECTIVES_USED = {
 
 def _collectives_used(chosen: _Row, g: int) -> tuple[str, ...]:
     """The collectives whose fitted rows predict ``chosen`` (:data:`_COLLECTIVES_USED`),
-    with ``sendrecv`` where servers on workers send and receive at once (ps colocated
-    with k ≥ 2, ps_host and hybrid across nodes: ``costmodel.architectures._ps``)."""
+    with ``sendrecv`` where its servers on workers send and receive at once
+    (``AbstractArchitecture.servers_send_and_receive``)."""
     used = _COLLECTIVES_USED[chosen.variant.name]
-    name = chosen.variant.name
-    nodes = -(-int(chosen.n) // max(int(g), 1))
-    both_ways = (
-        (name == "ps" and chosen.variant.colocated and min(chosen.k, chosen.n) >= 2)
-        or (name == "ps_host" and nodes >= 2)
-        or (name == "hybrid" and min(chosen.k, nodes) >= 2)
-    )
-    return (*used, "sendrecv") if both_ways else used
+    arch = get_architecture(chosen.variant.name, colocated=chosen.variant.colocated)
+    both = arch.servers_send_and_receive(float(chosen.n), float(g), float(chosen.k))
+    return (*used, "sendrecv") if bool(both) else used
 
 
 #: Sharded data parallelism (each rank holds a shard of the model states).

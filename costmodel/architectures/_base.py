@@ -71,6 +71,15 @@ class AbstractArchitecture(eqx.Module):
         """
         return n, g, (k if self.uses_servers else np.ones_like(k))
 
+    def servers_send_and_receive(self, n, g, k):
+        """Whether servers on workers send and receive at once in this exchange (bool, *b).
+
+        Where they do, the exchange's bytes go at ``sendrecv``'s fitted rate, not
+        the one-way rate of ``ps_push`` / ``ps_pull`` (:mod:`costmodel.architectures._ps`),
+        and a profile needs ``sendrecv`` measured. Default: never (no servers).
+        """
+        return np.zeros(np.shape(n + g + k), dtype=bool)
+
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None) -> Float[Array, "*b"]:
         """Optimizer update time on the critical path: every worker updates all (default).
 

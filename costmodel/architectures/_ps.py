@@ -48,6 +48,12 @@ from ._base import AbstractArchitecture
 __all__ = ["PSArchitecture", "PSHostArchitecture", "HybridArchitecture"]
 
 
+def _both_ways(n, k, colocated: bool, xp=np):
+    """k ≥ 2 servers on n ≥ 2 of the senders: each sends its own share out while the
+    others' come in (see the module doc); dedicated servers and one server only receive."""
+    return xp.minimum(k, n) >= 2.0 if colocated else xp.zeros_like(n + k, dtype=bool)
+
+
 def _exchange(params, collective, s, n, k, g, *, colocated, inter=None):
     xp = xp_of(params, s, n, k, g, colocated, inter)
     # a colocated server's node-mates are workers that send through the node's memory;
@@ -61,7 +67,7 @@ def _exchange(params, collective, s, n, k, g, *, colocated, inter=None):
     # other servers while it receives the other workers' (push), and the reverse
     # (pull): both directions at once, at the rate sendrecv measures (each rank sends
     # and receives at once), not the one-way rate of ps_push / ps_pull
-    both = xp.minimum(k, n) >= 2.0 if colocated else False
+    both = _both_ways(n, k, colocated, xp)
     if is_traced(both) or not (np.all(both) or not np.any(both)):
         time = xp.where(
             both, evaluate(params, "sendrecv", t, g), evaluate(params, collective, t, g)
@@ -95,6 +101,9 @@ class PSArchitecture(AbstractArchitecture):
         xp = xp_of(params, total_bytes, n, k, g)
         kk = xp.minimum(k, n) if self.colocated else k
         return total_bytes / kk * params.update_s_per_byte
+
+    def servers_send_and_receive(self, n, g, k):
+        return _both_ways(np.asarray(n, float), np.asarray(k, float), self.colocated)
 
     @property
     def label(self) -> str:
@@ -139,6 +148,11 @@ class PSHostArchitecture(AbstractArchitecture):
 
     def update_s(self, params: ClusterParams, total_bytes, n, k, g=None):
         return total_bytes * params.update_s_per_byte + 0.0 * n
+
+    def servers_send_and_receive(self, n, g, k):
+        n, g = np.asarray(n, float), np.asarray(g, float)
+        m = np.ceil(n / np.minimum(g, n))  # the hosts' shards: m servers on m nodes
+        return _both_ways(m, m + 0.0 * np.asarray(k, float), True)
 
 
 class HybridArchitecture(AbstractArchitecture):
@@ -197,3 +211,8 @@ class HybridArchitecture(AbstractArchitecture):
         # the servers are clipped to the m nodes, as in the communication phases
         m = xp.ceil(n / xp.minimum(1.0 if g is None else g, n))
         return total_bytes / xp.clip(k, 1.0, m) * params.update_s_per_byte
+
+    def servers_send_and_receive(self, n, g, k):
+        n, g, k = (np.asarray(x, float) for x in (n, g, k))
+        m = np.ceil(n / np.minimum(g, n))  # k' = clip(k, 1, m) servers on m nodes
+        return _both_ways(m, np.clip(k, 1.0, m), True)
