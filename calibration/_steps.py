@@ -216,10 +216,31 @@ def step_record_run(rec: dict, step_time_s: float | None = None, *, path="<step 
     run = _run(path, line, row)
     run["model_spec"] = rec.get("model_spec")
     try:
+        _check_processes(rec, run)
         run["compute_share"] = compute_contention(rec)
     except ValueError as e:
         raise InputFileError(path, line, str(e)) from None
     return run
+
+
+def _check_processes(rec: dict, run: dict) -> None:
+    """A step record's servers and ``processes`` agree with its workers (ValueError if not):
+    colocated servers run on workers (k ≤ n), and a job runs its workers plus its
+    dedicated servers (the harness writes ``processes``; a hand-edited count that
+    disagrees would change every prediction's rank counts without a word)."""
+    n, k = run["workers"], run["servers"]
+    ps = run["architecture"] == "ps"
+    if ps and run["colocated"] and k > n:
+        raise ValueError(f"servers: {k} colocated servers need as many workers, got {n}")
+    if "processes" in rec:
+        want = n + (k if ps and not run["colocated"] else 0)
+        got = rec["processes"]
+        if isinstance(got, bool) or not isinstance(got, int | float) or got != want:
+            raise ValueError(
+                f"processes: {got!r}, but {n} worker{'s' if n != 1 else ''}"
+                + (f" and {k} dedicated server{'s' if k != 1 else ''}" if want != n else "")
+                + f" run {want}"
+            )
 
 
 def compute_contention(rec: dict) -> float:

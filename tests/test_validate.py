@@ -595,3 +595,28 @@ def test_cli_a_bad_emulated_provenance_names_file_line_and_field(tmp_path, capsy
     err = capsys.readouterr().err
     assert f"steps.jsonl:4: {words}" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"ranks_per_node": 0}, "ranks_per_node: expected a positive integer, got '0'"),
+        ({"architecture": "ps", "colocated": True, "servers": 5, "workers": 2},
+         "servers: 5 colocated servers need as many workers, got 2"),
+        ({"architecture": "ring", "servers": 0, "processes": 2, "workers": 3},
+         "processes: 2, but 3 workers run 3"),
+        ({"architecture": "ps", "servers": 1, "workers": 2, "processes": 2},
+         "processes: 2, but 2 workers and 1 dedicated server run 3"),
+    ],
+)  # fmt: skip
+def test_cli_an_inconsistent_step_record_names_file_line_and_field(tmp_path, capsys, change, words):
+    """Found by a new user's trial: a record's ranks_per_node of 0 was reported as a bad
+    '--ranks-per-node' (an option validate does not have), and a colocated ps record
+    with more servers than workers, or a 'processes' that disagreed with its workers,
+    was scored silently (the second changed every other row's prediction)."""
+    recs, path, prof = _steps_and_profile(tmp_path)
+    recs[3].update(change)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert main(["validate", "--profile", str(prof), "--from", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"steps.jsonl:4: {words}" in err, err

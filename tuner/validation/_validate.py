@@ -487,12 +487,9 @@ def _check_step_specs(steps: list[dict]) -> None:
             if where[0] is None:
                 raise
             raise InputFileError(str(where[0]), where[1], f"model_spec: {e}") from None
-        try:
-            compute_contention(r)
-        except ValueError as e:
-            if where[0] is None:
-                raise
-            raise InputFileError(str(where[0]), where[1], str(e)) from None
+        # the one conversion of a step record checks its fields, ranges and consistency
+        step_record_run(r, 1.0, path="<step records>" if where[0] is None else str(where[0]),
+                        line=where[1])  # fmt: skip
 
 
 def compare_steps(
