@@ -259,3 +259,24 @@ def test_run_summary_aligns_series_of_any_label_length(monkeypatch):
     run_module._print_errors(None, lines.append)
     rows = [ln for ln in lines if "held-out median" in ln]
     assert len(rows) == 2 and len({ln.index("held-out median") for ln in rows}) == 1
+
+
+def test_run_summary_of_real_training_says_how_many_pairs_and_the_coverage():
+    """A new user's trial: 'Kendall tau 1.00' was printed where it held over 2 of 15
+    pairs (0.41 over all), and the intervals' coverage was in the report only."""
+    from types import SimpleNamespace
+
+    from tuner._run import _say_validation
+
+    v = SimpleNamespace(rows=[0] * 6, mape=0.108, kendall_tau=1.0, tau_pairs=(2, 15),
+                        kendall_tau_all=0.414, regret=0.015, interval_coverage=0.9,
+                        interval_half_width=0.7)  # fmt: skip
+    lines = []
+    _say_validation(lines.append, v)
+    (line,) = lines
+    assert "Kendall tau 1.00 over 2 of 15 pairs" in line and "(all pairs 0.41)" in line
+    assert "90% interval coverage 90% (median half-width 70.0%)" in line
+    v.interval_coverage = float("nan")
+    lines.clear()
+    _say_validation(lines.append, v)
+    assert "coverage" not in lines[0]

@@ -570,10 +570,18 @@ def _seed_experiment(profile, stage: Path, log, emulate, steps: int = 5) -> list
 
 
 def _say_validation(log, v) -> None:
+    used, total = v.tau_pairs
+    cover = (
+        f", 90% interval coverage {100 * v.interval_coverage:.0f}% (median half-width "
+        f"{100 * v.interval_half_width:.1f}%)"
+        if v.interval_coverage == v.interval_coverage  # not NaN
+        else ""
+    )
     _say(
         log,
-        f"  {len(v.rows)} configurations: MAPE {100 * v.mape:.1f}%, "
-        f"Kendall tau {v.kendall_tau:.2f}, regret {100 * v.regret:.1f}%",
+        f"  {len(v.rows)} configurations: MAPE {100 * v.mape:.1f}%, Kendall tau "
+        f"{v.kendall_tau:.2f} over {used} of {total} pairs that differ beyond their spread "
+        f"(all pairs {v.kendall_tau_all:.2f}), regret {100 * v.regret:.1f}%{cover}",
     )
 
 
