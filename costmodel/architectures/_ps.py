@@ -68,12 +68,12 @@ def _exchange(params, collective, s, n, k, g, *, colocated, inter=None):
     # (pull): both directions at once, at the rate sendrecv measures (each rank sends
     # and receives at once), not the one-way rate of ps_push / ps_pull
     both = _both_ways(n, k, colocated, xp)
-    if is_traced(both) or not (np.all(both) or not np.any(both)):
+    if is_traced(both) or (np.any(both) and not np.all(both)):  # a mix: both evaluations
         time = xp.where(
             both, evaluate(params, "sendrecv", t, g), evaluate(params, collective, t, g)
         )
-    else:
-        time = evaluate(params, "sendrecv" if np.all(both) else collective, t, g)
+    else:  # one kind throughout: one evaluation
+        time = evaluate(params, "sendrecv" if np.any(both) else collective, t, g)
     return finish(params, time, t.steps, g)
 
 
