@@ -226,6 +226,14 @@ def _check_times(rec: dict) -> None:
 def _check_collective(rec: dict) -> None:
     """The fields of a ``kind: "collective"`` record."""
     name = rec.get("collective")
+    if name is None:
+        looks_like_step = "architecture" in rec or "workers" in rec
+        raise ValueError(
+            "a 'collective' record needs the field 'collective' naming one of "
+            f"{', '.join(COLLECTIVE_NAMES)}"
+            + ("; this one has a training step's fields: its kind is 'step'"
+               if looks_like_step else "")
+        )  # fmt: skip
     if name not in COLLECTIVE_NAMES:
         raise ValueError(f"unknown collective {name!r}; valid: {', '.join(COLLECTIVE_NAMES)}")
     if not _is_pos_int(rec.get("message_bytes"), 1, MAX_MESSAGE_BYTES):

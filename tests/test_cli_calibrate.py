@@ -151,6 +151,19 @@ def test_usage_errors_exit_2(measurements, tmp_path, capsys, args, message):
         ('{"schema": 1, "kind": "collective", "time_s": {"p10": NaN}}\n', "NaN"),
         ('{"schema": 7}\n', "unknown schema version 7"),
         ('{"schema": 1, "kind": "collecti', "truncated"),
+        (  # a training step written as a collective: the field it lacks, and what it is
+            json.dumps(
+                {
+                    **BASE,
+                    "kind": "collective",
+                    "architecture": "ring",
+                    "workers": 2,
+                    "time_s": {"p10": 0.1},
+                }
+            )
+            + "\n",
+            "needs the field 'collective' naming one of all_reduce",
+        ),
         (
             "# nThread 1 nGpus 8\n   1024  256  float  sum  34.1  0.03  0.05  0\n",
             "not a JSON Lines measurement file",
