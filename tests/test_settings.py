@@ -147,6 +147,8 @@ TF_CNN_FLAGS = {
         "horovod",
     },
     "local_parameter_device": {"cpu", "gpu", "CPU", "GPU"},
+    "device": {"cpu", "gpu", "CPU", "GPU"},
+    "data_format": {"NHWC", "NCHW"},
     "cross_replica_sync": {"True", "False"},
     "ps_hosts": None,
     "worker_hosts": None,
@@ -502,3 +504,17 @@ def test_reads_the_tuners_configuration_and_its_to_dict():
     assert a["horovod"]["env"]["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
     fill_ms = 1e3 * 0.3 * 32 * MIB / w.total_param_bytes  # backward_s from the breakdown
     assert a["horovod"]["cycle_time_ms"] == pytest.approx(min(fill_ms, 10.0), rel=5e-3)
+
+
+def test_a_cpu_cluster_gets_tensorflows_cpu_flags():
+    """A profile measured on CPU gets tf_cnn_benchmarks' CPU flags (benchmark_cnn.py:
+    --device cpu|gpu, --data_format NHWC on CPU, NCHW needs cuDNN), not the GPU defaults."""
+    gpu = framework_settings(_cfg("ps", servers=2))["tensorflow"]["tf_cnn_benchmarks_flags"]
+    cpu = framework_settings(_cfg("ps", servers=2), device="cpu")["tensorflow"]
+    flags = dict(f.removeprefix("--").split("=", 1) for f in cpu["tf_cnn_benchmarks_flags"])
+    assert flags["device"] == "cpu" and flags["data_format"] == "NHWC"
+    assert flags["local_parameter_device"] == "cpu"
+    assert "--local_parameter_device=gpu" in gpu and not any("--device=" in f for f in gpu)
+    assert any("CPU cluster" in n for n in cpu["notes"])
+    with pytest.raises(ValueError, match="device must be 'gpu' or 'cpu'"):
+        framework_settings(_cfg("ps", servers=2), device="tpu")

@@ -162,7 +162,11 @@ def _backward_s(config) -> float | None:
 class _Plain:
     """The plain fields of one configuration, checked once."""
 
-    def __init__(self, config, workload, dtype_bytes, param_dtype_bytes=None, grad_dtype=None):
+    def __init__(self, config, workload, dtype_bytes, param_dtype_bytes=None, grad_dtype=None,
+                 device="gpu"):  # fmt: skip
+        if device not in ("gpu", "cpu"):
+            raise ValueError(f"framework_settings: device must be 'gpu' or 'cpu', got {device!r}")
+        self.device = device
         arch = _field(config, "architecture")
         if arch not in FRAMEWORK_ARCHITECTURES:
             raise ValueError(
@@ -467,7 +471,8 @@ def _tensorflow(c: _Plain) -> dict:
     else:
         servers, colocated = max(1, c.servers), c.colocated
         mode = "parameter_server"
-    device = "cpu" if c.arch == "ps_host" else "gpu"
+    # where the variables live: ps_host's on the host CPU; a CPU cluster's on its CPU
+    device = "cpu" if c.arch == "ps_host" or c.device == "cpu" else "gpu"
     placement = "colocated on the worker hosts" if colocated else "on dedicated hosts"
     cluster = {"worker": c.workers, "ps": servers}
     notes = [
@@ -485,8 +490,14 @@ def _tensorflow(c: _Plain) -> dict:
         notes.append("P2P: every worker is also the parameter server of 1/n of the variables")
     if c.arch == "hybrid":
         notes.append("hybrid: all-reduce inside each node, parameter servers across nodes")
+    if c.device == "cpu":
+        notes.append(
+            "CPU cluster: --device=cpu computes on the CPU and --data_format=NHWC is the "
+            "layout it runs (NCHW needs cuDNN, benchmark_cnn.py's flag help)"
+        )
     flags = [
         f"--variable_update={mode}",
+        *(["--device=cpu", "--data_format=NHWC"] if c.device == "cpu" else []),
         f"--local_parameter_device={device}",
         "--cross_replica_sync=True",
         "--ps_hosts=" + ("<the worker hosts>" if colocated else f"<{servers} ps hosts>"),
@@ -718,6 +729,7 @@ def framework_settings(
     dtype_bytes: int | None = None,
     param_dtype_bytes: int | None = None,
     grad_dtype: str | None = None,
+    device: str = "gpu",
 ) -> dict:
     """The settings that apply one configuration in each framework that implements it.
 
@@ -747,6 +759,10 @@ def framework_settings(
             hook. Default: ``dtype_bytes`` (no compression).
         grad_dtype: the wire dtype's name (``"fp16"``, ``"bf16"``), choosing
             DDP's hook (``fp16_compress_hook``, ``bf16_compress_hook``); default fp16.
+        device: ``"gpu"`` (default) or ``"cpu"``: what the ranks compute on (a
+            profile measured on CPU: its provenance's ``backend``). On CPU,
+            TensorFlow's flags say ``--device=cpu``, ``--data_format=NHWC`` and
+            ``--local_parameter_device=cpu`` (tf_cnn_benchmarks' benchmark_cnn.py).
 
     Returns:
         ``{framework: settings}`` with the frameworks of the architecture in
@@ -757,8 +773,8 @@ def framework_settings(
         ``tensorflow``, ``deepspeed``, ``pytorch_fsdp``.
 
     Raises:
-        ValueError: on an unknown architecture (listing the valid ones), or a
-            field that is missing or out of range (naming it).
+        ValueError: on an unknown architecture (listing the valid ones), a
+            field that is missing or out of range (naming it), or another device.
 
     Example:
         >>> s = framework_settings({"architecture": "ring", "workers": 16,
@@ -766,7 +782,7 @@ def framework_settings(
         >>> s["pytorch_ddp"]["kwargs"]["bucket_cap_mb"], s["horovod"]["env"]
         (34.0, {'HOROVOD_FUSION_THRESHOLD': '35651584'})
     """
-    c = _Plain(config, workload, dtype_bytes, param_dtype_bytes, grad_dtype)
+    c = _Plain(config, workload, dtype_bytes, param_dtype_bytes, grad_dtype, device)
     return {name: _BUILDERS[name](c) for name in FRAMEWORK_ARCHITECTURES[c.arch]}
 
 

@@ -356,8 +356,13 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from None
     doc = rec.to_dict()
     # DDP buckets by the parameters' bytes (the workload before --grad-dtype)
+    prov = getattr(profile, "provenance", None) or {}
     settings = tuner.framework_settings(
-        doc, workload, param_dtype_bytes=int(base_workload.dtype_bytes), grad_dtype=args.grad_dtype
+        doc,
+        workload,
+        param_dtype_bytes=int(base_workload.dtype_bytes),
+        grad_dtype=args.grad_dtype,
+        device="cpu" if prov.get("backend") == "cpu" else "gpu",
     )
     if args.json:
         doc["framework_settings"] = settings
