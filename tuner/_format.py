@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from calibration import jsonable, series_label  # their home: calibration writes profiles
 
-__all__ = ["format_percent", "format_table", "series_label", "jsonable"]
+__all__ = ["format_percent", "format_range", "format_table", "series_label", "jsonable"]
 
 
 def format_percent(x, digits: int = 1) -> str:
@@ -29,6 +29,19 @@ def format_percent(x, digits: int = 1) -> str:
         return "—"
     x = float(x)
     return "—" if not math.isfinite(x) else f"{100.0 * x:.{int(digits)}f}%"
+
+
+def format_range(lo, hi) -> str:
+    """A measured span as text: ``"2–4"``, or ``"2"`` when both ends are one value.
+
+    Args:
+        lo, hi: the span's ends (numbers; printed with ``:g``).
+
+    Example:
+        >>> format_range(2, 4), format_range(2, 2), format_range(1.5, 8)
+        ('2–4', '2', '1.5–8')
+    """
+    return f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
 
 
 def format_table(

@@ -33,6 +33,8 @@ from costmodel import (
     with_grad_dtype,
 )
 
+from ._format import format_range
+
 __all__ = [
     "PREDICTION_LEVEL",
     "measured_ranks_per_node",
@@ -94,11 +96,6 @@ def measured_ranks_per_node(profile) -> int | None:
     return int(span[0])
 
 
-def _fmt_span(span) -> str:
-    lo, hi = span
-    return f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
-
-
 def topology_warnings(profile, num_ranks, ranks_per_node) -> list[str]:
     """Warnings for a prediction at a topology the profile never measured.
 
@@ -130,13 +127,13 @@ def topology_warnings(profile, num_ranks, ranks_per_node) -> list[str]:
         hint = hint if rpn[0] == rpn[1] else ""
         out.append(
             f"extrapolation: {g} rank{'s' if g != 1 else ''} per node was never measured "
-            f"(the profile measured {_fmt_span(rpn)} ranks per node){hint}"
+            f"(the profile measured {format_range(*rpn)} ranks per node){hint}"
         )
     ranks = _span(profile, "num_ranks")
     if ranks is not None and not ranks[0] <= n <= ranks[1]:
         out.append(
             f"extrapolation: {n} rank{'s were' if n != 1 else ' was'} never measured (the "
-            f"profile measured {_fmt_span(ranks)} ranks)"
+            f"profile measured {format_range(*ranks)} ranks)"
         )
     return out
 

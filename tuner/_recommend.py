@@ -30,7 +30,7 @@ from costmodel import (
     get_architecture,
 )
 
-from ._format import format_percent
+from ._format import format_percent, format_range
 from ._predict import bucket_size_warnings, node_capacity_note
 from ._search import (
     Sweep,
@@ -1028,7 +1028,7 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
     if ranks is not None and not ranks[0] <= chosen.n <= ranks[1]:
         out.append(
             f"extrapolation: {chosen.n} workers is outside the measured rank counts "
-            f"({ranks[0]:g}–{ranks[1]:g})"
+            f"({format_range(*ranks)})"
         )
     out += bucket_size_warnings(profile, ctx.workload, chosen.b, chosen.variant.arch)
     prov = getattr(profile, "provenance", None) or {}
@@ -1046,7 +1046,7 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
     if rpn is not None and not rpn[0] <= placed <= rpn[1]:
         out.append(
             f"extrapolation: {placed} rank{'s' if placed != 1 else ''} per node "
-            f"{'are' if placed != 1 else 'is'} outside the measured {rpn[0]:g}–{rpn[1]:g}"
+            f"{'are' if placed != 1 else 'is'} outside the measured {format_range(*rpn)}"
         )
     measured = mr.get("collectives") if isinstance(mr, Mapping) else None
     if measured:

@@ -59,6 +59,7 @@ from costmodel import (
 )
 
 from .._defaults import DEFAULT_VALIDATE_BUCKETS
+from .._format import format_range
 from ._harness import (
     StepConfig,
     launch_groups,
@@ -686,7 +687,7 @@ def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
         outside = [p for p in procs if not ranks[0] <= p <= ranks[1]]
         if outside:
             out.append(
-                f"the profile measured {ranks[0]}–{ranks[1]} ranks, but configurations here run "
+                f"the profile measured {format_range(*ranks)} ranks, but configurations here run "
                 f"{', '.join(map(str, outside))} processes (dedicated servers count): their "
                 "predictions extrapolate; collect with --workers covering every process count"
             )
