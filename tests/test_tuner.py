@@ -442,6 +442,21 @@ def test_intervals_shrink_with_the_covariance(resnet18, preset_profile):
     assert certain.p_best == 1.0
 
 
+def test_one_architectures_alternatives_are_other_configurations_before_other_buckets(resnet18):
+    """With one architecture asked for, the runner-ups are other worker counts, not
+    the chosen configuration again at other bucket sizes (a new user's trial listed
+    ring × 8 workers at three bucket sizes)."""
+    rec = tuner.recommend(P10G, resnet18, max_workers=16, architectures=["ring"], refine=False)
+    configs = [(a.workers, a.servers) for a in rec.alternatives]
+    assert len(rec.alternatives) == 5
+    assert len(set(configs)) == 5 and (rec.workers, rec.servers) not in configs
+    # with fewer configurations than places, other bucket sizes fill the rest
+    small = tuner.recommend(P10G, resnet18, max_workers=2, architectures=["ring"], refine=False)
+    keys = [(a.workers, a.bucket_bytes) for a in small.alternatives]
+    assert len(keys) == len(set(keys)) == 5 and (small.workers, small.bucket_bytes) not in keys
+    assert {a.workers for a in small.alternatives} <= {1, 2}
+
+
 def test_bare_parameters_give_point_intervals_and_say_so(resnet18_sweeps):
     rec = resnet18_sweeps
     assert rec.interval_s == (rec.iteration_time_s, rec.iteration_time_s)

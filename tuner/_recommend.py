@@ -1455,26 +1455,40 @@ def _memory_note(ctx: _Context, sweeps, keys, scorer: _Scorer, chosen: _Row, exc
 
 
 def _alternatives(sweeps, masks, keys, scorer, chosen: _Row, others: list, fill: bool) -> list:
-    """Up to five runner-ups: the other variants' bests, then (``fill``) the next-best rows."""
+    """Up to five runner-ups: the other variants' bests, then (``fill``) the next-best rows.
+
+    The fill prefers configurations not yet listed (another worker or server count)
+    over a listed one at another bucket size: the same configuration at three bucket
+    sizes tells a reader less than three configurations (a new user's trial).
+    """
     alt_rows = list(others[:5])
     if len(alt_rows) >= 5 or not fill:
         return alt_rows
     taken = {(r.variant, r.n, r.k, r.b) for r in [chosen, *alt_rows]}
+    configs = {key[:3] for key in taken}
     pool = []
     for label, sw in sweeps.items():
         idx = np.flatnonzero(masks[label])
         if idx.size == 0:
             continue
         kk = keys[label][idx]
-        order = idx[np.lexsort((kk[:, 1], kk[:, 0]))][: 5 + len(taken)]
-        pool += [_row(sw, int(i)) for i in order]
+        order = idx[np.lexsort((kk[:, 1], kk[:, 0]))]
+        # the best rows, and each configuration's best (its first row in that order)
+        _, first = np.unique(
+            np.stack([sw.workers[order], sw.servers[order]], axis=1), axis=0, return_index=True
+        )
+        best_each = order[np.sort(first)][: 5 + len(taken)]
+        pool += [_row(sw, int(i)) for i in dict.fromkeys([*order[: 5 + len(taken)], *best_each])]
     pool.sort(key=lambda r: _row_key(scorer, r))
-    for r in pool:
-        if len(alt_rows) >= 5:
-            break
-        key = (r.variant, r.n, r.k, r.b)
-        if key not in taken:
+    for new_configuration_only in (True, False):
+        for r in pool:
+            if len(alt_rows) >= 5:
+                break
+            key = (r.variant, r.n, r.k, r.b)
+            if key in taken or (new_configuration_only and key[:3] in configs):
+                continue
             taken.add(key)
+            configs.add(key[:3])
             alt_rows.append(r)
     return alt_rows
 
