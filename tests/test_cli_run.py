@@ -19,7 +19,7 @@ import pytest
 
 from calibration import RecordWriter, provenance, read_records, time_statistics
 from costmodel import collective_time, preset
-from tuner.cli import main
+from tuner.cli import build_parser, main
 
 
 @pytest.fixture(autouse=True)
@@ -158,6 +158,31 @@ def test_run_malformed_measurements_names_file_and_line(tmp_path, capsys):
     assert main(["run", "--measurements", str(m), "-o", str(tmp_path / "o")]) == 1
     errors = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
     assert len(errors) == 1 and f"{m}:4:" in errors[0] and "num_ranks" in errors[0]
+
+
+def test_run_where_nothing_fits_names_runs_and_recommends_remedies_and_keeps_the_profile(
+    tmp_path, capsys
+):
+    """llama2_7b at run's default batch fits no device (a new user's trial: the error
+    advised --device-memory and --accumulation-steps, which run does not have)."""
+    m = tmp_path / "m.jsonl"
+    _noisy_file(m)
+    out = tmp_path / "rep"
+    argv = ["run", "--measurements", str(m), "--model", "llama2_7b", "-o", str(out)]
+    assert main([*argv, "--max-workers", "8", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "no configuration fits in memory" in err and "Traceback" not in err
+    assert "'ddltune run' sizes the model as given (--model llama2_7b, --batch-size 64)" in err
+    kept = list(tmp_path.glob("rep.profile-*.json"))
+    assert len(kept) == 1 and not out.exists()
+    suggested = re.search(r"'(ddltune recommend [^']*)'", err)[1].split()
+    assert suggested[:3] == ["ddltune", "recommend", "--profile"] and suggested[3] == str(kept[0])
+    assert "--max-workers" in suggested and "--device-memory" in suggested
+    # the command it suggests, with the remedies it lists, is one recommend parses
+    parser, _ = build_parser(suggested[1:])
+    args = parser.parse_args([*suggested[1:], "--accumulation-steps", "4",
+                              "--activation-checkpointing", "full", "--optimizer", "sgd"])  # fmt: skip
+    assert args.device_memory == 80 * 2**30 and args.max_workers == 8
 
 
 def test_run_refuses_file_as_output(tmp_path, capsys):

@@ -48,7 +48,7 @@ from costmodel import format_bytes, get_workload, load_layers
 from ._defaults import RUN_DEFAULTS
 from ._format import jsonable
 from ._predict import measured_ranks_per_node
-from ._recommend import RELIABLE_P90_LIMIT, UnreliableProfileError, recommend
+from ._recommend import RELIABLE_P90_LIMIT, InfeasibleError, UnreliableProfileError, recommend
 from ._report import build_report, profile_summary, report_owns
 from .validation import seed_experiment
 from .validation import validate as validate_training
@@ -297,7 +297,14 @@ def run_main_job(
         _print_errors(profile, log)
         with _timed(timings, "recommend"):
             g = ranks_per_node or measured_ranks_per_node(profile) or 1
-            rec, refusal = _recommend(profile, workload, max_workers, g, log)
+            try:
+                rec, refusal = _recommend(profile, workload, max_workers, g, log)
+            except InfeasibleError as e:
+                what = f"--layers {layers}" if layers is not None else f"--model {workload.name}"
+                raise InfeasibleError(
+                    _infeasible_text(e, _keep_profile(profile, out), what, workload, max_workers),
+                    e.recommendation,
+                ) from None
         validation = None
         if validate:
             with _timed(timings, "validate"):
@@ -351,6 +358,37 @@ def _kept_text(kept: tuple[Path, int] | None, out: Path) -> str:
         f"its {n} finished measurement{'s are' if n != 1 else ' is'} kept in {dest} (use them: "
         f"'ddltune run --measurements {dest} -o DIR', or measure the rest first: 'ddltune "
         f"collect -o {dest} --resume'); {out} is as it was"
+    )
+
+
+def _keep_profile(profile, out: Path) -> Path | None:
+    """Save a run's fitted profile beside ``-o`` (``<out>.profile-<UTC>.json``, never an
+    existing name) when the run stops after calibrating; ``None`` if it cannot be written."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest, k = out.parent / f"{out.name}.profile-{stamp}.json", 1
+    while dest.exists() or dest.is_symlink():
+        k += 1
+        dest = out.parent / f"{out.name}.profile-{stamp}-{k}.json"
+    try:
+        profile.save(dest)
+    except (OSError, FileExistsError):
+        return None
+    return dest
+
+
+def _infeasible_text(e: Exception, kept: Path | None, what: str, workload, max_workers) -> str:
+    """Run's error when nothing fits: recommend's reason, with the options that are
+    ``ddltune recommend``'s (run has none of them) and the profile to use them on."""
+    reason = str(e).split(". Use a device with more memory")[0]
+    profile = str(kept) if kept is not None else "DIR/profile.json"
+    return (
+        f"{reason}. 'ddltune run' sizes the model as given ({what}, --batch-size "
+        f"{workload.batch_size}); a smaller --batch-size may fit, and 'ddltune recommend' "
+        "has the other remedies: "
+        f"'ddltune recommend --profile {profile} {what} --batch-size {workload.batch_size} "
+        f"--max-workers {max_workers} --device-memory 80G' (a device with more memory), --accumulation-steps K, "
+        "--activation-checkpointing full, --optimizer sgd"
+        + (f" (the fitted profile is kept in {kept})" if kept is not None else "")
     )
 
 

@@ -238,8 +238,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Run the main job and print a short summary (or JSON)."""
+    import tuner
+
     _check_run_args(args)
-    res = _run_main_job(args, _prior(args))
+    try:
+        res = _run_main_job(args, _prior(args))
+    except tuner.InfeasibleError as e:  # not a usage error: the model fits no device
+        raise CLIError(str(e)) from None
     if args.json:
         _print_json(res)
     else:
