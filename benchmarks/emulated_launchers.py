@@ -156,12 +156,14 @@ def main(argv=None) -> int:
             algos = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
     finally:
         c.stop()
-    from calibration import Profile, read_records
+    from calibration import Profile, core_sharing, read_records
     from costmodel import collective_batch, collective_batch_time, format_bytes
 
-    def predict(S, n, g, share, algorithm=None):
-        """The profile's all_reduce time with ``share`` ranks on this machine's cores."""
-        batch = collective_batch(["all_reduce"], [S], [n], [g], [algorithm], [share])
+    def predict(S, n, g, sharing, algorithm=None):
+        """The profile's all_reduce time with the cores shared as ``sharing``
+        (``calibration.core_sharing``: share ranks, contention) says."""
+        share, contention = sharing
+        batch = collective_batch(["all_reduce"], [S], [n], [g], [algorithm], [share], [contention])
         return float(collective_batch_time(prof.params, batch)[0])
 
     recs = read_records(m)
@@ -195,7 +197,7 @@ def main(argv=None) -> int:
         n, S = big["num_ranks"], big["message_bytes"]
         factor = 2 * (n - 1) / n * S
         busbw = factor / big["time_s"]["p10"]
-        share = big.get("ranks_per_machine", 1)
+        share = core_sharing(big)
         fitted = factor / predict(S, n, 1, share)
         # the link as the fit has it: the busbw of the time each further byte takes
         # (the predicted slope from S to 16·S), which no latency term enters
@@ -238,8 +240,13 @@ def main(argv=None) -> int:
             for alg in ("ring", "hierarchical"):
                 a = by[(alg, S)]
                 t = _p10(a["samples_s"])
-                # every rank of the emulated nodes runs on this machine's cores
-                pred = predict(S, a["num_ranks"], a["ranks_per_node"], a["num_ranks"], alg)
+                # every rank of the emulated nodes runs on this machine's cores: their
+                # sharing as a collect record of this cluster has it
+                n_, g_ = a["num_ranks"], a["ranks_per_node"]
+                like = {"num_ranks": n_, "ranks_per_node": g_, "ranks_per_machine": n_}
+                if recs and recs[0].get("emulated") is not None:
+                    like["emulated"] = recs[0]["emulated"]
+                pred = predict(S, n_, g_, core_sharing(like), alg)
                 row[alg] = {"measured_s": t, "predicted_s": pred, "error": pred / t - 1}
             fm = min(("ring", "hierarchical"), key=lambda k: row[k]["measured_s"])
             fp = min(("ring", "hierarchical"), key=lambda k: row[k]["predicted_s"])

@@ -85,6 +85,8 @@ from ._layout import ParamLayout
 from ._names import STATISTICS
 from ._profile import Profile
 from ._records import (
+    compute_contention,
+    core_sharing,
     cost_algorithm,
     file_entry,
     package_versions,
@@ -331,8 +333,13 @@ def _compute_point(rec: dict, t: float, used: str) -> dict:
     n, g = int(rec["num_ranks"]), int(rec["ranks_per_node"])
     shape = rec.get("shape")
     conv = isinstance(shape, dict) and shape.get("type") == "conv2d"
+    # every process computing at once (a node's ranks all ran it): emulated nodes that
+    # share the machine's CPUs slow it as they slow a collective's cores; rank 0 alone not
+    together = n >= g and rec.get("num_processes") is not None
+    procs = {"processes": rec.get("num_processes")} if together else {"processes": 1}
     return {
         "kind": "compute",
+        "contention": compute_contention({**rec, **procs}),
         "op": rec["op"],
         "size": float(rec["flops"]),
         "conv": 1.0 if conv else 0.0,
@@ -385,12 +392,14 @@ def _collective_point(rec: dict, t: float, used: str) -> dict:
     c = rec["collective"]
     algo = cost_algorithm(rec)
     series = {"kind": "collective", "collective": c, "num_ranks": n, "ranks_per_node": g}
+    # the ranks sharing a node's cores, and emulated nodes sharing the machine's CPUs
+    share_ranks, contention = core_sharing(rec)
     return {
         "kind": "collective",
         "collective": c,
         "algorithm": algo,
-        # the ranks sharing the cores: a node's, or an emulated cluster's machine's
-        "share_ranks": int(rec.get("ranks_per_machine", min(g, n))),
+        "share_ranks": share_ranks,
+        "contention": contention,
         "size": float(rec["message_bytes"]),
         "num_ranks": n,
         "ranks_per_node": g,
@@ -421,6 +430,7 @@ class _Data(eqx.Module):
     coll: CollectiveBatch
     flops: jax.Array
     comp_g: jax.Array
+    comp_c: jax.Array
     conv: jax.Array
     backward: jax.Array
     small_gemm: jax.Array
@@ -434,14 +444,17 @@ def _predict(params: ClusterParams, data: _Data):
     if data.flops.shape[-1] == 0:  # no compute points: nothing to trace and compile for them
         return t
     # one timed call each
-    comp = params.compute_time(
-        data.flops,
-        data.comp_g,
-        calls=1.0,
-        conv=data.conv,
-        backward=data.backward,
-        small_gemm=data.small_gemm,
-    )
+    comp = (
+        params.compute_time(
+            data.flops,
+            data.comp_g,
+            calls=1.0,
+            conv=data.conv,
+            backward=data.backward,
+            small_gemm=data.small_gemm,
+        )
+        * data.comp_c
+    )  # emulated nodes sharing CPUs: ClusterParams.with_core_contention
     xp = jnp if isinstance(t, jax.Array) or isinstance(comp, jax.Array) else np
     return xp.concatenate([t, xp.broadcast_to(comp, t.shape[:-1] + comp.shape[-1:])], axis=-1)
 
@@ -485,9 +498,11 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
                 )
                 for i in coll
             ],
+            [points[i].get("contention", 1.0) for i in coll],
         ),
         flops=f([points[i]["size"] for i in comp]),
         comp_g=f([points[i]["ranks_per_node"] for i in comp]),
+        comp_c=f([points[i].get("contention", 1.0) for i in comp]),
         conv=f([points[i].get("conv", 0.0) for i in comp]),
         backward=f([points[i].get("backward", 0.0) for i in comp]),
         small_gemm=f([points[i].get("small_gemm", 0.0) for i in comp]),
@@ -823,8 +838,10 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     if coll:
         tmin = min(points[i]["time_s"] / share[sharing(points[i])] for i in coll)
         o = min(o_prior, 0.3 * tmin)
-    # Per series: segmented lines of t / share(g) against S.
+    # Per series: segmented lines of t / share(g) against S (their latency, the cores'
+    # part, / the emulated CPUs' contention after).
     series: dict = {}
+    contention: dict = {}
     for i in coll:
         p = points[i]
         algo, n_, g_ = p.get("algorithm"), p["num_ranks"], p["ranks_per_node"]
@@ -833,6 +850,8 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         series.setdefault((p["collective"], algo, n_, g_), {}).setdefault(p["size"], []).append(
             p["time_s"] / share[sharing(p)]
         )
+        key = (p["collective"], algo, n_, g_)
+        contention[key] = max(contention.get(key, 1.0), p.get("contention", 1.0))
     tops = max(1, n_starts)
     per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
     overlap_vote = np.zeros(2)  # per level: Σ over series of (additive − overlapped) cost
@@ -851,6 +870,7 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         for k in range(tops):
             a, b = segs[min(k, len(segs) - 1)]
             alpha = np.maximum(a - o, 0.05 * np.maximum(a, T.min() * 0.05)) / steps
+            alpha = alpha / contention[(c, algo, n, g)]
             slope = np.maximum(b - red * gamma, 0.1 * b)
             beta = slope / link if link > 0 else np.full(R, np.nan)
             per_cl.setdefault((c, level), [[] for _ in range(tops)])[k].append(
@@ -872,7 +892,11 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
                     [
                         points[i]["size"]
                         * (1.0 + m_half * points[i].get("small_gemm", 0.0))
-                        / (points[i]["time_s"] / share[points[i]["ranks_per_node"]])
+                        / (
+                            points[i]["time_s"]
+                            / share[points[i]["ranks_per_node"]]
+                            / points[i].get("contention", 1.0)
+                        )
                         for i in idx
                     ]
                 )

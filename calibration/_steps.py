@@ -75,6 +75,7 @@ from costmodel import (
 from ._fit import HUBER_DELTA, _laplace
 from ._layout import _PHYSICAL, ParamLayout
 from ._profile import Profile
+from ._records import compute_contention
 
 __all__ = [
     "STEP_TERMS",
@@ -243,58 +244,6 @@ def _check_processes(rec: dict, run: dict) -> None:
             )
 
 
-def compute_contention(rec: dict) -> float:
-    """How many times a worker's compute is slowed by emulated nodes sharing its CPU (≥ 1).
-
-    An emulated cluster (``launch.EmulatedCluster``) with more nodes than the
-    machine has CPUs pins node i to CPU i mod C (``node_cpus``), so the nodes
-    of a job share cores that separate hosts would not: the P processes of a
-    step record fill ⌈P / R⌉ nodes (R ranks per node, block placement), the
-    busiest CPU runs ⌈⌈P / R⌉ / C⌉ of them, and a synchronous step waits for
-    the slowest worker. The single-worker baseline ran alone (1). Ranks
-    within one node are the cost model's (``ClusterParams.core_share``).
-
-    Measured on the emulated 4 × 1 cluster of a 2-CPU machine (issue 22): the
-    CNN's compute (5.6 ms alone) made 3- and 4-worker steps 45–52% slower
-    than predicted without this, about half of it this.
-
-    Args:
-        rec: a step record; its ``emulated`` provenance (``nodes``,
-            ``ranks_per_node``, ``nodes_per_cpu``, and ``cpus``, the machine's
-            usable CPUs, where recorded; else ⌈nodes / nodes_per_cpu⌉) and
-            ``processes`` (default ``workers``).
-
-    Returns:
-        1.0 for a record of real hosts or of an emulated cluster whose nodes
-        have CPUs of their own; else the factor above.
-
-    Raises:
-        ValueError: naming the field, where ``emulated`` is not an object or
-            one of the fields above is not a whole number ≥ 1.
-    """
-    emu = rec.get("emulated")
-    if emu is None:
-        return 1.0
-    if not isinstance(emu, dict):
-        raise ValueError(f"emulated: expected the emulated cluster's object, got {emu!r}")
-
-    def whole(where: dict, key: str, default, name: str) -> int:
-        v = where.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 1 or v != int(v):
-            raise ValueError(f"{name}: expected a whole number ≥ 1, got {v!r}")
-        return int(v)
-
-    nodes = whole(emu, "nodes", None, "emulated.nodes")
-    per_node = whole(emu, "ranks_per_node", 1, "emulated.ranks_per_node")
-    npc = whole(emu, "nodes_per_cpu", 1, "emulated.nodes_per_cpu")  # older records: unknown
-    cpus = whole(emu, "cpus", -(-nodes // npc), "emulated.cpus")
-    procs = whole(rec, "processes", rec.get("workers"), "processes")
-    if npc <= 1:
-        return 1.0
-    used = min(-(-procs // per_node), nodes)
-    return float(max(-(-used // cpus), 1))
-
-
 def contended(workload, share: float):
     """``workload`` with its measured single-worker step ``share`` times as long
     (:func:`compute_contention`); itself at 1 or without a measured step."""
@@ -454,7 +403,8 @@ def step_time(params, workload, runs: list[dict], *, overlap: bool = True) -> np
         workload: the model trained (:class:`costmodel.Workload`).
         runs: from :func:`read_steps_csv`, or :func:`step_record_run` (whose
             ``compute_share``, :func:`compute_contention`, multiplies the
-            workload's measured single-worker step).
+            workload's measured single-worker step, and the cores' part of its
+            communication: :meth:`costmodel.ClusterParams.with_core_contention`).
         overlap: the all-reduce overlaps backward (the stock architectures);
             ``False`` for a runtime that runs a program's collectives after its
             compute (XLA:CPU, :func:`costmodel.with_overlap`).
@@ -472,7 +422,7 @@ def step_time(params, workload, runs: list[dict], *, overlap: bool = True) -> np
         col = {k: np.asarray([runs[i][k] for i in rows], dtype=np.float64) for k in
                ("workers", "ranks_per_node", "servers", "bucket_bytes", "batch_size")}  # fmt: skip
         t = iteration_time(
-            params,
+            params.with_core_contention(share),
             contended(workload, share),
             run_architecture(arch, coloc, overlap=overlap),
             col["workers"],

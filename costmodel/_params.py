@@ -785,6 +785,38 @@ class ClusterParams(eqx.Module):
         new = np.log(k) if not isinstance(self.log_sharpness, jax.Array) else to_jax(np.log(k))
         return eqx.tree_at(lambda p: p.log_sharpness, self, new)
 
+    def with_core_contention(self, contention: float) -> ClusterParams:
+        """This cluster with every rank's cores shared ``contention``-fold more.
+
+        The cores' part of communication slows by c, the wire between nodes
+        does not: α (both levels), γ, the per-call overhead and the intra-node
+        bytes (β and the node's cap inside a node) are multiplied by c, and
+        ``flops_per_s`` divided by it (:meth:`compute_time` is c times as long).
+        The same factor as :func:`costmodel.collectives.evaluate`'s
+        ``contention`` for a whole evaluation (its per-call form, which
+        calibration uses per record): emulated nodes that share a machine's
+        CPUs (``calibration.compute_contention``), whose steps wait on the
+        busiest CPU. A workload's measured step time is scaled on its own
+        (``calibration.contended``).
+
+        Args:
+            contention: c ≥ 1, finite.
+
+        Returns:
+            A copy (itself at c = 1); batched leaves stay batched.
+
+        Raises:
+            ValueError: c not finite or below 1.
+        """
+        c = float(contention)
+        if not (math.isfinite(c) and c >= 1.0):
+            raise ValueError(f"contention must be a finite number ≥ 1, got {contention!r}")
+        if c == 1.0:
+            return self
+        return self.scaled(
+            alpha=c, gamma=c, call_overhead=c, beta_intra=c, node_beta_intra=c, flops=1.0 / c
+        )
+
     def scaled(self, **factors: float) -> ClusterParams:
         """A copy with physical parameters multiplied by factors (what-if analysis).
 
@@ -957,6 +989,12 @@ class NumpyParams:
     def to_numpy(self) -> NumpyParams:
         """Itself (already numpy)."""
         return self
+
+    def with_core_contention(self, contention: float) -> NumpyParams:
+        """:meth:`ClusterParams.with_core_contention`, as numpy values."""
+        if contention == 1.0:
+            return self
+        return NumpyParams(self.source.with_core_contention(contention))
 
 
 def numpy_params(params) -> NumpyParams:

@@ -369,6 +369,49 @@ def test_nodes_sharing_one_machines_cores_slow_by_the_machines_ranks_not_the_nod
         collective_batch(["all_reduce"], [1e6], [8], [2], None, [1])
 
 
+def test_emulated_nodes_sharing_cpus_slow_the_cores_work_by_their_contention():
+    """Emulated nodes on fewer CPUs (calibration.compute_contention, c): a call's
+    latency, reductions, node-internal copies and overhead take c times as long, the
+    wire between nodes does not; per call in a batch (calibration's records) and for a
+    whole evaluation (ClusterParams.with_core_contention, a step's) give the same
+    times, with a latency overlap, on both levels; c = 1 is the call."""
+    from costmodel import collective_batch, collective_batch_time
+
+    p = exact_params(node_compute_slots=2.0, latency_overlap=(0.3, 0.8))
+    p = p.scaled(alpha_inter=40.0)  # latency and wire of one size, so the overlap matters
+    no_wire = exact_params(node_compute_slots=2.0, beta_s_per_byte=(BETA[0], 1e-30))
+    c = np.array([1.0, 2.0, 3.0])
+    for name, alg in ALL_CASES:
+        for n, g in ((8, 1), (8, 2), (2, 2)):
+            args = ([name] * 3, [1e5] * 3, [n] * 3, [g] * 3, [alg] * 3)
+            per_call = np.asarray(collective_batch_time(p, collective_batch(*args, None, c)))
+            whole = [float(ct(p.with_core_contention(k), name, 1e5, n, g, alg)) for k in c]
+            np.testing.assert_allclose(per_call, whole, rtol=1e-10, err_msg=f"{name} {n} {g}")
+            assert per_call[0] == pytest.approx(float(ct(p, name, 1e5, n, g, alg)), rel=1e-12)
+        # with a free wire everything left is the cores' work: exactly c times
+        free = np.asarray(collective_batch_time(
+            no_wire, collective_batch([name] * 3, [1e6] * 3, [8] * 3, [1] * 3, [alg] * 3, None, c)
+        ))  # fmt: skip
+        np.testing.assert_allclose(free / free[0], c, rtol=1e-9, err_msg=name)
+        # the wire between nodes takes what it took (α + S·β: no overlap)
+        plain = exact_params(node_compute_slots=2.0)
+        slow = float(ct(plain.with_core_contention(3.0), name, 1e6, 8, 1, alg))
+        fast = float(ct(plain, name, 1e6, 8, 1, alg))
+        cores = float(ct(no_wire, name, 1e6, 8, 1, alg))
+        assert 0 < cores < fast and slow - fast == pytest.approx(2 * cores, rel=1e-9), name
+    # compute: c times as long, the measured step's rule (calibration.contended)
+    q = p.with_core_contention(2.0)
+    assert float(q.compute_time(jnp.asarray(1e9), jnp.asarray(1.0), calls=1.0)) == pytest.approx(
+        2 * float(p.compute_time(jnp.asarray(1e9), jnp.asarray(1.0), calls=1.0)), rel=1e-12
+    )
+    assert p.with_core_contention(1.0) is p
+    for bad in (0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="contention must be a finite number ≥ 1"):
+            p.with_core_contention(bad)
+    with pytest.raises(ValueError, match="contention: each must be a finite number ≥ 1"):
+        collective_batch(["all_reduce"], [1e6], [8], [1], None, None, [0.5])
+
+
 def test_core_sharing_slows_the_cores_work_not_the_wire():
     # 8 ranks on a node with 2 cores: what the cores drive (latency steps, reductions,
     # copies inside the node) runs about 8/2 = 4x slower (p-norm smoothing of

@@ -880,6 +880,60 @@ def test_records_of_nodes_sharing_one_machine_are_fitted_with_the_machines_ranks
     assert shared < 0.04 and plain > 2 * shared, (shared, plain)
 
 
+def test_emulated_nodes_sharing_cpus_are_fitted_with_their_contention():
+    """An emulated 4 × 1 cluster on a 2-CPU machine: 2 ranks have a CPU each (c = 1),
+    3 and 4 share them (c = 2, calibration.compute_contention), and its compute
+    records ran on every process at once. Records made with that contention are fitted
+    within 3% at every rank count and give the uncontended α back; the same records
+    without their ``emulated`` provenance (one α for all counts) miss by more."""
+    from calibration import compute_contention
+    from costmodel import collective_batch, collective_batch_time
+
+    emu = {"nodes": 4, "ranks_per_node": 1, "nodes_per_cpu": 2, "cpus": 2,
+           "rate_bits_per_s": 2e8}  # fmt: skip
+    truth = preset("ethernet-10g", "cpu").scaled(beta_inter=50.0, alpha_inter=20.0)
+    rng = np.random.default_rng(5)
+    S = 2.0 ** np.arange(10, 25, 2)
+    recs = []
+    for n in (2, 3, 4):
+        c = compute_contention({"num_ranks": n, "emulated": emu})
+        assert c == (1.0 if n == 2 else 2.0)
+        for name in ("all_reduce", "ps_push"):
+            b = collective_batch([name] * S.size, S, n, 1, None, None, [c] * S.size)
+            T = np.asarray(collective_batch_time(truth, b), np.float64)
+            T = T * np.exp(0.01 * rng.normal(size=S.shape))
+            recs += [coll(name, s, n, 1, t, emulated=emu, ranks_per_machine=n)
+                     for s, t in zip(S, T, strict=True)]  # fmt: skip
+    for f in 2.0 ** np.arange(20, 31, 2):  # every process at once: c = 2
+        t = float(truth.with_core_contention(2.0).compute_time(jnp.asarray(f), jnp.asarray(1.0),
+                                                                calls=1.0))  # fmt: skip
+        recs.append({**comp(f, 1, t), "num_processes": 4, "emulated": emu})
+
+    def fitted(records):
+        prof = calibrate(records, n_regimes=1, holdout=0.0)
+        errs = []
+        for r in records:
+            if r["kind"] != "collective":
+                continue
+            n = r["num_ranks"]
+            c = compute_contention(r) if "emulated" in r else 1.0
+            share = r.get("ranks_per_machine", 1) if "emulated" not in r else 1
+            b = collective_batch([r["collective"]], [r["message_bytes"]], [n], [1], None,
+                                 [share], [c])  # fmt: skip
+            t = float(collective_batch_time(prof.params, b)[0])
+            errs.append(abs(t / r["time_s"]["p10"] - 1.0))
+        return prof, max(errs)
+
+    prof, worst = fitted(recs)
+    assert worst < 0.03, worst
+    # α, not the 2× of the shared CPUs (α and the call overhead trade a little: 11% here)
+    assert float(prof.params.alpha_s[1]) == pytest.approx(float(truth.alpha_s[1]), rel=0.15)
+    assert float(prof.params.flops_per_s) == pytest.approx(float(truth.flops_per_s), rel=0.05)
+    _, plain = fitted([{k: v for k, v in r.items() if k != "emulated"} for r in recs])
+    # measured here: 2.1% with the contention, 22.7% without (1% noise on the times)
+    assert plain > 2 * worst, (worst, plain)
+
+
 def test_cpu_reduce_scatter_is_fitted_as_gloos_halving_doubling():
     # XLA:CPU's psum_scatter is gloo's halving-doubling (costmodel/collectives/_halving.py):
     # 4/3 S through the busiest NIC on 3 ranks against the ring's 2/3 S. CPU records are

@@ -555,24 +555,32 @@ def test_emulated_nodes_sharing_a_cpu_slow_the_steps_compute_by_their_count():
     del old["emulated"]["cpus"]  # records before 'cpus': ⌈nodes / nodes_per_cpu⌉
     assert compute_contention(old) == 2.0
     assert compute_contention(_rec("ring", 4, 0, 1.0)) == 1.0  # real hosts
-    # the prediction adds (c − 1) × the single-worker step, in validate and in step fits
+    # the prediction adds (c − 1) × the single-worker step, and its communication is
+    # that of the cores shared c-fold (ClusterParams.with_core_contention: the latency,
+    # not the wire), in validate and in step fits alike
     from costmodel import ClusterParams
 
-    p = ClusterParams.create()
+    p = ClusterParams.create(alpha_s=(5e-6, 200e-6), beta_s_per_byte=(1e-11, 1e-8))
     plain = [_rec("ring", n, 0, 1.0) for n in (3, 4)]
     shared = [rec(n) for n in (3, 4)]
     for r in plain:
         r["ranks_per_node"] = 1
-    got = predict_records(p, shared, BASE, overlap=False) - predict_records(
-        p, plain, BASE, overlap=False
-    )
-    np.testing.assert_allclose(got, [BASE, BASE], rtol=1e-9)
+    base = predict_records(p, plain, BASE, overlap=False)
+    comm = predict_records(p.with_core_contention(2.0), plain, BASE, overlap=False) - base
+    # c − 1 = 1 more of the cores' part (the step without latency, call overhead and
+    # reductions is its wire and compute), none of the wire
+    wire = predict_records(p.scaled(alpha=1e-9, call_overhead=1e-9, gamma=1e-9), plain, BASE,
+                           overlap=False)  # fmt: skip
+    assert np.all(comm > 0)
+    np.testing.assert_allclose(comm, base - wire, rtol=1e-5)
+    got = predict_records(p, shared, BASE, overlap=False) - base
+    np.testing.assert_allclose(got, BASE + comm, rtol=1e-9)
     from calibration import step_time
 
     runs = [step_record_run(r, 1.0) for r in (*shared, *plain)]
     assert [r["compute_share"] for r in runs] == [2.0, 2.0, 1.0, 1.0]
     t = step_time(p.to_numpy(), model_workload(SPEC, step_time_s=BASE), runs, overlap=False)
-    np.testing.assert_allclose(t[:2] - t[2:], [BASE, BASE], rtol=1e-9)
+    np.testing.assert_allclose(t[:2] - t[2:], BASE + comm, rtol=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ from calibration import (
     OutputPathError,
     atomic_replace_dir,
     atomic_write_text,
+    core_sharing,
     cost_algorithm,
     holdout_mask,
     refuse_symlink,
@@ -341,15 +342,18 @@ def collective_series(
         sizes = groups.setdefault(key, {})
         b = int(r["message_bytes"])
         sizes[b] = min(t, sizes.get(b, math.inf))
-        # the ranks sharing the cores, as the fit had them (an emulated cluster's machine)
-        shares[key] = max(shares.get(key, 0), int(r.get("ranks_per_machine", min(g, n))))
+        # the ranks sharing the cores and the emulated CPUs' contention, as the fit had them
+        share, contention = core_sharing(r)
+        old = shares.get(key, (0, 1.0))
+        shares[key] = (max(old[0], share), max(old[1], contention))
     out = []
     for (name, algo, n, g), pts in sorted(groups.items()):
         x = np.array(sorted(pts), dtype=np.float64)
         meas = np.array([pts[int(b)] for b in x])
+        share, contention = shares[(name, algo, n, g)]
         batch = collective_batch(
             [name] * x.size, x, float(n), float(g), [algo or None] * x.size,
-            np.full(x.size, float(shares[(name, algo, n, g)])),
+            np.full(x.size, float(share)), np.full(x.size, float(contention)),
         )  # fmt: skip
         pred = np.asarray(collective_batch_time(params, batch), dtype=np.float64)
         tag = (algo,) if algo else ()

@@ -145,6 +145,7 @@ def collective_batch(
     ranks_per_node: ArrayLike = 1,
     algorithms=None,
     share_ranks: ArrayLike | None = None,
+    contention: ArrayLike | None = None,
 ) -> CollectiveBatch:
     """The cost terms of N calls of mixed collectives (and all_reduce algorithms), for
     :func:`collective_batch_time`.
@@ -171,6 +172,10 @@ def collective_batch(
             :meth:`~costmodel.ClusterParams.core_share` slows the latency
             steps, reductions, intra-node bytes and call overhead by; the
             terms (topology) still come from ``ranks_per_node``.
+        contention: ``None`` or (N,) c ≥ 1 per call: the cores shared c-fold
+            beyond the share ranks' (emulated nodes on fewer CPUs,
+            ``calibration.compute_contention``); it multiplies the core share
+            (:func:`~costmodel.collectives.evaluate`).
 
     Returns:
         :class:`CollectiveBatch` of jax's default float dtype.
@@ -213,6 +218,11 @@ def collective_batch(
         share = np.broadcast_to(np.asarray(share_ranks, dtype=np.float64), (N,))
         if not np.all(share >= g):
             raise ValueError("share_ranks: each must be ≥ min(ranks_per_node, num_ranks)")
+    cont = None
+    if contention is not None:
+        cont = np.broadcast_to(np.asarray(contention, dtype=np.float64), (N,))
+        if not np.all(np.isfinite(cont) & (cont >= 1.0)):
+            raise ValueError("contention: each must be a finite number ≥ 1")
     fields = ("steps", "link_bytes", "node_bytes", "reduce_bytes", "congestion")
 
     def new_phase() -> dict:
@@ -263,4 +273,5 @@ def collective_batch(
         ranks_per_node=to_jax(share[call]),
         combine=combine,
         call=to_jax(call),
+        contention=None if cont is None else to_jax(cont[call]),
     )

@@ -132,6 +132,7 @@ def evaluate(
     collective: str | Int[Array, "*b"],
     t: Terms,
     ranks_per_node: ArrayLike,
+    contention: ArrayLike = 1.0,
 ) -> Float[Array, "*b"]:
     """Seconds of a collective with cost terms ``t`` under ``params``.
 
@@ -146,6 +147,12 @@ def evaluate(
             broadcastable to the terms: the latency, reduction and intra-node
             bytes slow by :meth:`costmodel.ClusterParams.core_share` (g), the
             inter-node wire does not.
+        contention: c ≥ 1, broadcastable to the terms: how many times over the
+            cores are shared beyond the node's own ranks (emulated nodes that
+            share a machine's CPUs, ``calibration.compute_contention``); it
+            multiplies the core share as g's does. Default 1.
+            :meth:`costmodel.ClusterParams.with_core_contention` is the same
+            factor for a whole evaluation.
 
     Returns:
         Time in seconds, shape of the broadcast terms, before the per-call
@@ -178,7 +185,7 @@ def evaluate(
     # collective's flows slower than the base link finds the node's NICs so too
     nr = params.node_ratio
     ratio = xp.where(inter, nr[..., 1], nr[..., 0])
-    share = params.core_share(as_float(ranks_per_node))
+    share = params.core_share(as_float(ranks_per_node)) * contention
     wire = xp.where(inter, 1.0, share)  # the NIC's bytes do not wait on the cores
     # soft_max2(link·β, node·ratio·β) = β·soft_max2(link, node·ratio) (β > 0; the
     # p-norm is homogeneous): the cap once per call, not once per regime. A lone
@@ -233,7 +240,7 @@ def _rows(table, c, trailing: int, xp):
     return out
 
 
-def finish(params: ClusterParams, time, steps, ranks_per_node):
+def finish(params: ClusterParams, time, steps, ranks_per_node, contention=1.0):
     """Add the per-call overhead (slowed by core sharing); zero when no steps.
 
     Args:
@@ -241,14 +248,15 @@ def finish(params: ClusterParams, time, steps, ranks_per_node):
         time: seconds from :func:`evaluate`, shape (*b).
         steps: the terms' latency steps (*b); 0 means no transfer (one rank).
         ranks_per_node: g ≥ 1 ranks sharing the node's cores (already ≤ n), (*b).
+        contention: c ≥ 1, as :func:`evaluate`'s (default 1).
 
     Returns:
-        time + o_call·share(g) where steps > 0, else 0; share:
+        time + o_call·share(g)·c where steps > 0, else 0; share:
         :meth:`costmodel.ClusterParams.core_share` (:func:`evaluate` applies
         it to the rest).
     """
     xp = xp_of(params, time, steps, ranks_per_node)
-    share = params.core_share(as_float(ranks_per_node))
+    share = params.core_share(as_float(ranks_per_node)) * contention
     active = steps > 0
     return xp.where(active, time + params.call_overhead_s * share, 0.0)
 
@@ -307,6 +315,9 @@ class CollectiveBatch(eqx.Module):
             ``ranks_per_node`` are then per row (M,), the calls' first
             phases rows 0 … N−1, the further phases after them.
         call: (M,) int, the call of each row (``arange(N)`` without ``combine``).
+        contention: ``None`` (1 everywhere) or (M,) float ≥ 1 per row:
+            :func:`evaluate`'s ``contention`` (emulated nodes sharing a machine's
+            CPUs).
     """
 
     terms: Terms
@@ -315,6 +326,7 @@ class CollectiveBatch(eqx.Module):
     ranks_per_node: Float[Array, " M"]
     combine: Float[Array, "M N"] | None = None
     call: Int[Array, " M"] | None = None
+    contention: Float[Array, " M"] | None = None
 
     def congestion(self, params: ClusterParams) -> Float[Array, " N"]:
         """η of every call under ``params``: base ** exponent, or the fixed factor."""
@@ -345,12 +357,13 @@ def collective_batch_time(params: ClusterParams, batch: CollectiveBatch) -> Floa
     """
     t = batch.terms._replace(congestion=batch.congestion(params))
     g = batch.ranks_per_node
-    e = evaluate(params, batch.collective, t, g)
+    c = 1.0 if batch.contention is None else batch.contention
+    e = evaluate(params, batch.collective, t, g, c)
     if batch.combine is None:
-        return finish(params, e, t.steps, g)
+        return finish(params, e, t.steps, g, c)
     xp = xp_of(params, e)
     C = batch.combine
     N = C.shape[-1]
     e = xp.where(t.steps > 0, e, 0.0)
     # the rows 0 … N−1 are the calls' first phases: their g is the call's
-    return finish(params, e @ C, t.steps @ C, g[..., :N])
+    return finish(params, e @ C, t.steps @ C, g[..., :N], c if np.ndim(c) == 0 else c[..., :N])

@@ -399,7 +399,8 @@ def predict_records(
     Compute comes from ``baseline_step_s``, the measured single-worker step of
     the same model at the records' batch size (``Workload.with_step_time``),
     times :func:`calibration.compute_contention` where emulated nodes share a
-    CPU; the workload's tensors and FLOPs (which only say when each gradient is
+    CPU, which slows the cores' part of the communication alike
+    (:meth:`costmodel.ClusterParams.with_core_contention`); the workload's tensors and FLOPs (which only say when each gradient is
     ready) come from the record's ``model_spec`` (:func:`tuner.validation.model_workload`).
 
     Args:
@@ -448,6 +449,7 @@ def predict_records(
             contended(workload, share),
             run_architecture(name, colocated, overlap=overlap),
             [records[i] for i in idx],
+            share,
         )
         out[idx] = np.asarray(fn(params), dtype=np.float64)
         if profile is not None:
@@ -456,8 +458,10 @@ def predict_records(
     return (out, low, high) if profile is not None else out
 
 
-def _iteration_fn(workload, arch, sel: Sequence[dict]):
-    """``params -> iteration times (s)`` of the records ``sel`` (one architecture), batched."""
+def _iteration_fn(workload, arch, sel: Sequence[dict], contention: float = 1.0):
+    """``params -> iteration times (s)`` of the records ``sel`` (one architecture), batched;
+    their communication under the cores' ``contention``
+    (:meth:`costmodel.ClusterParams.with_core_contention`)."""
     n = np.array([r["workers"] for r in sel], dtype=np.float64)
     g = np.array([r.get("ranks_per_node", r["workers"]) for r in sel], dtype=np.float64)
     k = np.array([max(r.get("servers", 1), 1) for r in sel], dtype=np.float64)
@@ -465,6 +469,7 @@ def _iteration_fn(workload, arch, sel: Sequence[dict]):
     batch = np.array([r["batch_size"] for r in sel], dtype=np.float64)
 
     def fn(p):
+        p = p.with_core_contention(contention)
         return iteration_time(
             p, workload, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb, batch_size=batch
         ).iteration_s
