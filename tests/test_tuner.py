@@ -740,7 +740,9 @@ def test_a_tie_goes_to_the_simpler_architecture():
     w = get_workload("resnet50", 32)
     p = preset("ethernet-10g", "cpu")
     rec = tuner.recommend(p, w, max_workers=2, architectures=["fsdp", "zero2", "zero1"])
-    by_arch = {c.architecture: c for c in rec.alternatives}
+    by_arch = {}  # each architecture's best runner-up (listed before other worker counts)
+    for c in rec.alternatives:
+        by_arch.setdefault(c.architecture, c)
     assert rec.architecture == "zero1"
     assert by_arch["fsdp"].throughput_samples_per_s > rec.config.throughput_samples_per_s
     gap = by_arch["fsdp"].throughput_samples_per_s / rec.config.throughput_samples_per_s - 1
@@ -752,7 +754,9 @@ def test_a_tie_goes_to_the_simpler_architecture():
     # tied and at one level, the faster wins (before, p2p was always preferred: the
     # Llama-2-7B recommendation with full checkpointing was TensorFlow's P2P)
     pair = tuner.recommend(p, w, max_workers=2, architectures=["p2p", "zero1"])
-    by_arch = {c.architecture: c for c in [pair.config, *pair.alternatives]}
+    by_arch = {}
+    for c in [pair.config, *pair.alternatives]:
+        by_arch.setdefault(c.architecture, c)
     assert by_arch["zero1"].throughput_samples_per_s > by_arch["p2p"].throughput_samples_per_s
     assert pair.architecture == "zero1"
 
