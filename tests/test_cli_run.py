@@ -138,6 +138,8 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
         # "--force", which run has no such option as)
         (["--max-bytes", "512"], 2, "--max-bytes must be at least 1 KiB"),
         (["--workers", "100000"], 2, "--workers 100000 on"),
+        (["--step-factor", "1"], 2, "--step-factor must be an integer ≥ 2, got 1"),
+        (["--step-factor", "2.5"], 2, "--step-factor"),
     ],
 )
 def test_run_bad_arguments(tmp_path, capsys, argv, code, needle):
@@ -206,6 +208,8 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
             "2",
             "--max-bytes",
             "64K",
+            "--step-factor",
+            "4",
             "--budget",
             "0.05",
             "--max-workers",
@@ -224,7 +228,8 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
     assert doc["records"] == len(recs) > 0
     assert {r["kind"] for r in recs} == {"collective", "compute"}
     assert {r["num_ranks"] for r in recs if r["kind"] == "collective"} == {2}
-    assert max(r["message_bytes"] for r in recs if r["kind"] == "collective") <= 64 * 1024
+    sizes = sorted({r["message_bytes"] for r in recs if r["kind"] == "collective"})
+    assert sizes == [1024, 4096, 16384, 65536]  # --step-factor 4 up to --max-bytes
     assert set(doc["timings_s"]) == {
         "collect",
         "calibrate",

@@ -619,7 +619,8 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     p, stdout, err = _cli(
         [
             "run", "--emulate", "2x1@50mbit", "--validate", "--validate-steps", "2",
-            "--budget-s", "0.02", "--max-bytes", "256K", "-o", str(out), "--json",
+            "--budget-s", "0.02", "--max-bytes", "256K", "--step-factor", "4", "-o", str(out),
+            "--json",
             "--no-progress",
         ],
         400,

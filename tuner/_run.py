@@ -176,6 +176,7 @@ def run_main_job(
     max_bytes: int = RUN_DEFAULTS["max_bytes"],
     budget_s: float = RUN_DEFAULTS["budget_s"],
     overwrite: bool = False,
+    step_factor: int = RUN_DEFAULTS["step_factor"],
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     command: str | None = None,
@@ -208,6 +209,8 @@ def run_main_job(
             measurements cannot identify (default: chosen by the calibration
             from the measured backend).
         min_bytes, max_bytes: message sizes the collector measures, bytes.
+        step_factor: the size multiplier between measured points, an integer ≥ 2
+            (default 2: every power of 2, as nccl-tests' ``-f 2``).
         budget_s: the collector's seconds per point (> 0).
         overwrite: replace what a previous run left in ``out_dir``.
         progress: progress bars on stderr.
@@ -247,6 +250,8 @@ def run_main_job(
         if not Path(p).is_file():
             raise FileNotFoundError(2, "No such file", str(p))
     if not measurements:  # what collect would refuse, before "[1/4] measuring …" is said
+        if isinstance(step_factor, bool) or not isinstance(step_factor, int) or step_factor < 2:
+            raise ValueError(f"step_factor must be an integer ≥ 2, got {step_factor!r}")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < min_bytes:
             raise ValueError(
                 f"max_bytes must be at least {format_bytes(min_bytes)}, the smallest message "
@@ -272,7 +277,7 @@ def run_main_job(
             with _timed(timings, "collect" if not measurements else "read"):
                 done["records"] = _measure(
                     sm, measurements, workers, min_bytes, max_bytes, budget_s, progress, log,
-                    emulate,
+                    emulate, step_factor,
                 )  # fmt: skip
             later_phases(stage, sm, sp, sr)
         except calibration.CollectError as e:
@@ -454,8 +459,9 @@ def _check_run_args(
 
 
 def _measure(
-    m_path, measurements, workers, min_bytes, max_bytes, budget_s, progress, log, emulate=None
-) -> int:
+    m_path, measurements, workers, min_bytes, max_bytes, budget_s, progress, log, emulate=None,
+    step_factor=RUN_DEFAULTS["step_factor"],
+) -> int:  # fmt: skip
     """Step 1: copy the given measurement files, or collect on local processes; the record count."""
     if measurements:
         _say(log, f"[1/4] reading {len(measurements)} measurement file(s)")
@@ -475,7 +481,7 @@ def _measure(
         workers=[workers],
         min_bytes=min_bytes,
         max_bytes=max_bytes,
-        step_factor=RUN_DEFAULTS["step_factor"],
+        step_factor=step_factor,
         iters=RUN_DEFAULTS["iters"],
         budget_s=budget_s,
         rounds=RUN_DEFAULTS["rounds"],
