@@ -270,14 +270,17 @@ def _prepare(records: list[dict], statistic: str | None, in_place: str):
             skipped["step"] += 1
             continue
         t, used = _pick_time(rec, statistic, default)
-        if kind == "compute":
-            points.append(_compute_point(rec, t, used))
-            continue
-        why = _skip_collective(rec, in_place)
-        if why:
-            skipped[why] += 1
-            continue
-        pt = _collective_point(rec, t, used)
+        try:  # a malformed 'emulated' provenance (its contention) at its file and line
+            if kind == "compute":
+                points.append(_compute_point(rec, t, used))
+                continue
+            why = _skip_collective(rec, in_place)
+            if why:
+                skipped[why] += 1
+                continue
+            pt = _collective_point(rec, t, used)
+        except ValueError as e:
+            raise InputFileError(rec.get("_file", "<records>"), rec.get("_line"), str(e)) from None
         if rec.get("in_place") is not None and in_place == "lower":
             key = (
                 rec.get("_file", rec.get("source")),

@@ -958,7 +958,8 @@ def file_entry(path: Path) -> dict:
 
 
 def compute_contention(rec: dict) -> float:
-    """How many times a worker's compute is slowed by emulated nodes sharing its CPU (≥ 1).
+    """How many times emulated nodes sharing a worker's CPU slow its compute and the cores'
+    part of its communication (≥ 1).
 
     An emulated cluster (``launch.EmulatedCluster``) with more nodes than the
     machine has CPUs pins node i to CPU i mod C (``node_cpus``), so the nodes

@@ -164,6 +164,22 @@ def test_usage_errors_exit_2(measurements, tmp_path, capsys, args, message):
             + "\n",
             "needs the field 'collective' naming one of all_reduce",
         ),
+        (  # an emulated cluster's provenance that says nothing of its CPUs' sharing
+            json.dumps(
+                {
+                    **BASE,
+                    "kind": "collective",
+                    "collective": "all_reduce",
+                    "message_bytes": 1024,
+                    "num_ranks": 4,
+                    "ranks_per_node": 1,
+                    "time_s": {"p10": 1e-3},
+                    "emulated": {"nodes": 4, "ranks_per_node": 1, "nodes_per_cpu": "two"},
+                }
+            )
+            + "\n",
+            "emulated.nodes_per_cpu: expected a whole number ≥ 1, got 'two'",
+        ),  # fmt: skip
         (
             "# nThread 1 nGpus 8\n   1024  256  float  sum  34.1  0.03  0.05  0\n",
             "not a JSON Lines measurement file",
