@@ -185,7 +185,7 @@ def evaluate(
     # collective's flows slower than the base link finds the node's NICs so too
     nr = params.node_ratio
     ratio = xp.where(inter, nr[..., 1], nr[..., 0])
-    share = params.core_share(as_float(ranks_per_node)) * contention
+    share = _contended(params.core_share(as_float(ranks_per_node)), contention)
     wire = xp.where(inter, 1.0, share)  # the NIC's bytes do not wait on the cores
     # soft_max2(link·β, node·ratio·β) = β·soft_max2(link, node·ratio) (β > 0; the
     # p-norm is homogeneous): the cap once per call, not once per regime. A lone
@@ -240,6 +240,14 @@ def _rows(table, c, trailing: int, xp):
     return out
 
 
+def _contended(share, contention):
+    """``share`` × ``contention``; ``share`` itself for the default 1 (the sweeps' hot
+    path: no array is made)."""
+    if isinstance(contention, float) and contention == 1.0:
+        return share
+    return share * contention
+
+
 def finish(params: ClusterParams, time, steps, ranks_per_node, contention=1.0):
     """Add the per-call overhead (slowed by core sharing); zero when no steps.
 
@@ -256,7 +264,7 @@ def finish(params: ClusterParams, time, steps, ranks_per_node, contention=1.0):
         it to the rest).
     """
     xp = xp_of(params, time, steps, ranks_per_node)
-    share = params.core_share(as_float(ranks_per_node)) * contention
+    share = _contended(params.core_share(as_float(ranks_per_node)), contention)
     active = steps > 0
     return xp.where(active, time + params.call_overhead_s * share, 0.0)
 

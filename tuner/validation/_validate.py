@@ -400,8 +400,9 @@ def predict_records(
     the same model at the records' batch size (``Workload.with_step_time``),
     times :func:`calibration.compute_contention` where emulated nodes share a
     CPU, which slows the cores' part of the communication alike
-    (:meth:`costmodel.ClusterParams.with_core_contention`); the workload's tensors and FLOPs (which only say when each gradient is
-    ready) come from the record's ``model_spec`` (:func:`tuner.validation.model_workload`).
+    (:meth:`costmodel.ClusterParams.with_core_contention`); the workload's
+    tensors and FLOPs (which only say when each gradient is ready) come from
+    the record's ``model_spec`` (:func:`tuner.validation.model_workload`).
 
     Args:
         params: :class:`costmodel.ClusterParams`.
