@@ -516,5 +516,12 @@ def test_a_cpu_cluster_gets_tensorflows_cpu_flags():
     assert flags["local_parameter_device"] == "cpu"
     assert "--local_parameter_device=gpu" in gpu and not any("--device=" in f for f in gpu)
     assert any("CPU cluster" in n for n in cpu["notes"])
+    # one task per rank on CPU, each with its one device /cpu:0 (benchmark_cnn.py builds
+    # num_gpus devices of --device's kind)
+    assert flags["num_gpus"] == "1" and flags["worker_hosts"] == "<16 worker tasks>"
+    # DDP on CPU: no device_ids (DDP raises for a CPU module given them), gloo's group
+    ddp = framework_settings(_cfg("ring"), device="cpu")["pytorch_ddp"]["snippet"]
+    assert "device_ids" not in ddp and 'init_process_group("gloo")' in ddp
+    assert "device_ids=[local_rank]" in framework_settings(_cfg("ring"))["pytorch_ddp"]["snippet"]
     with pytest.raises(ValueError, match="device must be 'gpu' or 'cpu'"):
         framework_settings(_cfg("ps", servers=2), device="tpu")

@@ -329,7 +329,12 @@ def _pytorch_ddp(c: _Plain) -> dict:
     kw = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
     lines = [f"# {c.torchrun}"]
     lines += [f"export {k}={v}" for k, v in env.items()]
-    lines.append(f"model = DistributedDataParallel(model, device_ids=[local_rank], {kw})")
+    # device_ids names a GPU; a CPU module must leave it None (DDP raises otherwise,
+    # torch/nn/parallel/distributed.py), and the process group is gloo's
+    ids = "" if c.device == "cpu" else "device_ids=[local_rank], "
+    if c.device == "cpu":
+        lines.append('torch.distributed.init_process_group("gloo")')
+    lines.append(f"model = DistributedDataParallel(model, {ids}{kw})")
     if hook is not None:
         lines.append(
             "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
@@ -501,8 +506,12 @@ def _tensorflow(c: _Plain) -> dict:
         f"--local_parameter_device={device}",
         "--cross_replica_sync=True",
         "--ps_hosts=" + ("<the worker hosts>" if colocated else f"<{servers} ps hosts>"),
-        f"--worker_hosts=<{c.nodes} worker hosts>",
-        f"--num_gpus={c.g}",
+        # on CPU each rank is a worker task of its own with one device (/cpu:0);
+        # on GPUs one task per host drives its g GPUs
+        f"--worker_hosts=<{c.workers} worker tasks>"
+        if c.device == "cpu"
+        else f"--worker_hosts=<{c.nodes} worker hosts>",
+        f"--num_gpus={1 if c.device == 'cpu' else c.g}",
     ]
     snippet = "\n".join(
         [
