@@ -449,6 +449,9 @@ def test_one_architectures_alternatives_are_other_configurations_before_other_bu
     rec = tuner.recommend(P10G, resnet18, max_workers=16, architectures=["ring"], refine=False)
     configs = [(a.workers, a.servers) for a in rec.alternatives]
     assert len(rec.alternatives) == 5
+    # ranked by the objective, as the sweep ranks them (a trial saw 6, 4, 2, then 8 workers)
+    thr = [a.throughput_samples_per_s for a in rec.alternatives]
+    assert thr == sorted(thr, reverse=True)
     assert len(set(configs)) == 5 and (rec.workers, rec.servers) not in configs
     # with fewer configurations than places, other bucket sizes fill the rest
     small = tuner.recommend(P10G, resnet18, max_workers=2, architectures=["ring"], refine=False)

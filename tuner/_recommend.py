@@ -1490,6 +1490,9 @@ def _alternatives(sweeps, masks, keys, scorer, chosen: _Row, others: list, fill:
             taken.add(key)
             configs.add(key[:3])
             alt_rows.append(r)
+    # the other architectures' bests first (ranked), then the fill, ranked by the objective
+    first = min(len(others), 5)
+    alt_rows[first:] = sorted(alt_rows[first:], key=lambda r: _row_key(scorer, r))
     return alt_rows
 
 
