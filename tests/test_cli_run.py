@@ -180,11 +180,23 @@ def test_run_where_nothing_fits_names_runs_and_recommends_remedies_and_keeps_the
     suggested = re.search(r"'(ddltune recommend [^']*)'", err)[1].split()
     assert suggested[:3] == ["ddltune", "recommend", "--profile"] and suggested[3] == str(kept[0])
     assert "--max-workers" in suggested and "--device-memory" in suggested
+    assert "--force" in suggested  # the noisy profile is unreliable: recommend would refuse
     # the command it suggests, with the remedies it lists, is one recommend parses
     parser, _ = build_parser(suggested[1:])
     args = parser.parse_args([*suggested[1:], "--accumulation-steps", "4",
                               "--activation-checkpointing", "full", "--optimizer", "sgd"])  # fmt: skip
     assert args.device_memory == 80 * 2**30 and args.max_workers == 8
+
+
+def test_run_refuses_layers_without_flops_before_measuring(tmp_path, capsys):
+    """A new user's layer file of parameters only: run measured for a minute, then
+    failed naming --step-time, which run does not have."""
+    layers = tmp_path / "noflops.json"
+    layers.write_text(json.dumps({"name": "m", "layers": [{"name": "w", "params": 1000}]}))
+    assert main(["run", "--layers", str(layers), "-o", str(tmp_path / "o")]) == 2
+    out, err = capsys.readouterr()
+    assert "have no FLOP counts, which 'ddltune run' needs" in err
+    assert "[1/4]" not in out + err and not (tmp_path / "o").exists()
 
 
 def test_run_refuses_file_as_output(tmp_path, capsys):

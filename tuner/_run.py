@@ -246,6 +246,15 @@ def run_main_job(
         if layers is not None
         else get_workload(model or RUN_DEFAULTS["model"], batch_size)
     )
+    if workload.step_time_s is None and (
+        float(sum(workload.fwd_flops)) <= 0 or float(sum(workload.bwd_flops)) <= 0
+    ):  # what recommend would refuse after the measuring: said before it
+        raise ValueError(
+            f"the layers of {workload.name!r} have no FLOP counts, which 'ddltune run' needs "
+            "to time a step: give each layer's fwd_flops (and bwd_flops) in the file, or "
+            "predict from a measured single-worker step with 'ddltune recommend --layers "
+            "FILE --step-time SECONDS' on a profile"
+        )
     for p in measurements or ():
         if not Path(p).is_file():
             raise FileNotFoundError(2, "No such file", str(p))
@@ -306,10 +315,9 @@ def run_main_job(
                 rec, refusal = _recommend(profile, workload, max_workers, g, log)
             except InfeasibleError as e:
                 what = f"--layers {layers}" if layers is not None else f"--model {workload.name}"
-                raise InfeasibleError(
-                    _infeasible_text(e, _keep_profile(profile, out), what, workload, max_workers),
-                    e.recommendation,
-                ) from None
+                kept = _keep_profile(profile, out)
+                text = _infeasible_text(e, kept, what, workload, max_workers, profile.reliable)
+                raise InfeasibleError(text, e.recommendation) from None
         validation = None
         if validate:
             with _timed(timings, "validate"):
@@ -381,7 +389,9 @@ def _keep_profile(profile, out: Path) -> Path | None:
     return dest
 
 
-def _infeasible_text(e: Exception, kept: Path | None, what: str, workload, max_workers) -> str:
+def _infeasible_text(
+    e: Exception, kept: Path | None, what: str, workload, max_workers, reliable: bool = True
+) -> str:
     """Run's error when nothing fits: recommend's reason, with the options that are
     ``ddltune recommend``'s (run has none of them) and the profile to use them on."""
     reason = str(e).split(". Use a device with more memory")[0]
@@ -391,7 +401,9 @@ def _infeasible_text(e: Exception, kept: Path | None, what: str, workload, max_w
         f"{workload.batch_size}); a smaller --batch-size may fit, and 'ddltune recommend' "
         "has the other remedies: "
         f"'ddltune recommend --profile {profile} {what} --batch-size {workload.batch_size} "
-        f"--max-workers {max_workers} --device-memory 80G' (a device with more memory), --accumulation-steps K, "
+        f"--max-workers {max_workers} --device-memory 80G"
+        + ("" if reliable else " --force")  # an unreliable profile: recommend would refuse it
+        + "' (a device with more memory), --accumulation-steps K, "
         "--activation-checkpointing full, --optimizer sgd"
         + (f" (the fitted profile is kept in {kept})" if kept is not None else "")
     )
@@ -471,7 +483,7 @@ def _measure(
     _say(
         log,
         f"[1/4] measuring collectives and compute with {workers} local worker processes "
-        f"({min_bytes} B – {max_bytes // 1024**2} MiB)",
+        f"({format_bytes(min_bytes)} – {format_bytes(max_bytes)})",
     )
     if emulate is not None:
         _say(log, f"  in the emulated cluster {emulate.spec.text}")
