@@ -1682,6 +1682,14 @@ def _close(k0: tuple, lead: tuple, scorer: _Scorer) -> bool:
     return a <= 1.10 * b if scorer.objective == "cost" else a >= b / 1.10
 
 
+#: recommend's remedies when nothing fits in memory (its options; ``ddltune run``
+#: replaces this sentence with its own advice).
+MEMORY_REMEDIES = (
+    "Use a device with more memory (--device-memory), more servers, a smaller optimizer "
+    "state, a smaller batch with --accumulation-steps, or --activation-checkpointing"
+)
+
+
 def _infeasible(sweeps: dict[str, Sweep], scorer: _Scorer, memory: float):
     """The message and best-possible row when nothing meets the constraints."""
     fits = {k: s for k, s in sweeps.items() if s.feasible.any()}
@@ -1699,9 +1707,7 @@ def _infeasible(sweeps: dict[str, Sweep], scorer: _Scorer, memory: float):
             "buffers and (transformers) activations; "
             f"the least demanding, {best.variant.label} with {best.n} workers"
             + (f" and {best.k} servers" if best.k else "")
-            + f", needs {format_bytes(best_need)}. Use a device with more memory "
-            "(--device-memory), more servers, a smaller optimizer state, a smaller batch with "
-            "--accumulation-steps, or --activation-checkpointing"
+            + f", needs {format_bytes(best_need)}. {MEMORY_REMEDIES}"
         )
         return msg, best
     reasons, cands = [], []

@@ -43,12 +43,18 @@ from pathlib import Path
 
 import calibration
 from calibration import atomic_replace_dir, atomic_write_text, read_records, refuse_symlink
-from costmodel import format_bytes, get_workload, load_layers
+from costmodel import WorkloadTerms, format_bytes, get_workload, load_layers
 
 from ._defaults import RUN_DEFAULTS
 from ._format import jsonable
 from ._predict import measured_ranks_per_node
-from ._recommend import RELIABLE_P90_LIMIT, InfeasibleError, UnreliableProfileError, recommend
+from ._recommend import (
+    MEMORY_REMEDIES,
+    RELIABLE_P90_LIMIT,
+    InfeasibleError,
+    UnreliableProfileError,
+    recommend,
+)
 from ._report import build_report, profile_summary, report_owns
 from .validation import seed_experiment
 from .validation import validate as validate_training
@@ -246,15 +252,15 @@ def run_main_job(
         if layers is not None
         else get_workload(model or RUN_DEFAULTS["model"], batch_size)
     )
-    if workload.step_time_s is None and (
-        float(sum(workload.fwd_flops)) <= 0 or float(sum(workload.bwd_flops)) <= 0
-    ):  # what recommend would refuse after the measuring: said before it
+    try:  # what recommend would refuse after the measuring (the model's own check): said before
+        WorkloadTerms.from_workload(workload, numpy=True)
+    except ValueError:
         raise ValueError(
             f"the layers of {workload.name!r} have no FLOP counts, which 'ddltune run' needs "
             "to time a step: give each layer's fwd_flops (and bwd_flops) in the file, or "
             "predict from a measured single-worker step with 'ddltune recommend --layers "
             "FILE --step-time SECONDS' on a profile"
-        )
+        ) from None
     for p in measurements or ():
         if not Path(p).is_file():
             raise FileNotFoundError(2, "No such file", str(p))
@@ -374,14 +380,21 @@ def _kept_text(kept: tuple[Path, int] | None, out: Path) -> str:
     )
 
 
+def _beside(out: Path, what: str, ext: str) -> Path:
+    """A new path beside ``-o`` for what a stopped run keeps: ``<out>.<what>-<UTC>.<ext>``,
+    ``-2``, ``-3`` … appended until no file (or link) has the name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest, k = out.parent / f"{out.name}.{what}-{stamp}.{ext}", 1
+    while dest.exists() or dest.is_symlink():
+        k += 1
+        dest = out.parent / f"{out.name}.{what}-{stamp}-{k}.{ext}"
+    return dest
+
+
 def _keep_profile(profile, out: Path) -> Path | None:
     """Save a run's fitted profile beside ``-o`` (``<out>.profile-<UTC>.json``, never an
     existing name) when the run stops after calibrating; ``None`` if it cannot be written."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    dest, k = out.parent / f"{out.name}.profile-{stamp}.json", 1
-    while dest.exists() or dest.is_symlink():
-        k += 1
-        dest = out.parent / f"{out.name}.profile-{stamp}-{k}.json"
+    dest = _beside(out, "profile", "json")
     try:
         profile.save(dest)
     except (OSError, FileExistsError):
@@ -394,7 +407,7 @@ def _infeasible_text(
 ) -> str:
     """Run's error when nothing fits: recommend's reason, with the options that are
     ``ddltune recommend``'s (run has none of them) and the profile to use them on."""
-    reason = str(e).split(". Use a device with more memory")[0]
+    reason = str(e).replace(f" {MEMORY_REMEDIES}", "").rstrip(".")
     profile = str(kept) if kept is not None else "DIR/profile.json"
     return (
         f"{reason}. 'ddltune run' sizes the model as given ({what}, --batch-size "
@@ -422,12 +435,7 @@ def _keep_measurements(staged: Path, out: Path, log) -> tuple[Path, int] | None:
     try:
         if not staged.is_file() or staged.stat().st_size == 0:
             return None
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        dest = out.parent / f"{out.name}.measurements-{stamp}.jsonl"
-        k = 1
-        while dest.exists() or dest.is_symlink():
-            k += 1
-            dest = out.parent / f"{out.name}.measurements-{stamp}-{k}.jsonl"
+        dest = _beside(out, "measurements", "jsonl")
         text = staged.read_text(encoding="utf-8")
         atomic_write_text(dest, text)
     except OSError:
