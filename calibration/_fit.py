@@ -787,6 +787,35 @@ def _overlap_evidence(S, T) -> float:
     return float(add - over)
 
 
+def _head_start_evidence(S, T) -> float:
+    """A curve's head start b (bytes) from its ends, (t₀ − a) / β, where it matters; else NaN.
+
+    a + S·β is the relative least-squares line through the sizes taking over 4× the
+    smallest size's time t₀ (bandwidth-bound): a curve t = α + β·max(0, S − b)
+    with b above the smallest size S₀ gives t₀ = α and a = α − β·b, so b. A curve
+    α + S·β without one gives S₀ (a = α, t₀ = α + S₀·β), and protocol regimes
+    whose bandwidth-bound one starts later (NCCL's Simple after LL) less. b counts
+    only where the bytes it passes early, beyond S₀, are worth a tenth of t₀:
+    (b − S₀)·β ≥ t₀ / 10. NaN where not, for fewer than 2 bandwidth-bound sizes
+    or a slope ≤ 0. Issue 22: 1.6–4.5 kB on the emulated cluster's 100 and
+    200 Mbit/s links (2 ranks), whose token bucket passes its burst at once.
+    """
+    S, T = np.asarray(S, np.float64), np.asarray(T, np.float64)
+    if len(S) < 3 or not np.all(T > 0):
+        return math.nan
+    big = T > 4.0 * T[0]
+    if np.count_nonzero(big) < 2:
+        return math.nan
+    x, y = S[big], T[big]
+    w = 1.0 / y  # relative residuals: the line's intercept is its smallest sizes'
+    A = np.stack([w, x * w], axis=1)
+    (a, beta), *_ = np.linalg.lstsq(A, y * w, rcond=None)
+    if not beta > 0:
+        return math.nan
+    b = float((T[0] - a) / beta)
+    return b if (b - S[0]) * beta >= 0.1 * T[0] else math.nan
+
+
 def _segmentations(S, T, R: int, top: int):
     """The ``top`` best splits of a sorted curve into R runs of ≥ 2 points: [(a (R,), b (R,))]."""
     m = len(S)
@@ -819,8 +848,9 @@ def _segmentations(S, T, R: int, top: int):
 
 
 def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_starts: int, seed):
-    """``n_starts`` starting θ for one training subset (weights ``train_w`` over points), and
-    one more with the latency overlap half on where collectives have no vote for it."""
+    """``n_starts`` starting θ for one training subset (weights ``train_w`` over points), one
+    more with the latency overlap half on where collectives have no vote for it, and one
+    more with a head start where some curve shows one."""
     R = layout.n_regimes
     base = layout.unflatten(np.asarray(mu, dtype=np.float64))
     o_prior = float(base.call_overhead_s)
@@ -858,10 +888,14 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     tops = max(1, n_starts)
     per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
     overlap_vote = np.zeros(2)  # per level: Σ over series of (additive − overlapped) cost
+    head_starts: tuple[list, list] = ([], [])  # per level: b of the series that show one
     for (c, algo, n, g), bysize in series.items():
         S = np.asarray(sorted(bysize))
         T = np.asarray([np.median(bysize[s]) for s in S])
         overlap_vote[1 if n > g else 0] += _overlap_evidence(S, T)
+        b_est = _head_start_evidence(S, T)
+        if math.isfinite(b_est):
+            head_starts[1 if n > g else 0].append(b_est)
         terms = get_collective(c, algo).terms(
             np.asarray(1.0), np.asarray(float(n)), np.asarray(float(min(g, n)))
         )
@@ -966,6 +1000,20 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
         overlap = th[sl["logit_latency_overlap"]]
         overlap[half] = 0.0
         th[sl["logit_latency_overlap"]] = overlap
+        starts.append(th)
+    # One more start with a head start at every level where some curve shows one
+    # (_head_start_evidence; the latency of ranks sharing a CPU can hide it on
+    # others), at their median: from the prior's e^−30 bytes no gradient reaches
+    # it either. A curve overlapped as max(α, S·β) is the same shape with
+    # b = α/β, so the other starts keep the head start off and the fit keeps
+    # whichever ends lower (elsewhere it stays at the prior, held: α + S·β).
+    on = [lv for lv in range(L) if head_starts[lv]]
+    if on:
+        th = starts[0].copy()
+        head = th[sl["log_head_start"]]
+        for lv in on:
+            head[lv] = math.log(float(np.median(head_starts[lv])))
+        th[sl["log_head_start"]] = head
         starts.append(th)
     return np.stack(starts)
 
@@ -1579,7 +1627,7 @@ def _candidate_members(candidates, network, device, big: ParamLayout, rows: _Row
             _embed(big, lay, th, _OFF)
             for th in _initial_thetas(rows.points, train_w, lay, mu, n_starts, seed)
         ]
-        # the overlap start (the last when there is one) frees the latency overlap
+        # the extra starts after the first n_starts (latency overlap, head start) free those
         free_b = _free_mask(big, rows.data, (mu_b, inits[0], *inits[n_starts:]), rows.train)
         free_b &= _embed(big, lay, np.ones(lay.size), 0.0) > 0
         meta[R] = {"lay": lay, "mu": mu, "sd": sd, "mu_b": mu_b, "prec_b": 1 / sd_b**2}

@@ -67,6 +67,10 @@ PRIOR_SD = {
     # already their model kind's); wide (sd 15) so that matmuls of several sizes
     # move it anywhere
     "log_gemm_half": 15.0,
+    # centred at e^−30 bytes (none: α + S·β); wide (sd 15) so that a curve whose
+    # first kilobytes cross at once (a token bucket's burst, issue 22: about 2 kB on
+    # the emulated cluster) moves it to any size
+    "log_head_start": 15.0,
 }
 _DEFAULT_SD = math.log(4.0)
 
@@ -92,6 +96,7 @@ _PHYSICAL = {
     "log_conv_backward_efficiency": "conv_backward_efficiency",
     "log_gemm_half": "gemm_half_dim",
     "logit_latency_overlap": "latency_overlap",
+    "log_head_start": "head_start_bytes",
 }
 
 

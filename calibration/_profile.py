@@ -624,18 +624,20 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     """(P,) standard deviations of θ for a preset profile (nothing measured).
 
     The calibration prior (:meth:`ParamLayout.prior_sd`, ``PRIOR_SD``) except
-    four leaves, set from the evidence: log ``flops_per_s`` at
+    these, set from the evidence: log ``flops_per_s`` at
     :data:`PRESET_FLOPS_SD` (ln 2), and log ``conv_efficiency``,
     ``conv_backward_efficiency`` and ``gemm_half_dim`` at 0.1% —
     a preset's ``flops_per_s`` is already the rate of the model's kind (a
     CNN's, :func:`costmodel.device_flops_per_s`), so a CNN's interval must not
-    count the compute spread twice. Calibration keeps ``PRIOR_SD`` (×4 on
+    count the compute spread twice — and log ``head_start_bytes`` (both levels)
+    at 0.1%: a datasheet link (α + S·β) has no shaper's burst. Calibration keeps ``PRIOR_SD`` (×4 on
     both), a weak regulariser that measurements override.
     """
     sd = layout.prior_sd()
     sd[layout.slices["log_conv_efficiency"]] = _PRESET_CONV_SD
     sd[layout.slices["log_conv_backward_efficiency"]] = _PRESET_CONV_SD
     sd[layout.slices["log_gemm_half"]] = _PRESET_CONV_SD
+    sd[layout.slices["log_head_start"]] = _PRESET_CONV_SD
     sd[layout.slices["log_flops"]] = PRESET_FLOPS_SD
     return sd
 
@@ -650,6 +652,7 @@ _NEW_LEAVES = (
     "log_conv_backward_efficiency",
     "logit_latency_overlap",
     "log_gemm_half",
+    "log_head_start",
 )
 
 

@@ -47,7 +47,7 @@ from ._params import ClusterParams, numpy_params
 from ._smooth import soft_max
 from ._xp import cummax, is_traced, xp_of
 from .architectures import AbstractArchitecture, get_architecture
-from .collectives import NEGLIGIBLE_OVERLAP
+from .collectives import NEGLIGIBLE_HEAD_START_BYTES, NEGLIGIBLE_OVERLAP
 
 __all__ = [
     "Breakdown",
@@ -238,15 +238,20 @@ def _assemble(params, arch, wt, parts, C1, C2, core, count, n, batch, base_batch
 
 def costs_are_affine(params) -> bool:
     """True when every collective's cost is exactly affine in its bytes: one protocol
-    regime and no latency overlap (``ClusterParams.latency_overlap`` ≤
-    :data:`costmodel.collectives.NEGLIGIBLE_OVERLAP` on both
+    regime, no latency overlap (``ClusterParams.latency_overlap`` ≤
+    :data:`costmodel.collectives.NEGLIGIBLE_OVERLAP`) and no head start
+    (``ClusterParams.head_start_bytes`` ≤
+    :data:`costmodel.collectives.NEGLIGIBLE_HEAD_START_BYTES`) on both
     levels, checked on concrete values; traced parameters count as not affine)."""
     if params.n_regimes != 1:
         return False
-    lo = params.latency_overlap
-    if is_traced(lo):
+    lo, hs = params.latency_overlap, params.head_start_bytes
+    if is_traced(lo) or is_traced(hs):
         return False
-    return bool(np.all(np.asarray(lo) <= NEGLIGIBLE_OVERLAP))
+    return bool(
+        np.all(np.asarray(lo) <= NEGLIGIBLE_OVERLAP)
+        and np.all(np.asarray(hs) <= NEGLIGIBLE_HEAD_START_BYTES)
+    )
 
 
 def _affine_coeffs(params, arch, wt, n, g, k):

@@ -533,6 +533,43 @@ def test_latency_overlap_blends_the_sum_and_the_larger_of_latency_and_transfer(d
         assert got[-1] == pytest.approx(B[-1], rel=1e-9)
 
 
+def test_a_head_start_passes_its_bytes_before_the_links_rate():
+    """A token bucket's burst (``head_start_bytes`` b, inter-node only): the bytes
+    through the busiest link B cost β·h(B), h(B) = B − B·b / (Bᵖ + bᵖ)^(1/p), once a
+    call: a ring all_gather of 8 ranks on 8 nodes (B = 7/8·S) and a sendrecv (B = S)
+    against their closed forms. Limits: between α + max(0, B − b)·β and the plain
+    α + B·β, the latency alone at 0 bytes, B − b of wire time from B = 2b on (within
+    b/2ᵖ/p), monotone in S; inside a node (no head start there) α + B·β exactly;
+    and ∂T/∂b < 0 where bytes cross."""
+    from costmodel.collectives import HEAD_START_SHARPNESS as p_
+    from costmodel.collectives import after_head_start
+
+    b = 65536.0  # 32.8 µs at 2 GB/s, about the inter-node α of 30 µs
+    p = exact_params(head_start_bytes=(1e-13, b))
+    S = np.concatenate([[0.0], np.geomspace(1.0, 1e10, 41)])
+    for name, n, share in (("all_gather", 8, 7 / 8), ("sendrecv", 2, 1.0)):
+        got = np.asarray(collective_time(p, name, S, n, 1))
+        lat = closed_form(name, None, 0.0, n, 1)
+        plain = np.array([closed_form(name, None, s, n, 1) for s in S])
+        B = share * S
+        h = B - B * b / (B**p_ + b**p_) ** (1 / p_)
+        np.testing.assert_allclose(after_head_start(B, b), h, rtol=1e-12, atol=1e-9)
+        want = lat + BETA[1] * h
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert np.all(got <= plain * (1 + 1e-12))
+        assert np.all(got >= (lat + BETA[1] * np.maximum(B - b, 0.0)) * (1 - 1e-12))
+        assert np.all(np.diff(got) >= 0)
+        assert got[0] == pytest.approx(lat, rel=1e-12)
+        far = B >= 2 * b
+        err = np.abs(got[far] - (plain[far] - BETA[1] * b))
+        assert np.all(err <= BETA[1] * b / 2**p_ / p_ + 1e-12 * plain[far])
+        inside = np.asarray(collective_time(p, name, S, n, n))
+        want_in = np.array([closed_form(name, None, s, n, n) for s in S])
+        np.testing.assert_allclose(inside, want_in, rtol=1e-12)
+    g = jax.grad(lambda q: collective_time(q, "sendrecv", 2.0e5, 2, 1))(p)
+    assert float(g.log_head_start[1]) < 0.0 and float(g.log_head_start[0]) == 0.0
+
+
 # ---------------------------------------------------------------------------
 # Gradients, jit and vmap
 # ---------------------------------------------------------------------------

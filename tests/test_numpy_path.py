@@ -51,6 +51,9 @@ def _params_sets():
     # latency under the transfer (d = 0.5, 0.8): costs not affine, the per-cap path
     overlapped = eqx.tree_at(lambda p: p.logit_latency_overlap, pre, jnp.asarray([0.0, 1.4]))
     out.append(("ethernet-10g:v100 overlapped", overlapped))
+    # a shaper's head start (4 KiB inside a node, 64 KiB across): not affine either
+    head = eqx.tree_at(lambda p: p.log_head_start, pre, jnp.log(jnp.asarray([4096.0, 65536.0])))
+    out.append(("ethernet-10g:v100 head start", head))
     # small GEMMs below the rate (the CPU preset's m½ = 16): the numpy path's one
     # evaluation of the GEMM term per batch size against the traced one per configuration
     out.append(("ethernet-10g:cpu", preset("ethernet-10g", "cpu")))

@@ -271,3 +271,26 @@ def test_compute_time_of_a_small_gemm_is_hockneys_half_performance_law():
     assert float(ClusterParams.from_dict(old).gemm_half_dim) < 1e-12
     with pytest.raises(ValueError, match="gemm_half_dim"):
         ClusterParams.create(gemm_half_dim=0.0)
+
+
+def test_head_start_round_trips_and_an_older_profile_has_none():
+    """head_start_bytes per level through the profile's dict (JSON), a dict written
+    before it (no key) loads with none (e^−30 bytes, below what the model counts), a
+    scalar sets both levels, and a non-positive value is an error naming it."""
+    from costmodel.collectives import NEGLIGIBLE_HEAD_START_BYTES
+
+    p = ClusterParams.create(head_start_bytes=(1e-13, 2048.0))
+    back = ClusterParams.from_dict(json.loads(json.dumps(p.to_dict())))
+    np.testing.assert_allclose(np.asarray(back.head_start_bytes), [1e-13, 2048.0], rtol=1e-6)
+    old = p.to_dict()
+    del old["head_start_bytes"]
+    assert np.all(
+        np.asarray(ClusterParams.from_dict(old).head_start_bytes) < NEGLIGIBLE_HEAD_START_BYTES
+    )
+    assert np.all(np.asarray(ClusterParams.create().head_start_bytes) < NEGLIGIBLE_HEAD_START_BYTES)
+    np.testing.assert_allclose(
+        np.asarray(ClusterParams.create(head_start_bytes=512.0).head_start_bytes), 512.0, rtol=1e-6
+    )
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="head_start_bytes"):
+            ClusterParams.create(head_start_bytes=bad)

@@ -52,3 +52,25 @@ def test_affine_fast_path_equals_per_bucket_costs(name):
                 assert float(getattr(fast, field)) == pytest.approx(
                     float(getattr(slow, field)), rel=1e-12, abs=1e-15
                 ), (name, u, n, g, field)
+
+
+def test_a_head_start_takes_the_per_bucket_path():
+    """Costs with a shaper's head start are not affine in the bucket's bytes (a bucket
+    under the head start crosses at once): the fast path is refused for them, and a
+    bucket of ≤ b bytes costs less than the affine line through 0 and the whole
+    gradient would charge it. The default (e^−30 bytes) keeps the fast path."""
+    import equinox as eqx
+
+    from costmodel import collective_time
+    from costmodel._timeline import costs_are_affine
+
+    p = preset("ethernet-10g", "v100")
+    assert costs_are_affine(p)
+    assert costs_are_affine(p.from_dict(p.to_dict()))
+    b = 65536.0
+    head = eqx.tree_at(lambda q: q.log_head_start, p, jnp.log(jnp.asarray([1e-13, b])))
+    assert not costs_are_affine(head)
+    s = np.asarray([0.0, b / 2, 100 * 2.0**20])
+    t = np.asarray(collective_time(head, "all_reduce", s, 8, 1))
+    line = t[0] + (t[2] - t[0]) * s / s[2]
+    assert t[1] < line[1]

@@ -5,7 +5,7 @@ count — latency steps, bytes through the busiest rank's link, bytes through th
 busiest node's shared resource, bytes reduced, and a congestion factor — and
 :func:`evaluate` turns those terms into a time with a cluster's parameters:
 
-    L_r = steps·α_r·c,   B_r = softmax₂,₃₂(link_bytes, node_bytes·ρ)·β_r·η·w + reduce_bytes·γ·c
+    L_r = steps·α_r·c,   B_r = h(softmax₂,₃₂(link_bytes, node_bytes·ρ)·η − b)·β_r·w + reduce_bytes·γ·c
     (the node term only where the node carries more than one link's bytes)
     T_r = (1 − d)·(L_r + B_r) + d·softmax₂(L_r, B_r)
     T   = softmin_r T_r + o_call·c,      0 when no transfer is needed
@@ -14,7 +14,9 @@ where r runs over the protocol regimes (one regime: the plain α-β line), ρ th
 node's cap as a share of one flow's link (β_node / β, 1 / NICs across nodes), η is a
 congestion factor (fan-in, all-to-all), d the level's latency overlap (0: the
 latency adds to the transfer, Hockney; 1: the larger of the two, as when the
-latency of a pipelined transfer runs under its bytes), o_call the per-call overhead and
+latency of a pipelined transfer runs under its bytes), b the level's head start (bytes
+a shaper's token bucket passes at once, ``ClusterParams.head_start_bytes``; h a smooth
+max(0, ·), :func:`after_head_start`; none by default: h(x) = x), o_call the per-call overhead and
 c = share(g) = softmax₂(1, g / slots) the slowdown of ranks that share a node's cores.
 The cores drive the latency steps, the reductions, the call overhead and the
 intra-node copies (shared memory, loopback): those slow by c; bytes on the
@@ -55,6 +57,9 @@ __all__ = [
     "CONGESTION_EXPONENT",
     "NEGLIGIBLE_OVERLAP",
     "NODE_CAP_SHARPNESS",
+    "NEGLIGIBLE_HEAD_START_BYTES",
+    "HEAD_START_SHARPNESS",
+    "after_head_start",
     "CollectiveBatch",
     "collective_batch_time",
 ]
@@ -196,7 +201,12 @@ def evaluate(
     shared = t.node_bytes > t.link_bytes * (1.0 + _LONE_FLOW_RTOL)
     cap = soft_max2(t.link_bytes, xp.where(shared, t.node_bytes * ratio, 0.0),
                     p=NODE_CAP_SHARPNESS)  # fmt: skip
-    bw = beta * (cap * t.congestion * wire)
+    hs = params.head_start_bytes
+    if not is_traced(hs) and np.all(np.asarray(hs) <= NEGLIGIBLE_HEAD_START_BYTES):
+        bw = beta * (cap * t.congestion * wire)  # concretely none: h(x) = x, exactly
+    else:
+        b = xp.where(inter, hs[..., 1], hs[..., 0])
+        bw = beta * (after_head_start(cap * t.congestion, b) * wire)
     lat = alpha * (t.steps * share)
     xfer = bw + t.reduce_bytes * params.gamma_s_per_byte * share
     lo = params.latency_overlap
@@ -240,6 +250,32 @@ def _rows(table, c, trailing: int, xp):
     return out
 
 
+def after_head_start(nbytes, head_start):
+    """Bytes left at the link's rate once a head start has crossed: smooth max(0, B − b).
+
+    h(B) = B − B·b / softmax₂,ₚ(B, b) (B less a smooth min(B, b), p =
+    :data:`HEAD_START_SHARPNESS`, :func:`costmodel._smooth.soft_max2`): within
+    [max(0, B − b), B], 0 at B = 0, (1 − 2^(−1/p))·b at B = b (8% at p = 8), within
+    b·(b/B)ᵖ/p of B − b above, and B less at most b (B, to 9e-14 bytes, at the default
+    b of e^−30). Differentiable in B and b everywhere for b > 0. A token-bucket shaper
+    (Linux ``tc tbf``, tc-tbf(8)) passes a full bucket's ``burst`` bytes at line rate,
+    then paces at its ``rate``: a transfer of B bytes after an idle gap takes
+    (B − burst) / rate.
+
+    Args:
+        nbytes: B ≥ 0, bytes through the link (any shape).
+        head_start: b > 0, bytes, broadcastable to ``nbytes``.
+
+    Returns:
+        Bytes, ≥ 0, the broadcast shape.
+    """
+    # B·(s − b)/s rather than B − B·b/s: s ≥ max(B, b) ≥ b holds in floating point
+    # (soft_max2 multiplies the larger by a root ≥ 1), so h ≥ 0 and ∂h/∂B is exactly 0,
+    # not a rounding below it, at B = 0
+    s = soft_max2(nbytes, head_start, p=HEAD_START_SHARPNESS)
+    return nbytes * ((s - head_start) / s)
+
+
 def _contended(share, contention):
     """``share`` × ``contention``; ``share`` itself for the default 1 (the sweeps' hot
     path: no array is made)."""
@@ -276,6 +312,16 @@ def finish(params: ClusterParams, time, steps, ranks_per_node, contention=1.0):
 NODE_CAP_SHARPNESS = 32
 #: Node bytes within this relative margin of the link's are one flow (no node term).
 _LONE_FLOW_RTOL = 1e-9
+
+#: Head start (``ClusterParams.head_start_bytes``, bytes) at or below which it is taken
+#: as none, so that the default (e^−30, about 9e-14 bytes) is α + S·β exactly and
+#: every cost affine in its bytes. A thousandth of a byte moves no call of ≥ 1 byte
+#: by more than 0.1%.
+NEGLIGIBLE_HEAD_START_BYTES = 1e-3
+#: Sharpness p of :func:`after_head_start`'s smooth min(B, b): at B = b the bytes at
+#: the link's rate are (1 − 2^(−1/p))·b (8% of b at p = 8), at B = 2b within 0.05% of b
+#: of B − b.
+HEAD_START_SHARPNESS = 8
 
 #: Latency overlap (``ClusterParams.latency_overlap``) at or below which it is taken
 #: as 0, so that the default (logit −30, about 1e-13) is α + S·β exactly and every
