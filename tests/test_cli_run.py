@@ -188,6 +188,35 @@ def test_run_where_nothing_fits_names_runs_and_recommends_remedies_and_keeps_the
     assert args.device_memory == 80 * 2**30 and args.max_workers == 8
 
 
+def test_run_where_nothing_fits_refuses_before_measuring(tmp_path, capsys, monkeypatch):
+    """A new user's `ddltune run --model llama2_7b` measured this machine for minutes
+    before saying that nothing fits: the memory a configuration needs depends on the
+    device's memory alone (the prior preset's), so run now says so at once, names the
+    preset it judged on, and suggests a recommend command on that preset which
+    recommend's own parser accepts; nothing is written."""
+    import tuner._run
+
+    def measured(*a, **k):
+        raise AssertionError("run measured a model that fits no device")
+
+    monkeypatch.setattr(tuner._run, "_measure", measured)
+    monkeypatch.setattr(tuner._run, "_accelerator_plugins", lambda: False)  # this machine's
+    out = tmp_path / "o"
+    assert main(["run", "--model", "llama2_7b", "--max-workers", "8", "-o", str(out)]) == 1
+    so, err = capsys.readouterr()
+    assert "nothing was measured: on the prior's device (cpu), no configuration fits" in err
+    assert "[1/4]" not in so + err and "Traceback" not in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    suggested = re.search(r"'(ddltune recommend [^']*)'", err)[1].split()
+    assert suggested[2:6] == ["--preset", "ethernet-10g,shm", "--device", "cpu"]
+    parser, _ = build_parser(suggested[1:])
+    args = parser.parse_args(suggested[1:])
+    assert args.max_workers == 8 and args.device_memory == 80 * 2**30
+    # a model that fits goes on to measure (here: the stand-in above, its error reported)
+    assert main(["run", "--model", "resnet50", "--max-workers", "8", "-o", str(out)]) == 1
+    assert "run measured a model that fits no device" in capsys.readouterr().err
+
+
 def test_run_refuses_layers_without_flops_before_measuring(tmp_path, capsys):
     """A new user's layer file of parameters only: run measured for a minute, then
     failed naming --step-time, which run does not have."""

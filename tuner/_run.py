@@ -241,6 +241,10 @@ def run_main_job(
         ValueError: an invalid argument (named), an unknown model.
         calibration.InputFileError: a malformed measurement or layer file.
         calibration.CollectError: a worker crashed or hung.
+        InfeasibleError: nothing fits the device's memory: before anything is
+            measured where the prior's device is known (``prior_preset``, an
+            emulated cluster, a machine without accelerator plugins), else once
+            calibrated (the fitted profile is kept beside ``out_dir``).
     """
     t_start = time.monotonic()
     if emulate is not None:
@@ -277,6 +281,9 @@ def run_main_job(
             max_bytes,
             what=None if emulate is None else f"--emulate {emulate.spec.text} ({workers} ranks)",
             force_option=None,
+        )
+        _check_fits_before_measuring(
+            workload, layers, max_workers, ranks_per_node, workers, prior_preset, emulate
         )
     out = _check_out_dir(Path(out_dir), overwrite)
     m_path, prof_path, rec_path = (out / name for name in DATA_FILES)
@@ -402,18 +409,86 @@ def _keep_profile(profile, out: Path) -> Path | None:
     return dest
 
 
+def _check_fits_before_measuring(
+    workload, layers, max_workers, ranks_per_node, workers, prior_preset, emulate
+) -> None:
+    """Refuse, before minutes of measuring, a model that fits no device of the prior.
+
+    Which configurations fit memory depends on the device's memory alone, which
+    the measurements do not move (``memory_bytes``: prior sd 10%, the preset's); so
+    :func:`tuner.recommend` on the prior preset (``prior_preset``, or the CPU preset
+    calibration would choose, where no jax plugin for an accelerator is installed or
+    the cluster is emulated) says now what it would say after calibration. Without
+    a known device (an accelerator may be present: asking jax would claim it before
+    the workers start) nothing is checked here.
+
+    Raises:
+        InfeasibleError: nothing fits, with :func:`_infeasible_text`'s remedies.
+    """
+    if prior_preset is not None:
+        network, device = calibration.parse_prior_preset(prior_preset)
+    elif emulate is not None or not _accelerator_plugins():
+        network, device, _ = calibration.default_prior_preset("cpu", "cpu")
+    else:
+        return
+    from costmodel import preset
+
+    g = ranks_per_node or (emulate.spec.ranks_per_node if emulate is not None else workers)
+    try:
+        recommend(preset(network, device), workload, max_workers=max_workers,
+                  ranks_per_node=g, force=True)  # fmt: skip
+    except InfeasibleError as e:
+        what = f"--layers {layers}" if layers is not None else f"--model {workload.name}"
+        raise InfeasibleError(
+            _infeasible_text(e, None, what, workload, max_workers, before=(network, device)),
+            e.recommendation,
+        ) from None
+
+
+def _accelerator_plugins() -> bool:
+    """Whether a jax plugin for an accelerator (CUDA, ROCm, TPU, …) is installed: jax
+    finds them as ``jax_plugins`` entry points or modules of that namespace package."""
+    import importlib.metadata
+    import importlib.util
+    import pkgutil
+
+    if list(importlib.metadata.entry_points(group="jax_plugins")):
+        return True
+    if importlib.util.find_spec("libtpu") is not None:
+        return True
+    try:
+        import jax_plugins
+    except ImportError:
+        return False
+    return any(True for _ in pkgutil.iter_modules(jax_plugins.__path__))
+
+
 def _infeasible_text(
-    e: Exception, kept: Path | None, what: str, workload, max_workers, reliable: bool = True
+    e: Exception,
+    kept: Path | None,
+    what: str,
+    workload,
+    max_workers,
+    reliable: bool = True,
+    before: tuple[str, str] | None = None,
 ) -> str:
     """Run's error when nothing fits: recommend's reason, with the options that are
-    ``ddltune recommend``'s (run has none of them) and the profile to use them on."""
+    ``ddltune recommend``'s (run has none of them) and the profile to use them on;
+    ``before``: (network, device) of the prior preset it was found on before measuring
+    (the command then names the preset)."""
     reason = str(e).replace(f" {MEMORY_REMEDIES}", "").rstrip(".")
     profile = str(kept) if kept is not None else "DIR/profile.json"
+    source = (
+        f"--preset {before[0]} --device {before[1]}"
+        if before is not None
+        else f"--profile {profile}"
+    )
     return (
-        f"{reason}. 'ddltune run' sizes the model as given ({what}, --batch-size "
+        (f"nothing was measured: on the prior's device ({before[1]}), " if before else "")
+        + f"{reason}. 'ddltune run' sizes the model as given ({what}, --batch-size "
         f"{workload.batch_size}); a smaller --batch-size may fit, and 'ddltune recommend' "
         "has the other remedies: "
-        f"'ddltune recommend --profile {profile} {what} --batch-size {workload.batch_size} "
+        f"'ddltune recommend {source} {what} --batch-size {workload.batch_size} "
         f"--max-workers {max_workers} --device-memory 80G"
         + ("" if reliable else " --force")  # an unreliable profile: recommend would refuse it
         + "' (a device with more memory), --accumulation-steps K, "
