@@ -93,6 +93,11 @@ def main(argv=None) -> int:
         default=None,
         help="collect's --budget-s, seconds per point (default: collect's)",
     )
+    ap.add_argument(
+        "--step-factor",
+        default=None,
+        help="collect's --step-factor, the size multiplier between points (default: collect's)",
+    )
     ap.add_argument("--no-algorithms", action="store_true",
                     help="skip the ring-against-hierarchical job")  # fmt: skip
     ap.add_argument(
@@ -131,7 +136,8 @@ def main(argv=None) -> int:
             cmd = [*start(nodes, per), sys.executable, "-m", "tuner.cli", "collect",
                    "--max-bytes", args.max_bytes, "--collectives", args.collectives,
                    "--suite", "collectives", "--no-progress", "-o", str(m), "--resume",
-                   *(["--budget-s", args.budget_s] if args.budget_s else [])]  # fmt: skip
+                   *(["--budget-s", args.budget_s] if args.budget_s else []),
+                   *(["--step-factor", args.step_factor] if args.step_factor else [])]  # fmt: skip
             t0 = time.monotonic()
             res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600,
                                  cwd=ROOT)  # fmt: skip

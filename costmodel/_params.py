@@ -86,6 +86,9 @@ _OPTIONAL_KEYS = {
     "head_start_bytes": NO_HEAD_START,
     "host_links": 1,
 }
+#: The largest head start :meth:`ClusterParams.create` accepts, bytes (1 GiB: a
+#: shaper's bucket is kilobytes; a file that says more is wrong, not a cluster).
+MAX_HEAD_START_BYTES = float(2**30)
 #: The most host links per node :meth:`ClusterParams.create` accepts.
 MAX_HOST_LINKS = 64
 
@@ -116,10 +119,16 @@ def _logit(p, name: str) -> float:
     return math.log(v) - math.log1p(-v)
 
 
-def _pair(x, name: str) -> np.ndarray:
-    arr = np.broadcast_to(np.asarray(x, dtype=np.float64), (2,)).copy()
-    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise ValueError(f"{name} must be finite and > 0 for both levels (intra, inter), got {x!r}")
+def _pair(x, name: str, upper: float = math.inf) -> np.ndarray:
+    try:
+        arr = np.broadcast_to(np.asarray(x, dtype=np.float64), (2,)).copy()
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number or two (intra, inter), got {x!r}") from None
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr > upper):
+        bound = "" if upper == math.inf else f" and ≤ {upper:.10g}"
+        raise ValueError(
+            f"{name} must be finite, > 0{bound} for both levels (intra, inter), got {x!r}"
+        )
     return arr
 
 
@@ -324,7 +333,8 @@ class ClusterParams(eqx.Module):
                 about 9e-14: every GEMM at the full rate).
             head_start_bytes: per level (intra, inter), the bytes of a call
                 that cross before the link's rate applies (a token bucket's
-                burst), > 0; a scalar sets both (default about 9e-14: none).
+                burst), in (0, :data:`MAX_HEAD_START_BYTES`]; a scalar sets both
+                (default about 9e-14: none).
             host_links: the independent links over which a node's devices
                 reach host memory (one per PCIe switch uplink), an integer in
                 [1, :data:`MAX_HOST_LINKS`] (static, not fitted). ``ps_host``
@@ -396,7 +406,9 @@ class ClusterParams(eqx.Module):
                 )
             ),
             log_gemm_half=f(math.log(_pos(gemm_half_dim, "gemm_half_dim"))),
-            log_head_start=f(np.log(_pair(head_start_bytes, "head_start_bytes"))),
+            log_head_start=f(
+                np.log(_pair(head_start_bytes, "head_start_bytes", MAX_HEAD_START_BYTES))
+            ),
             n_regimes=R,
             host_links=int(host_links),
         )

@@ -7,6 +7,7 @@ the nccl-tests table imported from tests/data), not against a stored output.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,23 @@ def test_parameter_rows_show_a_slow_link_in_mb_per_s_with_its_interval():
     assert row[1:4] == ["22.4", "MB/s", "21.4 – 23.5"]
     slow = format_parameter_rows([{"name": "b", "value": 1 / 5e3, "unit": "s/byte"}])[0]
     assert slow[1:3] == ["5", "kB/s"]
+
+
+def test_parameter_rows_show_bytes_in_a_unit_of_their_size():
+    """A new user read a fitted 2.2 KiB head start as 2.06e-06 GiB (and the default
+    9e-14 B as 8.7e-23 GiB): bytes read in GiB, MiB, KiB or B by size, the interval
+    in the value's unit; device memory stays in GiB."""
+    from tuner import format_parameter_rows
+
+    def row(value, low=math.nan, high=math.nan):
+        return format_parameter_rows(
+            [{"name": "x", "value": value, "unit": "bytes", "low": low, "high": high}]
+        )[0][1:4]
+
+    assert row(16 * 2**30) == ["16", "GiB", "—"]
+    assert row(2253.0, 2017.0, 2458.0) == ["2.2", "KiB", "1.97 – 2.4"]
+    assert row(3 * 2**20) == ["3", "MiB", "—"]
+    assert row(9.4e-14)[:2] == ["9.4e-14", "B"]
 
 
 def test_show_malformed_profile(tmp_path, capsys):

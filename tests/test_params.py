@@ -276,7 +276,9 @@ def test_compute_time_of_a_small_gemm_is_hockneys_half_performance_law():
 def test_head_start_round_trips_and_an_older_profile_has_none():
     """head_start_bytes per level through the profile's dict (JSON), a dict written
     before it (no key) loads with none (e^−30 bytes, below what the model counts), a
-    scalar sets both levels, and a non-positive value is an error naming it."""
+    scalar sets both levels, and a non-positive, non-numeric, three-level or absurd
+    (over 1 GiB: a new user's hand-edited 1e300 changed the recommendation) value is
+    an error naming it."""
     from costmodel.collectives import NEGLIGIBLE_HEAD_START_BYTES
 
     p = ClusterParams.create(head_start_bytes=(1e-13, 2048.0))
@@ -291,6 +293,8 @@ def test_head_start_round_trips_and_an_older_profile_has_none():
     np.testing.assert_allclose(
         np.asarray(ClusterParams.create(head_start_bytes=512.0).head_start_bytes), 512.0, rtol=1e-6
     )
-    for bad in (0.0, -1.0, float("nan")):
-        with pytest.raises(ValueError, match="head_start_bytes"):
+    for bad in (0.0, -1.0, float("nan"), 1e300, "abc", [1.0, 2.0, 3.0]):
+        with pytest.raises(ValueError, match="head_start_bytes must be"):
             ClusterParams.create(head_start_bytes=bad)
+        with pytest.raises(ValueError, match="invalid parameters: head_start_bytes must be"):
+            ClusterParams.from_dict({**p.to_dict(), "head_start_bytes": bad})

@@ -414,6 +414,9 @@ def _human_rows(table: Sequence[Mapping]) -> list[list[str]]:
 #: Bandwidth units of a parameter table, largest first: a link below 1 GB/s (an
 #: emulated 200 Mbit/s NIC) reads 22.4 MB/s, not 0.0224 GB/s.
 _BANDWIDTH_UNITS = ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"))
+#: Byte units, largest first: 16 GiB of device memory, a 2.2 KiB head start, and the
+#: default head start of 9e-14 B.
+_BYTE_UNITS = ((1024.0**3, "GiB"), (1024.0**2, "MiB"), (1024.0, "KiB"), (1.0, "B"))
 
 
 def _fmt_value(value: float, unit: str, like: float | None = None) -> tuple[str, str]:
@@ -431,8 +434,10 @@ def _fmt_value(value: float, unit: str, like: float | None = None) -> tuple[str,
         return (f"{1.0 / value / scale:.4g}", name) if value > 0 else ("∞", name)
     if unit == "FLOP/s":
         return f"{value / 1e9:.4g}", "GFLOP/s"
-    if unit == "bytes":
-        return f"{value / 1024**3:.4g}", "GiB"
+    if unit == "bytes":  # device memory in GiB, a shaper's head start in KiB or B
+        ref = value if like is None or not like > 0 else like
+        scale, name = next(((k, n) for k, n in _BYTE_UNITS if ref >= k), _BYTE_UNITS[-1])
+        return f"{value / scale:.4g}", name
     return f"{value:.4g}", "" if unit == "1" else unit
 
 
@@ -856,7 +861,7 @@ def format_parameter_rows(table: Sequence[Mapping]) -> list[list[str]]:
 
     Times in µs, inverse bandwidths as bandwidths in GB/s (10⁹ bytes/s; MB/s or
     kB/s below 1 GB/s, the interval in the value's unit; the interval's ends
-    swapped accordingly), FLOP/s in GFLOP/s, memory in GiB.
+    swapped accordingly), FLOP/s in GFLOP/s, bytes in GiB, MiB, KiB or B by size.
 
     Example:
         >>> format_parameter_rows([{"name": "beta_s_per_byte[inter]", "value": 1e-10,

@@ -327,7 +327,7 @@ def _print_profile(s: dict) -> None:
         "gemm_half_dim) of flops_per_s; a value near 1e-13 is the default, none. "
         "latency_overlap, backward_hide: shares in (0, 1), near 1e-13 by default. "
         "head_start_bytes: bytes of a call that cross before the link's rate applies, a "
-        "shaper's burst; near 9e-14 by default, none)"
+        "shaper's burst; near 9e-14 B by default, none)"
     )
     if s["series"]:
         print("\nfit error per series (absolute % error of the fitted statistic)")
