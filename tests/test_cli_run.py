@@ -351,3 +351,32 @@ def test_run_summary_of_real_training_says_how_many_pairs_and_the_coverage():
     lines.clear()
     _say_validation(lines.append, v)
     assert "coverage" not in lines[0]
+
+
+def test_the_suggested_emulated_run_writes_its_own_folder():
+    """The command the plain run suggests at its end ran into the plain run's own
+    folder and was refused ('-o ddltune-report is not empty'): it parses with run's
+    own parser, emulates a cluster, and writes elsewhere than run's default."""
+    from tuner.cli._run import EMULATE_SUGGESTION
+
+    argv = EMULATE_SUGGESTION.split()
+    assert argv[:2] == ["ddltune", "run"]
+    parser, _ = build_parser(argv[1:])
+    args = parser.parse_args(argv[1:])
+    default = parser.parse_args(["run"])
+    assert args.emulate == "2x1@100mbit" and args.output != default.output
+
+
+def test_run_emulate_refusals_name_emulate_and_only_runs_options(tmp_path, capsys):
+    """A new user's trial: `run --emulate 1x1@…` said 'workers must be an integer ≥ 2'
+    (no --workers was given), and `run --emulate 9x1@…` offered --force, which run
+    does not have. Both are refused before any namespace exists, nothing written."""
+    out = tmp_path / "o"
+    assert main(["run", "--emulate", "1x1@100mbit", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--emulate 1x1@100mbit has 1 rank; a collective needs at least 2" in err
+    assert main(["run", "--emulate", "64x4@100mbit", "-o", str(out)]) == 2  # > 4 per core
+    err = capsys.readouterr().err
+    assert "--emulate 64x4@100mbit (256 ranks)" in err and "--force" not in err
+    assert "ddltune run --measurements FILE" in err
+    assert not out.exists()

@@ -73,20 +73,29 @@ def parse_spec(text: str):
         raise UsageError(str(e)) from None
 
 
-def check_emulated_plan(text: str, counts, max_bytes: int, *, force: bool = False):
+def check_emulated_plan(
+    text: str, counts, max_bytes: int, *, force: bool = False, force_option: str | None = "--force"
+):
     """The ``--emulate`` spec, once its process counts fit this machine, before it is built.
 
     Every count of ``counts`` (the launches' processes) must fit the cluster's
     ranks, and the largest must pass :func:`calibration.check_local_bounds`
     (cores and memory): a refusal after the namespaces and their self-check
-    cost seconds for nothing.
+    cost seconds for nothing. ``force_option``: the caller's option that lifts the
+    core bound, offered in the refusal (``None``: the caller has none).
 
     Raises:
-        UsageError: naming ``--emulate`` (and ``--workers``), the bound and what to change.
+        UsageError: naming ``--emulate`` (and ``--workers``), the bound and what to
+            change; a cluster of one rank (a collective needs two).
     """
     from calibration import check_local_bounds
 
     spec = parse_spec(text)
+    if spec.num_ranks < 2:
+        raise UsageError(
+            f"--emulate {spec.text} has {spec.num_ranks} rank; a collective needs at least 2: "
+            f"emulate 2 or more (e.g. 2x1@{spec.text.split('@', 1)[1]})"
+        )
     counts = list(counts) or [spec.num_ranks]
     if max(counts) > spec.num_ranks:
         raise UsageError(
@@ -95,7 +104,11 @@ def check_emulated_plan(text: str, counts, max_bytes: int, *, force: bool = Fals
         )
     try:
         check_local_bounds(
-            counts, max_bytes, force=force, what=f"--emulate {spec.text} ({max(counts)} ranks)"
+            counts,
+            max_bytes,
+            force=force,
+            what=f"--emulate {spec.text} ({max(counts)} ranks)",
+            force_option=force_option,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None

@@ -62,6 +62,12 @@ examples:
   ddltune run --measurements nccl.jsonl --layers my_model.json -o my-report"""
 
 
+#: The emulated run the plain run suggests at its end: into its own folder, so that it
+#: runs as printed beside the plain run's report (a new user's trial: it was refused,
+#: "-o ddltune-report is not empty").
+EMULATE_SUGGESTION = "ddltune run --emulate 2x1@100mbit -o ddltune-report-emulated"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ddltune run``.
 
@@ -235,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         from ._lab import check_emulated_plan
 
         _check_run_args(args)
-        check_emulated_plan(args.emulate, [], args.max_bytes)
+        check_emulated_plan(args.emulate, [], args.max_bytes, force_option=None)  # run has none
         try:
             tuner.check_report_dir(Path(args.output), args.overwrite)
         except FileExistsError as e:
@@ -375,5 +381,5 @@ def _print_summary(args: argparse.Namespace, res) -> None:
     if not args.emulate and not args.measurements and emulation_unavailable_reason() is None:
         print(
             "\nthis machine can emulate a cluster, where the network and not the shared cores "
-            "decides step times: ddltune run --emulate 2x1@100mbit (see 'ddltune lab --help')"
+            f"decides step times: {EMULATE_SUGGESTION} (see 'ddltune lab --help')"
         )
