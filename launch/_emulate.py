@@ -84,6 +84,9 @@ _NS_RE = re.compile(rf"^{PREFIX}(\d+)(n\d+|br)$")
 SUBNET = "198.18.0.0/15"
 _MAX_NODES = 250
 _RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+#: The slowest NIC an emulated cluster takes, bit/s: at 1 and 20 kbit the
+#: self-check's TCP connections timed out (a new user's trial, 2026-12-06).
+MIN_RATE_BITS_PER_S = 1e6
 _SPEC_RE = re.compile(
     r"^\s*(\d+)\s*x\s*(\d+)\s*@\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([a-z]+)\s*$"
 )
@@ -137,7 +140,7 @@ def parse_emulate(text: str, option: str = "--emulate") -> EmulateSpec:
     Args:
         text: the spec. ``RATE`` is a number and one of ``tc``'s bit-rate
             units ``bit``, ``kbit``, ``mbit``, ``gbit``, ``tbit`` (SI: 1 mbit
-            = 10⁶ bit/s); between 1 kbit and 100 gbit.
+            = 10⁶ bit/s); between 1 mbit and 100 gbit.
         option: the option's name, for error messages.
 
     Returns:
@@ -177,8 +180,11 @@ def parse_emulate(text: str, option: str = "--emulate") -> EmulateSpec:
     if rpn < 1:
         raise ValueError(f"{option}: ranks per node must be ≥ 1, got {rpn} in {text!r}")
     rate = number * _RATE_UNITS[unit]
-    if not 1e3 <= rate <= 1e11:
-        raise ValueError(f"{option}: rate must be between 1kbit and 100gbit, got {text!r}")
+    if not MIN_RATE_BITS_PER_S <= rate <= 1e11:
+        raise ValueError(
+            f"{option}: rate must be between 1mbit and 100gbit, got {text!r} (below 1 Mbit/s "
+            "a frame takes over 12 ms to cross and the self-check's connections time out)"
+        )
     return EmulateSpec(nodes, rpn, rate, text)
 
 
@@ -792,9 +798,9 @@ class EmulatedCluster:
                         f"the self-check's transfer did not finish within {seconds + 60:g} s"
                     ) from None
                 if p.returncode != 0:
-                    raise EmulationError(
-                        f"the self-check's transfer failed: {(err or out).strip()[-300:]}"
-                    )
+                    # the error's own line, not the end of a traceback cut mid-line
+                    lines = (err or out).strip().splitlines() or ["(no output)"]
+                    raise EmulationError(f"the self-check's transfer failed: {lines[-1][-300:]}")
                 outs.append(json.loads(out.strip().splitlines()[-1]))
             after = [self._sent_bytes(src) for src, _ in pairs]
             final = [self._downlink_sent_bytes(dst) for _, dst in pairs]

@@ -121,7 +121,8 @@ def test_parse_spec_units_and_errors():
     assert (s.nodes, s.ranks_per_node, s.num_ranks) == (4, 1, 4)
     assert s.rate_bits_per_s == 200e6
     assert parse_emulate("2x3@1.5gbit").rate_bits_per_s == 1.5e9
-    assert parse_emulate("2X2@500KBIT").rate_bits_per_s == 500e3  # tc is case-insensitive
+    assert parse_emulate("2X2@1500KBIT").rate_bits_per_s == 1.5e6  # tc is case-insensitive
+    assert parse_emulate("2x1@1mbit").rate_bits_per_s == 1e6  # the slowest taken
     for bad, words in [
         ("4@200mbit", "NODESxRANKS@RATE"),
         ("2x1@200mbps", "unknown rate unit"),
@@ -130,6 +131,9 @@ def test_parse_spec_units_and_errors():
         ("2x0@1mbit", "ranks per node"),
         ("2x1@0.1bit", "rate"),
         ("2x1@200gbit", "rate"),
+        # a new user's 1kbit: the self-check's connections timed out, a traceback shown
+        ("2x1@1kbit", "between 1mbit and 100gbit"),
+        ("2x1@999kbit", "between 1mbit and 100gbit"),
     ]:
         with pytest.raises(ValueError, match=words) as info:
             parse_emulate(bad, "--emulate")
