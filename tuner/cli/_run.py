@@ -73,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     Long because it declares one option per line, each with its help; nothing to split.
     """
+    from costmodel import WORKLOAD_NAMES
     from tuner import RUN_DEFAULTS
 
     src = parser.add_argument_group("measurements")
@@ -138,8 +139,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         metavar="NAME",
         default=None,
-        help=f"a model of the zoo (default {RUN_DEFAULTS['model']}): alexnet, vgg16, "
-        "resnet18/34/50/101/152, inception_v3, bert_base, bert_large, gpt2",
+        help=f"a model of the zoo (default {RUN_DEFAULTS['model']}): {', '.join(WORKLOAD_NAMES)}",
     )
     m.add_argument(
         "--layers", metavar="FILE", help="your model as a JSON or CSV layer file (see README)"
@@ -343,6 +343,19 @@ def _print_summary(args: argparse.Namespace, res) -> None:
         f"{format_seconds(hi)}), {c.throughput_samples_per_s:.4g} samples/s, scaling "
         f"efficiency {100 * c.scaling_efficiency:.0f}%"
     )
+    if c.uses_bucket_bytes and c.bucket_bytes > 0:
+        # the rounded size above buckets differently (a new user's 97.5 MiB split off one
+        # tensor fewer than the 97.46 MiB chosen): the exact bytes, and where the
+        # framework settings are
+        model = args.model or tuner.RUN_DEFAULTS["model"]
+        what = f"--layers {args.layers}" if args.layers else f"--model {model}"
+        force = "" if rec.reliable else " --force"
+        print(
+            f"  bucket size exactly {int(c.bucket_bytes):,} bytes; your framework's settings "
+            f"(DDP bucket_cap_mb, Horovod, DeepSpeed): ddltune recommend --profile "
+            f"{res.profile_path} {what} --batch-size {args.batch_size} --max-workers "
+            f"{args.max_workers}{force}"
+        )
     if rec.alternatives:
         a = rec.alternatives[0]
         print(f"  runner-up: {a.describe()}, {a.throughput_samples_per_s:.4g} samples/s")
