@@ -15,6 +15,8 @@ _EXPORTS = {
     "CollectError": "._collect",
     "CollectResult": "._collect",
     "check_local_bounds": "._collect",
+    "known_wrong_cause": "._collect",
+    "GLOO_REDUCE_SCATTER_SAFE_CHUNK_BYTES": "._collect",
     "mem_available_bytes": "._collect",
     "collect": "._collect",
     "summary_rows": "._collect",

@@ -549,3 +549,26 @@ def test_default_matmuls_add_two_thin_ones_that_matmul_sizes_replace():
     assert thin["flops"] == 2.0 * 16 * 1024 * 1024 and "16×1024×1024" in thin["desc"]
     given = plan_points(CONFIG, 1, 1, num_processes=1)
     assert [p["shape"] for p in given if p["op"] == "matmul"] == [{"m": 32, "n": 32, "k": 32}]
+
+
+def test_wrong_reduce_scatters_over_256_kib_chunks_on_cpu_are_named_as_the_gloo_bug():
+    """A new user's idle machine reported 7 wrong reduce_scatter calls (512 KiB – 8 MiB
+    on 2 ranks) and was told it was overloaded or faulty: XLA:CPU's gloo reduce-scatter
+    returns wrong values for chunks over 256 KiB (jax-ml/jax#40830). Only when that
+    explains every wrong record: another collective, a small chunk or a GPU leaves the
+    machine suspect; no wrong record, no note."""
+    from calibration import known_wrong_cause
+    from tuner._run import _wrong_results_note
+
+    def rec(c="reduce_scatter", S=2**20, n=2, wrong=3, backend="cpu"):
+        return {"kind": "collective", "collective": c, "message_bytes": S, "num_ranks": n,
+                "wrong": wrong, "backend": backend}  # fmt: skip
+
+    ok = rec(wrong=0, c="all_reduce")
+    assert "jax-ml/jax#40830" in known_wrong_cause([ok, rec(), rec(S=8 * 2**20)])
+    assert "jax-ml/jax#40830" in _wrong_results_note([ok, rec()])
+    assert "faulty machine" not in _wrong_results_note([ok, rec()])
+    for suspect in (rec(c="all_reduce"), rec(S=2**19, n=4), rec(backend="gpu")):
+        assert known_wrong_cause([rec(), suspect]) is None
+        assert "faulty machine" in _wrong_results_note([rec(), suspect])
+    assert known_wrong_cause([ok]) is None and _wrong_results_note([ok]) is None

@@ -612,8 +612,12 @@ def _wrong_results_note(records: list[dict]) -> str | None:
         f"{calls} measured call{'s' if calls != 1 else ''} returned a wrong result (checked "
         f"against the expected sum): {what}; "
         f"{'these records are' if len(bad) > 1 else 'this record is'} kept with the 'wrong' "
-        "count and left out of the fit (an overloaded or faulty machine: measure again if "
-        "it repeats)"
+        "count and left out of the fit ("
+        + (
+            calibration.known_wrong_cause(records)
+            or "an overloaded or faulty machine: measure again if it repeats"
+        )
+        + ")"
     )
 
 

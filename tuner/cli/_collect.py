@@ -368,8 +368,15 @@ def _run(args: argparse.Namespace, progress: bool) -> int:
             + f" in {result.elapsed_s:.1f} s"
         )
     if result.wrong:
+        from calibration import known_wrong_cause, read_records
+
+        try:
+            cause = known_wrong_cause(read_records(result.path))
+        except (OSError, ValueError):
+            cause = None
         raise CLIError(
             f"{result.wrong} measured calls returned wrong results (see the #wrong column); "
             f"they are recorded in {result.path} with their 'wrong' count"
+            + (f" ({cause})" if cause else "")
         )
     return 0
