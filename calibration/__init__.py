@@ -16,7 +16,6 @@ _EXPORTS = {
     "CollectResult": "._collect",
     "check_local_bounds": "._collect",
     "known_wrong_cause": "._collect",
-    "GLOO_REDUCE_SCATTER_SAFE_CHUNK_BYTES": "._collect",
     "mem_available_bytes": "._collect",
     "collect": "._collect",
     "summary_rows": "._collect",

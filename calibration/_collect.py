@@ -440,41 +440,28 @@ def mem_available_bytes() -> int | None:
     return None
 
 
-#: The chunk per rank above which XLA:CPU's gloo reduce-scatter has returned wrong
-#: values at the end of rank 0's chunk, intermittently (jax-ml/jax#40830: 4 MiB chunks
-#: wrong in 148 of 150 iterations, 256 KiB in none; gloo's ReduceScatterHalvingDoubling
-#: sends from the caller's buffer while the other ranks overwrite it). Seen here on 2
-#: ranks too: 512 KiB – 8 MiB messages (a new user's trial, 2026-12-06).
-GLOO_REDUCE_SCATTER_SAFE_CHUNK_BYTES = 256 * 1024
-
-
 def known_wrong_cause(records) -> str | None:
     """Words for the known cause of collectives' wrong results, when one explains them all.
 
-    Every record with wrong calls a CPU reduce_scatter with chunks (message bytes /
-    ranks) above :data:`GLOO_REDUCE_SCATTER_SAFE_CHUNK_BYTES`: XLA:CPU's gloo bug
-    (jax-ml/jax#40830), not the machine. ``None`` when there are none, or another
-    collective, backend or size is among them (the machine is then suspect).
+    Every record with wrong calls a CPU reduce_scatter: XLA:CPU's gloo reduce-scatter
+    returns wrong values at the end of rank 0's chunk, intermittently
+    (jax-ml/jax#40830: 4 MiB chunks wrong in 148 of 150 iterations; gloo's
+    ReduceScatterHalvingDoubling sends from the caller's buffer while the other ranks
+    overwrite it) — not the machine. Seen here with 256 KiB – 4 MiB chunks on 2 ranks
+    and a 64 KiB chunk on 8 (2026-12-06). ``None`` when there are none, or another
+    collective or backend is among them (the machine is then suspect).
 
     Args:
-        records: record dicts (``kind``, ``collective``, ``wrong``, ``backend``,
-            ``message_bytes``, ``num_ranks``).
+        records: record dicts (``kind``, ``collective``, ``wrong``, ``backend``).
     """
     bad = [r for r in records if r.get("kind") == "collective" and int(r.get("wrong", 0) or 0)]
-    if not bad:
+    if not bad or any(
+        r.get("collective") != "reduce_scatter" or r.get("backend") != "cpu" for r in bad
+    ):
         return None
-    for r in bad:
-        chunk = int(r.get("message_bytes", 0)) / max(int(r.get("num_ranks", 1)), 1)
-        if not (
-            r.get("collective") == "reduce_scatter"
-            and r.get("backend") == "cpu"
-            and chunk > GLOO_REDUCE_SCATTER_SAFE_CHUNK_BYTES
-        ):
-            return None
     return (
         "a known bug of XLA:CPU's gloo reduce-scatter, not this machine: it returns wrong "
-        "values at the end of rank 0's chunk, intermittently, for chunks over 256 KiB "
-        "(jax-ml/jax#40830)"
+        "values at the end of rank 0's chunk, intermittently (jax-ml/jax#40830)"
     )
 
 

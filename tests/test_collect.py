@@ -551,11 +551,11 @@ def test_default_matmuls_add_two_thin_ones_that_matmul_sizes_replace():
     assert [p["shape"] for p in given if p["op"] == "matmul"] == [{"m": 32, "n": 32, "k": 32}]
 
 
-def test_wrong_reduce_scatters_over_256_kib_chunks_on_cpu_are_named_as_the_gloo_bug():
+def test_wrong_reduce_scatters_on_cpu_are_named_as_the_gloo_bug():
     """A new user's idle machine reported 7 wrong reduce_scatter calls (512 KiB – 8 MiB
     on 2 ranks) and was told it was overloaded or faulty: XLA:CPU's gloo reduce-scatter
-    returns wrong values for chunks over 256 KiB (jax-ml/jax#40830). Only when that
-    explains every wrong record: another collective, a small chunk or a GPU leaves the
+    returns wrong values intermittently (jax-ml/jax#40830; 512 KiB on 8 ranks here too).
+    Only when that explains every wrong record: another collective or a GPU leaves the
     machine suspect; no wrong record, no note."""
     from calibration import known_wrong_cause
     from tuner._run import _wrong_results_note
@@ -565,10 +565,39 @@ def test_wrong_reduce_scatters_over_256_kib_chunks_on_cpu_are_named_as_the_gloo_
                 "wrong": wrong, "backend": backend}  # fmt: skip
 
     ok = rec(wrong=0, c="all_reduce")
-    assert "jax-ml/jax#40830" in known_wrong_cause([ok, rec(), rec(S=8 * 2**20)])
+    assert "jax-ml/jax#40830" in known_wrong_cause([ok, rec(), rec(S=2**19, n=8)])
     assert "jax-ml/jax#40830" in _wrong_results_note([ok, rec()])
     assert "faulty machine" not in _wrong_results_note([ok, rec()])
-    for suspect in (rec(c="all_reduce"), rec(S=2**19, n=4), rec(backend="gpu")):
+    for suspect in (rec(c="all_reduce"), rec(backend="gpu")):
         assert known_wrong_cause([rec(), suspect]) is None
         assert "faulty machine" in _wrong_results_note([rec(), suspect])
     assert known_wrong_cause([ok]) is None and _wrong_results_note([ok]) is None
+
+
+@pytest.mark.parametrize(("collective", "code"), [("reduce_scatter", 0), ("all_reduce", 1)])
+def test_collect_fails_a_job_on_wrong_results_except_the_gloo_reduce_scatter_bug(
+    tmp_path, capsys, monkeypatch, collective, code
+):
+    """The emulated SLURM's `srun … ddltune collect` failed its whole job (exit 1) on one
+    wrong reduce_scatter of 512 KiB on 8 ranks, XLA:CPU's gloo bug (jax-ml/jax#40830):
+    that is a warning, the records kept; any other wrong result still fails the job."""
+    import calibration
+    from calibration import CollectResult
+    from tuner.cli import main
+
+    path = tmp_path / "m.jsonl"
+    t = {"min": 1e-3, "p10": 1e-3, "median": 1e-3, "mean": 1e-3, "p90": 1e-3, "iqr": 0.0,
+         "max": 1e-3, "count": 5}  # fmt: skip
+    rec = {"kind": "collective", "collective": collective, "message_bytes": 2**19,
+           "num_ranks": 8, "ranks_per_node": 2, "wrong": 1, "backend": "cpu",
+           "dtype": "float32", "time_s": t}  # fmt: skip
+
+    def fake_collect(output, **kw):
+        return CollectResult(path=path, written=1, skipped=0, wrong=1, elapsed_s=1.0,
+                             launches=[], records=[rec])  # fmt: skip
+
+    monkeypatch.setattr(calibration, "collect", fake_collect)
+    assert main(["collect", "--json", "-o", str(path)]) == code
+    err = capsys.readouterr().err
+    assert "1 measured calls returned wrong results" in err
+    assert ("jax-ml/jax#40830" in err) == (code == 0)

@@ -34,8 +34,10 @@ rate, conv_efficiency), with
 jax.distributed; write one JSON Lines record per point (schema v1) for
 'ddltune calibrate'. Sizes follow nccl-tests (for all_gather/reduce_scatter the
 size is the full array). Each timed repetition is the slowest rank's time;
-every result is checked (#wrong). At the end a table like nccl-tests' is printed
-(time = p10 on CPU, median on GPU: the statistic calibration fits).
+every result is checked (#wrong; exit status 1 when any is wrong, except
+reduce_scatters on CPU, a known gloo bug, jax-ml/jax#40830: a warning). At the
+end a table like nccl-tests' is printed (time = p10 on CPU, median on GPU: the
+statistic calibration fits).
 
 Locally (default outside a cluster) it starts --workers processes on this
 machine. Under srun or mpirun each task runs it and they join as one job
@@ -274,7 +276,8 @@ def format_tables(rows: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the collection; print the tables (or ``--json``); exit 1 on wrong results."""
+    """Run the collection; print the tables (or ``--json``); exit 1 on wrong results (a
+    warning where :func:`calibration.known_wrong_cause` explains them all)."""
     progress = not args.no_progress and sys.stderr.isatty()
     from calibration import RecordRepairWarning
 
@@ -368,15 +371,16 @@ def _run(args: argparse.Namespace, progress: bool) -> int:
             + f" in {result.elapsed_s:.1f} s"
         )
     if result.wrong:
-        from calibration import known_wrong_cause, read_records
+        from calibration import known_wrong_cause
 
-        try:
-            cause = known_wrong_cause(read_records(result.path))
-        except (OSError, ValueError):
-            cause = None
-        raise CLIError(
+        text = (
             f"{result.wrong} measured calls returned wrong results (see the #wrong column); "
-            f"they are recorded in {result.path} with their 'wrong' count"
-            + (f" ({cause})" if cause else "")
+            f"they are recorded in {result.path} with their 'wrong' count and calibration "
+            "leaves them out"
         )
+        cause = known_wrong_cause(result.table_records())
+        if cause is None:
+            raise CLIError(text)
+        # an upstream bug, not this cluster: the job (srun, mpirun) must not fail for it
+        print(f"ddltune collect: warning: {text} ({cause})", file=sys.stderr)
     return 0
