@@ -127,7 +127,7 @@ def _pair(x, name: str, upper: float = math.inf) -> np.ndarray:
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr > upper):
         bound = "" if upper == math.inf else f" and ≤ {upper:.10g}"
         raise ValueError(
-            f"{name} must be finite, > 0{bound} for both levels (intra, inter), got {x!r}"
+            f"{name} must be finite and > 0{bound} for both levels (intra, inter), got {x!r}"
         )
     return arr
 

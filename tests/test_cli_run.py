@@ -109,6 +109,15 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
     worst = prof["validation"]["worst"]
     assert worst and {w["file"] for w in worst} == {final}
     _images_exist(out)
+    # a new user copied the rounded '97.5 MiB buckets' into DDP, which then bucketed
+    # differently from the 97.46 MiB chosen: the exact bytes of recommendation.json,
+    # and a recommend command (recommend's parser accepts it) for the framework settings
+    line = next(ln for ln in cap.out.splitlines() if "bucket size exactly" in ln)
+    assert rec["bucket_bytes"] > 0 and f"exactly {int(rec['bucket_bytes']):,} bytes" in line
+    cmd = re.search(r"(ddltune recommend .*)$", line)[1].split()
+    parser, _ = build_parser(cmd[1:])
+    args = parser.parse_args(cmd[1:])
+    assert args.profile == str(out / "profile.json") and args.max_workers == 8 and args.force
     html = (out / "index.html").read_text()
     assert 'id="unreliable"' in html and "UNRELIABLE" in html
     assert "15%" in html  # the refusal's reason, shown prominently
@@ -380,25 +389,3 @@ def test_run_emulate_refusals_name_emulate_and_only_runs_options(tmp_path, capsy
     assert "--emulate 64x4@100mbit (256 ranks)" in err and "--force" not in err
     assert "ddltune run --measurements FILE" in err
     assert not out.exists()
-
-
-def test_run_prints_the_exact_bucket_and_where_the_framework_settings_are(tmp_path, capsys):
-    """A new user copied run's '97.5 MiB buckets' into DDP, which then bucketed
-    differently from the 97.46 MiB chosen: run prints the exact bytes (those of
-    recommendation.json) and a recommend command, which recommend's parser accepts,
-    that prints the framework settings."""
-    m = tmp_path / "m.jsonl"
-    _noisy_file(m)
-    out = tmp_path / "rep"
-    assert main(["run", "--measurements", str(m), "--max-workers", "8", "-o", str(out),
-                 "--no-progress"]) == 0  # fmt: skip
-    text = capsys.readouterr().out
-    rec = json.loads((out / "recommendation.json").read_text())
-    cap = rec["bucket_bytes"]
-    assert cap > 0
-    line = next(ln for ln in text.splitlines() if "bucket size exactly" in ln)
-    assert f"bucket size exactly {int(cap):,} bytes" in line
-    cmd = re.search(r"(ddltune recommend .*)$", line)[1].split()
-    parser, _ = build_parser(cmd[1:])
-    args = parser.parse_args(cmd[1:])
-    assert args.profile == str(out / "profile.json") and args.max_workers == 8
