@@ -903,12 +903,17 @@ def _pump(ranks: list[_Rank], wait_s: float, on_message) -> None:
             _dispatch(r, chunk, now, on_message)
 
 
-def _drain(ranks: list[_Rank], on_message, limit_s: float = 2.0) -> None:
-    """Dispatch whatever is still in the pipes (results sent just before a failure)."""
+def _drain(ranks: list[_Rank], on_message, limit_s: float = 2.0, quiet_s: float = 0.5) -> None:
+    """Dispatch what is still in the pipes or on its way (results sent around a failure).
+
+    Waits until the pipes have been quiet for ``quiet_s`` (at most ``limit_s`` in all):
+    a rank that finished a point as its peer died may still be writing that point's
+    result (a test caught rank 0's last record lost when the drain did not wait).
+    """
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
+    while (left := deadline - time.monotonic()) > 0:
         live = [r for r in ranks if not r.eof]
-        if not live or not select.select([r.fd for r in live], [], [], 0)[0]:
+        if not live or not select.select([r.fd for r in live], [], [], min(quiet_s, left))[0]:
             return
         _pump(live, 0, on_message)
 
