@@ -888,14 +888,14 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     tops = max(1, n_starts)
     per_cl: dict = {}  # (c, level) -> list over starts of list of (log α (R,), log β (R,))
     overlap_vote = np.zeros(2)  # per level: Σ over series of (additive − overlapped) cost
-    head_starts: tuple[list, list] = ([], [])  # per level: b of the series that show one
+    head_starts: list[float] = []  # b of the inter-node series that show one
     for (c, algo, n, g), bysize in series.items():
         S = np.asarray(sorted(bysize))
         T = np.asarray([np.median(bysize[s]) for s in S])
         overlap_vote[1 if n > g else 0] += _overlap_evidence(S, T)
-        b_est = _head_start_evidence(S, T)
+        b_est = _head_start_evidence(S, T) if n > g else math.nan
         if math.isfinite(b_est):
-            head_starts[1 if n > g else 0].append(b_est)
+            head_starts.append(b_est)
         terms = get_collective(c, algo).terms(
             np.asarray(1.0), np.asarray(float(n)), np.asarray(float(min(g, n)))
         )
@@ -1010,12 +1010,10 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     # a node it stays there: a shaper is a NIC's, and on the emulated SLURM's 4 × 2
     # records (issue 25) a start there fitted 275 KiB to loopback copies and
     # raised the held-out p90 20.7% → 25.8%
-    on = [1] if head_starts[1] else []
-    if on:
+    if head_starts:
         th = starts[0].copy()
         head = th[sl["log_head_start"]]
-        for lv in on:
-            head[lv] = math.log(float(np.median(head_starts[lv])))
+        head[1] = math.log(float(np.median(head_starts)))
         th[sl["log_head_start"]] = head
         starts.append(th)
     return np.stack(starts)

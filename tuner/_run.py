@@ -327,7 +327,7 @@ def run_main_job(
             try:
                 rec, refusal = _recommend(profile, workload, max_workers, g, log)
             except InfeasibleError as e:
-                what = f"--layers {layers}" if layers is not None else f"--model {workload.name}"
+                what = model_option(layers, workload.name)
                 kept = _keep_profile(profile, out)
                 text = _infeasible_text(e, kept, what, workload, max_workers, profile.reliable)
                 raise InfeasibleError(text, e.recommendation) from None
@@ -436,13 +436,27 @@ def _check_fits_before_measuring(
     g = ranks_per_node or (emulate.spec.ranks_per_node if emulate is not None else workers)
     try:
         recommend(preset(network, device), workload, max_workers=max_workers,
-                  ranks_per_node=g, force=True)  # fmt: skip
+                  ranks_per_node=g, force=True, refine=False)  # feasibility only  # fmt: skip
     except InfeasibleError as e:
-        what = f"--layers {layers}" if layers is not None else f"--model {workload.name}"
+        what = model_option(layers, workload.name)
         raise InfeasibleError(
             _infeasible_text(e, None, what, workload, max_workers, before=(network, device)),
             e.recommendation,
         ) from None
+
+
+def model_option(layers, model: str) -> str:
+    """The option that names run's model to ``ddltune recommend``: ``--layers FILE`` or
+    ``--model NAME``."""
+    return f"--layers {layers}" if layers is not None else f"--model {model}"
+
+
+def recommend_command(source: str, what: str, batch_size: int, max_workers: int) -> str:
+    """``ddltune recommend`` for run's model and limits on ``source`` (``--profile FILE``
+    or ``--preset NET --device DEV``); ``what``: :func:`model_option`."""
+    return (
+        f"ddltune recommend {source} {what} --batch-size {batch_size} --max-workers {max_workers}"
+    )
 
 
 def _accelerator_plugins() -> bool:
@@ -488,8 +502,8 @@ def _infeasible_text(
         + f"{reason}. 'ddltune run' sizes the model as given ({what}, --batch-size "
         f"{workload.batch_size}); a smaller --batch-size may fit, and 'ddltune recommend' "
         "has the other remedies: "
-        f"'ddltune recommend {source} {what} --batch-size {workload.batch_size} "
-        f"--max-workers {max_workers} --device-memory 80G"
+        f"'{recommend_command(source, what, workload.batch_size, max_workers)} "
+        "--device-memory 80G"
         + ("" if reliable else " --force")  # an unreliable profile: recommend would refuse it
         + "' (a device with more memory), --accumulation-steps K, "
         "--activation-checkpointing full, --optimizer sgd"

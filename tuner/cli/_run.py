@@ -347,14 +347,15 @@ def _print_summary(args: argparse.Namespace, res) -> None:
         # the rounded size above buckets differently (a new user's 97.5 MiB split off one
         # tensor fewer than the 97.46 MiB chosen): the exact bytes, and where the
         # framework settings are
-        model = args.model or tuner.RUN_DEFAULTS["model"]
-        what = f"--layers {args.layers}" if args.layers else f"--model {model}"
-        force = "" if rec.reliable else " --force"
+        from tuner._run import model_option, recommend_command
+
+        what = model_option(args.layers, args.model or tuner.RUN_DEFAULTS["model"])
+        cmd = recommend_command(
+            f"--profile {res.profile_path}", what, args.batch_size, args.max_workers
+        )
         print(
             f"  bucket size exactly {int(c.bucket_bytes):,} bytes; your framework's settings "
-            f"(DDP bucket_cap_mb, Horovod, DeepSpeed): ddltune recommend --profile "
-            f"{res.profile_path} {what} --batch-size {args.batch_size} --max-workers "
-            f"{args.max_workers}{force}"
+            f"(DDP bucket_cap_mb, Horovod, DeepSpeed): {cmd}" + ("" if rec.reliable else " --force")
         )
     if rec.alternatives:
         a = rec.alternatives[0]
