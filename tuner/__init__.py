@@ -57,6 +57,8 @@ _EXPORTS = {
     "RUN_DEFAULTS": "._defaults",
     "RunResult": "._run",
     "run_main_job": "._run",
+    "model_option": "._run",
+    "recommend_command": "._run",
     "DEFAULT_BUCKET_GRID": "._search",
     "HOROVOD_FUSION_BYTES": "._search",
     "Sweep": "._search",

@@ -59,7 +59,15 @@ from ._report import build_report, profile_summary, report_owns
 from .validation import seed_experiment
 from .validation import validate as validate_training
 
-__all__ = ["RUN_DEFAULTS", "RunResult", "run_main_job", "run_owns", "DATA_FILES"]
+__all__ = [
+    "RUN_DEFAULTS",
+    "RunResult",
+    "run_main_job",
+    "run_owns",
+    "DATA_FILES",
+    "model_option",
+    "recommend_command",
+]
 
 #: Files the main job keeps beside the report.
 DATA_FILES = ("measurements.jsonl", "profile.json", "recommendation.json")

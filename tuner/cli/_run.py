@@ -347,10 +347,8 @@ def _print_summary(args: argparse.Namespace, res) -> None:
         # the rounded size above buckets differently (a new user's 97.5 MiB split off one
         # tensor fewer than the 97.46 MiB chosen): the exact bytes, and where the
         # framework settings are
-        from tuner._run import model_option, recommend_command
-
-        what = model_option(args.layers, args.model or tuner.RUN_DEFAULTS["model"])
-        cmd = recommend_command(
+        what = tuner.model_option(args.layers, args.model or tuner.RUN_DEFAULTS["model"])
+        cmd = tuner.recommend_command(
             f"--profile {res.profile_path}", what, args.batch_size, args.max_workers
         )
         print(
