@@ -77,23 +77,58 @@ def _spread(r: np.ndarray, level: float, scale: float) -> float:
     return float(np.sort(np.abs(r))[k - 1]) * scale / _z(level)
 
 
-def lognormal_interval(y, var, s_res: float, z: float):
-    """``(low, high)`` = y·exp(∓z·sd), sd = sqrt(var / y² + s_res²): the log-normal interval.
+def sigma_point_interval(y, plus, minus, slope, s_res: float, z: float):
+    """``(low, high)`` of a prediction from its tangent and its values at sigma points.
+
+    With Σ = R Rᵀ (R's k columns r_i), the prediction y = f(θ̂), its directional
+    derivatives J·r_i (``slope``) and f at θ̂ ± z·r_i (``plus``, ``minus``), each
+    direction widens each side by the tangent's log-change or by what f does
+    on that side at the sigma points, whichever is less:
+
+        t_i = z·|J·r_i| / y
+        up_i = min(t_i, max(log(f(θ̂ + z·r_i) / y), log(f(θ̂ − z·r_i) / y), 0))
+        down_i = min(t_i, max(−log(f(θ̂ + z·r_i) / y), −log(f(θ̂ − z·r_i) / y), 0))
+        high = y·exp(+sqrt(Σ up_i² + (z·s_res)²))
+        low = y·exp(−sqrt(Σ down_i² + (z·s_res)²))
+
+    For a prediction log-linear in θ both are the same and this is the delta
+    method's log-normal interval, log y ± z·sqrt(J Σ Jᵀ / y² + s_res²) (Seber &
+    Wild, *Nonlinear Regression*, 1989, §5.1). Where f levels off, the sigma
+    point sees it and the tangent does not (unscented transform: Julier &
+    Uhlmann, Proc. IEEE 2004): a step whose unmeasured communication factor
+    is ×6 uncertain (a prior) cannot fall below its compute, where the
+    tangent's bound did (issue 22: 6.4 s for a 24.3-s step whose compute alone
+    took 19.5 s). Where f turns away only far from θ̂ (a regime of a softmin
+    that the data leave at its prior: at θ̂ ± z·σ it would undercut measured
+    sizes that the Gaussian approximation does not see exclude it), the
+    tangent bounds it. A direction whose sigma point is not a positive finite
+    time keeps its tangent.
 
     Args:
-        y: predictions (any shape); where y ≤ 0 or not finite the interval is y itself.
-        var: the delta method's variance of y, J Σ Jᵀ, same shape, (units of y)².
+        y: predictions, any shape; where y ≤ 0 or not finite the interval is y itself.
+        plus, minus: (k, *y.shape) f at θ̂ + z·r_i and θ̂ − z·r_i.
+        slope: (k, *y.shape) the directional derivatives J·r_i, units of y.
         s_res: residual log-spread (:meth:`Profile.residual_sd`), ≥ 0.
         z: the normal quantile of the level.
 
     Returns:
-        Arrays of y's shape, in y's namespace (jax or numpy).
+        float64 numpy arrays of y's shape.
     """
-    xp = jnp if isinstance(y, jax.Array) else np
-    pos = (y > 0) & xp.isfinite(y)
-    safe = xp.where(pos, y, 1.0)
-    sd = xp.sqrt(var / safe**2 + s_res**2)
-    return xp.where(pos, safe * xp.exp(-z * sd), y), xp.where(pos, safe * xp.exp(z * sd), y)
+    y = np.asarray(y, dtype=np.float64)
+    pos = (y > 0) & np.isfinite(y)
+    safe = np.where(pos, y, 1.0)
+    plus, minus = np.asarray(plus, np.float64), np.asarray(minus, np.float64)
+    lin = np.nan_to_num(z * np.abs(np.asarray(slope, np.float64)) / safe)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        good = (plus > 0) & np.isfinite(plus) & (minus > 0) & np.isfinite(minus)
+        u = np.where(good, np.log(np.where(good, plus, 1.0) / safe), 0.0)
+        w = np.where(good, np.log(np.where(good, minus, 1.0) / safe), 0.0)
+    up = np.where(good, np.minimum(lin, np.maximum(np.maximum(u, w), 0.0)), lin)
+    down = np.where(good, np.minimum(lin, np.maximum(np.maximum(-u, -w), 0.0)), lin)
+    res = (z * s_res) ** 2
+    hi = np.sqrt(np.sum(up**2, axis=0) + res)
+    lo = np.sqrt(np.sum(down**2, axis=0) + res)
+    return np.where(pos, safe * np.exp(-lo), y), np.where(pos, safe * np.exp(hi), y)
 
 
 def _check_level(level) -> float:
@@ -383,28 +418,34 @@ class Profile:
     def interval(self, fn, level: float = 0.9, *, batched: bool = False, of: str = "steps"):
         """A ``level`` prediction interval of ``fn(params)``.
 
-        Combines the parameter covariance (delta method: the Jacobian of
-        log fn with respect to θ, along the columns of a square root of the
-        covariance) with the residual spread of what ``fn`` predicts
-        (:meth:`residual_sd` ``of`` it), in log space, and assumes a
-        log-normal error:
+        Combines the parameter covariance with the residual spread of what
+        ``fn`` predicts (:meth:`residual_sd` ``of`` it) in log space: along
+        each column r_i of the covariance's symmetric square root, ``fn``'s
+        tangent and its values at the sigma points θ̂ ± z·r_i widen each side
+        by the lesser of the two (:func:`sigma_point_interval`). For a
+        prediction log-linear in θ that is the delta method's log-normal
+        interval,
 
-            log t ± z · sqrt(J Σ Jᵀ + s_res²),   z = Φ⁻¹(½ + level/2)
+            log t ± z · sqrt(J Σ Jᵀ / t² + s_res²),   z = Φ⁻¹(½ + level/2);
+
+        where ``fn`` levels off (a step's compute under its exchange) the
+        bound stops there.
 
         Args:
             fn: ``ClusterParams → times`` (an array of seconds, any shape,
                 > 0 where it matters; outputs ≤ 0, e.g. a one-rank
                 collective, get a zero-width interval). Without ``batched``
-                it is JAX-traceable and its directional derivatives come from
-                ``jax.jvp``.
+                it is JAX-traceable: its sigma points are one ``jax.vmap``
+                and its directional derivatives (the fallback where a sigma
+                point is not a positive finite time) ``jax.jvp``.
             level: coverage probability in (0, 1).
             batched: ``fn`` takes parameters with float64 numpy leaves of a
                 leading batch axis D (the form of
                 :meth:`costmodel.ClusterParams.from_flat` for (D, P)) and
                 returns (D, *out); the directional derivatives are then
                 central differences (f(θ + h·v) − f(θ − h·v)) / 2h, h = 10⁻⁴ /
-                max|v|, all 2k + 1 parameter sets in ONE call of ``fn`` (the
-                cost model in numpy: no compilation).
+                max|v|, and all 4k + 1 parameter sets go in ONE call of ``fn``
+                (the cost model in numpy: no compilation).
             of: ``"steps"`` (default) when ``fn`` gives training steps'
                 times, ``"microbenchmarks"`` for a collective's or kernel's.
 
@@ -416,7 +457,8 @@ class Profile:
             ValueError: if ``level`` is not in (0, 1) or ``of`` another word.
 
         References:
-            Seber & Wild, *Nonlinear Regression*, 1989, §5.1 (delta method).
+            Seber & Wild, *Nonlinear Regression*, 1989, §5.1 (delta method);
+            Julier & Uhlmann, Proc. IEEE 92(3), 2004 (sigma points).
         """
         level = _check_level(level)
         z = _z(level)
@@ -434,21 +476,34 @@ class Profile:
         root = self._covariance_root()
         if root.shape[1]:
             tangents = jnp.asarray(root.T, dtype=theta.dtype)
-            jl = jax.vmap(lambda v: jax.jvp(g, (theta,), (v,))[1])(tangents)  # (k, *out)
-            var = jnp.sum(jl.astype(y.dtype) ** 2, axis=0)
+            slope = jax.vmap(lambda v: jax.jvp(g, (theta,), (v,))[1])(tangents)  # (k, *out)
+            sides = jax.vmap(g)(jnp.concatenate([theta + z * tangents, theta - z * tangents]))
+            k = root.shape[1]
+            plus, minus = np.asarray(sides[:k]), np.asarray(sides[k:])
         else:
-            var = jnp.zeros_like(y)
-        low, high = lognormal_interval(y, var, s_res, z)
-        return low.astype(y.dtype), high.astype(y.dtype)
+            slope = plus = minus = np.zeros((0, *np.shape(y)))
+        low, high = sigma_point_interval(y, plus, minus, slope, s_res, z)
+        return jnp.asarray(low, dtype=y.dtype), jnp.asarray(high, dtype=y.dtype)
 
     def _covariance_root(self) -> np.ndarray:
-        """(P, k) square root of the covariance over its non-null eigen-directions."""
+        """(P, k) columns of the covariance's symmetric square root Σ^½ = V·√Λ·Vᵀ (Σ = R Rᵀ).
+
+        The symmetric root, not the eigenvectors themselves: it is unique and
+        continuous in Σ, where eigenvectors of equal eigenvalues (the many
+        parameters left at one prior sd) are any basis of their space, and sigma
+        points along them would move with rounding. Column i moves leaf i by its
+        sd and its correlated leaves with it. Columns of Σ's null space (zero)
+        are dropped.
+        """
         w, V = np.linalg.eigh(self.covariance)
         keep = w > w.max() * 1e-12 if w.size and w.max() > 0 else np.zeros_like(w, bool)
-        return V[:, keep] * np.sqrt(w[keep])  # Σ = root rootᵀ
+        root = (V[:, keep] * np.sqrt(w[keep])) @ V[:, keep].T
+        norms = np.linalg.norm(root, axis=0)
+        return root[:, norms > (norms.max() * 1e-9 if norms.size and norms.max() > 0 else np.inf)]
 
     def _interval_batched(self, fn, z: float, s_res: float):
-        """:meth:`interval` with central differences over one batched numpy call of ``fn``."""
+        """:meth:`interval` over one batched numpy call of ``fn``: the prediction, central
+        differences along the k directions and the 2k sigma points."""
         theta = self.params.flat()
         root = self._covariance_root()
         tangents = root.T  # (k, P)
@@ -456,14 +511,16 @@ class Profile:
         scale = np.max(np.abs(tangents), axis=1) if k else np.zeros(0)
         h = 1e-4 / np.maximum(scale, 1e-30)
         step = h[:, None] * tangents
-        thetas = np.concatenate([theta[None], theta + step, theta - step])
+        thetas = np.concatenate(
+            [theta[None], theta + step, theta - step, theta + z * tangents, theta - z * tangents]
+        )
         out = np.asarray(fn(self.params.from_flat(thetas)), dtype=np.float64)
         y = out[0]
         shape = (k,) + (1,) * y.ndim
-        jl = (out[1 : 1 + k] - out[1 + k :]) / (2.0 * h.reshape(shape))
-        jl = np.where(scale.reshape(shape) > 0, jl, 0.0)
-        var = np.sum(jl**2, axis=0)
-        return lognormal_interval(y, var, s_res, z)
+        slope = (out[1 : 1 + k] - out[1 + k : 1 + 2 * k]) / (2.0 * h.reshape(shape))
+        slope = np.where(scale.reshape(shape) > 0, slope, 0.0)
+        plus, minus = out[1 + 2 * k : 1 + 3 * k], out[1 + 3 * k :]
+        return sigma_point_interval(y, plus, minus, slope, s_res, z)
 
     # ---- (de)serialisation ------------------------------------------------------
     def to_dict(self) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -189,6 +190,48 @@ def test_interval_closed_form_for_a_one_parameter_function(fitted):
     np.testing.assert_allclose(np.asarray(hi), t * math.exp(z * sd), rtol=1e-6)
 
 
+def _flops_only(fitted, sd: float):
+    """``fitted`` with its covariance replaced by log_flops's alone, sd ``sd``."""
+    prof = copy.copy(fitted)
+    i = fitted.leaf_names.index("log_flops")
+    cov = np.zeros_like(fitted.covariance)
+    cov[i, i] = sd**2
+    prof.covariance = cov
+    return prof
+
+
+def test_interval_follows_a_bend_instead_of_its_tangent(fitted):
+    """Sigma points (issue 22): each side widens by the tangent's log-change or by what the
+    prediction does at θ̂ ± z·σ, whichever is less. One parameter, log F with sd σ:
+
+    - t = max(c/F, 0.9·c/F̂), a compute floor at 0.9 of the prediction: the high bound is
+      the tangent's, t·e^{zσ}; the low one stops at the floor (the tangent's went to
+      t·e^{−zσ}, below it); both widened by the residual spread (root-sum-square in log);
+    - t = a + c/F with a = c/F̂: log t's slope is −½, so the tangent's ½·zσ bounds the high
+      side (f is convex there) and the sigma point the low side, −log((1 + e^{−zσ}) / 2).
+
+    The jitted and the batched numpy paths agree."""
+    sd = 0.5
+    prof = _flops_only(fitted, sd)
+    z = norm.ppf(0.95)
+    s = prof.residual_sd(0.9, "steps")
+    assert s > 0 and z * sd > -math.log(0.9)
+    c = 1e9
+    y = c / float(prof.params.flops_per_s)
+    for lo, hi in (
+        prof.interval(lambda p: jnp.maximum(c / p.flops_per_s, 0.9 * y)),
+        prof.interval(lambda p: np.maximum(c / np.asarray(p.flops_per_s), 0.9 * y), batched=True),
+    ):
+        np.testing.assert_allclose(np.asarray(hi), y * math.exp(math.hypot(z * sd, z * s)), rtol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(lo), y * math.exp(-math.hypot(-math.log(0.9), z * s)), rtol=1e-6
+        )
+    lo, hi = prof.interval(lambda p: y + c / p.flops_per_s)
+    up, down = 0.5 * z * sd, -math.log((1 + math.exp(-z * sd)) / 2)
+    np.testing.assert_allclose(float(hi), 2 * y * math.exp(math.hypot(up, z * s)), rtol=1e-6)
+    np.testing.assert_allclose(float(lo), 2 * y * math.exp(-math.hypot(down, z * s)), rtol=1e-6)
+
+
 def test_interval_properties(fitted):
     S = jnp.asarray([1e3, 1e5, 1e7])
     fn = lambda p: collective_time(p, "all_reduce", S, 4, 4)  # noqa: E731
@@ -196,8 +239,9 @@ def test_interval_properties(fitted):
     lo50, hi50 = (np.asarray(x) for x in fitted.interval(fn, level=0.5))
     lo90, hi90 = (np.asarray(x) for x in fitted.interval(fn, level=0.9))
     assert np.all(lo90 < lo50) and np.all(lo50 < t) and np.all(t < hi50) and np.all(hi50 < hi90)
-    # Log-symmetric around the prediction.
-    np.testing.assert_allclose(np.log(hi90 / t), np.log(t / lo90), rtol=1e-9)
+    # α + S·β is log-convex in the log-stored leaves: the tangent bounds the high side
+    # and the low side is no wider (log-symmetric where the time is log-linear in them).
+    assert np.all(np.log(hi90 / t) >= np.log(t / lo90) - 1e-12)
     # One rank: the model's time is 0, and so is the interval's width.
     lo, hi = fitted.interval(lambda p: collective_time(p, "all_reduce", S, 1, 1))
     assert np.all(np.asarray(lo) == 0) and np.all(np.asarray(hi) == 0)

@@ -433,9 +433,11 @@ def test_intervals_shrink_with_the_covariance(resnet18, preset_profile):
     ):
         lo, hi = a.interval_s
         assert lo < a.iteration_time_s < hi
-        # a preset has no residual spread: the log-width is 2zσ, and σ halves
+        # a preset has no residual spread: the tangent's log-width is 2zσ and halves with
+        # σ; where the step levels off within zσ the sigma points narrow the wide one more
         ratio = math.log(b.interval_s[1] / b.interval_s[0]) / math.log(hi / lo)
-        assert ratio == pytest.approx(0.5, rel=1e-3)
+        assert 0.5 * (1 - 1e-3) <= ratio < 1
+        assert lo <= b.interval_s[0] and b.interval_s[1] <= hi
     assert 0.0 <= wide.p_best <= 1.0
     # (almost) no uncertainty: the nominal winner wins every draw
     certain = tuner.recommend(_scaled_profile(preset_profile, 1e-10), resnet18, **kw)

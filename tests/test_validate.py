@@ -219,7 +219,7 @@ def test_load_params_from_a_profile(tmp_path):
         assert r.interval_low_s <= r.predicted_s <= r.interval_high_s
     inside = [r.interval_low_s <= r.measured_s <= r.interval_high_s for r in res.rows]
     assert res.interval_coverage == pytest.approx(np.mean(inside))
-    assert inside[1:3] == [True] * 2
+    assert 0 < res.interval_coverage < 1  # some measured times in, some out: a real count
     half = [(r.interval_high_s - r.interval_low_s) / 2 / r.predicted_s for r in res.rows]
     assert res.interval_half_width == pytest.approx(np.median(half))
     assert res.to_dict()["interval_half_width"] == res.interval_half_width

@@ -701,9 +701,10 @@ def _intervals(ctx: _Context, spec_rows: list, level: float, nominal) -> tuple:
 
     For bare parameters (no covariance) the interval is the point: ``nominal``
     is returned without evaluating anything. Otherwise the profile's
-    :meth:`interval` (delta method + held-out residual spread) evaluates every
+    :meth:`interval` (sigma points along the covariance, central differences
+    where one is not finite, and the held-out residual spread) evaluates every
     configuration under every perturbed parameter set in one numpy call
-    (``batched=True``: central differences, nothing compiled). A profile
+    (``batched=True``: nothing compiled). A profile
     object whose ``interval`` takes no ``batched`` gets the jitted function
     whose directional derivatives are central differences
     (:func:`tuner._search.spec_times_fd`); should they not be finite,

@@ -915,8 +915,8 @@ def central_differences(primal):
     For a tangent v of the parameter leaves, the derivative is
     (f(θ + h·v) − f(θ − h·v)) / 2h with h = ε / max|v| (ε = 10⁻⁴ in float64,
     10⁻² in float32): the unconstrained parameters move by a factor e^{±ε}
-    at most; a zero tangent has a zero derivative. A profile's delta method
-    (``Profile.interval``, ``jax.jvp`` vmapped over tangents) then needs only
+    at most; a zero tangent has a zero derivative. A profile's interval
+    (``Profile.interval``: its tangents, ``jax.jvp`` vmapped) then needs only
     the primal program, which compiles several times faster than the
     forward-mode-differentiated one, does not meet the NaN derivative that
     padding causes (see :func:`evaluate`), and averages over the model's
