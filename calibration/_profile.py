@@ -93,16 +93,22 @@ def sigma_point_interval(y, plus, minus, slope, s_res: float, z: float):
 
     For a prediction log-linear in θ both are the same and this is the delta
     method's log-normal interval, log y ± z·sqrt(J Σ Jᵀ / y² + s_res²) (Seber &
-    Wild, *Nonlinear Regression*, 1989, §5.1). Where f levels off, the sigma
-    point sees it and the tangent does not (unscented transform: Julier &
-    Uhlmann, Proc. IEEE 2004): a step whose unmeasured communication factor
-    is ×6 uncertain (a prior) cannot fall below its compute, where the
+    Wild, *Nonlinear Regression*, 1989, §5.1). Where f levels off within z·σ,
+    the sigma point sees it and the tangent does not (unscented transform:
+    Julier & Uhlmann, Proc. IEEE 2004): a step whose unmeasured communication
+    factor is ×6 uncertain (a prior) cannot fall below its compute, where the
     tangent's bound did (issue 22: 6.4 s for a 24.3-s step whose compute alone
-    took 19.5 s). Where f turns away only far from θ̂ (a regime of a softmin
-    that the data leave at its prior: at θ̂ ± z·σ it would undercut measured
-    sizes that the Gaussian approximation does not see exclude it), the
-    tangent bounds it. A direction whose sigma point is not a positive finite
-    time keeps its tangent.
+    took 19.5 s). Where f turns away only far from θ̂ the tangent bounds it:
+    the Laplace approximation's Gaussian does not see the data that exclude
+    such points (a regime of a softmin left at its prior undercutting
+    measured sizes; parameters the data confound, a node cap against γ, moved
+    together along a line that is flat only near θ̂: an NVLink all-reduce of
+    1 GiB fitted on nccl-tests read ×5.3–5.6 wide at the sigma points, ×1.3
+    at most as the data pin it). So an interval is never wider than the delta
+    method's, and where the step turns up beyond z·σ (an exchange hidden at θ̂,
+    exposed at a larger factor) it is as narrow as the delta method's. A
+    direction whose sigma point is not a positive finite time keeps its
+    tangent.
 
     Args:
         y: predictions, any shape; where y ≤ 0 or not finite the interval is y itself.
@@ -117,6 +123,16 @@ def sigma_point_interval(y, plus, minus, slope, s_res: float, z: float):
     y = np.asarray(y, dtype=np.float64)
     pos = (y > 0) & np.isfinite(y)
     safe = np.where(pos, y, 1.0)
+    up, down = _sigma_sides(safe, plus, minus, slope, z)
+    res = (z * s_res) ** 2
+    hi = np.sqrt(np.sum(up**2, axis=0) + res)
+    lo = np.sqrt(np.sum(down**2, axis=0) + res)
+    return np.where(pos, safe * np.exp(-lo), y), np.where(pos, safe * np.exp(hi), y)
+
+
+def _sigma_sides(safe, plus, minus, slope, z: float):
+    """(up, down), each (k, *y.shape): every direction's log-widening of each side
+    (:func:`sigma_point_interval`'s up_i, down_i) for predictions ``safe`` > 0."""
     plus, minus = np.asarray(plus, np.float64), np.asarray(minus, np.float64)
     lin = np.nan_to_num(z * np.abs(np.asarray(slope, np.float64)) / safe)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -125,10 +141,7 @@ def sigma_point_interval(y, plus, minus, slope, s_res: float, z: float):
         w = np.where(good, np.log(np.where(good, minus, 1.0) / safe), 0.0)
     up = np.where(good, np.minimum(lin, np.maximum(np.maximum(u, w), 0.0)), lin)
     down = np.where(good, np.minimum(lin, np.maximum(np.maximum(-u, -w), 0.0)), lin)
-    res = (z * s_res) ** 2
-    hi = np.sqrt(np.sum(up**2, axis=0) + res)
-    lo = np.sqrt(np.sum(down**2, axis=0) + res)
-    return np.where(pos, safe * np.exp(-lo), y), np.where(pos, safe * np.exp(hi), y)
+    return up, down
 
 
 def _check_level(level) -> float:
@@ -463,8 +476,95 @@ class Profile:
         level = _check_level(level)
         z = _z(level)
         s_res = self.residual_sd(level, of)
+        y, plus, minus, slope, _ = self._sigma_points(fn, z, batched)
+        low, high = sigma_point_interval(y, plus, minus, slope, s_res, z)
         if batched:
-            return self._interval_batched(fn, z, s_res)
+            return low, high
+        return jnp.asarray(low, dtype=y.dtype), jnp.asarray(high, dtype=y.dtype)
+
+    def interval_drivers(
+        self, fn, level: float = 0.9, *, batched: bool = False, of: str = "steps"
+    ) -> list[tuple[str, float]]:
+        """What sets the high side of :meth:`interval`'s bound for a scalar prediction.
+
+        Each column of the covariance's symmetric square root belongs to one
+        leaf (it moves that leaf by its sd, and its correlated leaves with it);
+        its share is up_i² over the high side's log-variance Σ up_j² + (z·s_res)²
+        (:func:`sigma_point_interval`), named by the physical parameter of
+        :meth:`parameter_table` that the leaf is the last term of (a regime's
+        factor: the regime's α or β). The residual spread of the held-out
+        microbenchmarks (or steps) is ``"held-out residual"``.
+
+        Args:
+            fn, level, batched, of: as :meth:`interval`; ``fn`` returns one
+                value (shape () or (1,); (D,) or (D, 1) with ``batched``).
+
+        Returns:
+            ``[(name, share), …]``, shares in [0, 1] summing to 1 (empty when
+            the interval has no width), largest first.
+
+        Raises:
+            ValueError: ``level`` or ``of`` as :meth:`interval`, or ``fn``
+                returns more than one value.
+        """
+        level = _check_level(level)
+        z = _z(level)
+        s_res = self.residual_sd(level, of)
+        y, plus, minus, slope, cols = self._sigma_points(fn, z, batched)
+        if np.size(y) != 1:
+            raise ValueError(f"interval_drivers: fn must return one value, got shape {np.shape(y)}")
+        y = float(np.ravel(y)[0])
+        if not (y > 0 and math.isfinite(y)):
+            return []
+        k = len(cols)
+        up, _ = _sigma_sides(y, np.reshape(plus, (k,)), np.reshape(minus, (k,)),
+                             np.reshape(slope, (k,)), z)  # fmt: skip
+        total = float(np.sum(up**2)) + (z * s_res) ** 2
+        if total <= 0:
+            return []
+        names = self._leaf_quantity_names()
+        shares: dict[str, float] = {}
+        for i, u in zip(cols, up, strict=True):
+            shares[names[i]] = shares.get(names[i], 0.0) + float(u) ** 2 / total
+        if s_res > 0:
+            shares["held-out residual"] = (z * s_res) ** 2 / total
+        return sorted(shares.items(), key=lambda kv: -kv[1])
+
+    def _leaf_quantity_names(self) -> list[str]:
+        """Leaf index → the :meth:`parameter_table` name whose last term it is."""
+        names = list(self.leaf_names)
+        for q in self._layout.quantities():
+            nz = np.flatnonzero(q.coef)
+            if nz.size:
+                names[int(nz.max())] = q.name
+        return names
+
+    def _sigma_points(self, fn, z: float, batched: bool):
+        """``(y, plus, minus, slope, cols)`` of :func:`sigma_point_interval` for ``fn``,
+        numpy arrays; ``cols`` the leaf index of each direction."""
+        root, cols = self._covariance_root()
+        k = root.shape[1]
+        if batched:
+            theta = self.params.flat()
+            tangents = root.T  # (k, P)
+            scale = np.max(np.abs(tangents), axis=1) if k else np.zeros(0)
+            h = 1e-4 / np.maximum(scale, 1e-30)
+            step = h[:, None] * tangents
+            thetas = np.concatenate(
+                [
+                    theta[None],
+                    theta + step,
+                    theta - step,
+                    theta + z * tangents,
+                    theta - z * tangents,
+                ]
+            )
+            out = np.asarray(fn(self.params.from_flat(thetas)), dtype=np.float64)
+            y = out[0]
+            shape = (k,) + (1,) * y.ndim
+            slope = (out[1 : 1 + k] - out[1 + k : 1 + 2 * k]) / (2.0 * h.reshape(shape))
+            slope = np.where(scale.reshape(shape) > 0, slope, 0.0)
+            return y, out[1 + 2 * k : 1 + 3 * k], out[1 + 3 * k :], slope, cols
         theta = self.theta
         layout = self._layout
         links = self.params.host_links
@@ -473,20 +573,19 @@ class Profile:
             return jnp.asarray(fn(layout.unflatten(th, host_links=links)))
 
         y = g(theta)
-        root = self._covariance_root()
-        if root.shape[1]:
-            tangents = jnp.asarray(root.T, dtype=theta.dtype)
-            slope = jax.vmap(lambda v: jax.jvp(g, (theta,), (v,))[1])(tangents)  # (k, *out)
-            sides = jax.vmap(g)(jnp.concatenate([theta + z * tangents, theta - z * tangents]))
-            k = root.shape[1]
-            plus, minus = np.asarray(sides[:k]), np.asarray(sides[k:])
-        else:
-            slope = plus = minus = np.zeros((0, *np.shape(y)))
-        low, high = sigma_point_interval(y, plus, minus, slope, s_res, z)
-        return jnp.asarray(low, dtype=y.dtype), jnp.asarray(high, dtype=y.dtype)
+        if not k:
+            empty = np.zeros((0, *np.shape(y)))
+            return y, empty, empty, empty, cols
+        tangents = jnp.asarray(root.T, dtype=theta.dtype)
+        slope = jax.vmap(lambda v: jax.jvp(g, (theta,), (v,))[1])(tangents)  # (k, *out)
+        sides = np.asarray(
+            jax.vmap(g)(jnp.concatenate([theta + z * tangents, theta - z * tangents]))
+        )
+        return y, sides[:k], sides[k:], np.asarray(slope), cols
 
-    def _covariance_root(self) -> np.ndarray:
-        """(P, k) columns of the covariance's symmetric square root Σ^½ = V·√Λ·Vᵀ (Σ = R Rᵀ).
+    def _covariance_root(self) -> tuple[np.ndarray, np.ndarray]:
+        """(P, k) columns of the covariance's symmetric square root Σ^½ = V·√Λ·Vᵀ (Σ = R Rᵀ),
+        and the (k,) leaf index of each column.
 
         The symmetric root, not the eigenvectors themselves: it is unique and
         continuous in Σ, where eigenvectors of equal eigenvalues (the many
@@ -499,28 +598,10 @@ class Profile:
         keep = w > w.max() * 1e-12 if w.size and w.max() > 0 else np.zeros_like(w, bool)
         root = (V[:, keep] * np.sqrt(w[keep])) @ V[:, keep].T
         norms = np.linalg.norm(root, axis=0)
-        return root[:, norms > (norms.max() * 1e-9 if norms.size and norms.max() > 0 else np.inf)]
-
-    def _interval_batched(self, fn, z: float, s_res: float):
-        """:meth:`interval` over one batched numpy call of ``fn``: the prediction, central
-        differences along the k directions and the 2k sigma points."""
-        theta = self.params.flat()
-        root = self._covariance_root()
-        tangents = root.T  # (k, P)
-        k = tangents.shape[0]
-        scale = np.max(np.abs(tangents), axis=1) if k else np.zeros(0)
-        h = 1e-4 / np.maximum(scale, 1e-30)
-        step = h[:, None] * tangents
-        thetas = np.concatenate(
-            [theta[None], theta + step, theta - step, theta + z * tangents, theta - z * tangents]
+        cols = np.flatnonzero(
+            norms > (norms.max() * 1e-9 if norms.size and norms.max() > 0 else np.inf)
         )
-        out = np.asarray(fn(self.params.from_flat(thetas)), dtype=np.float64)
-        y = out[0]
-        shape = (k,) + (1,) * y.ndim
-        slope = (out[1 : 1 + k] - out[1 + k : 1 + 2 * k]) / (2.0 * h.reshape(shape))
-        slope = np.where(scale.reshape(shape) > 0, slope, 0.0)
-        plus, minus = out[1 + 2 * k : 1 + 3 * k], out[1 + 3 * k :]
-        return sigma_point_interval(y, plus, minus, slope, s_res, z)
+        return root[:, cols], cols
 
     # ---- (de)serialisation ------------------------------------------------------
     def to_dict(self) -> dict:

@@ -202,12 +202,12 @@ def _flops_only(fitted, sd: float):
 
 def test_interval_follows_a_bend_instead_of_its_tangent(fitted):
     """Sigma points (issue 22): each side widens by the tangent's log-change or by what the
-    prediction does at θ̂ ± z·σ, whichever is less. One parameter, log F with sd σ:
+    prediction does at θ̂ ± z·σ, whichever is less. One parameter, log F with sd σ, each
+    bound widened by the residual spread (root-sum-square in log):
 
     - t = max(c/F, 0.9·c/F̂), a compute floor at 0.9 of the prediction: the high bound is
-      the tangent's, t·e^{zσ}; the low one stops at the floor (the tangent's went to
-      t·e^{−zσ}, below it); both widened by the residual spread (root-sum-square in log);
-    - t = a + c/F with a = c/F̂: log t's slope is −½, so the tangent's ½·zσ bounds the high
+      t·e^{zσ}; the low one stops at the floor (the tangent's went to t·e^{−zσ}, below it);
+    - t = a + c/F with a = c/F̂ (log t's slope −½): the tangent's ½·zσ bounds the high
       side (f is convex there) and the sigma point the low side, −log((1 + e^{−zσ}) / 2).
 
     The jitted and the batched numpy paths agree."""
@@ -222,7 +222,9 @@ def test_interval_follows_a_bend_instead_of_its_tangent(fitted):
         prof.interval(lambda p: jnp.maximum(c / p.flops_per_s, 0.9 * y)),
         prof.interval(lambda p: np.maximum(c / np.asarray(p.flops_per_s), 0.9 * y), batched=True),
     ):
-        np.testing.assert_allclose(np.asarray(hi), y * math.exp(math.hypot(z * sd, z * s)), rtol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(hi), y * math.exp(math.hypot(z * sd, z * s)), rtol=1e-6
+        )
         np.testing.assert_allclose(
             np.asarray(lo), y * math.exp(-math.hypot(-math.log(0.9), z * s)), rtol=1e-6
         )
@@ -230,6 +232,25 @@ def test_interval_follows_a_bend_instead_of_its_tangent(fitted):
     up, down = 0.5 * z * sd, -math.log((1 + math.exp(-z * sd)) / 2)
     np.testing.assert_allclose(float(hi), 2 * y * math.exp(math.hypot(up, z * s)), rtol=1e-6)
     np.testing.assert_allclose(float(lo), 2 * y * math.exp(-math.hypot(down, z * s)), rtol=1e-6)
+
+
+def test_interval_drivers_split_the_high_side_between_parameters_and_residual(fitted):
+    """t = c/F with log F of sd σ: the high side's log-variance is (zσ)² from flops_per_s
+    and (z·s_res)² from the held-out residual; the shares are those fractions, largest
+    first, in both paths. A prediction of several values is refused."""
+    sd = 0.5
+    prof = _flops_only(fitted, sd)
+    s = prof.residual_sd(0.9, "steps")
+    want = (sd**2) / (sd**2 + s**2)
+    for got in (
+        prof.interval_drivers(lambda p: 1e9 / p.flops_per_s),
+        prof.interval_drivers(lambda p: 1e9 / np.asarray(p.flops_per_s), batched=True),
+    ):
+        assert [n for n, _ in got] == ["flops_per_s", "held-out residual"]
+        assert got[0][1] == pytest.approx(want, rel=1e-6)
+        assert sum(v for _, v in got) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="one value"):
+        prof.interval_drivers(lambda p: 1e9 / p.flops_per_s * jnp.ones(2))
 
 
 def test_interval_properties(fitted):

@@ -814,3 +814,60 @@ def test_a_compute_bound_choice_says_why_its_efficiency_is_below_one():
     solo = tuner.recommend(p, w, max_workers=1, ranks_per_node=2, architectures=["ring"])
     solo_text = " ".join(solo.rationale) if isinstance(solo.rationale, list) else solo.rationale
     assert "sharing a node's cores" not in solo_text
+
+
+def _step_comm_sd(base: Profile, sd: float) -> Profile:
+    """``base`` with every leaf pinned (sd 0.001) but step_comm_factor's, which gets ``sd``."""
+    i = base.leaf_names.index("log_step_comm")
+    cov = np.diag(np.full(len(base.leaf_names), 1e-6))
+    cov[i, i] = sd**2
+    return Profile(params=base.params, covariance=cov, leaf_names=base.leaf_names, prior=base.prior)
+
+
+def test_a_wide_interval_names_the_unmeasured_parameter_that_sets_it(resnet18):
+    """Issue 22: with no training steps, step_comm_factor stays at its prior (×3 either
+    way) and sets the 90% interval of a step whose exchange is exposed; the warnings say
+    so, with the command that measures it. Pinned (sd 0.01, as steps pin it), the
+    interval is narrow and the note is gone."""
+    base = Profile.from_preset("ethernet-10g", "v100")
+    kw = dict(max_workers=16, architectures=["ring"], refine=False)
+    wide = tuner.recommend(_step_comm_sd(base, math.log(3.0)), resnet18, **kw)
+    lo, hi = wide.config.interval_s
+    assert hi > 1.25 * wide.config.iteration_time_s
+    notes = [w for w in wide.warnings if "is wide mostly because of" in w]
+    assert len(notes) == 1
+    assert "step_comm_factor" in notes[0] and "--steps" in notes[0] and "run --validate" in notes[0]
+    narrow = tuner.recommend(_step_comm_sd(base, 0.01), resnet18, **kw)
+    lo, hi = narrow.config.interval_s
+    assert hi < 1.05 * narrow.config.iteration_time_s
+    assert not any("is wide" in w for w in narrow.warnings)
+
+
+def test_a_base_link_parameter_whose_regime_products_are_identified_is_not_named(resnet18):
+    """A regime's β is base × factor: a profile whose inter-node base β and all_reduce
+    factors are each uncertain (sd 1) but whose products are pinned (the fit's usual
+    confounding) does not warn that the ring depends on an unidentified
+    beta_s_per_byte[inter]; the same profile with the products free does."""
+    base = Profile.from_preset("ethernet-10g", "v100")
+    names = base.leaf_names
+    v = np.zeros(len(names))
+    v[names.index("log_beta[inter]")] = 1.0
+    for i, n in enumerate(names):
+        if n.startswith("regime_log_beta[all_reduce,inter,"):
+            v[i] = -1.0
+    kw = dict(max_workers=16, architectures=["ring"], refine=False)
+
+    def unidentified(cov):
+        measured = {"message_bytes": [1024, 1 << 24], "num_ranks": [2, 4],
+                    "ranks_per_node": [1, 1], "collectives": ["all_reduce"]}  # fmt: skip
+        prof = Profile(params=base.params, covariance=cov, leaf_names=names, prior=base.prior,
+                       measured_ranges=measured)  # fmt: skip
+        assert not prof.identified["beta_s_per_byte[inter]"]
+        rec = tuner.recommend(prof, resnet18, **kw)
+        return [w for w in rec.warnings if "could not identify" in w]
+
+    pinned = np.outer(v, v) + np.diag(np.full(len(names), 1e-6))
+    assert unidentified(pinned) == []
+    free = np.diag(np.where(v != 0, 1.0, 1e-6))
+    (w,) = unidentified(free)
+    assert "beta_s_per_byte[inter]" in w

@@ -980,15 +980,31 @@ def _range(mr: Mapping, key: str):
     return lo, hi
 
 
-def _relevant_names(chosen: _Row, g: int):
-    """A predicate on profile parameter names: does the chosen configuration use it?"""
+def _relevant_names(chosen: _Row, g: int, ident: Mapping | None = None):
+    """A predicate on profile parameter names: does the chosen configuration use it?
+
+    A level's base α or β counts only where a collective the configuration uses
+    has no identified regime value of it at that level (``ident``): a regime's
+    α and β are base × factor, and where every used product is identified the
+    base's own spread does not reach the prediction.
+    """
     levels = (["inter"] if chosen.n > g else []) + (["intra"] if g > 1 else [])
     colls = _collectives_used(chosen, g)
+    ident = ident or {}
+
+    def covered(base: str, level: str) -> bool:
+        for c in colls:
+            keys = [k for k in ident if k.startswith(f"regime_{base}[{c},{level},")]
+            if not keys or not all(ident[k] for k in keys):
+                return False
+        return bool(colls)
 
     def relevant(name: str) -> bool:
         base, _, idx = name.partition("[")
         parts = idx.rstrip("]").split(",") if idx else []
-        if base in ("alpha_s", "beta_s_per_byte", "node_beta_s_per_byte"):
+        if base in ("alpha_s", "beta_s_per_byte"):
+            return bool(parts) and parts[0] in levels and not covered(base, parts[0])
+        if base == "node_beta_s_per_byte":
             return bool(parts) and parts[0] in levels
         if base.startswith("regime_") and base != "regime_sharpness":
             return len(parts) >= 2 and parts[0] in colls and parts[1] in levels
@@ -1001,6 +1017,59 @@ def _relevant_names(chosen: _Row, g: int):
         return base == "flops_per_s"
 
     return relevant
+
+
+#: Physical names of the step terms (:data:`calibration.STEP_TERMS`), which training
+#: steps measure and microbenchmarks do not.
+_STEP_TERM_NAMES = (
+    "step_comm_factor",
+    "step_overhead_s",
+    "overlap_interference",
+    "backward_hide",
+)
+#: An interval whose high side is more than this over the prediction gets a note on
+#: what sets it.
+_WIDE_INTERVAL = 1.25
+
+
+def _interval_note(ctx: _Context, chosen: _Row, lo: float, hi: float) -> str | None:
+    """A warning naming the unidentified parameter that sets most of a wide interval.
+
+    ``None`` unless the chosen step's 90% high bound is over ×1.25 its prediction
+    and half or more of that side's log-variance
+    (:meth:`calibration.Profile.interval_drivers`) comes from one parameter the
+    measurements do not identify; the warning says what would measure it.
+    """
+    prof = ctx.profile
+    t = float(chosen.t)
+    if not (t > 0 and hi > _WIDE_INTERVAL * t) or not takes_batched(prof):
+        return None
+    drivers = getattr(prof, "interval_drivers", None)
+    if drivers is None:
+        return None
+    spec, _ = TimeSpec.build(ctx.workload, ctx.ranks_per_node, _spec_rows(ctx, [chosen]))
+    ranked = drivers(lambda p: spec_times(p, spec), 0.9, batched=True)
+    if not ranked:
+        return None
+    name, share = ranked[0]
+    ident = getattr(prof, "identified", None) or {}
+    if share < 0.5 or name not in ident or ident[name]:
+        return None
+    if name in _STEP_TERM_NAMES:
+        how = (
+            "training steps measure it: `ddltune calibrate MEASUREMENTS --steps RUNS.csv` "
+            "with runs you already have, or `ddltune run --validate`, which trains a small "
+            "model on the workers it measures"
+        )
+    elif "inter" in name:
+        how = "measurements with ranks on more than one node measure it"
+    else:
+        how = "measurements that exercise it would narrow the interval"
+    return (
+        f"the 90% interval of the step ({lo:.3g} s – {hi:.3g} s) is wide mostly because of {name} "
+        f"({format_percent(share, 0)} of its upper side's variance), which the measurements do "
+        f"not identify (it stays near its prior); {how}"
+    )
 
 
 def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bare) -> list[str]:
@@ -1059,7 +1128,7 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
             )
     ident = getattr(profile, "identified", None) or {}
     if isinstance(ident, Mapping) and (ranks is not None or sizes is not None):
-        relevant = _relevant_names(chosen, ctx.ranks_per_node)
+        relevant = _relevant_names(chosen, ctx.ranks_per_node, ident)
         not_id = sorted(str(k) for k, v in ident.items() if not v and relevant(str(k)))
         if not_id:
             shown = ", ".join(not_id[:6]) + (
@@ -1545,6 +1614,9 @@ def _assemble(
     p_best = _p_best(ctx, prof, chosen, others[:1], scorer) if not bare else float("nan")
     rationale = _rationale(prof.params, ctx, chosen, others, scorer, memory_note)
     warns = _warnings(prof, ctx, chosen, not reliable, excluded, bare)
+    note = None if bare else _interval_note(ctx, chosen, lo_by[0], hi_by[0])
+    if note is not None:
+        warns.append(note)
     if len(variants) == 1:
         warns.append("only one architecture was searched: p_best does not apply")
     configs = [
