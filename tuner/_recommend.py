@@ -1057,9 +1057,9 @@ def _interval_note(ctx: _Context, chosen: _Row, lo: float, hi: float) -> str | N
         return None
     if name in _STEP_TERM_NAMES:
         how = (
-            "training steps measure it: `ddltune calibrate MEASUREMENTS --steps RUNS.csv` "
-            "with runs you already have, or `ddltune run --validate`, which trains a small "
-            "model on the workers it measures"
+            "training steps measure it: `ddltune calibrate MEASUREMENTS --steps RUNS -o P` "
+            "with a CSV of runs you already have, or with the step records that `ddltune "
+            "run --validate` writes (DIR/validation.jsonl), then recommend from P"
         )
     elif "inter" in name:
         how = "measurements with ranks on more than one node measure it"
