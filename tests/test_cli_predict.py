@@ -4,6 +4,7 @@ definitions hold, and bad input is one line naming the flag (exit 2, or 1 for fi
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -464,3 +465,45 @@ def test_the_cpu_preset_says_how_it_slows_small_gemms(capsys):
     assert code == 0 and "a GEMM of smallest dimension m at m / (m + 16) of it" in out
     code, out, _ = _run(capsys, *base, "--device", "v100")
     assert code == 0 and "smallest dimension" not in out
+
+
+def test_predictions_with_a_profile_run_its_interval_in_numpy_and_match_the_jitted_one():
+    """``ddltune predict --profile`` took 4–7 s on the jitted interval (vmapped over the
+    sigma points); it now evaluates every perturbed parameter set in one numpy call, as
+    ``recommend`` does. The intervals are the jitted path's (tangents: central differences
+    against jax.jvp) for iterations and for a collective, on a fitted-like profile (the
+    preset's covariance widened to ×1.5 per leaf, so that the bounds are not the point)."""
+    import copy
+
+    import tuner
+    from calibration import Profile
+    from costmodel import get_workload
+
+    base = Profile.from_preset("ethernet-10g", "v100")
+    prof = Profile(
+        params=base.params,
+        covariance=np.eye(len(base.leaf_names)) * math.log(1.5) ** 2,
+        leaf_names=base.leaf_names,
+        prior=base.prior,
+    )
+
+    class JaxOnly(Profile):
+        def interval(self, fn, level=0.9, *, of="steps"):  # no batched: the jitted path
+            return super().interval(fn, level, of=of)
+
+    jax_only = copy.copy(prof)
+    jax_only.__class__ = JaxOnly
+    w = get_workload("resnet18", 32)
+    rows = {}
+    for name, p in (("numpy", prof), ("jax", jax_only)):
+        its = tuner.predict_iterations(
+            p, w, ["ring", "ps"], [2, 8], bucket_bytes=[1 << 20, 25 << 20]
+        )
+        coll = tuner.predict_collective(
+            p, "all_reduce", [1024, 1 << 20, 1 << 26], 8, ranks_per_node=4
+        )
+        rows[name] = [r["interval_s"] for r in its + coll]
+    assert len(rows["numpy"]) == 8 + 3
+    for a, b in zip(rows["numpy"], rows["jax"], strict=True):
+        assert a[0] < a[1]
+        np.testing.assert_allclose(a, b, rtol=1e-5)

@@ -34,6 +34,7 @@ from costmodel import (
 )
 
 from ._format import format_range
+from ._uncertainty import takes_batched
 
 __all__ = [
     "PREDICTION_LEVEL",
@@ -60,11 +61,30 @@ def _split(cluster: ClusterParams | Profile) -> tuple[ClusterParams, Profile | N
     )
 
 
-def _interval(profile: Profile | None, fn, level: float, of: str = "steps"):
+def _interval(profile: Profile | None, fn, level: float, of: str = "steps", batched=False):
     if profile is None:
         return None
-    low, high = profile.interval(fn, level=level, of=of)
+    if batched and takes_batched(profile):  # fn runs in numpy on a batch of parameter sets
+        low, high = profile.interval(fn, level=level, of=of, batched=True)
+    else:
+        low, high = profile.interval(fn, level=level, of=of)
     return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+
+
+def _grid_interval(profile, workload, arch, colocated: bool, grid, ranks_per_node, level):
+    """The ``level`` intervals of the step times of ``grid`` [(k, n, b), …] for one
+    architecture, with every perturbed parameter set in one numpy call (the tuner's
+    :func:`~tuner._search.spec_times`, nothing compiled): what ``recommend`` does."""
+    from ._search import TimeSpec, Variant, spec_times
+
+    batch = float(workload.batch_size)
+    v = Variant(arch.name, colocated=colocated)
+    rows = [(v, n, k or 1, b, batch, batch) for k, n, b in grid]
+    spec, order = TimeSpec.build(workload, ranks_per_node, rows)
+    lo, hi = profile.interval(lambda p: spec_times(p, spec), level=level, batched=True)
+    out_lo, out_hi = np.empty(len(rows)), np.empty(len(rows))
+    out_lo[order], out_hi[order] = np.ravel(lo), np.ravel(hi)
+    return out_lo, out_hi
 
 
 def _span(profile, key):
@@ -375,7 +395,10 @@ def predict_iterations(
             return bd
 
         out = predict(params).to_dict()
-        interval = _interval(profile, lambda p, f=predict: f(p).iteration_s, level)
+        if profile is not None and takes_batched(profile):  # every parameter set in numpy
+            interval = _grid_interval(profile, workload, arch, coloc, grid, ranks_per_node, level)
+        else:
+            interval = _interval(profile, lambda p, f=predict: f(p).iteration_s, level)
         for i, (k, n, b) in enumerate(grid):
             row = {
                 "architecture": a,
@@ -452,8 +475,8 @@ def predict_collective(
     def predict(p):
         return collective_time(p, collective, S, n, g, algorithm=algorithm)
 
-    t = np.asarray(predict(params), dtype=np.float64)
-    interval = _interval(profile, predict, level, of="microbenchmarks")
+    t = np.asarray(predict(params.to_numpy()), dtype=np.float64)  # numpy: nothing compiled
+    interval = _interval(profile, predict, level, of="microbenchmarks", batched=True)
     factor = float(BUSBW_FACTOR(collective, n))
     rows = []
     for i, s in enumerate(message_bytes):
