@@ -77,7 +77,7 @@ def _spread(r: np.ndarray, level: float, scale: float) -> float:
     return float(np.sort(np.abs(r))[k - 1]) * scale / _z(level)
 
 
-def sigma_point_interval(y, plus, minus, slope, s_res: float, z: float):
+def sigma_point_interval(y, plus, minus, slope, s_res: float, z: float, exact=None):
     """``(low, high)`` of a prediction from its tangent and its values at sigma points.
 
     With Σ = R Rᵀ (R's k columns r_i), the prediction y = f(θ̂), its directional
@@ -106,9 +106,14 @@ def sigma_point_interval(y, plus, minus, slope, s_res: float, z: float):
     1 GiB fitted on nccl-tests read ×5.3–5.6 wide at the sigma points, ×1.3
     at most as the data pin it). So an interval is never wider than the delta
     method's, and where the step turns up beyond z·σ (an exchange hidden at θ̂,
-    exposed at a larger factor) it is as narrow as the delta method's. A
-    direction whose sigma point is not a positive finite time keeps its
-    tangent.
+    exposed at a larger factor) it is as narrow as the delta method's, except
+    along the directions marked ``exact``: a leaf whose posterior is its
+    prior because nothing that could be measured was (the step terms of a
+    profile fitted without training steps) has an exactly Gaussian
+    distribution at any distance, and its sigma points are its quantiles:
+    both sides take them, up_i = max(log(f(θ̂ ± z·r_i) / y), 0) and down_i
+    likewise. A direction whose sigma point is not a positive finite time
+    keeps its tangent.
 
     Args:
         y: predictions, any shape; where y ≤ 0 or not finite the interval is y itself.
@@ -116,6 +121,8 @@ def sigma_point_interval(y, plus, minus, slope, s_res: float, z: float):
         slope: (k, *y.shape) the directional derivatives J·r_i, units of y.
         s_res: residual log-spread (:meth:`Profile.residual_sd`), ≥ 0.
         z: the normal quantile of the level.
+        exact: (k,) bool, the directions whose Gaussian is exact (see above);
+            default none.
 
     Returns:
         float64 numpy arrays of y's shape.
@@ -123,14 +130,14 @@ def sigma_point_interval(y, plus, minus, slope, s_res: float, z: float):
     y = np.asarray(y, dtype=np.float64)
     pos = (y > 0) & np.isfinite(y)
     safe = np.where(pos, y, 1.0)
-    up, down = _sigma_sides(safe, plus, minus, slope, z)
+    up, down = _sigma_sides(safe, plus, minus, slope, z, exact)
     res = (z * s_res) ** 2
     hi = np.sqrt(np.sum(up**2, axis=0) + res)
     lo = np.sqrt(np.sum(down**2, axis=0) + res)
     return np.where(pos, safe * np.exp(-lo), y), np.where(pos, safe * np.exp(hi), y)
 
 
-def _sigma_sides(safe, plus, minus, slope, z: float):
+def _sigma_sides(safe, plus, minus, slope, z: float, exact=None):
     """(up, down), each (k, *y.shape): every direction's log-widening of each side
     (:func:`sigma_point_interval`'s up_i, down_i) for predictions ``safe`` > 0."""
     plus, minus = np.asarray(plus, np.float64), np.asarray(minus, np.float64)
@@ -139,9 +146,21 @@ def _sigma_sides(safe, plus, minus, slope, z: float):
         good = (plus > 0) & np.isfinite(plus) & (minus > 0) & np.isfinite(minus)
         u = np.where(good, np.log(np.where(good, plus, 1.0) / safe), 0.0)
         w = np.where(good, np.log(np.where(good, minus, 1.0) / safe), 0.0)
-    up = np.where(good, np.minimum(lin, np.maximum(np.maximum(u, w), 0.0)), lin)
-    down = np.where(good, np.minimum(lin, np.maximum(np.maximum(-u, -w), 0.0)), lin)
+    rise = np.maximum(np.maximum(u, w), 0.0)
+    fall = np.maximum(np.maximum(-u, -w), 0.0)
+    if exact is not None and np.any(exact):
+        ex = np.reshape(np.asarray(exact, bool), (-1,) + (1,) * (np.ndim(lin) - 1))
+        rise_cap, fall_cap = np.where(ex, np.inf, lin), np.where(ex, np.inf, lin)
+    else:
+        rise_cap = fall_cap = lin
+    up = np.where(good, np.minimum(rise_cap, rise), lin)
+    down = np.where(good, np.minimum(fall_cap, fall), lin)
     return up, down
+
+
+#: Leaves that only training steps inform (:data:`calibration.STEP_TERMS` less the
+#: compute rate, which compute probes measure): microbenchmarks never depend on them.
+_STEPS_ONLY = ("log_step_overhead", "logit_interference", "log_step_comm", "logit_backward_hide")
 
 
 def _check_level(level) -> float:
@@ -442,7 +461,10 @@ class Profile:
             log t ± z · sqrt(J Σ Jᵀ / t² + s_res²),   z = Φ⁻¹(½ + level/2);
 
         where ``fn`` levels off (a step's compute under its exchange) the
-        bound stops there.
+        bound stops there. A step term that no training steps informed (its
+        posterior is its prior) takes its sigma points on both sides: its
+        Gaussian is exact, and an exchange hidden at θ̂ that its prior's high
+        end exposes widens the high side.
 
         Args:
             fn: ``ClusterParams → times`` (an array of seconds, any shape,
@@ -476,8 +498,9 @@ class Profile:
         level = _check_level(level)
         z = _z(level)
         s_res = self.residual_sd(level, of)
-        y, plus, minus, slope, _ = self._sigma_points(fn, z, batched)
-        low, high = sigma_point_interval(y, plus, minus, slope, s_res, z)
+        y, plus, minus, slope, cols = self._sigma_points(fn, z, batched)
+        exact = self._exact_columns(cols)
+        low, high = sigma_point_interval(y, plus, minus, slope, s_res, z, exact)
         if batched:
             return low, high
         return jnp.asarray(low, dtype=y.dtype), jnp.asarray(high, dtype=y.dtype)
@@ -517,8 +540,9 @@ class Profile:
         if not (y > 0 and math.isfinite(y)):
             return []
         k = len(cols)
+        exact = self._exact_columns(cols)
         up, _ = _sigma_sides(y, np.reshape(plus, (k,)), np.reshape(minus, (k,)),
-                             np.reshape(slope, (k,)), z)  # fmt: skip
+                             np.reshape(slope, (k,)), z, exact)  # fmt: skip
         total = float(np.sum(up**2)) + (z * s_res) ** 2
         if total <= 0:
             return []
@@ -529,6 +553,24 @@ class Profile:
         if s_res > 0:
             shares["held-out residual"] = (z * s_res) ** 2 / total
         return sorted(shares.items(), key=lambda kv: -kv[1])
+
+    def _exact_columns(self, cols) -> np.ndarray:
+        """(k,) bool: the root's columns ``cols`` whose leaf only training steps inform
+        (:data:`_STEPS_ONLY`) and whose posterior is its prior, uncorrelated: no steps
+        were fitted, so the Gaussian is the prior itself (exact at any distance)."""
+        cov = self.covariance
+        d = np.diag(cov)
+        sd2 = self._prior_sd**2
+        big = float(np.max(d)) if d.size else 0.0
+        out = np.zeros(len(cols), dtype=bool)
+        for j, i in enumerate(cols):
+            if self.leaf_names[i] not in _STEPS_ONLY:
+                continue
+            row = np.abs(np.delete(cov[i], i))
+            out[j] = abs(d[i] - sd2[i]) <= 1e-6 * sd2[i] and bool(
+                np.all(row <= 1e-9 * math.sqrt(max(d[i], 0.0) * big))
+            )
+        return out
 
     def _leaf_quantity_names(self) -> list[str]:
         """Leaf index → the :meth:`parameter_table` name whose last term it is."""

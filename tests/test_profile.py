@@ -234,6 +234,36 @@ def test_interval_follows_a_bend_instead_of_its_tangent(fitted):
     np.testing.assert_allclose(float(lo), 2 * y * math.exp(-math.hypot(down, z * s)), rtol=1e-6)
 
 
+def test_a_step_term_no_steps_informed_takes_its_sigma_points(fitted):
+    """A step whose exchange (half its compute at θ̂) hides under compute is flat in
+    step_comm_factor at θ̂: the tangent sees no spread. Fitted without training steps,
+    step_comm_factor's posterior is its prior (×3 either way), exactly Gaussian in log at
+    any distance, so its sigma points are its quantiles and the high side is the exchange
+    exposed at ×3^z: t·(½·3^z). A posterior that steps narrowed (0.9 of the prior's
+    variance) is a Laplace approximation: the tangent bounds it, as every fitted
+    direction, and the high side is the residual spread's alone."""
+    i = fitted.leaf_names.index("log_step_comm")
+    prior_sd = float(fitted._prior_sd[i])
+    assert prior_sd == pytest.approx(math.log(3.0))
+    z = norm.ppf(0.95)
+    s = fitted.residual_sd(0.9, "steps")
+    c = 0.1
+    fn = lambda p: jnp.maximum(c, 0.5 * c * p.step_comm_factor)  # noqa: E731
+    for var, up in ((prior_sd**2, math.log(0.5 * 3.0**z)), (0.9 * prior_sd**2, 0.0)):
+        prof = copy.copy(fitted)
+        cov = np.zeros_like(fitted.covariance)
+        cov[i, i] = var
+        prof.covariance = cov
+        lo, hi = prof.interval(fn)
+        np.testing.assert_allclose(float(hi), c * math.exp(math.hypot(up, z * s)), rtol=1e-6)
+        np.testing.assert_allclose(float(lo), c * math.exp(-z * s), rtol=1e-6)
+        if up:
+            (name, share), *_ = prof.interval_drivers(fn)
+            assert name == "step_comm_factor" and share == pytest.approx(
+                up**2 / (up**2 + (z * s) ** 2)
+            )
+
+
 def test_interval_drivers_split_the_high_side_between_parameters_and_residual(fitted):
     """t = c/F with log F of sd σ: the high side's log-variance is (zσ)² from flops_per_s
     and (z·s_res)² from the held-out residual; the shares are those fractions, largest
