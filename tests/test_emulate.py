@@ -622,7 +622,7 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     rate = 50e6  # the self-check's 90% of 100 Mbit/s failed in 3 of 6 idle runs here
     p, stdout, err = _cli(
         [
-            "run", "--emulate", "2x1@50mbit", "--validate", "--validate-steps", "2",
+            "run", "--emulate", "2x1@50mbit", "--validate", "--validate-steps", "1",
             "--budget-s", "0.02", "--max-bytes", "256K", "--step-factor", "4", "-o", str(out),
             "--json",
             "--no-progress",
