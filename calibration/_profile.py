@@ -148,13 +148,12 @@ def _sigma_sides(safe, plus, minus, slope, z: float, exact=None):
         w = np.where(good, np.log(np.where(good, minus, 1.0) / safe), 0.0)
     rise = np.maximum(np.maximum(u, w), 0.0)
     fall = np.maximum(np.maximum(-u, -w), 0.0)
+    cap = lin  # the tangent bounds each side, but along exact directions
     if exact is not None and np.any(exact):
         ex = np.reshape(np.asarray(exact, bool), (-1,) + (1,) * (np.ndim(lin) - 1))
-        rise_cap, fall_cap = np.where(ex, np.inf, lin), np.where(ex, np.inf, lin)
-    else:
-        rise_cap = fall_cap = lin
-    up = np.where(good, np.minimum(rise_cap, rise), lin)
-    down = np.where(good, np.minimum(fall_cap, fall), lin)
+        cap = np.where(ex, np.inf, lin)
+    up = np.where(good, np.minimum(cap, rise), lin)
+    down = np.where(good, np.minimum(cap, fall), lin)
     return up, down
 
 
