@@ -910,6 +910,13 @@ def _read_covariance(cov, layout: ParamLayout) -> np.ndarray:
         raise ValueError(
             "'covariance.matrix' is not a covariance (asymmetric or negative variance)"
         )
+    w = np.linalg.eigvalsh(0.5 * (m + m.T))
+    if w.size and w[0] < -1e-8 * max(float(np.max(np.abs(w))), 1e-300):
+        raise ValueError(
+            "'covariance.matrix' is not a covariance: not positive semi-definite (smallest "
+            f"eigenvalue {w[0]:.3g}, largest {w[-1]:.3g}); an edited entry makes two "
+            "parameters more correlated than ±1"
+        )
     return m
 
 

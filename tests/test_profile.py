@@ -91,6 +91,12 @@ def test_save_refuses_to_overwrite_and_writes_atomically(fitted, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]  # no temporary left
 
 
+def _correlate_beyond_one(d):
+    """Leaves 0 and 1 covary by 1e3, far more than their sds allow (|ρ| > 1)."""
+    m = d["covariance"]["matrix"]
+    m[0][1] = m[1][0] = 1e3
+
+
 @pytest.mark.parametrize(
     "mutate, reason",
     [
@@ -101,6 +107,7 @@ def test_save_refuses_to_overwrite_and_writes_atomically(fitted, tmp_path):
         (lambda d: d["params"].pop("alpha_s"), "'params'"),
         (lambda d: d["covariance"]["matrix"].pop(), "must be"),
         (lambda d: d["covariance"]["matrix"][0].__setitem__(0, -1.0), "negative variance"),
+        (_correlate_beyond_one, "not positive semi-definite"),  # a new user's edit, exit 0
         (lambda d: d.update(reliable="yes"), "'reliable'"),
         (lambda d: d["measured_ranges"].update(num_ranks=[4, 2]), "min > max"),
         (lambda d: d["params"].update(n_regimes=2), "'covariance.leaves'"),
