@@ -437,7 +437,7 @@ def test_fsdp_units_beyond_the_measured_sizes_say_how_far_and_what_to_collect(tm
     assert largest == (2 * 32000 * 4096 + 4096) * 2
     assert w.startswith("extrapolation: FSDP unit messages of 386 MiB–500 MiB")
     assert f"the largest is {largest / 2**24:.3g}× the largest measured" in w
-    assert w.endswith("ddltune collect --max-bytes 512M")
+    assert w.endswith("ddltune collect --max-bytes 1G")  # 1 KiB × 4^k: 512M would stop at 256 MiB
     # measured up to 1 GiB: no warning
     prof.measured_ranges["message_bytes"] = [1024, 2**30]
     prof.save(path, overwrite=True)

@@ -270,8 +270,11 @@ def bucket_size_warnings(profile, workload: Workload, bucket_bytes, architecture
 
 
 def _size_option(nbytes: float) -> str:
-    """The power of two ≥ ``nbytes`` as a ``--max-bytes`` value (K/M/G = powers of 1024)."""
-    p = 1 << max(10, math.ceil(math.log2(max(nbytes, 1.0))))
+    """The smallest size ≥ ``nbytes`` on ``ddltune collect``'s default grid (1 KiB × 4^k, its
+    ``--min-bytes`` and ``--step-factor``) as a ``--max-bytes`` value (K/M/G = powers of
+    1024): a cap between grid points is not measured (128M on that grid stops at 64 MiB)."""
+    e = max(10, math.ceil(math.log2(max(nbytes, 1.0))))
+    p = 1 << (e + (e - 10) % 2)
     for shift, suffix in ((30, "G"), (20, "M"), (10, "K")):
         if p >= 1 << shift:
             return f"{p >> shift}{suffix}"
