@@ -123,6 +123,10 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
     assert "15%" in html  # the refusal's reason, shown prominently
     md = (out / "report.md").read_text()
     assert "UNRELIABLE" in md and "held-out p90" in md
+    # what makes the interval wide (the noisy records' held-out misses) is on the console,
+    # not only in recommend's warnings (a new user's trial found it missing there)
+    (wide,) = [w for w in rec["warnings"] if w.startswith("the 90% interval of the step (")]
+    assert "%) of its upper side's variance" in wide and f"  note: {wide}" in cap.out
     # a second run into the same folder is refused before anything is measured
     assert main(["run", "--measurements", str(m), "-o", str(out)]) == 1
     assert "--overwrite" in capsys.readouterr().err

@@ -1033,12 +1033,13 @@ _WIDE_INTERVAL = 1.25
 
 
 def _interval_note(ctx: _Context, chosen: _Row, lo: float, hi: float) -> str | None:
-    """A warning naming the unidentified parameter that sets most of a wide interval.
+    """A warning naming what sets most of a wide interval, and what would narrow it.
 
     ``None`` unless the chosen step's 90% high bound is over ×1.25 its prediction
     and half or more of that side's log-variance
     (:meth:`calibration.Profile.interval_drivers`) comes from one parameter the
-    measurements do not identify; the warning says what would measure it.
+    measurements do not identify, or from the residual spread (the
+    microbenchmarks' held-out misses, or what a step fit leaves).
     """
     prof = ctx.profile
     t = float(chosen.t)
@@ -1051,25 +1052,48 @@ def _interval_note(ctx: _Context, chosen: _Row, lo: float, hi: float) -> str | N
     ranked = drivers(lambda p: spec_times(p, spec), 0.9, batched=True)
     if not ranked:
         return None
-    name, share = ranked[0]
+    span = f"the 90% interval of the step ({lo:.3g} s – {hi:.3g} s)"
     ident = getattr(prof, "identified", None) or {}
-    if share < 0.5 or name not in ident or ident[name]:
-        return None
-    if name in _STEP_TERM_NAMES:
+    steps = bool(getattr(prof, "steps_set_spread", False))
+    name, share = ranked[0]
+    top = ranked[:1] if share >= 0.5 else ranked[:3]
+    shown = [f"{_driver(n, steps)} ({format_percent(v, 0)})" for n, v in top]
+    listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+    what = ("mostly " if share >= 0.5 else "") + f"because of {listed} of its upper side's variance"
+    free = [n for n, _ in top if n in ident and not ident[n]]
+    if free:
+        what += (
+            f", {'which' if len(free) == len(top) else ', '.join(free) + ' of which'} the "
+            "measurements do not identify (near the prior)"
+        )
+    if name == "held-out residual":
+        if steps:
+            how = "more training runs, or steadier ones, narrow it"
+        else:
+            how = (
+                "measuring again with a larger --budget-s or on a quieter machine narrows it "
+                "('ddltune show PROFILE' lists the misses per series)"
+            )
+    elif ident.get(name, True):
+        how = ""
+    elif name in _STEP_TERM_NAMES:
         how = (
-            "training steps measure it: `ddltune calibrate MEASUREMENTS --steps RUNS -o P` "
-            "with a CSV of runs you already have, or with the step records that `ddltune "
-            "run --validate` writes (DIR/validation.jsonl), then recommend from P"
+            "training steps measure it: `ddltune calibrate MEASUREMENTS --steps RUNS.csv "
+            "--model NAME -o P` with runs you already have, or `--steps DIR/validation.jsonl`, "
+            "the step records that `ddltune run --validate` writes; then recommend from P"
         )
     elif "inter" in name:
         how = "measurements with ranks on more than one node measure it"
     else:
-        how = "measurements that exercise it would narrow the interval"
-    return (
-        f"the 90% interval of the step ({lo:.3g} s – {hi:.3g} s) is wide mostly because of {name} "
-        f"({format_percent(share, 0)} of its upper side's variance), which the measurements do "
-        f"not identify (it stays near its prior); {how}"
-    )
+        how = f"measurements that exercise {'them' if len(free) > 1 else 'it'} would narrow it"
+    return f"{span} is wide {what}" + (f"; {how}" if how else "")
+
+
+def _driver(name: str, steps: bool) -> str:
+    """A driver of an interval as the note names it (``steps``: a step fit set the residual)."""
+    if name == "held-out residual":
+        return "what the step fit leaves" if steps else "the microbenchmarks' held-out misses"
+    return name
 
 
 def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bare) -> list[str]:

@@ -352,12 +352,15 @@ def _print_summary(args: argparse.Namespace, res) -> None:
             f"--profile {res.profile_path}", what, args.batch_size, args.max_workers
         )
         print(
-            f"  bucket size exactly {int(c.bucket_bytes):,} bytes; your framework's settings "
-            f"(DDP bucket_cap_mb, Horovod, DeepSpeed): {cmd}" + ("" if rec.reliable else " --force")
+            f"  bucket size exactly {int(c.bucket_bytes):,} bytes; the framework settings for "
+            f"it (DDP bucket_cap_mb, Horovod) are printed by: {cmd}"
+            + ("" if rec.reliable else " --force")
         )
     if rec.alternatives:
         a = rec.alternatives[0]
         print(f"  runner-up: {a.describe()}, {a.throughput_samples_per_s:.4g} samples/s")
+    for note in (w for w in rec.warnings if w.startswith("the 90% interval of the step (")):
+        print(f"  note: {note}")  # what sets a wide interval, and what narrows it
     if res.refusal:
         p90 = res.profile.heldout_p90
         systematic = (res.profile.validation or {}).get("systematic")
