@@ -174,7 +174,8 @@ def _step_parts(params, arch, wt, n, g, k, batch, base_batch):
     """
     xp = xp_of(params, wt, n, g, k, batch, base_batch)
     K = wt.accumulation_steps
-    fwd, bwd = _compute_s(params, wt, batch / K, g)
+    # a job smaller than a node places its n ranks on one node: n share its cores, not g
+    fwd, bwd = _compute_s(params, wt, batch / K, xp.minimum(g, n))
     update = arch.update_s(params, wt.total_bytes, n, k, g)
     f1, b1 = _compute_s(params, wt, base_batch / K, xp.ones_like(wt.total_bytes))
     base = K * (f1 + b1) + wt.total_bytes * params.update_s_per_byte + params.step_overhead_s

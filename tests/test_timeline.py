@@ -792,3 +792,22 @@ def test_a_fixed_global_batch_pays_for_its_smaller_gemms():
         share = float(p.core_share(np.float64(1.0)))  # a lone rank on the CPU's 2 slots
         want = flops * (1 + m_half * u) / float(p.flops_per_s) * share
         np.testing.assert_allclose(per_sample, want, rtol=1e-9)
+
+
+@pytest.mark.parametrize("arch", ["ring", "fsdp"])
+def test_a_job_smaller_than_a_node_shares_the_cores_of_its_own_ranks(arch):
+    """n < g ranks fill one node with n ranks: they share its cores n ways, not g (a new
+    user's trial: one worker 'costed as 1 rank on one node' computed at the 2-rank share,
+    91.6% efficient). The compute of (n, g) equals (n, min(g, n)), in numpy and jitted; a
+    full node still shares g ways."""
+    p = ClusterParams.create(node_compute_slots=1.0)  # every rank beyond one slows compute
+    w = get_workload("resnet18", 32)
+    a = get_architecture(arch)
+
+    def compute(n, g, **kw):
+        bd = iteration_time(p, w, a, n, ranks_per_node=g, bucket_bytes=25 << 20, **kw)
+        return float(bd.forward_s) + float(bd.backward_s)
+
+    assert compute(1, 2) == pytest.approx(compute(1, 1), rel=1e-12)
+    assert compute(2, 4) == pytest.approx(compute(2, 2), rel=1e-12)
+    assert compute(4, 4) > 1.5 * compute(4, 1)  # 4 ranks on one node's single slot

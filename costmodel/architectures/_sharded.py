@@ -504,7 +504,7 @@ class FSDPArchitecture(AbstractArchitecture):
 
         xp = xp_of(params, wt, eval_bytes, n, g, k, batch, base)
         K = wt.accumulation_steps
-        fwd, bwd = _compute_s(params, wt, batch / K, g)  # one micro-batch
+        fwd, bwd = _compute_s(params, wt, batch / K, xp.minimum(g, n))  # one micro-batch
         root = bool(wt.root_unit) and self.wrap == "block"
         comm, exposed = self.sharded_timeline(
             params, fwd, bwd, eval_bytes, weights, ready_frac, n, g, k, root
