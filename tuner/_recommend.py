@@ -1033,13 +1033,15 @@ _WIDE_INTERVAL = 1.25
 
 
 def _interval_note(ctx: _Context, chosen: _Row, lo: float, hi: float) -> str | None:
-    """A warning naming what sets most of a wide interval, and what would narrow it.
+    """A warning naming what sets a wide interval, and what would narrow it.
 
     ``None`` unless the chosen step's 90% high bound is over ×1.25 its prediction
-    and half or more of that side's log-variance
-    (:meth:`calibration.Profile.interval_drivers`) comes from one parameter the
-    measurements do not identify, or from the residual spread (the
-    microbenchmarks' held-out misses, or what a step fit leaves).
+    (and the profile can split it: :meth:`calibration.Profile.interval_drivers`).
+    The warning names the driver that holds half or more of that side's
+    log-variance, else the three largest: parameters (saying which the
+    measurements do not identify) or the residual spread (the microbenchmarks'
+    held-out misses, or what a step fit leaves), and how the first could be
+    narrowed.
     """
     prof = ctx.profile
     t = float(chosen.t)
@@ -1061,11 +1063,10 @@ def _interval_note(ctx: _Context, chosen: _Row, lo: float, hi: float) -> str | N
     listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
     what = ("mostly " if share >= 0.5 else "") + f"because of {listed} of its upper side's variance"
     free = [n for n, _ in top if n in ident and not ident[n]]
-    if free:
-        what += (
-            f", {'which' if len(free) == len(top) else ', '.join(free) + ' of which'} the "
-            "measurements do not identify (near the prior)"
-        )
+    if free and len(free) == len(top):
+        what += ", which the measurements do not identify (near the prior)"
+    elif free:
+        what += f"; the measurements do not identify {', '.join(free)} (near the prior)"
     if name == "held-out residual":
         if steps:
             how = "more training runs, or steadier ones, narrow it"
