@@ -60,6 +60,7 @@ from costmodel import (
 
 from .._defaults import DEFAULT_VALIDATE_BUCKETS
 from .._format import format_range
+from .._uncertainty import takes_batched
 from ._harness import (
     StepConfig,
     launch_groups,
@@ -453,8 +454,13 @@ def predict_records(
             share,
         )
         out[idx] = np.asarray(fn(params), dtype=np.float64)
-        if profile is not None:
-            lo, hi = profile.interval(fn, level)
+        if profile is not None:  # every perturbed parameter set in one numpy call, where it can
+            batched = takes_batched(profile)
+            lo, hi = (
+                profile.interval(fn, level, batched=True)
+                if batched
+                else profile.interval(fn, level)
+            )
             low[idx], high[idx] = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     return (out, low, high) if profile is not None else out
 
