@@ -110,8 +110,8 @@ def parse_bytes_list(text: str, *, name: str = "sizes", allow_zero: bool = True)
     """Parse a comma-separated list of sizes (``"1K,64M,1G"``) into bytes.
 
     Raises:
-        ValueError: if the list is empty or any element is invalid (see
-            :func:`parse_bytes`).
+        ValueError: if the list is empty, has an empty item (``"1K,,2K"``: a doubled
+            or stray comma) or any element is invalid (see :func:`parse_bytes`).
 
     Example:
         >>> parse_bytes_list("1K, 4K,1M")
@@ -120,6 +120,8 @@ def parse_bytes_list(text: str, *, name: str = "sizes", allow_zero: bool = True)
     parts = [p for p in str(text).split(",") if p.strip()]
     if not parts:
         raise ValueError(f"{name}: expected a comma-separated list of sizes, got {text!r}")
+    if len(parts) != len(str(text).split(",")):
+        raise ValueError(f"{name}: an empty item in {text!r} (a doubled or stray comma?)")
     return [parse_bytes(p, name=name, allow_zero=allow_zero) for p in parts]
 
 
