@@ -49,6 +49,7 @@ _EXPORTS = {
     "preset_sd": "._profile",
     "ParamLayout": "._layout",
     "PRIOR_SD": "._layout",
+    "STEPS_ONLY_PARAMETERS": "._layout",
     "KINDS": "._records",
     "MAX_JSON_DEPTH": "._records",
     "SCHEMA_VERSION": "._records",

@@ -22,7 +22,7 @@ import numpy as np
 
 from costmodel import COLLECTIVE_NAMES, LEVELS, PARAMETER_UNITS, ClusterParams
 
-__all__ = ["ParamLayout", "Quantity", "PRIOR_SD"]
+__all__ = ["ParamLayout", "Quantity", "PRIOR_SD", "STEPS_ONLY_LEAVES", "STEPS_ONLY_PARAMETERS"]
 
 #: Prior standard deviation (natural-log units, i.e. of the unconstrained leaf)
 #: per leaf, around the prior preset. A datasheet link bandwidth is rarely off
@@ -98,6 +98,17 @@ _PHYSICAL = {
     "logit_latency_overlap": "latency_overlap",
     "log_head_start": "head_start_bytes",
 }
+
+#: Leaves that only training steps inform (the step terms less the compute rate, which
+#: compute probes measure): no microbenchmark depends on them, so without steps their
+#: posterior is their prior. ``STEPS_ONLY_PARAMETERS``: their physical names.
+STEPS_ONLY_LEAVES = (
+    "log_step_overhead",
+    "logit_interference",
+    "log_step_comm",
+    "logit_backward_hide",
+)
+STEPS_ONLY_PARAMETERS = tuple(_PHYSICAL[leaf] for leaf in STEPS_ONLY_LEAVES)
 
 
 class Quantity(NamedTuple):

@@ -41,7 +41,7 @@ import numpy as np
 
 from costmodel import ClusterParams, InputFileError, preset
 
-from ._layout import ParamLayout, apply_transform
+from ._layout import STEPS_ONLY_LEAVES, ParamLayout, apply_transform
 from ._records import atomic_write_text, package_versions, utc_timestamp
 
 __all__ = ["Profile", "PROFILE_SCHEMA_VERSION", "PROFILE_KIND", "PRESET_FLOPS_SD", "preset_sd"]
@@ -155,11 +155,6 @@ def _sigma_sides(safe, plus, minus, slope, z: float, exact=None):
     up = np.where(good, np.minimum(cap, rise), lin)
     down = np.where(good, np.minimum(cap, fall), lin)
     return up, down
-
-
-#: Leaves that only training steps inform (:data:`calibration.STEP_TERMS` less the
-#: compute rate, which compute probes measure): microbenchmarks never depend on them.
-_STEPS_ONLY = ("log_step_overhead", "logit_interference", "log_step_comm", "logit_backward_hide")
 
 
 def _check_level(level) -> float:
@@ -555,15 +550,16 @@ class Profile:
 
     def _exact_columns(self, cols) -> np.ndarray:
         """(k,) bool: the root's columns ``cols`` whose leaf only training steps inform
-        (:data:`_STEPS_ONLY`) and whose posterior is its prior, uncorrelated: no steps
-        were fitted, so the Gaussian is the prior itself (exact at any distance)."""
+        (:data:`~calibration._layout.STEPS_ONLY_LEAVES`) and whose posterior is its
+        prior, uncorrelated: no steps were fitted, so the Gaussian is the prior itself
+        (exact at any distance)."""
         cov = self.covariance
         d = np.diag(cov)
         sd2 = self._prior_sd**2
         big = float(np.max(d)) if d.size else 0.0
         out = np.zeros(len(cols), dtype=bool)
         for j, i in enumerate(cols):
-            if self.leaf_names[i] not in _STEPS_ONLY:
+            if self.leaf_names[i] not in STEPS_ONLY_LEAVES:
                 continue
             row = np.abs(np.delete(cov[i], i))
             out[j] = abs(d[i] - sd2[i]) <= 1e-6 * sd2[i] and bool(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calibration import RELIABLE_P90_LIMIT
+from calibration import RELIABLE_P90_LIMIT, STEPS_ONLY_PARAMETERS
 from costmodel import (
     Breakdown,
     Workload,
@@ -1019,14 +1019,6 @@ def _relevant_names(chosen: _Row, g: int, ident: Mapping | None = None):
     return relevant
 
 
-#: Physical names of the step terms (:data:`calibration.STEP_TERMS`), which training
-#: steps measure and microbenchmarks do not.
-_STEP_TERM_NAMES = (
-    "step_comm_factor",
-    "step_overhead_s",
-    "overlap_interference",
-    "backward_hide",
-)
 #: An interval whose high side is more than this over the prediction gets a note on
 #: what sets it.
 _WIDE_INTERVAL = 1.25
@@ -1077,7 +1069,7 @@ def _interval_note(ctx: _Context, chosen: _Row, lo: float, hi: float) -> str | N
             )
     elif ident.get(name, True):
         how = ""
-    elif name in _STEP_TERM_NAMES:
+    elif name in STEPS_ONLY_PARAMETERS:
         how = (
             "training steps measure it: `ddltune calibrate MEASUREMENTS --steps RUNS.csv "
             "--model NAME -o P` with runs you already have, or `--steps DIR/validation.jsonl`, "
