@@ -589,8 +589,13 @@ def _profile(base, params, cov, runs, fitted, r, mu, sd, phi, cov_p, scale, p_ef
     mr = dict(base.measured_ranges)
     for key, vals in (
         ("num_ranks", [run["workers"] for run in runs]),
-        ("ranks_per_node", [min(run["ranks_per_node"], run["workers"]) for run in runs]),
-    ):
+        # a single-worker step exchanges nothing: its node says nothing of a topology
+        # (with it, steps at 1 and 2 per node left recommend no measured default)
+        ("ranks_per_node",
+         [min(run["ranks_per_node"], run["workers"]) for run in runs if run["workers"] > 1]),
+    ):  # fmt: skip
+        if not vals:
+            continue
         old = (
             mr.get(key) if isinstance(mr.get(key), list | tuple) and len(mr.get(key)) == 2 else None
         )

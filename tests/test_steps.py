@@ -99,6 +99,8 @@ def test_terms_the_runs_cannot_see_stay_exactly_at_the_prior():
         prof.covariance[np.ix_(keep, keep)], base.covariance[np.ix_(keep, keep)]
     )
     assert prof.measured_ranges["num_ranks"] == [1, 1]
+    # single-worker steps exchange nothing: they measure no ranks per node
+    assert "ranks_per_node" not in prof.measured_ranges
 
 
 def test_profile_with_steps_round_trips_through_json(tmp_path):
@@ -109,6 +111,7 @@ def test_profile_with_steps_round_trips_through_json(tmp_path):
     assert back.fit["steps"]["terms"] == json.loads(json.dumps(prof.fit["steps"]["terms"]))
     np.testing.assert_allclose(back.params.flat(), prof.params.flat(), rtol=1e-12)
     assert back.measured_ranges["num_ranks"] == [1, 16]
+    assert back.measured_ranges["ranks_per_node"] == [2, 8]  # min(8, n), n ≥ 2
 
 
 def test_profile_written_before_the_step_leaves_loads_with_them_at_their_defaults(tmp_path):
