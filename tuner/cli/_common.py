@@ -33,6 +33,7 @@ __all__ = [
     "print_json",
     "bytes_arg",
     "bytes_list_arg",
+    "message_bytes_list_arg",
     "int_list_arg",
     "name_list_arg",
     "plural",
@@ -429,6 +430,25 @@ def bytes_list_arg(text: str) -> list[int]:
         return parse_bytes_list(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def message_bytes_list_arg(text: str) -> list[int]:
+    """argparse type: comma-separated message sizes (``1K,64M``), each at least 1 byte.
+
+    A collective of 0 bytes moves nothing: NCCL returns at once, and nccl-tests'
+    0-byte row times an empty launch, which no α-β-γ term describes.
+    """
+    from costmodel import parse_bytes_list
+
+    try:
+        sizes = parse_bytes_list(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if 0 in sizes:
+        raise argparse.ArgumentTypeError(
+            f"a message must be at least 1 byte, got {text!r} (a 0-byte collective moves nothing)"
+        )
+    return sizes
 
 
 def int_list_arg(text: str) -> list[int]:

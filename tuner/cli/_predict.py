@@ -19,6 +19,7 @@ from ._common import (
     bytes_list_arg,
     int_list_arg,
     load_profile,
+    message_bytes_list_arg,
     model_workload_arg,
     name_list_arg,
     plural,
@@ -66,7 +67,7 @@ examples:
   ddltune predict --preset ethernet-25g --layers my_model.json --batch-size 32 \\
       --step-time 0.41 --arch ring --workers 2,4,8
 
-  # a collective: all_reduce over 16 ranks (2 nodes of 8), 1 KiB to 1 GiB
+  # a collective: all_reduce over 16 ranks (2 nodes of 8), at 1 KiB, 1 MiB, 64 MiB and 1 GiB
   ddltune predict --preset ib-edr-100g,nvlink-v100 --collective all_reduce \\
       --num-ranks 16 --ranks-per-node 8 --message-bytes 1K,1M,64M,1G
 
@@ -187,7 +188,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     co.add_argument(
         "--message-bytes",
-        type=bytes_list_arg,
+        type=message_bytes_list_arg,
         metavar="LIST",
         help="message sizes S in bytes, comma-separated, nccl-tests' convention (the "
         "full array for all_gather and reduce_scatter)",
