@@ -95,6 +95,10 @@ def test_show_imported_nccl_tests(tmp_path, capsys):
     assert (s["collective"], s["num_ranks"]) == ("all_reduce", 2)
     assert s["max_bytes"] == 1073741824 and s["min_bytes"] == 8  # from the table's first/last rows
     assert doc["device_kinds"] == ["NVIDIA GeForce RTX 2080 Ti"]
+    # an import stamps every row alike: one time, not the same time twice
+    assert main(["show", str(m)]) == 0
+    (when,) = [ln for ln in capsys.readouterr().out.splitlines() if "when:" in ln]
+    assert when.split("when:")[1].strip() == doc["first"] and "…" not in when
 
 
 @pytest.mark.parametrize(

@@ -152,7 +152,9 @@ def _print_measurements(s: dict) -> None:
             f"  emulated:  {', '.join(s['emulated'])} (network namespaces and shaped links on "
             "one machine, not a real cluster)"
         )
-    print(f"  when:      {s['first']} … {s['last']}")
+    # one time where every record has it (an import stamps its rows alike)
+    when = s["first"] if s["first"] == s["last"] else f"{s['first']} … {s['last']}"
+    print(f"  when:      {when}")
     print(f"  source:    {', '.join(s['sources'])}")
     if s["versions"]:
         print("  versions:  " + ", ".join(f"{k} {'/'.join(v)}" for k, v in s["versions"].items()))
