@@ -267,6 +267,13 @@ class _Progress:
         through the rounds instead of sitting at 0 until the records arrive.
         """
         if self.bar is not None and int(points) > self.bar.n:
+            if self.bar.n == 0:
+                # The first points carry the launch (processes starting, XLA compiling):
+                # counted, not timed, so that the time left comes from the rate that
+                # follows (timed, a 1-minute collection's first estimate read 26 min).
+                self.bar.n = self.bar.last_print_n = int(points)
+                self.bar.last_print_t = time.time()
+                return
             self.bar.update(int(points) - self.bar.n)
 
     def close(self) -> None:

@@ -269,6 +269,28 @@ def test_collect_progress_is_throttled_when_stderr_is_not_a_terminal(monkeypatch
     assert "2000/2000" in text.splitlines()[-1]  # and the bar was written, to its end
 
 
+def test_collect_time_left_comes_from_the_points_after_the_launch(monkeypatch):
+    """The first point carries the processes' start and XLA's compiles: timed, it made a
+    1-minute collection's first estimate read 26 min (a new user's trial). Here the
+    launch takes 10 min and each later point 6 s: the time left is 98 points of 6 s."""
+    import sys
+
+    from calibration._collect import _Progress
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    bar = _Progress(100, True)
+    bar.bar.start_t -= 600.0  # a 10-minute launch before the first point
+    bar.bar.last_print_t -= 600.0
+    bar.advance_to(1)
+    assert bar.position() == 1
+    bar.bar.last_print_t -= 6.0  # the next point took 6 s
+    bar.advance_to(2)
+    d = bar.bar.format_dict
+    left = (d["total"] - d["n"]) / d["rate"]
+    assert left == pytest.approx(98 * 6.0, rel=0.05)  # timed from the start: ~98 × 303 s
+    bar.close()
+
+
 def test_a_folder_that_is_not_empty_is_a_file_problem_without_the_exception_name(tmp_path, capsys):
     """`run -o` into a non-empty folder: one line, exit 1, our sentence without 'FileExistsError:'."""
     from tuner.cli import main
