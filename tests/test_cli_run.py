@@ -318,12 +318,15 @@ def test_wrong_results_are_named_record_by_record():
     assert _wrong_results_note([ok, {"kind": "compute", "op": "matmul"}]) is None
     bad = dict(ok, collective="reduce_scatter", message_bytes=16 * 2**20, wrong=1)
     note = _wrong_results_note([ok, bad])
-    assert note.startswith("1 measured call returned a wrong result")
+    assert note.startswith(
+        "1 measured call returned a wrong result (checked against the expected sum), in 1 record:"
+    )  # the report counts records
     assert "reduce_scatter 16 MiB on 2 ranks (1 of its calls)" in note
     assert "this record is kept" in note and "left out of the fit" in note
     many = [dict(bad, message_bytes=2**k, wrong=2) for k in range(10, 16)]
     note = _wrong_results_note(many)
-    assert note.startswith("12 measured calls") and "and 2 more" in note
+    assert note.startswith("12 measured calls") and "in 6 records" in note
+    assert "and 2 more" in note
 
 
 def test_run_summary_aligns_series_of_any_label_length(monkeypatch):

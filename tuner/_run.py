@@ -632,7 +632,8 @@ def _wrong_results_note(records: list[dict]) -> str | None:
     ) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
     return (
         f"{calls} measured call{'s' if calls != 1 else ''} returned a wrong result (checked "
-        f"against the expected sum): {what}; "
+        f"against the expected sum), in {len(bad)} record{'s' if len(bad) != 1 else ''}: "
+        f"{what}; "
         f"{'these records are' if len(bad) > 1 else 'this record is'} kept with the 'wrong' "
         "count and left out of the fit ("
         + (
