@@ -288,6 +288,7 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
         "collect",
         "calibrate",
         "validate",
+        "fit steps",
         "recommend",
         "report",
         "total",
@@ -301,6 +302,21 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1.0)
     steps = read_records(out / "validation.jsonl")
     assert steps and {r["kind"] for r in steps} == {"step"}
+    # ... and fitted into the profile's step terms before the recommendation (issue 22,
+    # item 5): the communication factor of a step is narrower than its prior (here
+    # 0.63 against ln 3 = 1.10: on one machine an MLP step's exchange is a few ms)
+    from calibration import Profile
+
+    fitted = Profile.load(out / "profile.json").fit["steps"]
+    assert fitted["runs"] == len(steps)
+    comm = fitted["terms"]["log_step_comm"]
+    assert comm["posterior_sd"] < 0.9 * comm["prior_sd"]
+    assert "[3c/4] recommending again with the step terms" in cap.err
+    # the single-worker step says nothing of a topology: recommend's default stays the
+    # 2 ranks per node the run measured
+    from tuner import measured_ranks_per_node
+
+    assert measured_ranks_per_node(Profile.load(out / "profile.json")) == 2
     html = (out / "index.html").read_text()
     assert 'id="validation"' in html
     # each configuration with its 90% interval, and how many measured steps the bands hold

@@ -632,7 +632,14 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     _skip_if_stolen(p, err)
     assert p.returncode == 0, err
     doc = json.loads(stdout)
-    assert set(doc["timings_s"]) >= {"collect", "calibrate", "recommend", "validate", "report"}
+    assert set(doc["timings_s"]) >= {
+        "collect",
+        "calibrate",
+        "recommend",
+        "validate",
+        "fit steps",
+        "report",
+    }
     assert "in the emulated cluster 2x1@50mbit" in err
     steps = [json.loads(ln) for ln in (out / "validation.jsonl").read_text().splitlines()]
     archs = {r["architecture"] for r in steps if r["workers"] == 2}
@@ -652,6 +659,10 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     assert {r["architecture"] for r in cnn if r["workers"] == 2} == {"ps", "p2p", "ring"}
     by_model = doc["recommendation"] and json.loads((out / "recommendation.json").read_text())
     assert len(by_model["validation_by_model"]) == 2
+    # the steps narrowed the recommendation's step terms, the MLP's then the CNN's
+    from calibration import Profile
+
+    assert Profile.load(out / "profile.json").fit["steps"]["runs"] == len(cnn)
     assert (out / "figures" / "validation.png").stat().st_size > 0
     assert md.count("Real training (") == 2 and "figures/validation.png" in md
     _assert_removed(p.pid)

@@ -528,6 +528,17 @@ def test_cross_fitted_steps_predict_each_worker_count_out_of_sample():
     own = compare_steps(fitted, [base] + recs)  # auto: the profile has step terms of its own
     assert own.step_fit == "profile" and "in-sample, not a validation" in own.step_fit_note
     assert own.to_dict()["step_fit_note"] == own.step_fit_note
+    # fit_step_records (what `ddltune run --validate` fits before it recommends) is that
+    # fit, on every record at once, and finds the truth's factor
+    from tuner.validation import fit_step_records
+
+    folded = fit_step_records(prof, [base] + recs)
+    np.testing.assert_allclose(folded.params.flat(), fitted.params.flat(), rtol=1e-12)
+    assert folded.params.step_comm_factor == pytest.approx(1.6, rel=0.05)  # prior: 1
+    with pytest.raises(ValueError, match="single-worker step"):
+        fit_step_records(prof, recs)
+    with pytest.raises(ValueError, match="calibration.Profile"):
+        fit_step_records(prof.params, [base] + recs)
 
 
 def test_emulated_nodes_sharing_a_cpu_slow_the_steps_compute_by_their_count():

@@ -1072,8 +1072,8 @@ def _interval_note(ctx: _Context, chosen: _Row, lo: float, hi: float) -> str | N
     elif name in STEPS_ONLY_PARAMETERS:
         how = (
             "training steps measure it: `ddltune calibrate MEASUREMENTS --steps RUNS.csv "
-            "--model NAME -o P` with runs you already have, or `--steps DIR/validation.jsonl`, "
-            "the step records that `ddltune run --validate` writes; then recommend from P"
+            "--model NAME -o P` with runs you already have, then recommend from P; or "
+            "`ddltune run --validate`, which trains on the cluster and fits its own steps"
         )
     elif "inter" in name:
         how = "measurements with ranks on more than one node measure it"

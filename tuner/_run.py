@@ -233,7 +233,9 @@ def run_main_job(
         validate: also train a small MLP for real with ps, p2p and ring
             all-reduce on ``workers`` local processes (``tuner.validation.validate``)
             and put measured against predicted steps in the report
-            (``DIR/validation.jsonl`` keeps the step records).
+            (``DIR/validation.jsonl`` keeps the step records); then fit the
+            step terms on those steps (``tuner.validation.fit_step_records``)
+            and recommend again, so the interval carries what they measured.
         emulate: a started :class:`launch.EmulatedCluster`: collect (and
             validate) in it; ``workers`` becomes its rank count and every
             record carries ``"emulated"``.
@@ -330,19 +332,29 @@ def run_main_job(
         with _timed(timings, "calibrate"):
             profile = _calibrate(sm, sp, prior_preset, progress, log, shown={sm: m_path})
         _print_errors(profile, log)
-        with _timed(timings, "recommend"):
-            g = ranks_per_node or measured_ranks_per_node(profile) or 1
-            try:
-                rec, refusal = _recommend(profile, workload, max_workers, g, log)
-            except InfeasibleError as e:
-                what = model_option(layers, workload.name)
-                kept = _keep_profile(profile, out)
-                text = _infeasible_text(e, kept, what, workload, max_workers, profile.reliable)
-                raise InfeasibleError(text, e.recommendation) from None
+        g = ranks_per_node or measured_ranks_per_node(profile) or 1
+
+        def recommend_on(profile, again: bool = False):
+            with _timed(timings, "recommend"):
+                try:
+                    return _recommend(profile, workload, max_workers, g, log, again)
+                except InfeasibleError as e:
+                    what = model_option(layers, workload.name)
+                    kept = _keep_profile(profile, out)
+                    text = _infeasible_text(e, kept, what, workload, max_workers, profile.reliable)
+                    raise InfeasibleError(text, e.recommendation) from None
+
+        rec, refusal = recommend_on(profile)
         validation = None
         if validate:
             with _timed(timings, "validate"):
                 validation = _validate(profile, workers, stage, log, emulate, validate_steps)
+            with _timed(timings, "fit steps"):
+                informed = _fit_validation_steps(profile, stage, log)
+            if informed is not None:  # its steps narrow the interval the run reports
+                profile = informed
+                profile.save(sp, overwrite=True)
+                rec, refusal = recommend_on(profile, again=True)
         with _timed(timings, "report"):
             _say(log, "[4/4] writing the report")
             _report(
@@ -554,7 +566,7 @@ def _timed(timings: dict, key: str):
     try:
         yield
     finally:
-        timings[key] = time.monotonic() - t0
+        timings[key] = timings.get(key, 0.0) + time.monotonic() - t0
 
 
 def _check_run_args(
@@ -661,12 +673,14 @@ def _calibrate(m_path: Path, prof_path: Path, prior_preset, progress, log, shown
     return profile
 
 
-def _recommend(profile, workload, max_workers, ranks_per_node, log):
+def _recommend(profile, workload, max_workers, ranks_per_node, log, again: bool = False):
     """Step 3: the recommendation, forced (with the refusal kept) on an unreliable profile."""
     _say(
         log,
-        f"[3/4] recommending for {workload.name}, batch {workload.batch_size} per worker, up to "
-        f"{max_workers} workers",
+        "[3c/4] recommending again with the step terms the validation measured"
+        if again
+        else f"[3/4] recommending for {workload.name}, batch {workload.batch_size} per worker, "
+        f"up to {max_workers} workers",
     )
     kwargs = dict(max_workers=max_workers, ranks_per_node=ranks_per_node)
     try:
@@ -708,6 +722,43 @@ def _validate(profile, workers: int, stage: Path, log, emulate=None, steps: int 
     )
     _say_validation(log, validation)
     return [validation]
+
+
+def _fit_validation_steps(profile, stage: Path, log):
+    """Step 3c: the validation's steps fitted into the profile's step terms.
+
+    A microbenchmark profile leaves the terms a training step has and
+    microbenchmarks do not (``calibration.STEP_TERMS``) at their prior (×3 on
+    the communication), which sets the width of the recommendation's 90%
+    interval. The validation just measured real steps on the same machines:
+    each model's records are fitted (:func:`tuner.validation.fit_step_records`,
+    what ``ddltune validate`` fits in each of its cross-validation folds), one
+    model after the other (the MLP's posterior is the CNN's prior). Returns the
+    new profile, or ``None`` when no file has a single-worker step and another.
+    """
+    from .validation import fit_step_records
+
+    informed, runs, models = profile, 0, []
+    for name in ("validation.jsonl", "validation-cnn.jsonl"):
+        path = stage / name
+        if not path.exists():
+            continue
+        steps = [r for r in read_records(path) if r.get("kind") == "step"]
+        if not any(r["workers"] == 1 for r in steps) or not any(r["workers"] > 1 for r in steps):
+            continue
+        informed = fit_step_records(informed, steps)
+        runs += len(steps)
+        models.append(str(steps[0]["model"]).upper())
+    if informed is profile:
+        return None
+    terms = informed.fit["steps"]["terms"]
+    _say(
+        log,
+        f"  step terms fitted on the validation's {runs} steps ({' then '.join(models)}): "
+        f"{sum(t['identified'] for t in terms.values())} of {len(terms)} identified; "
+        "profile.json keeps them",
+    )
+    return informed
 
 
 def _seed_experiment(profile, stage: Path, log, emulate, steps: int = 5) -> list:

@@ -177,7 +177,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--emulate, the seed paper's experiment: the MLP and the CNN, 1 and 2 colocated "
         "servers, 1 dedicated where a rank is left, p2p and ring, at every worker count from "
         "2 to the cluster's ranks (about a minute per model and worker count; a figure in the "
-        "report, the CNN's steps in DIR/validation-cnn.jsonl)",
+        "report, the CNN's steps in DIR/validation-cnn.jsonl). The measured steps then "
+        "calibrate the step terms microbenchmarks cannot see (communication in a step over "
+        "its microbenchmark, per-step overhead), so the recommendation's 90%% interval "
+        "carries what they measured; profile.json keeps them",
     )
     parser.add_argument(
         "--validate-steps",

@@ -29,6 +29,7 @@ _EXPORTS = {
     "ValidationRow": "._validate",
     "check_validation_plan": "._validate",
     "compare_steps": "._validate",
+    "fit_step_records": "._validate",
     "load_params": "._validate",
     "predict_records": "._validate",
     "rank_agreement": "._validate",

@@ -664,12 +664,10 @@ def _as_run(r: dict, stat: str, line: int) -> dict:
 def _cross_fitted(prof, base: dict, rows_in: Sequence[dict], baseline: float, stat: str,
                   overlap: bool):  # fmt: skip
     """Predictions and 90% intervals of ``rows_in``, each worker count from the others' steps."""
-    workload = model_workload(rows_in[0]["model_spec"], step_time_s=float(baseline))
-    runs = [_as_run(r, stat, i) for i, r in enumerate([base, *rows_in])]
     out = [np.zeros(len(rows_in)) for _ in range(3)]
     for w in sorted({int(r["workers"]) for r in rows_in}):
-        train = [run for run in runs if run["workers"] != w]
-        fitted = fit_steps(train, workload, prof, overlap=overlap)
+        train = [r for r in rows_in if int(r["workers"]) != w]
+        fitted = _fit_steps_of(prof, base, train, stat, overlap)
         idx = [i for i, r in enumerate(rows_in) if int(r["workers"]) == w]
         got = predict_records(
             fitted.params, [rows_in[i] for i in idx], baseline, overlap=overlap, profile=fitted
@@ -677,6 +675,57 @@ def _cross_fitted(prof, base: dict, rows_in: Sequence[dict], baseline: float, st
         for o, g in zip(out, got, strict=True):
             o[idx] = g
     return tuple(out)
+
+
+def _fit_steps_of(prof, base: dict, rows_in: Sequence[dict], stat: str, overlap: bool):
+    """``prof`` with its step terms fitted on the baseline record and ``rows_in``."""
+    workload = model_workload(base["model_spec"], step_time_s=_value(base, stat))
+    runs = [_as_run(r, stat, i) for i, r in enumerate([base, *rows_in])]
+    return fit_steps(runs, workload, prof, overlap=overlap)
+
+
+def fit_step_records(
+    profile, records: Iterable[dict], *, statistic: str | None = None,
+    overlap: bool | str = "auto",
+):  # fmt: skip
+    """``profile`` with the step terms fitted on validate's step records of one model.
+
+    What :func:`compare_steps` fits in each fold of ``step_fit="cross"``, on
+    every record at once: the terms a training step has and microbenchmarks do
+    not (:data:`calibration.STEP_TERMS`), by :func:`calibration.fit_steps`,
+    with the workload's compute set to the measured single-worker step. ``ddltune
+    run --validate`` fits its own validation this way before it recommends, so
+    its interval carries what the steps measured, not the terms' prior.
+
+    Args:
+        profile: a :class:`calibration.Profile` (its values and covariance are the
+            terms' prior).
+        records: ``kind: "step"`` records of one model (others are ignored), one
+            with ``workers == 1`` and at least one with ``workers ≥ 2``.
+        statistic, overlap: as :func:`compare_steps`.
+
+    Returns:
+        A new :class:`calibration.Profile` (see :func:`calibration.fit_steps`).
+
+    Raises:
+        ValueError: a profile that is not a :class:`calibration.Profile`, no
+            baseline, no other step, or records of several models.
+    """
+    _, prof = _resolve(profile)
+    if prof is None:
+        raise ValueError("fit_step_records needs a calibration.Profile (its covariance)")
+    steps = [r for r in records if r.get("kind") == "step"]
+    _check_step_specs(steps)
+    base = [r for r in steps if r["workers"] == 1]
+    rows_in = [r for r in steps if r["workers"] >= 2]
+    if not base or not rows_in:
+        raise ValueError("fitting step terms needs a single-worker step and one at ≥ 2 workers")
+    if len({r["model"] for r in steps}) != 1:
+        raise ValueError("step records of several models; fit them one model at a time")
+    stat = _statistic(base[-1], statistic)
+    if overlap == "auto":
+        overlap = base[-1].get("backend") != "cpu"
+    return _fit_steps_of(prof, base[-1], rows_in, stat, bool(overlap))
 
 
 def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
