@@ -663,6 +663,7 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     from calibration import Profile
 
     assert Profile.load(out / "profile.json").fit["steps"]["runs"] == len(cnn)
+    assert "steps (MLP then CNN)" in err and "2 workers" in err and "2–2" not in err
     assert (out / "figures" / "validation.png").stat().st_size > 0
     assert md.count("Real training (") == 2 and "figures/validation.png" in md
     _assert_removed(p.pid)

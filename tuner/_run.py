@@ -748,7 +748,8 @@ def _fit_validation_steps(profile, stage: Path, log):
             continue
         informed = fit_step_records(informed, steps)
         runs += len(steps)
-        models.append(str(steps[0]["model"]).upper())
+        spec = steps[0].get("model_spec")
+        models.append(str(spec.get("model") if isinstance(spec, dict) else "the model").upper())
     if informed is profile:
         return None
     terms = informed.fit["steps"]["terms"]
@@ -769,7 +770,7 @@ def _seed_experiment(profile, stage: Path, log, emulate, steps: int = 5) -> list
         _say(
             log,
             f"[3b/4] validating: real {model.upper()} training in the emulated cluster "
-            f"{emulate.spec.text}, 2–{ranks} workers",
+            f"{emulate.spec.text}, " + ("2 workers" if ranks == 2 else f"2–{ranks} workers"),
         )
         v = seed_experiment(
             profile,
