@@ -340,3 +340,26 @@ def test_a_cpu_profile_says_the_overlapped_exchange_is_an_assumption():
     assert not [m for m in recommend(gpu, w, **kw).warnings if "under backward" in m]
     ps = recommend(cpu, w, max_workers=16, architectures=["ps"])
     assert not [m for m in ps.warnings if "under backward" in m]  # ps does not overlap
+
+
+def test_one_worker_says_nothing_is_exchanged_and_compares_nothing(capsys):
+    """`--max-workers 1`: every architecture and bucket is the same step (no exchange), so
+    no runner-ups, no p_best, no framework settings for a 0 MiB bucket (a new user's
+    trial found 'p_best 50 %', five identical runner-ups and DDP's bucket_cap_mb=0.0)."""
+    argv = [*BASE, "--max-workers", "1"]
+    doc = _json(capsys, argv)
+    assert doc["workers"] == 1 and doc["alternatives"] == [] and doc["p_best"] is None
+    assert doc["framework_settings"] == {}
+    assert doc["breakdown"]["communication_s"] == 0.0
+    w = get_workload("resnet18", int(doc["batch_size"]))
+    for arch in ("ring", "p2p"):  # compute and the update only, whatever the exchange
+        one = float(iteration_time(preset("ethernet-10g", "v100"), w, arch, 1).iteration_s)
+        assert doc["iteration_time_s"] == pytest.approx(one, rel=1e-6)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Recommended: 1 worker, no gradient exchange" in out
+    assert "communication    none (one worker)" in out and "nothing to choose" in out
+    assert "Runner-ups" not in out and "bucket_cap_mb" not in out and "p_best 50" not in out
+    # a search that reached more workers and found one best keeps its comparison
+    many = _json(capsys, [*BASE, "--max-workers", "4"])
+    assert many["workers"] > 1 and many["alternatives"]

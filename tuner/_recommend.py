@@ -205,7 +205,11 @@ class Configuration:
             >>> import dataclasses
             >>> dataclasses.replace(c, bucket_bytes=2**27, breakdown={"num_buckets": 1}).describe()
             'ring, 8 workers, one bucket (cap 128 MiB)'
+            >>> dataclasses.replace(c, workers=1).describe()
+            '1 worker, no gradient exchange'
         """
+        if self.workers == 1:  # every architecture and bucket is the same step
+            return "1 worker, no gradient exchange"
         parts = [self.label]
         if self.servers:
             parts.append(f"{self.servers} server{'s' if self.servers != 1 else ''}")
@@ -1628,6 +1632,9 @@ def _assemble(
     prof, bare = ctx.profile, bool(getattr(ctx.profile, "bare", False))
     rows = [chosen, *alt_rows]
     lo_by, hi_by = _intervals(ctx, _spec_rows(ctx, rows), 0.9, [r.t for r in rows])
+    if chosen.n == 1 and all(o.n == 1 for o in others):  # only one worker searched
+        return _one_worker(ctx, scorer, chosen, (lo_by[0], hi_by[0]), reliable, excluded,
+                           sweeps, status, message, osf, bare)  # fmt: skip
     p_best = _p_best(ctx, prof, chosen, others[:1], scorer) if not bare else float("nan")
     rationale = _rationale(prof.params, ctx, chosen, others, scorer, memory_note)
     warns = _warnings(prof, ctx, chosen, not reliable, excluded, bare)
@@ -1655,6 +1662,29 @@ def _assemble(
         sweeps,
         ctx,
     )
+
+
+def _one_worker(ctx, scorer, chosen: _Row, interval, reliable, excluded, sweeps, status, message,
+                osf, bare) -> Recommendation:  # fmt: skip
+    """A recommendation of one worker: nothing is exchanged, so nothing is compared.
+
+    Every architecture and bucket size gives the same step there (forward,
+    backward, the update), so the runner-ups, ``p_best`` and the exchange's
+    warnings would only repeat it (a new user's trial: 'p_best 50 %', five
+    identical runner-ups, DDP settings for a 0 MiB bucket).
+    """
+    warns = [w for w in _warnings(ctx.profile, ctx, chosen, not reliable, excluded, bare)
+             if not w.startswith("extrapolation") and "exchange" not in w]  # fmt: skip
+    config = _configuration(ctx, scorer, chosen, interval, osf)
+    rationale = (
+        "One worker exchanges no gradients: every architecture and bucket size gives the same "
+        f"{format_seconds(chosen.t)} step (forward, backward and the update), so there is "
+        "nothing to choose; more workers (max_workers ≥ 2) are what an exchange can pay for."
+    )
+    if status == "ok":
+        message = f"recommended: {config.describe()}"
+    return Recommendation(config, (), float("nan"), rationale, tuple(warns), reliable,
+                          scorer.objective, status, message, excluded, sweeps, ctx)  # fmt: skip
 
 
 def _sharding_note(workload, chosen: _Row, ranked, osf, memory, g, memory_note="") -> str:

@@ -18,6 +18,7 @@ from ._common import (
     int_list_arg,
     load_profile,
     name_list_arg,
+    plural,
     positive_float_arg,
     positive_int_arg,
     preset_compute,
@@ -364,11 +365,15 @@ def run(args: argparse.Namespace) -> int:
         grad_dtype=args.grad_dtype,
         device="cpu" if prov.get("backend") == "cpu" else "gpu",
     )
+    solo = rec.config.workers == 1  # one process: no DDP, Horovod or servers to set
     if args.json:
-        doc["framework_settings"] = settings
+        doc["framework_settings"] = {} if solo else settings
         print_json(doc)
         return 0
     print(format_text(rec, base_workload, source, args))
+    if solo:
+        print("\nFramework settings: none (one process trains without a distributed wrapper)")
+        return 0
     print("\nFramework settings (copy into your launch script):\n")
     print(tuner.format_framework_settings(settings))
     return 0
@@ -424,7 +429,7 @@ def format_text(rec, workload, source: str, args) -> str:
     bd = c.breakdown
     lines = [
         f"model:    {_describe_workload(workload, args)}",
-        f"cluster:  {source}; up to {args.max_workers} workers"
+        f"cluster:  {source}; up to {plural(args.max_workers, 'worker')}"
         + (f", {args.ranks_per_node} per node" if args.ranks_per_node > 1 else ""),
         f"objective: {rec.objective}",
         "",
@@ -435,7 +440,9 @@ def format_text(rec, workload, source: str, args) -> str:
         f"  scaling eff.     {100 * c.scaling_efficiency:.1f} %",
         f"  compute          {_ms(bd['forward_s'] + bd['backward_s'])} "
         f"(forward {_ms(bd['forward_s'])}, backward {_ms(bd['backward_s'])})",
-        f"  communication    {_ms(bd['communication_s'])} in {_exchanges(c, bd, getattr(args, 'accumulation_steps', None) or 1)}, "
+        "  communication    none (one worker)"
+        if c.workers == 1
+        else f"  communication    {_ms(bd['communication_s'])} in {_exchanges(c, bd, getattr(args, 'accumulation_steps', None) or 1)}, "
         f"exposed {_ms(bd['exposed_communication_s'])}",
         f"  update           {_ms(bd['update_s'])}",
     ]
@@ -444,7 +451,9 @@ def format_text(rec, workload, source: str, args) -> str:
     lines.append(
         "  p_best           "
         + (
-            "n/a (no parameter uncertainty, or a single architecture)"
+            "n/a (one worker: nothing to compare)"
+            if c.workers == 1
+            else "n/a (no parameter uncertainty, or a single architecture)"
             if not math.isfinite(rec.p_best)
             else f"{100 * rec.p_best:.0f} % (chance it beats the runner-up architecture)"
         )
