@@ -297,6 +297,23 @@ def test_validate_step_records_calibrate_with_their_harness_model(tmp_path, caps
     rows = doc["steps"]["rows"]
     assert [r["line"] for r in rows] == [2, 3, 4]
     assert [r["measured_s"] for r in rows] == [0.010, 0.014, 0.017]  # p10, not the median
+    # fitted as validate fits them and `run --validate` folds them (the compute from the
+    # measured single-worker step, no overlap on CPU): one implementation of that fit
+    from tuner.validation import fit_step_records
+
+    want = fit_step_records(Profile.from_preset("ethernet-10g,shm", "cpu"), recs)
+    np.testing.assert_allclose(
+        Profile.load(out).params.flat(), want.params.flat(), rtol=1e-9, atol=1e-12
+    )
+    # two models' files (an emulated run's MLP and CNN) need no --model either
+    cnn = {"model": "cnn", "image": 8, "in_channels": 3, "channels": 4, "depth": 2,
+           "classes": 10, "batch_size": 32, "kernel": 3}  # fmt: skip
+    g = tmp_path / "validation-cnn.jsonl"
+    g.write_text("".join(json.dumps(dict(r, model_spec=cnn)) + "\n" for r in recs[1:]))
+    rc = main(["calibrate", "--steps", str(f), "--steps", str(g), "--preset", "ethernet-10g,shm",
+               "--device", "cpu", "-o", str(tmp_path / "two.json")])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"kind": "step", "workers": 2}) + "\n")
     assert main(["calibrate", "--steps", str(bad), "--preset", "ethernet-10g", "-o",

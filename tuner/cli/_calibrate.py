@@ -257,6 +257,38 @@ def _step_workload(args, runs):
     return model_workload_arg(args.model, args.layers, 1)  # each run's batch is its own
 
 
+def _validate_step_files(args, runs) -> list[list[dict]]:
+    """Each ``--steps`` file's records where every file is ``ddltune validate``'s, with its
+    single-worker step and another, and no model is named; else ``[]``.
+
+    Those are fitted as ``validate`` fits them and ``run --validate`` folds them
+    (:func:`tuner.validation.fit_step_records`: compute from the measured
+    single-worker step, no overlap on CPU), one file (one model) after another.
+    """
+    if args.model is not None or args.layers is not None or not runs:
+        return []
+    out = []
+    for f in args.steps:
+        steps = []  # read_steps has read and checked each file: here its step records
+        for line, raw in enumerate(Path(f).read_text(encoding="utf-8").splitlines(), 1):
+            if not raw.strip() or raw.lstrip().startswith("#"):
+                continue
+            try:
+                rec = json.loads(raw)
+            except ValueError:  # a CSV of runs
+                return []
+            if isinstance(rec, dict) and rec.get("kind") == "step":
+                steps.append(dict(rec, _file=str(f), _line=line))
+        if not steps or not all(isinstance(r.get("model_spec"), dict) for r in steps):
+            return []
+        if not any(r.get("workers") == 1 for r in steps) or all(
+            r.get("workers") == 1 for r in steps
+        ):
+            return []
+        out.append(steps)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Fit, write the profile atomically, print a summary (or JSON)."""
     from calibration import (
@@ -280,7 +312,8 @@ def run(args: argparse.Namespace) -> int:
     except FileExistsError as e:
         raise CLIError(str(e)) from None
     runs = [r for f in args.steps or () for r in read_steps(f)]  # file:line errors
-    workload = _step_workload(args, runs) if runs else None
+    harness = _validate_step_files(args, runs)
+    workload = _step_workload(args, runs) if runs and not harness else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
         if args.files:
@@ -302,7 +335,12 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--preset/--device: {e}") from None
         if args.host_links is not None:  # topology: no microbenchmark or step measures it
             profile.params = profile.params.with_host_links(args.host_links)
-        if runs:
+        if harness:
+            from tuner.validation import fit_step_records
+
+            for steps in harness:
+                profile = fit_step_records(profile, steps)
+        elif runs:
             profile = fit_steps(runs, workload, profile)
     try:
         profile.save(out, overwrite=args.overwrite)

@@ -657,8 +657,11 @@ def _step_fit_mode(step_fit: str, prof, rows_in: Sequence[dict]) -> str:
 
 
 def _as_run(r: dict, stat: str, line: int) -> dict:
-    """A step record as a training run of :func:`calibration.fit_steps`, timed by ``stat``."""
-    return step_record_run(r, _value(r, stat), line=line)
+    """A step record as a training run of :func:`calibration.fit_steps`, timed by ``stat``
+    (its file and line where :func:`calibration.read_records` read it, else ``line``)."""
+    return step_record_run(
+        r, _value(r, stat), path=r.get("_file", "<step records>"), line=r.get("_line", line)
+    )
 
 
 def _cross_fitted(prof, base: dict, rows_in: Sequence[dict], baseline: float, stat: str,
@@ -720,7 +723,7 @@ def fit_step_records(
     rows_in = [r for r in steps if r["workers"] >= 2]
     if not base or not rows_in:
         raise ValueError("fitting step terms needs a single-worker step and one at ≥ 2 workers")
-    if len({r["model"] for r in steps}) != 1:
+    if len({json.dumps(r.get("model_spec"), sort_keys=True) for r in steps}) != 1:
         raise ValueError("step records of several models; fit them one model at a time")
     stat = _statistic(base[-1], statistic)
     if overlap == "auto":
