@@ -109,6 +109,14 @@ def test_show_imported_nccl_tests(tmp_path, capsys):
         ("not json at all\n", "not a ddltune file"),
         ("#  size  count  type  time  algbw  busbw\n", "import-nccl-tests"),
         ('{"a": 1}', "neither a profile"),
+        # ddltune's own other files (a new user's trial: the report, whose text says
+        # busbw, read as nccl-tests output; the recommendation as an unknown object)
+        ("<!DOCTYPE html>\n<html><td>busbw</td></html>\n", "this is an HTML page"),
+        (
+            '{"architecture": "ring", "iteration_time_s": 1.0, "inputs": {"profile": "d/p.json"}}',
+            "this is a recommendation ('ddltune run' writes it, as 'recommend --json' prints "
+            "it), not a profile or measurement records; its profile: ddltune show d/p.json",
+        ),
     ],
 )
 def test_show_bad_files(tmp_path, capsys, content, needle):

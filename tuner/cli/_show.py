@@ -99,6 +99,16 @@ def detect_kind(path: Path) -> str:
             return "profile"
         if "kind" in doc or "time_s" in doc:
             return "measurements"  # a one-record measurement file: the reader validates it
+        if "iteration_time_s" in doc and "architecture" in doc:
+            inputs = doc.get("inputs") if isinstance(doc.get("inputs"), dict) else {}
+            prof = inputs.get("profile")
+            raise InputFileError(
+                str(path),
+                None,
+                "this is a recommendation ('ddltune run' writes it, as 'recommend --json' "
+                "prints it), not a profile or measurement records"
+                + (f"; its profile: ddltune show {prof}" if isinstance(prof, str) else ""),
+            )
         raise InputFileError(
             str(path),
             None,
@@ -108,6 +118,14 @@ def detect_kind(path: Path) -> str:
         return "profile"  # a profile that is not whole JSON: its reader names the line
     text = head.decode("utf-8", errors="replace")
     first = next(line for line in text.splitlines() if line.strip())
+    if first.lstrip("\ufeff \t").lower().startswith(("<!doctype html", "<html")):
+        raise InputFileError(
+            str(path),
+            None,
+            "this is an HTML page (a ddltune report?), not a ddltune file; show reads a "
+            "profile or measurement records: the report's folder has profile.json and "
+            "measurements.jsonl",
+        )
     if first.lstrip().startswith("{"):
         return "measurements"
     if "busbw" in text or "nccl-tests" in text or "_perf" in text:
