@@ -312,6 +312,8 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
     comm = fitted["terms"]["log_step_comm"]
     assert comm["posterior_sd"] < 0.9 * comm["prior_sd"]
     assert "[3c/4] recommending again with the step terms" in cap.err
+    assert "  with the steps: " in cap.err and "; before them " in cap.err  # what it changed
+    assert fitted["files"] == [str(out / "validation.jsonl")]  # not the staging folder's
     # the single-worker step says nothing of a topology: recommend's default stays the
     # 2 ranks per node the run measured
     from tuner import measured_ranks_per_node

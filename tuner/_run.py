@@ -43,7 +43,7 @@ from pathlib import Path
 
 import calibration
 from calibration import atomic_replace_dir, atomic_write_text, read_records, refuse_symlink
-from costmodel import WorkloadTerms, format_bytes, get_workload, load_layers
+from costmodel import WorkloadTerms, format_bytes, format_seconds, get_workload, load_layers
 
 from ._defaults import RUN_DEFAULTS
 from ._format import jsonable
@@ -350,11 +350,13 @@ def run_main_job(
             with _timed(timings, "validate"):
                 validation = _validate(profile, workers, stage, log, emulate, validate_steps)
             with _timed(timings, "fit steps"):
-                informed = _fit_validation_steps(profile, stage, log)
+                informed = _fit_validation_steps(profile, stage, out, log)
             if informed is not None:  # its steps narrow the interval the run reports
                 profile = informed
                 profile.save(sp, overwrite=True)
+                before = rec.config
                 rec, refusal = recommend_on(profile, again=True)
+                _say(log, "  " + _changed_text(before, rec.config))
         with _timed(timings, "report"):
             _say(log, "[4/4] writing the report")
             _report(
@@ -724,7 +726,7 @@ def _validate(profile, workers: int, stage: Path, log, emulate=None, steps: int 
     return [validation]
 
 
-def _fit_validation_steps(profile, stage: Path, log):
+def _fit_validation_steps(profile, stage: Path, out: Path, log):
     """Step 3c: the validation's steps fitted into the profile's step terms.
 
     A microbenchmark profile leaves the terms a training step has and
@@ -752,7 +754,14 @@ def _fit_validation_steps(profile, stage: Path, log):
         models.append(str(spec.get("model") if isinstance(spec, dict) else "the model").upper())
     if informed is profile:
         return None
-    terms = informed.fit["steps"]["terms"]
+    # the files' final paths, not the staging folder's (as _calibrate does for its inputs)
+    shown = {str(stage / n): str(out / n) for n in ("validation.jsonl", "validation-cnn.jsonl")}
+    st = informed.fit["steps"]
+    st["files"] = [shown.get(f, f) for f in st["files"]]
+    informed.provenance["steps"] = st["files"]
+    for row in st["rows"]:
+        row["file"] = shown.get(row["file"], row["file"])
+    terms = st["terms"]
     _say(
         log,
         f"  step terms fitted on the validation's {runs} steps ({' then '.join(models)}): "
@@ -760,6 +769,24 @@ def _fit_validation_steps(profile, stage: Path, log):
         "profile.json keeps them",
     )
     return informed
+
+
+def _changed_text(before, after) -> str:
+    """What fitting the validation's steps did to the recommendation (one line)."""
+
+    def step(c) -> str:
+        lo, hi = c.interval_s
+        return (
+            f"{format_seconds(c.iteration_time_s)} (90%: {format_seconds(lo)} – "
+            f"{format_seconds(hi)})"
+        )
+
+    same = before.describe() == after.describe()
+    return (
+        f"with the steps: {after.describe()}, {step(after)}; before them "
+        + ("the same configuration, " if same else f"{before.describe()}, ")
+        + step(before)
+    )
 
 
 def _seed_experiment(profile, stage: Path, log, emulate, steps: int = 5) -> list:
@@ -795,11 +822,17 @@ def _say_validation(log, v) -> None:
         if v.interval_coverage == v.interval_coverage  # not NaN
         else ""
     )
+    tau = (
+        f"Kendall tau {v.kendall_tau:.2f} over {used} of {total} pairs that differ beyond "
+        f"their spread (all pairs {v.kendall_tau_all:.2f})"
+        if used
+        else f"Kendall tau n/a (none of {total} pairs differs beyond its spread; all pairs "
+        f"{v.kendall_tau_all:.2f})"
+    )
     _say(
         log,
-        f"  {len(v.rows)} configurations: MAPE {100 * v.mape:.1f}%, Kendall tau "
-        f"{v.kendall_tau:.2f} over {used} of {total} pairs that differ beyond their spread "
-        f"(all pairs {v.kendall_tau_all:.2f}), regret {100 * v.regret:.1f}%{cover}",
+        f"  {len(v.rows)} configurations: MAPE {100 * v.mape:.1f}%, {tau}, "
+        f"regret {100 * v.regret:.1f}%{cover}",
     )
 
 
