@@ -80,7 +80,7 @@ import math
 import numbers
 from collections.abc import Mapping
 
-from costmodel import format_bytes
+from costmodel import format_bytes, format_seconds
 
 __all__ = [
     "DDP_FIRST_BUCKET_BYTES",
@@ -389,7 +389,8 @@ def _horovod(c: _Plain) -> dict:
             flags.append(f"--cycle-time-ms {cycle:g}")
             note = (
                 f"HOROVOD_CYCLE_TIME {cycle:g} ms: Horovod fuses what is ready in one cycle; "
-                f"backward fills one {format_bytes(c.bucket)} bucket in {fill_ms:.3g} ms"
+                f"backward fills one {format_bytes(c.bucket)} bucket in "
+                f"{format_seconds(fill_ms / 1e3)}"
             )
             if fill_ms > HOROVOD_MAX_CYCLE_TIME_MS:
                 per_cycle = c.grad_bytes * HOROVOD_MAX_CYCLE_TIME_MS / (1e3 * c.backward_s)
@@ -407,7 +408,7 @@ def _horovod(c: _Plain) -> dict:
         else:
             notes.append(
                 f"HOROVOD_CYCLE_TIME: the default {HOROVOD_DEFAULT_CYCLE_TIME_MS:g} ms is enough "
-                f"(backward fills a bucket in {fill_ms:.3g} ms)"
+                f"(backward fills a bucket in {format_seconds(fill_ms / 1e3)})"
             )
     else:
         notes.append(

@@ -445,8 +445,12 @@ def message_bytes_list_arg(text: str) -> list[int]:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     if 0 in sizes:
+        zero = next(
+            p.strip() for p in str(text).split(",") if p.strip() and parse_bytes_list(p) == [0]
+        )
         raise argparse.ArgumentTypeError(
-            f"a message must be at least 1 byte, got {text!r} (a 0-byte collective moves nothing)"
+            f"a message must be at least 1 byte, got {zero!r} in {text!r} (a 0-byte collective "
+            "moves nothing)"
         )
     return sizes
 
