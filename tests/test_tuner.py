@@ -887,3 +887,53 @@ def test_a_wide_interval_from_held_out_misses_says_so(resnet18):
     assert "the microbenchmarks' held-out misses" in note and "--budget-s" in note
     lo, hi = rec.config.interval_s
     assert hi / rec.config.iteration_time_s == pytest.approx(math.exp(0.3), rel=1e-3)
+
+
+def test_a_refined_bucket_is_a_round_cap_on_its_plateau_and_survives_a_saved_profile(tmp_path):
+    """Tensors are never split, so the refined optimum is a plateau of caps with one step
+    time; the cap chosen on it is the coarsest whole MiB, 64 KiB or KiB there, not a byte
+    that rounding picked (a run said 102,196,406 bytes, recommend on its saved profile
+    102,196,405)."""
+    prof = Profile.from_preset("ethernet-10g", "v100")
+    w = get_workload("resnet50", 64)
+    kw = dict(max_workers=16, architectures=["ring"])
+    a = tuner.recommend(prof, w, **kw)
+    assert a.config.refined and a.config.bucket_bytes % 1024 == 0
+    b = tuner.recommend(Profile.load(prof.save(tmp_path / "p.json")), w, **kw)
+    assert b.config.bucket_bytes == a.config.bucket_bytes
+    # the same step as the unrounded optimum's neighbours: a cap one KiB either side of
+    # the plateau point chosen is no faster
+    t = [
+        float(iteration_time(prof.params, w, "ring", a.config.workers,
+                             bucket_bytes=a.config.bucket_bytes + d).iteration_s)
+        for d in (-1024, 0, 1024)
+    ]  # fmt: skip
+    assert t[1] <= min(t) * (1 + 1e-9)
+    assert a.config.iteration_time_s == pytest.approx(t[1], rel=1e-5)
+
+
+def test_a_profile_that_held_nothing_out_is_called_untested():
+    """A calibration with no held-out point has no measured error: recommend says so (a
+    new user's 3-record profile read 'reliable' with a 90% interval of 2 s – 3,288 s)."""
+    from calibration import calibrate
+    from costmodel import collective_time
+
+    truth = preset("ethernet-10g", "cpu")
+    recs = [
+        {"schema": 1, "kind": "collective", "collective": "all_reduce", "message_bytes": s,
+         "num_ranks": 2, "ranks_per_node": 2, "dtype": "float32",
+         "time_s": {"p10": float(collective_time(truth, "all_reduce", s, 2, 2))},
+         "backend": "cpu", "device_kind": "cpu", "versions": {}, "host_fingerprint": "x",
+         "timestamp": "2026-01-01T00:00:00Z", "source": "test"}
+        for s in (2**10, 2**16, 2**22)
+    ]  # fmt: skip
+    untested = calibrate(recs, n_regimes=1, holdout=0.0)
+    assert math.isnan(untested.heldout_p90)
+    w = get_workload("resnet18", 32)
+    rec = tuner.recommend(untested, w, max_workers=4, architectures=["ring"], force=True)
+    assert any(
+        x.startswith("untested profile: its calibration held no point out") for x in rec.warnings
+    )
+    tested = tuner.recommend(Profile.from_preset("ethernet-10g", "cpu"), w, max_workers=4,
+                             architectures=["ring"])  # fmt: skip
+    assert not any(x.startswith("untested") for x in tested.warnings)  # a preset: its own note

@@ -791,11 +791,28 @@ def _refine(ctx, params, sw: Sweep, row: _Row, caps: np.ndarray, scorer) -> _Row
     tol = 1e-12 if np.asarray(out.iteration_s).dtype == np.float64 else 1e-6
     if not t[j] < row.t * (1 - tol):
         return row
+    # Tensors are never split, so the optimum is a plateau between two tensors' edges:
+    # any byte in it gives the same step, and which one the candidates hit depends on
+    # rounding (a run said 102,196,406 bytes, recommend on its saved profile 102,196,405).
+    # The coarsest whole MiB, 64 KiB or KiB on the plateau is what a user can type.
+    round_caps = np.array([f(cands[j] / q) * q for q in _ROUND_CAPS for f in (np.floor, np.ceil)])
+    out_r = _eval_rows(
+        params, ctx, row.variant, np.full(round_caps.size, row.n), np.full(round_caps.size, row.k),
+        np.maximum(round_caps, 1.0), np.full(round_caps.size, batch),
+    )  # fmt: skip
+    t_r = np.asarray(out_r.iteration_s, dtype=np.float64)
+    on = np.flatnonzero((round_caps >= 1) & (t_r <= t[j] * (1 + tol)))
+    if on.size:  # the first is the coarsest
+        out, t, j, cands = out_r, t_r, int(on[0]), round_caps
     bd = {f: float(np.asarray(getattr(out, f))[j]) for f in Breakdown.FIELDS}
     bd["throughput_samples_per_s"] = float(_throughput(ctx, row.n, batch, t[j]))
     if ctx.global_batch is not None:
         bd["scaling_efficiency"] *= (ctx.global_batch / row.n) / batch
     return _Row(row.variant, row.n, row.k, int(cands[j]), batch, bd, refined=True)
+
+
+#: Granularities, coarsest first, to which a refined bucket cap snaps on its plateau, bytes.
+_ROUND_CAPS = (2.0**20, 2.0**16, 2.0**10)
 
 
 # ---------------------------------------------------------------------------
@@ -1115,6 +1132,11 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
         out.append(
             "the profile holds no measurements (datasheet presets): every prediction is a "
             "prior; calibrate on the cluster for a trustworthy answer"
+        )
+    elif not bare and not math.isfinite(heldout_p90(profile)) and sizes is not None:
+        out.append(
+            "untested profile: its calibration held no point out (too few sizes per series), "
+            "so its error out of sample is unknown; measure more sizes to test it"
         )
     if ranks is not None and not ranks[0] <= chosen.n <= ranks[1]:
         out.append(
@@ -1679,7 +1701,8 @@ def _one_worker(ctx, scorer, chosen: _Row, interval, reliable, excluded, sweeps,
     rationale = (
         "One worker exchanges no gradients: every architecture and bucket size gives the same "
         f"{format_seconds(chosen.t)} step (forward, backward and the update), so there is "
-        "nothing to choose; more workers (max_workers ≥ 2) are what an exchange can pay for."
+        "nothing to choose; more workers (--max-workers, or max_workers, of 2 or more) are "
+        "what an exchange can pay for."
     )
     if status == "ok":
         message = f"recommended: {config.describe()}"

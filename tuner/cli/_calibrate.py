@@ -672,4 +672,10 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
         print()
         _print_steps(profile)
     state = "reliable" if profile.reliable else "UNRELIABLE"
+    if profile.heldout_p90 != profile.heldout_p90:  # NaN: nothing held out, nothing tested
+        print(
+            f"\nwrote {out} (untested: no point was held out, so no error was measured "
+            "out of sample; measure more sizes per series, or read the 90% intervals)"
+        )
+        return
     print(f"\nwrote {out} ({state}; held-out p90 {format_percent(profile.heldout_p90)})")
