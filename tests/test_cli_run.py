@@ -313,6 +313,7 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
     assert comm["posterior_sd"] < 0.9 * comm["prior_sd"]
     assert "[3c/4] recommending again with the step terms" in cap.err
     assert "  with the steps: " in cap.err and "; before them " in cap.err  # what it changed
+    assert "(predicted with the profile as it is: steps at one worker count (2)" in cap.err
     assert fitted["files"] == [str(out / "validation.jsonl")]  # not the staging folder's
     # the single-worker step says nothing of a topology: recommend's default stays the
     # 2 ranks per node the run measured
