@@ -267,3 +267,23 @@ def test_identified_bandwidths_keep_three_digits_without_a_stray_point():
 
     shown = [_value({"unit": "s/byte", "value": 1 / bw}) for bw in (897.3e6, 21e6, 999.6e6, 5.5)]
     assert shown == ["897 MB/s", "21.0 MB/s", "1.00 GB/s", "5.50 B/s"]
+
+
+def test_a_calibration_that_holds_nothing_out_is_called_untested(tmp_path, capsys):
+    """--holdout 0 (or too few sizes to hold any out): no error measured out of sample, so
+    the summary says untested, not 'reliable; held-out p90 —' (a new user's trial)."""
+    truth = preset("ethernet-10g", "cpu")
+    m = tmp_path / "m.jsonl"
+    m.write_text("".join(json.dumps({
+        "schema": 1, "kind": "collective", "collective": "all_reduce", "message_bytes": s,
+        "num_ranks": 2, "ranks_per_node": 2, "dtype": "float32",
+        "time_s": {"p10": float(collective_time(truth, "all_reduce", s, 2, 2))},
+        "backend": "cpu", "device_kind": "cpu", "versions": {}, "host_fingerprint": "x",
+        "timestamp": "2026-01-01T00:00:00Z", "source": "test"}) + "\n"
+        for s in (2**10, 2**14, 2**18, 2**22)))  # fmt: skip
+    out = tmp_path / "p.json"
+    assert main(["calibrate", str(m), "-o", str(out), "--holdout", "0", "--regimes", "1"]) == 0
+    text = capsys.readouterr().out
+    assert f"wrote {out} (untested: no point was held out" in text and "reliable;" not in text
+    assert main(["calibrate", str(m), "-o", str(out), "--regimes", "1", "--overwrite"]) == 0
+    assert "untested" not in capsys.readouterr().out  # a held-out point: tested

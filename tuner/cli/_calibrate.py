@@ -672,7 +672,8 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
         print()
         _print_steps(profile)
     state = "reliable" if profile.reliable else "UNRELIABLE"
-    if profile.heldout_p90 != profile.heldout_p90:  # NaN: nothing held out, nothing tested
+    measured = bool((profile.measured_ranges or {}).get("message_bytes"))
+    if measured and profile.heldout_p90 != profile.heldout_p90:  # NaN: nothing held out
         print(
             f"\nwrote {out} (untested: no point was held out, so no error was measured "
             "out of sample; measure more sizes per series, or read the 90% intervals)"
