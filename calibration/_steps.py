@@ -439,7 +439,10 @@ def step_time(params, workload, runs: list[dict], *, overlap: bool = True) -> np
     return out
 
 
-def fit_steps(runs: list[dict], workload, base: Profile, *, overlap: bool = True) -> Profile:
+def fit_steps(
+    runs: list[dict], workload, base: Profile, *, overlap: bool = True,
+    reference: Profile | None = None,
+) -> Profile:  # fmt: skip
     """Fit the step terms (:data:`STEP_TERMS`) to observed runs, on top of ``base``.
 
     Args:
@@ -449,6 +452,11 @@ def fit_steps(runs: list[dict], workload, base: Profile, *, overlap: bool = True
             calibration, or :meth:`Profile.from_preset`); its values and
             covariance are the terms' prior.
         overlap: as :func:`step_time` (``False`` for runs of XLA:CPU).
+        reference: the profile whose step terms' prior ``fit["steps"]["terms"]``
+            reports (``prior``, ``prior_sd``, ``identified``); default ``base``.
+            Fits chained one model after another pass the first one's base, so
+            that a term the first fit pinned is not "unidentified" by the next
+            (whose prior is already narrow).
 
     Returns:
         A new :class:`Profile`: ``base``'s parameters with the fitted terms,
@@ -470,11 +478,8 @@ def fit_steps(runs: list[dict], workload, base: Profile, *, overlap: bool = True
     layout = ParamLayout(base.params.n_regimes)
     idx = np.concatenate([np.arange(layout.size)[layout.slices[f]] for f in STEP_TERMS])
     theta0 = np.asarray(base.params.flat(), dtype=np.float64)
-    mu = theta0[idx]
-    sd = np.sqrt(np.clip(np.diag(base.covariance)[idx], 1e-12, None))
-    hide = STEP_TERMS.index("logit_backward_hide")
-    if mu[hide] <= _NO_HIDE_LOGIT:  # the base assumes nothing hides
-        mu[hide], sd[hide] = _HIDE_PRIOR
+    mu, sd = _step_prior(base, idx)
+    mu_ref, sd_ref = (mu, sd) if reference is None else _step_prior(reference, idx)
     logt = np.log([r["step_time_s"] for r in runs])
     template = base.params.to_numpy()
 
@@ -546,7 +551,20 @@ def fit_steps(runs: list[dict], workload, base: Profile, *, overlap: bool = True
     cov[:, idx] = 0.0
     cov[np.ix_(idx, idx)] = cov_p
     params = template.from_flat(theta)
-    return _profile(base, params, cov, runs, np.exp(lp), r, mu, sd, phi, cov_p, scale, p_eff)
+    return _profile(
+        base, params, cov, runs, np.exp(lp), r, mu_ref, sd_ref, phi, cov_p, scale, p_eff
+    )
+
+
+def _step_prior(prof: Profile, idx) -> tuple[np.ndarray, np.ndarray]:
+    """The step terms' prior mean and sd in ``prof`` (a base assuming no hiding gets the
+    hidden share's own prior, :data:`_HIDE_PRIOR`)."""
+    mu = np.asarray(prof.params.flat(), dtype=np.float64)[idx]
+    sd = np.sqrt(np.clip(np.diag(prof.covariance)[idx], 1e-12, None))
+    hide = STEP_TERMS.index("logit_backward_hide")
+    if mu[hide] <= _NO_HIDE_LOGIT:  # the base assumes nothing hides
+        mu[hide], sd[hide] = _HIDE_PRIOR
+    return mu, sd
 
 
 def _profile(base, params, cov, runs, fitted, r, mu, sd, phi, cov_p, scale, p_eff) -> Profile:

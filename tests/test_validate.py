@@ -535,6 +535,16 @@ def test_cross_fitted_steps_predict_each_worker_count_out_of_sample():
     folded = fit_step_records(prof, [base] + recs)
     np.testing.assert_allclose(folded.params.flat(), fitted.params.flat(), rtol=1e-12)
     assert folded.params.step_comm_factor == pytest.approx(1.6, rel=0.05)  # prior: 1
+    # chained (run --validate: the MLP's fit is the CNN's prior), the terms are reported
+    # against the profile the chain started from: a term the first fit pinned stays
+    # identified, where against the narrowed prior it would read "not identified"
+    once = folded.fit["steps"]["terms"]["log_step_comm"]
+    assert once["identified"]
+    again = fit_step_records(folded, [base] + recs, reference=prof).fit["steps"]["terms"]
+    assert again["log_step_comm"]["prior_sd"] == once["prior_sd"]
+    assert again["log_step_comm"]["identified"]
+    narrow = fit_step_records(folded, [base] + recs).fit["steps"]["terms"]["log_step_comm"]
+    assert narrow["prior_sd"] < 0.5 * once["prior_sd"] and not narrow["identified"]
     with pytest.raises(ValueError, match="single-worker step"):
         fit_step_records(prof, recs)
     with pytest.raises(ValueError, match="calibration.Profile"):

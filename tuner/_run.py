@@ -748,7 +748,7 @@ def _fit_validation_steps(profile, stage: Path, out: Path, log):
         steps = [r for r in read_records(path) if r.get("kind") == "step"]
         if not any(r["workers"] == 1 for r in steps) or not any(r["workers"] > 1 for r in steps):
             continue
-        informed = fit_step_records(informed, steps)
+        informed = fit_step_records(informed, steps, reference=profile)
         runs += len(steps)
         spec = steps[0].get("model_spec")
         models.append(str(spec.get("model") if isinstance(spec, dict) else "the model").upper())

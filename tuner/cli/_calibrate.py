@@ -338,8 +338,9 @@ def run(args: argparse.Namespace) -> int:
         if harness:
             from tuner.validation import fit_step_records
 
-            for steps in harness:
-                profile = fit_step_records(profile, steps)
+            start = profile
+            for steps in harness:  # one model after another, reported against the start
+                profile = fit_step_records(profile, steps, reference=start)
         elif runs:
             profile = fit_steps(runs, workload, profile)
     try:

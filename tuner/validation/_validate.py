@@ -680,16 +680,17 @@ def _cross_fitted(prof, base: dict, rows_in: Sequence[dict], baseline: float, st
     return tuple(out)
 
 
-def _fit_steps_of(prof, base: dict, rows_in: Sequence[dict], stat: str, overlap: bool):
+def _fit_steps_of(prof, base: dict, rows_in: Sequence[dict], stat: str, overlap: bool,
+                  reference=None):  # fmt: skip
     """``prof`` with its step terms fitted on the baseline record and ``rows_in``."""
     workload = model_workload(base["model_spec"], step_time_s=_value(base, stat))
     runs = [_as_run(r, stat, i) for i, r in enumerate([base, *rows_in])]
-    return fit_steps(runs, workload, prof, overlap=overlap)
+    return fit_steps(runs, workload, prof, overlap=overlap, reference=reference)
 
 
 def fit_step_records(
     profile, records: Iterable[dict], *, statistic: str | None = None,
-    overlap: bool | str = "auto",
+    overlap: bool | str = "auto", reference=None,
 ):  # fmt: skip
     """``profile`` with the step terms fitted on validate's step records of one model.
 
@@ -706,6 +707,8 @@ def fit_step_records(
         records: ``kind: "step"`` records of one model (others are ignored), one
             with ``workers == 1`` and at least one with ``workers ≥ 2``.
         statistic, overlap: as :func:`compare_steps`.
+        reference: as :func:`calibration.fit_steps` (chained fits, one model
+            after another, pass the profile they started from).
 
     Returns:
         A new :class:`calibration.Profile` (see :func:`calibration.fit_steps`).
@@ -728,7 +731,7 @@ def fit_step_records(
     stat = _statistic(base[-1], statistic)
     if overlap == "auto":
         overlap = base[-1].get("backend") != "cpu"
-    return _fit_steps_of(prof, base[-1], rows_in, stat, bool(overlap))
+    return _fit_steps_of(prof, base[-1], rows_in, stat, bool(overlap), reference)
 
 
 def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
