@@ -834,8 +834,9 @@ def _say_validation(log, v) -> None:
         f"  {len(v.rows)} configurations: MAPE {100 * v.mape:.1f}%, {tau}, "
         f"regret {100 * v.regret:.1f}%{cover}",
     )
-    if v.step_fit == "profile" and "one worker count" in (v.step_fit_note or ""):
-        _say(log, f"  (predicted with {v.step_fit_note})")  # why the intervals are that wide
+    note = getattr(v, "step_fit_note", "") or ""
+    if getattr(v, "step_fit", None) == "profile" and "one worker count" in note:
+        _say(log, f"  (predicted with {note})")  # why the intervals are that wide
 
 
 def _report(
