@@ -738,7 +738,7 @@ def _fit_validation_steps(profile, stage: Path, out: Path, log):
     model after the other (the MLP's posterior is the CNN's prior). Returns the
     new profile, or ``None`` when no file has a single-worker step and another.
     """
-    from .validation import fit_step_records
+    from .validation import can_fit_step_records, fit_step_records
 
     informed, runs, models = profile, 0, []
     for name in ("validation.jsonl", "validation-cnn.jsonl"):
@@ -746,7 +746,7 @@ def _fit_validation_steps(profile, stage: Path, out: Path, log):
         if not path.exists():
             continue
         steps = [r for r in read_records(path) if r.get("kind") == "step"]
-        if not any(r["workers"] == 1 for r in steps) or not any(r["workers"] > 1 for r in steps):
+        if not can_fit_step_records(steps):
             continue
         informed = fit_step_records(informed, steps, reference=profile)
         runs += len(steps)

@@ -267,6 +267,8 @@ def _validate_step_files(args, runs) -> list[list[dict]]:
     """
     if args.model is not None or args.layers is not None or not runs:
         return []
+    from tuner.validation import can_fit_step_records
+
     out = []
     for f in args.steps:
         steps = []  # read_steps has read and checked each file: here its step records
@@ -279,11 +281,9 @@ def _validate_step_files(args, runs) -> list[list[dict]]:
                 return []
             if isinstance(rec, dict) and rec.get("kind") == "step":
                 steps.append(dict(rec, _file=str(f), _line=line))
-        if not steps or not all(isinstance(r.get("model_spec"), dict) for r in steps):
+        if not all(isinstance(r.get("model_spec"), dict) for r in steps):
             return []
-        if not any(r.get("workers") == 1 for r in steps) or all(
-            r.get("workers") == 1 for r in steps
-        ):
+        if not can_fit_step_records(steps):
             return []
         out.append(steps)
     return out

@@ -28,6 +28,7 @@ _EXPORTS = {
     "ValidationResult": "._validate",
     "ValidationRow": "._validate",
     "check_validation_plan": "._validate",
+    "can_fit_step_records": "._validate",
     "compare_steps": "._validate",
     "fit_step_records": "._validate",
     "load_params": "._validate",

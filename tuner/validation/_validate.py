@@ -688,6 +688,13 @@ def _fit_steps_of(prof, base: dict, rows_in: Sequence[dict], stat: str, overlap:
     return fit_steps(runs, workload, prof, overlap=overlap, reference=reference)
 
 
+def can_fit_step_records(records: Iterable[dict]) -> bool:
+    """Whether :func:`fit_step_records` has what it fits: among ``records``' steps, one at
+    a single worker (the compute baseline) and one at ≥ 2 workers (communication)."""
+    workers = [r.get("workers") for r in records if r.get("kind") == "step"]
+    return 1 in workers and any(isinstance(w, int | float) and w >= 2 for w in workers)
+
+
 def fit_step_records(
     profile, records: Iterable[dict], *, statistic: str | None = None,
     overlap: bool | str = "auto", reference=None,
@@ -722,10 +729,10 @@ def fit_step_records(
         raise ValueError("fit_step_records needs a calibration.Profile (its covariance)")
     steps = [r for r in records if r.get("kind") == "step"]
     _check_step_specs(steps)
+    if not can_fit_step_records(steps):
+        raise ValueError("fitting step terms needs a single-worker step and one at ≥ 2 workers")
     base = [r for r in steps if r["workers"] == 1]
     rows_in = [r for r in steps if r["workers"] >= 2]
-    if not base or not rows_in:
-        raise ValueError("fitting step terms needs a single-worker step and one at ≥ 2 workers")
     if len({json.dumps(r.get("model_spec"), sort_keys=True) for r in steps}) != 1:
         raise ValueError("step records of several models; fit them one model at a time")
     stat = _statistic(base[-1], statistic)
