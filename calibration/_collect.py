@@ -200,7 +200,7 @@ def _check_names(values, valid, what: str) -> list[str]:
     bad = [v for v in values if v not in valid]
     if bad or not values:
         raise ValueError(
-            f"{what}: unknown {', '.join(map(repr, bad)) or 'empty list'}; valid: {format_choices(valid)}"
+            f"{what}: unknown {', '.join(map(repr, bad)) or 'empty list'}; valid: {format_choices(valid, bad[0] if len(bad) == 1 else None)}"
         )
     return values
 
@@ -395,7 +395,9 @@ def collect(
     )  # fmt: skip
     timeout_s = _check_pos(timeout_s, "timeout_s")
     if launcher not in LAUNCHERS:
-        raise ValueError(f"launcher must be one of {format_choices(LAUNCHERS)}, got {launcher!r}")
+        raise ValueError(
+            f"launcher must be one of {format_choices(LAUNCHERS, launcher)}, got {launcher!r}"
+        )
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other: pick one")
     if matmul_sizes is not None:
@@ -548,7 +550,9 @@ def _measure_config(
     )
     suites = _check_names(suite, SUITES, "suite")
     if dtype not in _DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {format_choices(_DTYPE_BYTES)}, got {dtype!r}")
+        raise ValueError(
+            f"dtype must be one of {format_choices(_DTYPE_BYTES, dtype)}, got {dtype!r}"
+        )
     _check_int(min_bytes, "min_bytes", 1)
     _check_int(max_bytes, "max_bytes", 1)
     _check_int(step_factor, "step_factor", 2)

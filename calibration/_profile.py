@@ -695,6 +695,8 @@ class Profile:
         """
         path = Path(path)
         text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise InputFileError(str(path), None, "the file is empty")
         try:
             doc = json.loads(text, parse_constant=_reject_constant)
         except json.JSONDecodeError as e:

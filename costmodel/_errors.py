@@ -7,6 +7,7 @@ at construction or trace time, as equinox does. Problems in a file raise
 
 from __future__ import annotations
 
+import difflib
 import os
 
 __all__ = ["InputFileError", "format_choices", "read_text_bounded"]
@@ -29,14 +30,33 @@ class InputFileError(ValueError):
         super().__init__(f"{where}: {reason}")
 
 
-def format_choices(choices) -> str:
-    """Format a list of valid names for an error message.
+def format_choices(choices, given=None) -> str:
+    """Format a list of valid names for an error message, with the nearest to a typo.
+
+    Args:
+        choices: the valid names (any iterable of strings or objects with ``str``).
+        given: the name the user gave, or ``None``. Where one valid name is close
+            to it (:func:`difflib.get_close_matches`, ratio ≥ 0.6, ignoring case,
+            '-' and '_'), the list ends with "(did you mean 'that'?)".
 
     Example:
         >>> format_choices(["ring", "ps"])
         'ps, ring'
+        >>> format_choices(["ring", "ps"], given="rng")
+        "ps, ring (did you mean 'ring'?)"
     """
-    return ", ".join(sorted(str(c) for c in choices))
+    names = sorted(str(c) for c in choices)
+    text = ", ".join(names)
+    if isinstance(given, str) and given:
+
+        def key(s: str) -> str:
+            return s.lower().replace("-", "").replace("_", "")
+
+        by_key = {key(n): n for n in names}
+        near = difflib.get_close_matches(key(given), list(by_key), n=1, cutoff=0.6)
+        if near and by_key[near[0]] != given:
+            text += f" (did you mean {by_key[near[0]]!r}?)"
+    return text
 
 
 def read_text_bounded(path, limit_bytes: int, what: str = "file") -> str:

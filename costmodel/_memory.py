@@ -110,7 +110,7 @@ def optimizer_bytes_per_param(optimizer, dtype_bytes: int) -> float:
         key = optimizer.lower()
         if key not in OPTIMIZER_WORDS:
             raise ValueError(
-                f"unknown optimizer {optimizer!r}; valid: {format_choices(OPTIMIZER_WORDS)}"
+                f"unknown optimizer {optimizer!r}; valid: {format_choices(OPTIMIZER_WORDS, optimizer)}"
             )
         words = OPTIMIZER_WORDS[key]
     elif isinstance(optimizer, numbers.Real) and not isinstance(optimizer, bool):

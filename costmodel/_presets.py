@@ -282,7 +282,7 @@ def device_flops_per_s(device: str, compute_dtype: str | None = None, model_kind
     """
     if device not in DEVICE_PRESETS:
         raise ValueError(
-            f"unknown device preset {device!r}; valid: {format_choices(DEVICE_PRESETS)}"
+            f"unknown device preset {device!r}; valid: {format_choices(DEVICE_PRESETS, device)}"
         )
     if model_kind not in ("", *MODEL_KINDS):
         raise ValueError(f"unknown model kind {model_kind!r}; valid: {', '.join(MODEL_KINDS)}")
@@ -384,16 +384,16 @@ def preset(
         intra = parts[1]
     if inter_name not in NETWORK_PRESETS:
         raise ValueError(
-            f"unknown network preset {inter_name!r}; valid: {format_choices(NETWORK_PRESETS)}"
+            f"unknown network preset {inter_name!r}; valid: {format_choices(NETWORK_PRESETS, inter_name)}"
         )
     if device not in DEVICE_PRESETS:
         raise ValueError(
-            f"unknown device preset {device!r}; valid: {format_choices(DEVICE_PRESETS)}"
+            f"unknown device preset {device!r}; valid: {format_choices(DEVICE_PRESETS, device)}"
         )
     intra = intra or _DEFAULT_INTRA.get(device, "pcie3-x16")
     if intra not in INTRA_PRESETS:
         raise ValueError(
-            f"unknown intra-node preset {intra!r}; valid: {format_choices(INTRA_PRESETS)}"
+            f"unknown intra-node preset {intra!r}; valid: {format_choices(INTRA_PRESETS, intra)}"
         )
     net, link, dev = NETWORK_PRESETS[inter_name], INTRA_PRESETS[intra], DEVICE_PRESETS[device]
     nics = _nics(nics_per_node, link)

@@ -205,6 +205,12 @@ def test_objective_cost_reports_the_cost(capsys):
             ["recommend", "--preset", "ethernet-10g", "--model", "resnet5", "--max-workers", "4"],
             "unknown workload 'resnet5'",
         ),
+        # a typo gets the nearest valid name (a new user's trial)
+        (
+            ["recommend", "--preset", "ethernet10g", "--model", "resnet18", "--max-workers", "4"],
+            "(did you mean 'ethernet-10g'?)",
+        ),
+        ([*BASE, "--max-workers", "4", "--arch", "rng"], "(did you mean 'ring'?)"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(capsys, argv, needle):
@@ -363,3 +369,17 @@ def test_one_worker_says_nothing_is_exchanged_and_compares_nothing(capsys):
     # a search that reached more workers and found one best keeps its comparison
     many = _json(capsys, [*BASE, "--max-workers", "4"])
     assert many["workers"] > 1 and many["alternatives"]
+
+
+def test_format_choices_names_the_nearest_valid_name_only_when_close():
+    """difflib's ratio ≥ 0.6, ignoring case, '-' and '_'; nothing when nothing is near."""
+    from costmodel import format_choices
+
+    names = ["ring", "ps", "hierarchical", "ethernet-10g"]
+    assert format_choices(names) == "ethernet-10g, hierarchical, ps, ring"
+    assert format_choices(names, "rnig").endswith("(did you mean 'ring'?)")
+    assert format_choices(names, "Ethernet_10G").endswith("(did you mean 'ethernet-10g'?)")
+    assert format_choices(names, "hierarchy").endswith("(did you mean 'hierarchical'?)")
+    assert "did you mean" not in format_choices(names, "fsdp")
+    assert "did you mean" not in format_choices(names, "ring")  # not a typo
+    assert "did you mean" not in format_choices(names, None)

@@ -138,6 +138,9 @@ def test_load_rejects_non_json_with_line_and_nan(tmp_path):
         Profile.load(p)
     with pytest.raises(FileNotFoundError):
         Profile.load(tmp_path / "missing.json")
+    p.write_text(" \n")  # as 'ddltune show' says it (a new user's trial)
+    with pytest.raises(InputFileError, match="the file is empty$"):
+        Profile.load(p)
 
 
 def test_a_measurement_file_and_a_profile_given_for_each_other_say_so(fitted, tmp_path):

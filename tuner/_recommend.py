@@ -423,7 +423,7 @@ class Recommendation:
         """
         if label not in self.sweeps:
             raise ValueError(
-                f"unknown architecture label {label!r}; valid: {format_choices(self.sweeps)}"
+                f"unknown architecture label {label!r}; valid: {format_choices(self.sweeps, label)}"
             )
         return self.curves(level, labels=[label])[label]
 
@@ -441,7 +441,7 @@ class Recommendation:
         for label in labels:
             if label not in self.sweeps:
                 raise ValueError(
-                    f"unknown architecture label {label!r}; valid: {format_choices(self.sweeps)}"
+                    f"unknown architecture label {label!r}; valid: {format_choices(self.sweeps, label)}"
                 )
         ctx = self._context
         picked, spec_rows, nominal = [], [], []
@@ -512,7 +512,7 @@ class Recommendation:
         label = self.config.label if label is None else label
         if label not in self.sweeps:
             raise ValueError(
-                f"unknown architecture label {label!r}; valid: {format_choices(self.sweeps)}"
+                f"unknown architecture label {label!r}; valid: {format_choices(self.sweeps, label)}"
             )
         n = self.config.workers if workers is None else int(workers)
         sw = self.sweeps[label]

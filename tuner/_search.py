@@ -178,7 +178,7 @@ def resolve_variants(architectures: Sequence[str] | str | None, ranks_per_node: 
                     )
                 wanted.append(Variant(key))
             else:
-                valid = format_choices([*ARCHITECTURE_NAMES, "ps_dedicated", "ps_colocated"])
+                valid = format_choices([*ARCHITECTURE_NAMES, "ps_dedicated", "ps_colocated"], a)
                 raise ValueError(f"unknown architecture {a!r}; valid: {valid}")
     order = {n: i for i, n in enumerate(ARCHITECTURE_NAMES)}
     unique = sorted(set(wanted), key=lambda v: (order[v.name], v.colocated))

@@ -114,7 +114,7 @@ def get_architecture(
     """
     if name not in _CLASSES:
         raise ValueError(
-            f"unknown architecture {name!r}; valid: {format_choices(ARCHITECTURE_NAMES)}"
+            f"unknown architecture {name!r}; valid: {format_choices(ARCHITECTURE_NAMES, name)}"
         )
     if name == "ps":
         return PSArchitecture(colocated=bool(colocated))

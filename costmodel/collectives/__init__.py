@@ -84,7 +84,9 @@ def get_collective(name: str, algorithm: str | None = None) -> AbstractCollectiv
         ValueError: on an unknown name or algorithm, listing the valid ones.
     """
     if name not in COLLECTIVES:
-        raise ValueError(f"unknown collective {name!r}; valid: {format_choices(COLLECTIVE_NAMES)}")
+        raise ValueError(
+            f"unknown collective {name!r}; valid: {format_choices(COLLECTIVE_NAMES, name)}"
+        )
     if algorithm is None:
         return COLLECTIVES[name]
     if name not in ALGORITHMS:
@@ -95,7 +97,7 @@ def get_collective(name: str, algorithm: str | None = None) -> AbstractCollectiv
         return COLLECTIVES[name]
     if algorithm not in ALGORITHMS[name]:
         raise ValueError(
-            f"unknown {name} algorithm {algorithm!r}; valid: {format_choices(ALGORITHMS[name])}"
+            f"unknown {name} algorithm {algorithm!r}; valid: {format_choices(ALGORITHMS[name], algorithm)}"
         )
     return ALGORITHMS[name][algorithm]
 
@@ -199,7 +201,7 @@ def collective_batch(
     for c in names:
         if c not in COLLECTIVES:
             raise ValueError(
-                f"collectives: unknown collective {c!r}; valid: {format_choices(COLLECTIVE_NAMES)}"
+                f"collectives: unknown collective {c!r}; valid: {format_choices(COLLECTIVE_NAMES, c)}"
             )
     N = len(names)
     algos = [None] * N if algorithms is None else list(algorithms)

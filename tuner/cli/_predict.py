@@ -337,7 +337,7 @@ def _iteration_rows(args, cluster):
     for a in archs:
         if a not in ARCHITECTURE_NAMES:
             raise UsageError(
-                f"--arch: unknown architecture {a!r}; valid: {format_choices(ARCHITECTURE_NAMES)}"
+                f"--arch: unknown architecture {a!r}; valid: {format_choices(ARCHITECTURE_NAMES, a)}"
             )
     if args.colocated and "ps" not in archs:
         raise UsageError("--colocated applies to the ps architecture; add ps to --arch")

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from costmodel import format_bytes
+from costmodel import format_bytes, format_choices
 
 from ..validation import DEFAULT_VALIDATE_BUCKETS
 from ._common import (
@@ -296,7 +296,9 @@ def run(args: argparse.Namespace) -> int:
     """Train (in an emulated cluster with ``--emulate``), predict, compare; see :func:`_run`."""
     for a in args.arch or ():
         if a not in _ARCHS:
-            raise UsageError(f"--arch: unknown architecture {a!r}; valid: {', '.join(_ARCHS)}")
+            raise UsageError(
+                f"--arch: unknown architecture {a!r}; valid: {format_choices(_ARCHS, a)}"
+            )
     if args.from_file is not None:
         given = [opt for opt, v in (("--measurements", args.measurements),
                                     ("--emulate", args.emulate)) if v]  # fmt: skip
