@@ -734,3 +734,21 @@ def test_the_node_cap_follows_the_collectives_own_flow_rate():
     want = _cap_max(nic / g * 1e-8, nic * 1e-8)
     assert t[0] == pytest.approx(want, rel=1e-6)
     assert t[1] == pytest.approx(10 * want, rel=1e-6)
+
+
+def test_a_batch_under_numpy_parameters_runs_in_numpy_and_equals_jax():
+    """collective_batch_time with numpy parameters (the report's fit figures) converts the
+    batch's jax terms and evaluates in numpy: a numpy array, equal to the jax evaluation
+    of every collective and algorithm, hierarchical phases and congestion included."""
+    from costmodel import collective_batch, collective_batch_time
+
+    p = exact_params(node_compute_slots=2.0, latency_overlap=(0.3, 0.8))
+    names = [name for name, _ in ALL_CASES]
+    algs = [alg for _, alg in ALL_CASES]
+    k = len(names)
+    batch = collective_batch(names, np.geomspace(1e3, 1e8, k), [8] * k, [2] * k, algs)
+    with_jax = collective_batch_time(p, batch)
+    with_numpy = collective_batch_time(p.to_numpy(), batch)
+    assert isinstance(with_jax, jax.Array)
+    assert type(with_numpy) is np.ndarray and with_numpy.dtype == np.float64
+    np.testing.assert_allclose(with_numpy, np.asarray(with_jax), rtol=1e-12)

@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
@@ -45,7 +46,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from .._names import COLLECTIVE_NAMES
 from .._params import ClusterParams
 from .._smooth import soft_max2, soft_min
-from .._xp import is_traced, xp_of
+from .._xp import is_jax, is_traced, xp_of
 
 __all__ = [
     "Terms",
@@ -408,7 +409,12 @@ def collective_batch_time(params: ClusterParams, batch: CollectiveBatch) -> Floa
         (N,) seconds; 0 for calls of one rank. A call of several phases is the
         sum of its phases that have steps, finished once, as
         :meth:`costmodel.AbstractCollective.time` of that collective.
+        With numpy parameters (:meth:`~costmodel.ClusterParams.to_numpy`) it
+        runs in numpy (no XLA compilation: the report's fit figures took 4 s
+        of op-by-op compiles on jax terms), with jax ones in jax.
     """
+    if not is_jax(params) and is_jax(batch.terms.steps) and not is_traced(batch):
+        batch = jax.tree_util.tree_map(np.asarray, batch)
     t = batch.terms._replace(congestion=batch.congestion(params))
     g = batch.ranks_per_node
     c = 1.0 if batch.contention is None else batch.contention
