@@ -616,15 +616,15 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     training. It collects, calibrates, recommends, trains the MLP and the CNN with
     ps/p2p/ring in the same namespaces and reports (a table per model and the seed
     paper's figure); every step record was timed there (two nodes, one rank each, the set
-    rate), an MLP step with a 3.6 MiB gradient over a 200 Mbit/s NIC takes at least
+    rate), an MLP step with a 3.6 MiB gradient over a 100 Mbit/s NIC takes at least
     its wire time, the report names the cluster, and no namespace is left."""
     out = tmp_path / "run"
-    # the rate the main job suggests (its self-check passed 3 of 3 here, 2026-12-07); at
-    # 50 Mbit/s the MLP's steps made this test 35 s longer
-    rate = 200e6
+    # 200 Mbit/s (the rate the main job suggests) failed its self-check once in the full
+    # suite (87% with 2% steal: the test skipped), 50 Mbit/s made the MLP's steps 35 s longer
+    rate = 100e6
     p, stdout, err = _cli(
         [
-            "run", "--emulate", "2x1@200mbit", "--validate", "--validate-steps", "1",
+            "run", "--emulate", "2x1@100mbit", "--validate", "--validate-steps", "1",
             "--budget-s", "0.02", "--max-bytes", "256K", "--step-factor", "4", "-o", str(out),
             "--json",
             "--no-progress",
@@ -642,7 +642,7 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
         "fit steps",
         "report",
     }
-    assert "in the emulated cluster 2x1@200mbit" in err
+    assert "in the emulated cluster 2x1@100mbit" in err
     steps = [json.loads(ln) for ln in (out / "validation.jsonl").read_text().splitlines()]
     archs = {r["architecture"] for r in steps if r["workers"] == 2}
     assert archs == {"ps", "p2p", "ring"}
@@ -654,7 +654,7 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
             # each NIC carries 2(n-1)/n·G = G bytes each way per step
             assert r["time_s"]["min"] >= grad / (rate / 8)
     md = (out / "report.md").read_text()
-    assert "in an emulated cluster of 2 nodes × 1 rank per node, NICs at 200 Mbit/s" in md
+    assert "in an emulated cluster of 2 nodes × 1 rank per node, NICs at 100 Mbit/s" in md
     # the seed paper's experiment for both models: the CNN's steps, its table, the figure
     cnn = [json.loads(ln) for ln in (out / "validation-cnn.jsonl").read_text().splitlines()]
     assert {r["model_spec"]["model"] for r in cnn} == {"cnn"}

@@ -507,18 +507,10 @@ def test_emulated_launcher_places_two_ranks_on_each_node_under_its_own_name(
     assert rows == [(r, hosts[r // 2], r % 2) for r in range(2 * EMULATED_NODES)], res.output
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_emulated_launcher_collects_eight_ranks_two_per_node(emulated_launcher, tmp_path):
-    """`LAUNCHER ddltune collect` across 4 emulated nodes × 2: the ranks find rank 0's node
-    by name, gloo binds each node's NIC, and the records say 8 ranks, 2 per node."""
-    la = emulated_launcher
-    out = tmp_path / "m.jsonl"
-    argv = [sys.executable, "-m", "tuner.cli", *COLLECT, "-o", str(out)]
-    res = la.run(tmp_path, argv, timeout_s=240)
-    assert res.returncode == 0, res.output[-3000:]
-    recs = read_records(out)
+def _check_eight_ranks_two_per_node(recs: list[dict]) -> None:
+    """What `LAUNCHER ddltune collect` across 4 emulated nodes × 2 records: the ranks
+    found rank 0's node by name, gloo bound each node's NIC, and the records say 8
+    ranks, 2 per node."""
     # the whole job, and within each node with every node at once (a hierarchical
     # exchange's intra-node phases), checked for correct results like the rest
     # and the hierarchical all-reduce (reduce_scatter in the node, psum across, all_gather)
@@ -580,8 +572,10 @@ def test_emulated_launcher_names_the_node_and_rank_that_died_and_resume_complete
     assert [r["message_bytes"] for r in first] == SIZES[: len(first)]
     again = la.run(tmp_path, [*argv, "--resume"], timeout_s=240)
     assert again.returncode == 0, again.output[-3000:]
-    # the whole job's all_reduce, within each node at once, and the hierarchical one
-    assert sorted(r["message_bytes"] for r in read_records(out)) == sorted(SIZES * 3)
+    # the whole job's all_reduce, within each node at once, and the hierarchical one: the
+    # records of a clean `LAUNCHER ddltune collect` across the nodes (that test's own job
+    # took 13 s a launcher; the resumed one is such a job)
+    _check_eight_ranks_two_per_node(read_records(out))
 
 
 # --------------------------------------------------------------------------- MPICH's PMI for real
