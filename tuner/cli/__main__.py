@@ -1,7 +1,5 @@
 """``python -m tuner.cli`` runs the ``ddltune`` command."""
 
-import sys
+from . import console_main
 
-from . import main
-
-sys.exit(main())
+console_main()
