@@ -43,6 +43,7 @@ _EXPORTS = {
     "check_output_file": "._output",
     "read_manifest": "._output",
     "refuse_symlink": "._output",
+    "refuse_current_folder": "._output",
     "Profile": "._profile",
     "PRESET_FLOPS_SD": "._profile",
     "jsonable": "._profile",

@@ -46,6 +46,7 @@ __all__ = [
     "atomic_replace_dir",
     "check_output_file",
     "read_manifest",
+    "refuse_current_folder",
     "refuse_symlink",
 ]
 
@@ -83,6 +84,36 @@ def refuse_symlink(path: str | os.PathLike, what: str = "output") -> Path:
             path,
             f"{what} is a symbolic link (to {os.readlink(path)!r}); ddltune does not write "
             "through links: remove the link or give the real path",
+        )
+    return path
+
+
+def refuse_current_folder(path: str | os.PathLike, what: str = "output folder") -> Path:
+    """Refuse, as a folder ddltune replaces as a whole, the current folder or one holding it.
+
+    A report or run folder is built beside itself and swapped in by rename
+    (:func:`atomic_replace_dir`); the folder the user stands in cannot be (``-o .``
+    or ``-o ""`` failed with "OSError: [Errno 16] Device or resource busy").
+
+    Args:
+        path: the folder ddltune is about to replace.
+        what: how the message names it (``"-o"``, ``"the report folder"``).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OutputPathError: if ``path`` is empty, the current folder or an ancestor of it.
+    """
+    if os.fspath(path) == "":
+        raise OutputPathError("''", f"{what} is empty; give a folder, e.g. -o ddltune-report")
+    path = Path(path)
+    here, there = Path.cwd().resolve(), path.resolve()
+    if there == here or there in here.parents:
+        raise OutputPathError(
+            path,
+            f"{what} is the current folder{'' if there == here else ' or holds it'}; ddltune "
+            "replaces its folder as a whole: give it a folder of its own, e.g. -o ddltune-report",
         )
     return path
 
@@ -324,7 +355,8 @@ def atomic_replace_dir(
 
     Raises:
         OutputPathError: ``target`` (or its manifest) is a symbolic link, or
-            ``target`` is not a folder, or the new content would replace a user
+            ``target`` is not a folder, or is the current folder or holds it
+            (:func:`refuse_current_folder`), or the new content would replace a user
             file (one not in the old manifest); nothing is changed.
         FileExistsError: ``target`` is a non-empty folder and ``overwrite`` is
             false; the message suggests ``--overwrite``.
@@ -333,7 +365,7 @@ def atomic_replace_dir(
             message names ``target``; the old folder is unchanged.
         Exception: whatever ``build_fn`` raises, after the clean-up.
     """
-    target = refuse_symlink(Path(target), "the output folder")
+    target = refuse_symlink(refuse_current_folder(target, "the output folder"), "the output folder")
     exists = target.exists()
     if exists and not target.is_dir():
         raise OutputPathError(target, "exists and is not a folder; ddltune writes a folder there")

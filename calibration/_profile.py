@@ -694,7 +694,12 @@ class Profile:
                 unknown schema version, lacks a key or holds invalid values.
         """
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # a PNG given as --profile (a new user's trial)
+            raise InputFileError(
+                str(path), None, "not a text file, so not a ddltune profile"
+            ) from None
         if not text.strip():
             raise InputFileError(str(path), None, "the file is empty")
         try:

@@ -141,6 +141,9 @@ def test_load_rejects_non_json_with_line_and_nan(tmp_path):
     p.write_text(" \n")  # as 'ddltune show' says it (a new user's trial)
     with pytest.raises(InputFileError, match="the file is empty$"):
         Profile.load(p)
+    p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")  # a figure given as --profile
+    with pytest.raises(InputFileError, match="not a text file, so not a ddltune profile"):
+        Profile.load(p)
 
 
 def test_a_measurement_file_and_a_profile_given_for_each_other_say_so(fitted, tmp_path):

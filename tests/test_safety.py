@@ -548,3 +548,25 @@ def test_the_console_script_ends_an_interrupted_jax_process_without_teardown(
         monkeypatch.delitem(sys.modules, "jax", raising=False)
     cli.console_main()
     assert calls[0] == (want, code)
+
+
+def test_the_current_folder_or_one_holding_it_is_never_replaced(tmp_path, monkeypatch):
+    """`-o .`, `-o ""` and `-o ..` name a folder the rename-swap cannot replace (it failed
+    with a raw "OSError: [Errno 16] Device or resource busy"): refused in one line, the
+    folder and everything in it left as it was; a folder beside or below is accepted."""
+    from calibration import OutputPathError, atomic_replace_dir, refuse_current_folder
+
+    here = tmp_path / "work"
+    here.mkdir()
+    (here / "notes.txt").write_text("mine")
+    monkeypatch.chdir(here)
+    for given, why in ((".", "is the current folder"), ("", "is empty"),
+                       ("..", "or holds it"), (str(here), "is the current folder")):  # fmt: skip
+        with pytest.raises(OutputPathError, match=why):
+            refuse_current_folder(given, "-o")
+        with pytest.raises(OutputPathError, match=why):
+            atomic_replace_dir(given, lambda d: (d / "x").write_text("x"), overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+    assert [p.name for p in here.iterdir()] == ["notes.txt"]
+    assert refuse_current_folder("out", "-o") == Path("out")
+    assert refuse_current_folder(tmp_path / "beside", "-o") == tmp_path / "beside"

@@ -46,6 +46,7 @@ from calibration import (
     core_sharing,
     cost_algorithm,
     holdout_mask,
+    refuse_current_folder,
     refuse_symlink,
     systematic_note,
 )
@@ -521,10 +522,11 @@ def check_report_dir(out_dir: str | os.PathLike, overwrite: bool, keep: Iterable
         ``out_dir`` as a :class:`~pathlib.Path`.
 
     Raises:
-        calibration.OutputPathError: a symbolic link, or a file, where the folder belongs.
+        calibration.OutputPathError: a symbolic link, or a file, where the folder belongs;
+            the current folder or one holding it.
         FileExistsError: the folder holds other entries and ``overwrite`` is false.
     """
-    out = refuse_symlink(Path(out_dir), "the report folder")
+    out = refuse_symlink(refuse_current_folder(out_dir, "the report folder"), "the report folder")
     if out.exists() and not out.is_dir():
         raise OutputPathError(out, "exists and is not a folder; choose another -o")
     if out.exists() and not overwrite:

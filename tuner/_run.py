@@ -42,7 +42,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import calibration
-from calibration import atomic_replace_dir, atomic_write_text, read_records, refuse_symlink
+from calibration import (
+    atomic_replace_dir,
+    atomic_write_text,
+    read_records,
+    refuse_current_folder,
+    refuse_symlink,
+)
 from costmodel import WorkloadTerms, format_bytes, format_seconds, get_workload, load_layers
 
 from ._defaults import RUN_DEFAULTS
@@ -109,6 +115,7 @@ def _say(log: Callable[[str], None] | None, msg: str) -> None:
 
 
 def _check_out_dir(out: Path, overwrite: bool) -> Path:
+    refuse_current_folder(out, "-o")
     refuse_symlink(out, "-o")
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"-o {out}: exists and is not a folder; choose another -o")
