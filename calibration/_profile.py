@@ -705,7 +705,16 @@ class Profile:
         try:
             doc = json.loads(text, parse_constant=_reject_constant)
         except json.JSONDecodeError as e:
-            if e.msg == "Extra data" and '"schema"' in text[:4096] and '"kind"' in text[:4096]:
+            head = text[:4096]
+            if e.msg == "Extra data" and '"kind": "step"' in head:  # validate's records
+                raise InputFileError(
+                    str(path), None,
+                    "this is a file of training-step records (ddltune validate's), not a "
+                    f"profile: fit them with 'ddltune calibrate MEASUREMENTS.jsonl --steps {path} "
+                    "-o profile.json' (the microbenchmarks' records; or '--preset NETWORK "
+                    "--device DEVICE' in their place) and give that as --profile",
+                ) from None  # fmt: skip
+            if e.msg == "Extra data" and '"schema"' in head and '"kind"' in head:
                 raise InputFileError(
                     str(path), None,
                     "this is a file of measurement records (JSON Lines), not a profile: fit "

@@ -402,6 +402,22 @@ def test_the_suggested_emulated_run_writes_its_own_folder():
     assert args.emulate == "2x1@100mbit" and args.output != default.output
 
 
+def test_the_suggested_emulated_run_adds_overwrite_once_its_folder_holds_files(
+    tmp_path, monkeypatch
+):
+    """Printed again after the emulated run had written its folder, the suggestion was
+    refused as printed (a new user's trial); then it carries --overwrite."""
+    from tuner.cli._run import EMULATE_SUGGESTION, emulate_suggestion
+
+    monkeypatch.chdir(tmp_path)
+    assert emulate_suggestion() == EMULATE_SUGGESTION
+    folder = tmp_path / EMULATE_SUGGESTION.rsplit(" -o ", 1)[1]
+    folder.mkdir()
+    assert emulate_suggestion() == EMULATE_SUGGESTION  # an empty folder is written into
+    (folder / "index.html").write_text("")
+    assert emulate_suggestion() == EMULATE_SUGGESTION + " --overwrite"
+
+
 def test_run_emulate_refusals_name_emulate_and_only_runs_options(tmp_path, capsys):
     """A new user's trial: `run --emulate 1x1@…` said 'workers must be an integer ≥ 2'
     (no --workers was given), and `run --emulate 9x1@…` offered --force, which run

@@ -112,6 +112,8 @@ def test_show_imported_nccl_tests(tmp_path, capsys):
         # ddltune's own other files (a new user's trial: the report, whose text says
         # busbw, read as nccl-tests output; the recommendation as an unknown object)
         ("<!DOCTYPE html>\n<html><td>busbw</td></html>\n", "this is an HTML page"),
+        # report.md, which says busbw too, was sent to import-nccl-tests, which refused it
+        ("# ddltune report: resnet50\n\n| busbw |\n", "this is a ddltune report (Markdown)"),
         (
             '{"architecture": "ring", "iteration_time_s": 1.0, "inputs": {"profile": "d/p.json"}}',
             "this is a recommendation ('ddltune run' writes it, as 'recommend --json' prints "
@@ -241,3 +243,18 @@ def test_show_says_how_many_hosts_the_measuring_jobs_spanned(tmp_path, capsys):
     assert doc["hosts"] == 1 and doc["job_hosts"] == [1, 4]
     assert main(["show", str(path)]) == 0
     assert "written on 1 machine(s); jobs across 1, 4 host(s)" in capsys.readouterr().out
+
+
+def test_show_on_a_ddltune_folder_names_the_files_to_show(tmp_path, capsys):
+    """A run folder given to show: the two commands that read its files (it said only
+    'Is a directory'); any other folder asks for a file."""
+    (tmp_path / "profile.json").write_text("{}")
+    (tmp_path / "measurements.jsonl").write_text("")
+    assert main(["show", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"ddltune show {tmp_path / 'profile.json'} or ddltune show " in err
+    other = tmp_path / "empty"
+    other.mkdir()
+    assert main(["show", str(other)]) == 1
+    assert "give a .jsonl or .json file" in capsys.readouterr().err

@@ -748,3 +748,28 @@ def test_run_emulate_plan_and_output_are_checked_before_the_namespaces(
     (out / "notes.txt").write_text("mine")
     assert main(["run", "--emulate", "2x1@200mbit", "-o", str(out)]) == 1
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_validate_prints_the_finished_rows_and_how_to_score_them(
+    tmp_path, monkeypatch, capsys, preset_profile
+):
+    """Ctrl-C after some configurations: their table (headed 'before Ctrl-C', not 'the
+    failure'), no 'nan' for a tau no pair decides, the --from command on stderr, exit 130
+    (a new user's trial saw 'Kendall tau nan' and no way back to the rows)."""
+    harness, fake = _fake_training(fail_at=0)
+
+    def interrupted(model, n, configs, **kw):
+        if n == 3:
+            raise KeyboardInterrupt
+        return fake(model, n, configs, **kw)
+
+    monkeypatch.setattr(harness, "run_training", interrupted)
+    monkeypatch.chdir(tmp_path)
+    argv = ["validate", "--profile", str(preset_profile), "--workers", "2,3", "--arch",
+            "ring,p2p", "--bucket-bytes", "0", "--no-progress"]  # fmt: skip
+    assert main(argv) == 130
+    out = capsys.readouterr()
+    (steps,) = tmp_path.glob("validate-steps-*.jsonl")
+    assert "# partial: 2 configurations finished before Ctrl-C" in out.out
+    assert "nan" not in out.out and "Kendall tau n/a" in out.out
+    assert f"--from {steps.name}" in out.err and "interrupted" in out.err

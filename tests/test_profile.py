@@ -375,3 +375,16 @@ def test_a_profile_written_with_an_absolute_node_cap_reads_the_same(fitted, tmp_
     fn = lambda p: collective_time(p, "all_to_all", jnp.asarray([1e3, 1e6]), 8, 4)  # noqa: E731
     for a, b in zip(back.interval(fn), fitted.interval(fn), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-8)
+
+
+def test_step_records_given_as_a_profile_point_to_calibrate_steps(tmp_path):
+    """validate's step records given as --profile name the fit that takes them
+    (`calibrate … --steps FILE`), not a bare `calibrate FILE`, which refuses step
+    records (a new user's trial followed that advice into a dead end)."""
+    rec = {"schema": 1, "kind": "step", "architecture": "ring", "workers": 2}
+    path = tmp_path / "validation.jsonl"
+    path.write_text(json.dumps(rec) + "\n" + json.dumps(rec) + "\n")
+    with pytest.raises(InputFileError) as exc:
+        Profile.load(path)
+    assert f"--steps {path} -o profile.json" in str(exc.value)
+    assert f"'ddltune calibrate {path} -o" not in str(exc.value)

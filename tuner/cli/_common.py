@@ -102,7 +102,7 @@ def model_workload_arg(model: str | None, layers: str | None, batch_size: int):
         except ValueError:
             raise UsageError(
                 f"--model: unknown model {model!r}; valid: "
-                f"{format_choices(WORKLOAD_NAMES)} (or your own with --layers FILE)"
+                f"{format_choices(WORKLOAD_NAMES, model)} (or your own with --layers FILE)"
             ) from None
     return load_layers(layers, batch_size=batch_size)  # InputFileError: file and line
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
 from costmodel import format_bytes, format_seconds
 
@@ -66,6 +67,14 @@ examples:
 #: runs as printed beside the plain run's report (a new user's trial: it was refused,
 #: "-o ddltune-report is not empty").
 EMULATE_SUGGESTION = "ddltune run --emulate 2x1@100mbit -o ddltune-report-emulated"
+
+
+def emulate_suggestion() -> str:
+    """:data:`EMULATE_SUGGESTION`, with ``--overwrite`` once its folder (relative to the
+    current folder) holds files: run as printed, a second time it was refused."""
+    folder = Path(EMULATE_SUGGESTION.rsplit(" -o ", 1)[1])
+    again = folder.is_dir() and any(folder.iterdir())
+    return EMULATE_SUGGESTION + (" --overwrite" if again else "")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -281,6 +290,13 @@ def _check_run_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--workers must be ≥ 2 to measure collectives, got {args.workers}")
     if args.step_factor < 2:
         raise UsageError(f"--step-factor must be an integer ≥ 2, got {args.step_factor}")
+    if args.model is not None:  # named now, not after minutes of measuring
+        from costmodel import get_workload
+
+        try:
+            get_workload(args.model)
+        except ValueError as e:
+            raise UsageError(f"--model: {e}") from None
 
 
 def _run_main_job(args: argparse.Namespace, prior):
@@ -399,5 +415,5 @@ def _print_summary(args: argparse.Namespace, res) -> None:
     if not args.emulate and not args.measurements and emulation_unavailable_reason() is None:
         print(
             "\nthis machine can emulate a cluster, where the network and not the shared cores "
-            f"decides step times: {EMULATE_SUGGESTION} (see 'ddltune lab --help')"
+            f"decides step times: {emulate_suggestion()} (see 'ddltune lab --help')"
         )

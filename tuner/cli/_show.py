@@ -126,6 +126,14 @@ def detect_kind(path: Path) -> str:
             "profile or measurement records: the report's folder has profile.json and "
             "measurements.jsonl",
         )
+    if first.lstrip("\ufeff \t").startswith("# ddltune report"):  # report.md's first line
+        raise InputFileError(
+            str(path),
+            None,
+            "this is a ddltune report (Markdown), not a ddltune file; show reads a "
+            "profile or measurement records: the report's folder has profile.json and "
+            "measurements.jsonl",
+        )
     if first.lstrip().startswith("{"):
         return "measurements"
     if "busbw" in text or "nccl-tests" in text or "_perf" in text:
@@ -381,7 +389,15 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise FileNotFoundError(2, "No such file", str(path))
     if path.is_dir():
-        raise IsADirectoryError(21, "Is a directory (give a .jsonl or .json file)", str(path))
+        own = [n for n in ("profile.json", "measurements.jsonl", "validation.jsonl")
+               if (path / n).is_file()]  # fmt: skip
+        hint = (
+            "a ddltune folder: show one of its files, e.g. "
+            + " or ".join(f"ddltune show {path / n}" for n in own[:2])
+            if own
+            else "give a .jsonl or .json file"
+        )
+        raise IsADirectoryError(21, f"Is a directory ({hint})", str(path))
     kind = detect_kind(path)
     if kind == "profile":
         summary = summarize_profile(path)

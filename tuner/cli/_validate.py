@@ -273,9 +273,14 @@ def format_table(result: ValidationResult) -> str:
             f"of the measured times (median half-width {result.interval_half_width * 100:.1f}% "
             "of the prediction)"
         )
+    every = result.kendall_tau_all
+    every = f"{every:.3f}" if every == every else "n/a"  # NaN: fewer than two configurations
     out.append(
         f"Kendall tau {result.kendall_tau:.3f} over {used} of {total} pairs whose measured times "
-        f"differ by more than their spread (all pairs: {result.kendall_tau_all:.3f})"
+        f"differ by more than their spread (all pairs: {every})"
+        if used
+        else f"Kendall tau n/a: none of {total} pairs' measured times differ by more than their "
+        f"spread (all pairs: {every})"
     )
     if rows:
         c, b = rows[result.chosen], rows[result.best]
@@ -491,7 +496,13 @@ def _partial_on_failure(args):
             f"(score them: ddltune validate --profile {args.profile} --from {args.measurements})"
         ) from e
     except KeyboardInterrupt as e:
-        _print_partial(args, e)
+        if _print_partial(args, e):
+            print(
+                f"ddltune validate: the steps that finished are kept in {args.measurements} "
+                f"(score them: ddltune validate --profile {args.profile} --from "
+                f"{args.measurements})",
+                file=sys.stderr,
+            )
         raise
 
 
@@ -510,6 +521,7 @@ def _print_partial(args, error) -> bool:
     if args.json:
         print_json({**result.to_dict(), "partial": True, "error": safe_text(error)})
     else:
-        print(f"# partial: {len(result.rows)} configurations finished before the failure")
+        what = "Ctrl-C" if isinstance(error, KeyboardInterrupt) else "the failure"
+        print(f"# partial: {len(result.rows)} configurations finished before {what}")
         sys.stdout.write(format_table(result))
     return True
