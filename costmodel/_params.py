@@ -306,7 +306,8 @@ class ClusterParams(eqx.Module):
             regime_alpha_factor, regime_beta_factor: factors on α and β per
                 regime, shape (R,) or (C, 2, R); default: 1 for R = 1, else
                 regimes spread from low-latency/low-bandwidth to
-                high-latency/high-bandwidth (α ×0.25 … ×4, β ×2 … ×0.5).
+                high-latency/high-bandwidth (α ×0.25 … ×4, β ×4 … ×1: the
+                largest messages at the base β, the link's rate).
             regime_sharpness: k > 0 of the regimes' soft lower envelope.
             call_overhead_s: per collective call, s, > 0.
             fanin_exponent: e > 0 in the fan-in congestion factor kᵉ.
@@ -362,7 +363,10 @@ class ClusterParams(eqx.Module):
         if regime_alpha_factor is None:
             regime_alpha_factor = np.ones(1) if R == 1 else np.geomspace(0.25, 4.0, R)
         if regime_beta_factor is None:
-            regime_beta_factor = np.ones(1) if R == 1 else np.geomspace(2.0, 0.5, R)
+            # the last (large-message) regime at the base β: a preset's datasheet link rate
+            # is what its largest messages reach, never twice it (×0.5 had a profile
+            # fitted on one node predict 2× the inter-node link: a new user's trial)
+            regime_beta_factor = np.ones(1) if R == 1 else np.geomspace(4.0, 1.0, R)
         ra = np.broadcast_to(np.asarray(regime_alpha_factor, dtype=np.float64), (C, 2, R)).copy()
         rb = np.broadcast_to(np.asarray(regime_beta_factor, dtype=np.float64), (C, 2, R)).copy()
         for name, arr in (("regime_alpha_factor", ra), ("regime_beta_factor", rb)):

@@ -56,7 +56,7 @@ def test_default_regimes_spread_from_low_latency_to_high_bandwidth():
     ra = np.exp(np.asarray(p.regime_log_alpha))[0, 0]
     rb = np.exp(np.asarray(p.regime_log_beta))[0, 0]
     np.testing.assert_allclose(ra, [0.25, 1.0, 4.0], rtol=1e-12)
-    np.testing.assert_allclose(rb, [2.0, 1.0, 0.5], rtol=1e-12)
+    np.testing.assert_allclose(rb, [4.0, 2.0, 1.0], rtol=1e-12)  # the last at the link's β
 
 
 @pytest.mark.parametrize("n_regimes", [1, 3])

@@ -388,3 +388,23 @@ def test_step_records_given_as_a_profile_point_to_calibrate_steps(tmp_path):
         Profile.load(path)
     assert f"--steps {path} -o profile.json" in str(exc.value)
     assert f"'ddltune calibrate {path} -o" not in str(exc.value)
+
+
+def test_a_level_no_record_reached_predicts_its_preset_link_with_three_regimes():
+    """Fitted with 3 regimes on one node, the inter-node level keeps its prior: a 1 GiB
+    ring all-reduce across 32 nodes then runs at the preset's link rate, as the plain
+    preset says (the prior's large-message regime at ×0.5 made it twice that: busbw
+    1.75 GB/s on a 10 GbE prior, in a new user's trial)."""
+    truth = preset("ethernet-10g", "cpu").scaled(alpha=1.5, beta=0.6)
+    recs = [
+        {**BASE, "kind": "collective", "collective": "all_reduce", "message_bytes": 2**k,
+         "num_ranks": 2, "ranks_per_node": 2,
+         "time_s": {"p10": float(collective_time(truth, "all_reduce", 2**k, 2, 2))}}
+        for k in range(10, 25, 2)
+    ]  # fmt: skip
+    prof = calibrate(recs, n_regimes=3)
+    assert prof.params.n_regimes == 3
+    S, n, g = 2.0**30, 64, 2
+    fitted = float(collective_time(prof.params, "all_reduce", S, n, g))
+    plain = float(collective_time(preset("ethernet-10g", "cpu"), "all_reduce", S, n, g))
+    assert fitted == pytest.approx(plain, rel=0.05)
