@@ -210,7 +210,7 @@ def test_objective_cost_reports_the_cost(capsys):
             ["recommend", "--preset", "ethernet10g", "--model", "resnet18", "--max-workers", "4"],
             "(did you mean 'ethernet-10g'?)",
         ),
-        ([*BASE, "--max-workers", "4", "--arch", "rng"], "(did you mean 'ring'?)"),
+        ([*BASE, "--max-workers", "4", "--arch", "rng"], "--arch: unknown architecture 'rng'"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(capsys, argv, needle):

@@ -330,6 +330,13 @@ def run(args: argparse.Namespace) -> int:
             any_servers = True  # an unknown name: tuner.recommend's error names it
         if not any_servers:
             raise UsageError("--servers applies to ps and hybrid; add one of them to --arch")
+    if args.arch:  # the option named in the error (tuner.recommend's names only the word)
+        import tuner
+
+        try:
+            tuner.resolve_variants(args.arch, max(args.ranks_per_node or 2, 2))
+        except ValueError as e:
+            raise UsageError(f"--arch: {e}") from None
     base_workload = _load_workload(args)
     profile, source = _load_profile(args, base_workload)
     workload = transform_workload(base_workload, args)
