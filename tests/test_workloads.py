@@ -419,6 +419,7 @@ _BAD_INPUTS = [
         "unknown key",
     ),
     ("empty.csv", "", 1, "empty file"),
+    ("blank.json", " \n", 1, "the file is empty"),  # was 'invalid JSON: Expecting value'
     ("header.csv", "# a comment\nname,fwd_flops\n", 2, "missing column 'params'"),
     ("noflopscol.csv", "name,params\na,1\n", 1, "missing column 'fwd_flops'"),
     ("unknown.csv", "name,params,fwd_flops,flops\n", 1, "unknown column"),

@@ -145,6 +145,8 @@ def _read(config) -> _Config:
         )
     path = os.fspath(config)
     text = read_text_bounded(path, MAX_CONFIG_BYTES, "config.json")
+    if not text.strip():
+        raise InputFileError(path, None, "the file is empty: expected a Hugging Face config.json")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:

@@ -293,6 +293,8 @@ def _parse_extras(path: str, doc: dict, top_keys: dict, top_line) -> dict:
 
 
 def _parse_json(path: str, text: str) -> tuple[str | None, str | None, list[_Layer]]:
+    if not text.strip():  # as `ddltune show` says it, not "invalid JSON: Expecting value"
+        raise InputFileError(path, 1, "the file is empty: expected a JSON layer file")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
