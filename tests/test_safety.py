@@ -535,9 +535,9 @@ def test_the_console_script_ends_an_interrupted_jax_process_without_teardown(
     monkeypatch, code, jax_loaded, want
 ):
     """After Ctrl-C with JAX loaded, console_main ends with os._exit(130), flushed: the
-    interpreter's teardown beside XLA's still-running threads crashed (exit 139 in 4 of 4
-    interrupts of `ddltune calibrate` of a default run's records at 3-5 s, reproduced
-    2026-12-07; 130 with this); every other exit goes through sys.exit."""
+    interpreter's teardown beside XLA's still-running threads crashed (exit 139 in 2 of 2
+    interrupts of `ddltune calibrate` of a default run's records, at 3 and 5 s,
+    reproduced 2026-12-07; 130 with this); every other exit goes through sys.exit."""
     import tuner.cli as cli
 
     calls = []

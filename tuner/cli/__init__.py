@@ -237,8 +237,9 @@ def console_main() -> None:
     After Ctrl-C (exit 130) with JAX loaded, the process ends at once
     (``os._exit``, the output flushed) rather than through the interpreter's
     teardown: XLA's threads can still be running the interrupted work, and
-    tearing down beside them crashed (exit 139, SIGSEGV, in 3 of 4 interrupts
-    of ``ddltune calibrate`` at 3–6 s; a new user's trial). Everything the
+    tearing down beside them crashed (exit 139, SIGSEGV: every interrupt of
+    ``ddltune calibrate`` at 3–6 s in a new user's trial, 2 of 2 at 3 and 5 s
+    when reproduced on that trial's records). Everything the
     command writes is complete or removed before :func:`main` returns.
     """
     code = main()
