@@ -112,6 +112,25 @@ def _integer(v):
     return v
 
 
+def _saturated_share(v):
+    """A share (a fitted logit's sigmoid) as read from a profile: exactly 0 or 1 back inside (0, 1).
+
+    A logit beyond ±37 (or −745) has a sigmoid of exactly 1.0 (0.0) in float64, so a
+    fit that ran that far wrote a value :func:`_logit` refuses, and the profile
+    could not be read back. 1 − 2⁻⁵³ and 1e-300 (logits 36.7 and −690.8) give shares
+    within 3e-16 of the written ones; any other value, in range or not, is left to the
+    check.
+    """
+    if isinstance(v, list | tuple):
+        return [_saturated_share(x) for x in v]
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        if v == 1.0:
+            return 1.0 - 2.0**-53
+        if v == 0.0:
+            return 1e-300
+    return v
+
+
 def _logit(p, name: str) -> float:
     v = float(p)
     if not 0.0 < v < 1.0:
@@ -798,13 +817,13 @@ class ClusterParams(eqx.Module):
                 flops_per_s=d["flops_per_s"],
                 step_overhead_s=d["step_overhead_s"],
                 update_s_per_byte=d["update_s_per_byte"],
-                overlap_interference=d["overlap_interference"],
+                overlap_interference=_saturated_share(d["overlap_interference"]),
                 memory_bytes=d["memory_bytes"],
                 step_comm_factor=d.get("step_comm_factor", 1.0),
-                backward_hide=d.get("backward_hide", _NO_HIDE),
+                backward_hide=_saturated_share(d.get("backward_hide", _NO_HIDE)),
                 conv_efficiency=d.get("conv_efficiency", 1.0),
                 conv_backward_efficiency=d.get("conv_backward_efficiency", 1.0),
-                latency_overlap=d.get("latency_overlap", _NO_HIDE),
+                latency_overlap=_saturated_share(d.get("latency_overlap", _NO_HIDE)),
                 gemm_half_dim=d.get("gemm_half_dim", NO_GEMM_HALF),
                 head_start_bytes=d.get("head_start_bytes", NO_HEAD_START),
                 host_links=_integer(d.get("host_links", 1)),

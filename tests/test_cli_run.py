@@ -254,6 +254,10 @@ def test_run_refuses_file_as_output(tmp_path, capsys):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(900)
 def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
+    """The main job on this machine's processes: collect, calibrate, recommend, report.
+    (`run --validate`, its real training and the step fit before the second
+    recommendation, is tested in the emulated cluster, test_emulate.py, where its steps
+    also cross a shaped link: here it cost 28 s of a 54-s test.)"""
     out = tmp_path / "rep"
     code = main(
         [
@@ -272,7 +276,6 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
             str(out),
             "--json",
             "--no-progress",
-            "--validate",
         ]
     )
     cap = capsys.readouterr()
@@ -284,47 +287,15 @@ def test_run_end_to_end_measures_this_machine(tmp_path, capsys):
     assert {r["num_ranks"] for r in recs if r["kind"] == "collective"} == {2}
     sizes = sorted({r["message_bytes"] for r in recs if r["kind"] == "collective"})
     assert sizes == [1024, 4096, 16384, 65536]  # --step-factor 4 up to --max-bytes
-    assert set(doc["timings_s"]) == {
-        "collect",
-        "calibrate",
-        "validate",
-        "fit steps",
-        "recommend",
-        "report",
-        "total",
-    }
+    assert set(doc["timings_s"]) == {"collect", "calibrate", "recommend", "report", "total"}
     assert doc["recommendation"]["workers"] <= 8
-    _images_exist(out, validated=True)
-    # --validate: real training steps measured and compared, in the report and the JSON
-    v = json.loads((out / "recommendation.json").read_text())["validation"]
-    assert {r["architecture"] for r in v["rows"]} == {"ps", "p2p", "ring"}
-    for r in v["rows"]:
-        assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1.0)
-    steps = read_records(out / "validation.jsonl")
-    assert steps and {r["kind"] for r in steps} == {"step"}
-    # ... and fitted into the profile's step terms before the recommendation (issue 22,
-    # item 5): the communication factor of a step is narrower than its prior (here
-    # 0.63 against ln 3 = 1.10: on one machine an MLP step's exchange is a few ms)
+    _images_exist(out)
+    assert not (out / "validation.jsonl").exists()
+    assert "[3b/4]" not in cap.err and "[3c/4]" not in cap.err
     from calibration import Profile
-
-    fitted = Profile.load(out / "profile.json").fit["steps"]
-    assert fitted["runs"] == len(steps)
-    comm = fitted["terms"]["log_step_comm"]
-    assert comm["posterior_sd"] < 0.9 * comm["prior_sd"]
-    assert "[3c/4] recommending again with the step terms" in cap.err
-    assert "  with the steps: " in cap.err and "; before them " in cap.err  # what it changed
-    assert "(predicted with the profile as it is: steps at one worker count (2)" in cap.err
-    assert fitted["files"] == [str(out / "validation.jsonl")]  # not the staging folder's
-    # the single-worker step says nothing of a topology: recommend's default stays the
-    # 2 ranks per node the run measured
     from tuner import measured_ranks_per_node
 
     assert measured_ranks_per_node(Profile.load(out / "profile.json")) == 2
-    html = (out / "index.html").read_text()
-    assert 'id="validation"' in html
-    # each configuration with its 90% interval, and how many measured steps the bands hold
-    assert "<th>90% interval</th>" in html and "The 90% interval holds " in html
-    assert v["interval_half_width"] > 0 and 0 <= v["interval_coverage"] <= 1
 
 
 def test_wrong_results_are_named_record_by_record():

@@ -625,7 +625,7 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     p, stdout, err = _cli(
         [
             "run", "--emulate", "2x1@100mbit", "--validate", "--validate-steps", "1",
-            "--budget-s", "0.02", "--max-bytes", "256K", "--step-factor", "4", "-o", str(out),
+            "--budget-s", "0.02", "--max-bytes", "16K", "--step-factor", "4", "-o", str(out),
             "--json",
             "--no-progress",
         ],
@@ -664,8 +664,25 @@ def test_run_emulate_validate_trains_in_the_emulated_cluster(tmp_path):
     # the steps narrowed the recommendation's step terms, the MLP's then the CNN's
     from calibration import Profile
 
-    assert Profile.load(out / "profile.json").fit["steps"]["runs"] == len(cnn)
+    fitted = Profile.load(out / "profile.json").fit["steps"]
+    assert fitted["runs"] == len(cnn)
     assert "steps (MLP then CNN)" in err and "2 workers" in err and "2–2" not in err
+    # the step files by their final paths (not the staging folder's), and the step terms
+    # narrowed: the communication factor's posterior inside its prior
+    assert fitted["files"] == [str(out / "validation-cnn.jsonl")]
+    comm = fitted["terms"]["log_step_comm"]
+    assert comm["posterior_sd"] < 0.9 * comm["prior_sd"]
+    assert "[3c/4] recommending again with the step terms" in err
+    assert "  with the steps: " in err and "; before them " in err  # what it changed
+    assert "(predicted with the profile as it is: steps at one worker count (2)" in err
+    v = by_model["validation"]
+    assert {r["architecture"] for r in v["rows"]} == {"ps", "p2p", "ring"}
+    for r in v["rows"]:
+        assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1.0)
+    assert v["interval_half_width"] > 0 and 0 <= v["interval_coverage"] <= 1
+    html = (out / "index.html").read_text()
+    assert 'id="validation"' in html
+    assert "<th>90% interval</th>" in html and "The 90% interval holds " in html
     assert (out / "figures" / "validation.png").stat().st_size > 0
     assert md.count("Real training (") == 2 and "figures/validation.png" in md
     _assert_removed(p.pid)
@@ -687,9 +704,9 @@ def test_validate_emulate_trains_hierarchical_across_two_nodes_of_two(tmp_path):
     prof = tmp_path / "p.json"
     Profile.from_preset("ethernet-10g", "cpu").save(prof)
     steps = tmp_path / "steps.jsonl"
-    rate = 50e6
+    rate = 100e6  # 50 Mbit/s only made the steps 4 s longer
     p, out, err = _cli(
-        ["validate", "--emulate", "2x2@50mbit", "--profile", str(prof), "--workers", "4",
+        ["validate", "--emulate", "2x2@100mbit", "--profile", str(prof), "--workers", "4",
          "--arch", "ring,hierarchical", "--bucket-bytes", "16M", "--steps", "3",
          "--warmup-steps", "1", "--repeats", "1", "--measurements", str(steps), "--json",
          "--no-progress"],

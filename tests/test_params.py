@@ -298,3 +298,33 @@ def test_head_start_round_trips_and_an_older_profile_has_none():
             ClusterParams.create(head_start_bytes=bad)
         with pytest.raises(ValueError, match="invalid parameters: head_start_bytes must be"):
             ClusterParams.from_dict({**p.to_dict(), "head_start_bytes": bad})
+
+
+@pytest.mark.parametrize("logit", [40.0, -800.0])
+@pytest.mark.parametrize(
+    "leaf", ["logit_latency_overlap", "logit_backward_hide", "logit_interference"]
+)
+def test_a_share_fitted_to_saturation_survives_the_file(leaf, logit):
+    """A logit beyond ±37 writes its share as exactly 1.0 (0.0), which the reader refused
+    ('must be in (0, 1)'): a profile ddltune wrote that it could not read. It reads back
+    inside (0, 1), within 3e-16 of it; a share out of range is still refused."""
+    from calibration import ParamLayout
+
+    p = ClusterParams.create(**SI, n_regimes=1)
+    flat = np.asarray(p.flat(), dtype=np.float64)
+    flat[ParamLayout(1).slices[leaf]] = logit
+    q = p.from_flat(flat)
+    with np.errstate(over="ignore"):
+        d = json.loads(json.dumps(q.to_dict(), allow_nan=False))
+        back = ClusterParams.from_dict(d)
+        share = {"logit_latency_overlap": "latency_overlap", "logit_backward_hide":
+                 "backward_hide", "logit_interference": "overlap_interference"}[leaf]  # fmt: skip
+        np.testing.assert_allclose(
+            np.asarray(getattr(back, share)),
+            np.asarray(getattr(q, share)),
+            rtol=3e-16,
+            atol=1e-299,
+        )
+    d[share] = [1.5, 0.5] if isinstance(d[share], list) else 1.5
+    with pytest.raises(ValueError, match="must be in"):
+        ClusterParams.from_dict(d)
