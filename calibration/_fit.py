@@ -580,6 +580,7 @@ class _Opt(NamedTuple):
     d: jax.Array  # the search direction at x (−H·gx)
     lr: jax.Array  # the step of the current trial
     backtracks: jax.Array  # trials of this line search rejected so far
+    retried: jax.Array  # this search restarted along −g after a failed one
     trial: jax.Array  # the point the next turn evaluates
     adam: object
     lbfgs: object
@@ -617,10 +618,19 @@ def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Proble
         err = v - s.fx - _ARMIJO_C * s.lr * slope
         err = jnp.where(jnp.isnan(err) | ~finite, jnp.inf, jnp.maximum(err, 0.0))
         last = s.backtracks >= _MAX_BACKTRACKS
-        take = ~s.started | (err <= 0.0) | (last & jnp.isfinite(err))
-        stuck = s.started & last & ~jnp.isfinite(err)
-        # a taken point: the new direction from L-BFGS's memory (optax)
+        # after the last shrink a trial is taken only if it does not raise the objective:
+        # taking any finite one (optax's default) once jumped a converging fit from 42.2
+        # to 5128 (a direction that was no descent, 20 shrinks all failing Armijo), where
+        # it then stayed for 2,600 iterations (issue 22, the head-start fit of test_fit).
+        # A failed search restarts once from x along −g with L-BFGS's memory cleared (a
+        # step of at most 1/|g|); a second failure in a row ends the fit there
+        take = ~s.started | (err <= 0.0) | (last & jnp.isfinite(err) & (v <= s.fx))
+        failed = s.started & last & ~take
+        stuck = failed & s.retried
+        # a taken point: the new direction from L-BFGS's memory (optax); where that is
+        # no descent direction (its curvature pairs can make it so), steepest descent
         h, lb_st = lbfgs.update(g, s.lbfgs, s.trial)
+        h = jnp.where(jnp.vdot(h, g) > 0.0, h, g)
         lr0 = jnp.where(s.started, jnp.minimum(_GROW * s.lr, 1.0), 1.0)
         taken = s._replace(
             k=s.k + s.started.astype(s.k.dtype),
@@ -633,7 +643,18 @@ def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Proble
             lr=lr0,
             backtracks=jnp.zeros_like(s.backtracks),
             trial=s.trial - lr0 * h,
+            retried=jnp.asarray(False),
             lbfgs=lb_st,
+        )
+        gnorm = jnp.sqrt(jnp.vdot(s.gx, s.gx))
+        lr_sd = jnp.minimum(1.0, 1.0 / jnp.maximum(gnorm, 1e-300))
+        restart = s._replace(
+            d=-s.gx,
+            lr=lr_sd,
+            backtracks=jnp.zeros_like(s.backtracks),
+            trial=s.x - lr_sd * s.gx,
+            retried=jnp.asarray(True),
+            lbfgs=lbfgs.init(s.x),
         )
         shrunk = s._replace(
             done=stuck,
@@ -641,7 +662,7 @@ def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Proble
             backtracks=s.backtracks + 1,
             trial=s.x + _SHRINK * s.lr * s.d,
         )
-        nxt = where(take, taken, shrunk)
+        nxt = where(take, taken, where(failed & ~stuck, restart, shrunk))
         in_adam_state = s._replace(trial=adam_next, adam=adam_st)
         nxt = where(in_adam, in_adam_state, nxt)
         return nxt._replace(evals=s.evals + 1)
@@ -663,6 +684,7 @@ def _fit_one_impl(theta0, w, mu, prec, free, adam_steps, max_iter, prob: _Proble
         d=zero,
         lr=jnp.asarray(1.0, dt),
         backtracks=i0,
+        retried=jnp.asarray(False),
         trial=theta0,
         adam=adam.init(theta0),
         lbfgs=lbfgs.init(theta0),
