@@ -71,6 +71,11 @@ PRIOR_SD = {
     # first kilobytes cross at once (a token bucket's burst, issue 22: about 2 kB on
     # the emulated cluster) moves it to any size
     "log_head_start": 15.0,
+    # centred at e^30 (no ceiling: (n−1)^e at every n); wide (sd 15) so that
+    # all_to_all curves at several rank counts whose congestion steps and then stays
+    # (issue 22: 1.00× at 2 ranks, 1.34–1.40× at 3–6 on the emulated cluster) move it
+    # to any share
+    "log_all_to_all_cap": 15.0,
 }
 _DEFAULT_SD = math.log(4.0)
 
@@ -97,6 +102,7 @@ _PHYSICAL = {
     "log_gemm_half": "gemm_half_dim",
     "logit_latency_overlap": "latency_overlap",
     "log_head_start": "head_start_bytes",
+    "log_all_to_all_cap": "all_to_all_congestion_cap",
 }
 
 #: Leaves that only training steps inform (the step terms less the compute rate, which

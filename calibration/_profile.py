@@ -821,7 +821,8 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     a preset's ``flops_per_s`` is already the rate of the model's kind (a
     CNN's, :func:`costmodel.device_flops_per_s`), so a CNN's interval must not
     count the compute spread twice — and log ``head_start_bytes`` (both levels)
-    at 0.1%: a datasheet link (α + S·β) has no shaper's burst. Calibration keeps ``PRIOR_SD`` (×4 on
+    at 0.1%: a datasheet link (α + S·β) has no shaper's burst; and log
+    ``all_to_all_congestion_cap`` at 0.1%: a preset's congestion (n−1)ᵉ has no ceiling. Calibration keeps ``PRIOR_SD`` (×4 on
     both), a weak regulariser that measurements override.
     """
     sd = layout.prior_sd()
@@ -829,6 +830,7 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     sd[layout.slices["log_conv_backward_efficiency"]] = _PRESET_CONV_SD
     sd[layout.slices["log_gemm_half"]] = _PRESET_CONV_SD
     sd[layout.slices["log_head_start"]] = _PRESET_CONV_SD
+    sd[layout.slices["log_all_to_all_cap"]] = _PRESET_CONV_SD
     sd[layout.slices["log_flops"]] = PRESET_FLOPS_SD
     return sd
 
@@ -844,6 +846,7 @@ _NEW_LEAVES = (
     "logit_latency_overlap",
     "log_gemm_half",
     "log_head_start",
+    "log_all_to_all_cap",
 )
 
 

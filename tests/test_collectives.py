@@ -570,6 +570,57 @@ def test_a_head_start_passes_its_bytes_before_the_links_rate():
     assert float(g.log_head_start[1]) < 0.0 and float(g.log_head_start[0]) == 0.0
 
 
+def test_all_to_alls_congestion_stops_at_its_ceiling():
+    """all_to_all's congestion (n−1)ᵉ under a ceiling 1 + c (issue 22: one flow per NIC
+    at 2 ranks, 1.00× the wire time; 1.34–1.40× at 3 to 6, flat): the bandwidth term
+    is (n−1)/n·Sβ·(1 + (η−1)·c / ((η−1)ᵖ + cᵖ)^(1/p)), η = (n−1)ᵉ, against that closed
+    form. Limits: exactly (n−1)/n·Sβ at 2 ranks whatever c; (n−1)ᵉ as without a
+    ceiling (the default c = e^30) while η − 1 ≪ c; 1 + c within 0.002% once η − 1
+    ≥ 3c; never above either bound; monotone in n. The batch evaluation (what
+    calibration fits) gives the same times, and ∂T/∂log c is 0 at 2 ranks and
+    positive where the ceiling binds."""
+    from costmodel import collective_batch, collective_batch_time
+    from costmodel.collectives import CONGESTION_CAP_SHARPNESS as p_
+
+    S, e, c = 1e8, 2.0, 0.38
+    capped = exact_params(alpha_s=TINY, all_to_all_exponent=e, all_to_all_congestion_cap=c)
+    free = exact_params(alpha_s=TINY, all_to_all_exponent=e)
+    ns = np.arange(2, 65)
+    got = np.array([float(ct(capped, "all_to_all", S, int(n))) for n in ns])
+    wire = (ns - 1) / ns * S * BETA[1]
+    eta = (ns - 1.0) ** e
+    m = eta - 1.0
+    want = wire * (1.0 + m * c / (m**p_ + c**p_) ** (1.0 / p_))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert got[0] == pytest.approx(wire[0], rel=1e-12)  # 2 ranks: one flow, no congestion
+    assert np.all(got <= wire * np.minimum(eta, 1.0 + c) * (1 + 1e-12))
+    assert np.all(got >= wire * (1 - 1e-12))
+    far = m >= 3 * c
+    np.testing.assert_allclose(got[far], wire[far] * (1.0 + c), rtol=2e-5)
+    assert np.all(np.diff(got) > 0)
+    # no ceiling by default: (n−1)ᵉ exactly
+    unc = np.array([float(ct(free, "all_to_all", S, int(n))) for n in ns])
+    np.testing.assert_allclose(unc, wire * eta, rtol=1e-12)
+    # a ceiling far above the factor: within (η − 1)·((η − 1)/c)ᵖ/p of it (3e-10 here)
+    high = exact_params(alpha_s=TINY, all_to_all_exponent=A2A_E, all_to_all_congestion_cap=10.0)
+    m64 = 63**A2A_E - 1.0
+    np.testing.assert_allclose(
+        float(ct(high, "all_to_all", S, 64)),
+        S * 63 / 64 * BETA[1] * 63**A2A_E,
+        rtol=m64 * (m64 / 10.0) ** p_ / p_ + 1e-12,
+    )
+    # the batch path (calibration's objective) agrees, in jax and in numpy
+    batch = collective_batch(["all_to_all"] * 4, [S] * 4, [2, 3, 6, 64], 1)
+    for params in (capped, capped.to_numpy()):
+        np.testing.assert_allclose(
+            np.asarray(collective_batch_time(params, batch)), got[[0, 1, 4, 62]], rtol=1e-12
+        )
+    g2 = jax.grad(lambda q: collective_time(q, "all_to_all", S, 2, 1))(capped)
+    g6 = jax.grad(lambda q: collective_time(q, "all_to_all", S, 6, 1))(capped)
+    assert float(g2.log_all_to_all_cap) == 0.0 and float(g2.log_all_to_all) == 0.0
+    assert float(g6.log_all_to_all_cap) > 0.0  # a higher ceiling, a slower call
+
+
 # ---------------------------------------------------------------------------
 # Gradients, jit and vmap
 # ---------------------------------------------------------------------------

@@ -515,6 +515,52 @@ def test_a_token_buckets_head_start_is_fitted_and_identifies_the_link():
     assert fit.heldout_p90 < 0.03
 
 
+def test_all_to_alls_congestion_ceiling_is_fitted_where_its_curves_step_and_stay():
+    """all_to_all at 2 … 6 ranks, one per node, whose congestion steps from 1.00× the
+    wire time at 2 ranks to 1.38× at 3 and stays (issue 22's emulated 100 Mbit/s
+    links: 1.34–1.40×), with all_gather beside it. The fit finds the ceiling within
+    10% and names it identified; every all_to_all point is predicted within 3%, where
+    one exponent (n−1)ᵉ misses the 3-rank curve by 7–9%. Curves growing as a power
+    of n − 1 show no ceiling (_congestion_cap_evidence: None), and their fit keeps
+    the prior's none."""
+    from calibration._fit import _congestion_cap_evidence
+
+    rng = np.random.default_rng(11)
+    sizes = [1024 * 4**i for i in range(8)]  # 1 KiB … 16 MiB
+    kw = dict(alpha_s=(2e-6, 150e-6), beta_s_per_byte=(1 / 5e9, 8 / 100e6), call_overhead_s=60e-6)
+    truth = ClusterParams.create(**kw, all_to_all_exponent=3.0, all_to_all_congestion_cap=0.38)
+
+    def records(params):
+        return [
+            coll(c, S, n, 1, float(collective_time(params, c, S, n, 1)) * math.exp(0.01 * rng.normal()))
+            for c in ("all_to_all", "all_gather")
+            for n in range(2, 7)
+            for S in sizes
+        ]  # fmt: skip
+
+    fit = calibrate(records(truth), n_regimes=1)
+    assert float(fit.params.all_to_all_congestion_cap) == pytest.approx(0.38, rel=0.1)
+    assert fit.identified["all_to_all_congestion_cap"]
+    for n in range(2, 7):
+        for S in sizes:
+            got = float(collective_time(fit.params, "all_to_all", S, n, 1))
+            assert got == pytest.approx(
+                float(collective_time(truth, "all_to_all", S, n, 1)), rel=0.03
+            )
+    # a power law: the factor keeps growing, no ceiling shows, none is fitted
+    assert _congestion_cap_evidence({2: 1.0, 3: 1.19, 4: 1.29, 5: 1.37, 6: 1.43}) is None
+    assert _congestion_cap_evidence({2: 1.0, 3: 1.36, 4: 1.30, 5: 1.36, 6: 1.34}) == (
+        pytest.approx(0.35),
+        3,
+    )
+    assert _congestion_cap_evidence({3: 1.36, 4: 1.30}) is None  # no 2-rank reference
+    power = ClusterParams.create(**kw, all_to_all_exponent=0.25)
+    fit = calibrate(records(power), n_regimes=1)
+    assert float(fit.params.all_to_all_congestion_cap) > 1e12
+    assert not fit.identified.get("all_to_all_congestion_cap", False)
+    assert float(fit.params.all_to_all_exponent) == pytest.approx(0.25, rel=0.1)
+
+
 def test_the_line_search_never_takes_a_step_that_raises_the_objective(monkeypatch):
     """The fit's L-BFGS objective after k iterations never rises with k (Adam first, 100
     steps): a line search whose 20 shrinks all fail Armijo neither takes its last trial

@@ -54,6 +54,11 @@ def _params_sets():
     # a shaper's head start (4 KiB inside a node, 64 KiB across): not affine either
     head = eqx.tree_at(lambda p: p.log_head_start, pre, jnp.log(jnp.asarray([4096.0, 65536.0])))
     out.append(("ethernet-10g:v100 head start", head))
+    # all_to_all's congestion under a ceiling that binds (e = 1, c = 0.3): p2p's exchange
+    capped = eqx.tree_at(
+        lambda p: (p.log_all_to_all, p.log_all_to_all_cap), pre, (jnp.asarray(0.0), jnp.log(0.3))
+    )
+    out.append(("ethernet-10g:v100 all_to_all ceiling", capped))
     # small GEMMs below the rate (the CPU preset's m½ = 16): the numpy path's one
     # evaluation of the GEMM term per batch size against the traced one per configuration
     out.append(("ethernet-10g:cpu", preset("ethernet-10g", "cpu")))

@@ -300,6 +300,30 @@ def test_head_start_round_trips_and_an_older_profile_has_none():
             ClusterParams.from_dict({**p.to_dict(), "head_start_bytes": bad})
 
 
+def test_all_to_all_congestion_cap_round_trips_and_an_older_profile_has_none():
+    """all_to_all_congestion_cap through the profile's dict (JSON); a dict written before
+    it (no key) loads with none (e^30, where the factor is (n−1)ᵉ as that file's ddltune
+    predicted it), as ``create`` does by default; a non-positive or non-numeric value is
+    an error naming it."""
+    from costmodel import collective_time
+
+    p = ClusterParams.create(all_to_all_exponent=0.5, all_to_all_congestion_cap=0.38)
+    back = ClusterParams.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert float(back.all_to_all_congestion_cap) == pytest.approx(0.38, rel=1e-12)
+    old = p.to_dict()
+    del old["all_to_all_congestion_cap"]
+    before = ClusterParams.from_dict(old)
+    assert float(before.all_to_all_congestion_cap) > 1e12
+    assert float(ClusterParams.create().all_to_all_congestion_cap) > 1e12
+    t = float(collective_time(before, "all_to_all", 1e8, 64, 1))
+    b = float(before.beta_s_per_byte[1])
+    a = float(before.alpha_s[1]) * 63 + float(before.call_overhead_s)
+    assert t == pytest.approx(a + 63 / 64 * 1e8 * b * 63**0.5, rel=1e-6)
+    for bad in (0.0, -1.0, float("nan"), "abc"):
+        with pytest.raises(ValueError, match="all_to_all_congestion_cap must be"):
+            ClusterParams.create(all_to_all_congestion_cap=bad)
+
+
 @pytest.mark.parametrize("logit", [40.0, -800.0])
 @pytest.mark.parametrize(
     "leaf", ["logit_latency_overlap", "logit_backward_hide", "logit_interference"]

@@ -1031,7 +1031,7 @@ def _relevant_names(chosen: _Row, g: int, ident: Mapping | None = None):
             return len(parts) >= 2 and parts[0] in colls and parts[1] in levels
         if base == "fanin_exponent":
             return chosen.variant.name in ("ps", "ps_host", "hybrid") and bool(levels)
-        if base == "all_to_all_exponent":
+        if base in ("all_to_all_exponent", "all_to_all_congestion_cap"):
             return chosen.variant.name == "p2p" and bool(levels)
         if base == "call_overhead_s":
             return bool(levels)

@@ -17,6 +17,7 @@ from .._xp import to_jax
 from ._abstract import AbstractCollective as AbstractCollective
 from ._all_to_all import AllToAll as AllToAll
 from ._base import _EXPONENT_PROPERTIES, check_static_ranks
+from ._base import CONGESTION_CAP_SHARPNESS as CONGESTION_CAP_SHARPNESS
 from ._base import CONGESTION_EXPONENT as CONGESTION_EXPONENT
 from ._base import HEAD_START_SHARPNESS as HEAD_START_SHARPNESS
 from ._base import NEGLIGIBLE_HEAD_START_BYTES as NEGLIGIBLE_HEAD_START_BYTES
@@ -24,6 +25,7 @@ from ._base import NEGLIGIBLE_OVERLAP as NEGLIGIBLE_OVERLAP
 from ._base import CollectiveBatch as CollectiveBatch
 from ._base import Terms as Terms
 from ._base import after_head_start as after_head_start
+from ._base import capped_congestion as capped_congestion
 from ._base import collective_batch_time as collective_batch_time
 from ._base import evaluate as evaluate
 from ._base import finish as finish

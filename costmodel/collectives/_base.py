@@ -61,6 +61,8 @@ __all__ = [
     "NEGLIGIBLE_HEAD_START_BYTES",
     "HEAD_START_SHARPNESS",
     "after_head_start",
+    "capped_congestion",
+    "CONGESTION_CAP_SHARPNESS",
     "CollectiveBatch",
     "collective_batch_time",
 ]
@@ -277,6 +279,35 @@ def after_head_start(nbytes, head_start):
     return nbytes * ((s - head_start) / s)
 
 
+#: Sharpness p of :func:`capped_congestion`'s smooth min(η − 1, c): at η − 1 = c the
+#: factor is 1 + 2^(−1/p)·c (1 + 0.917·c at p = 8), at η − 1 = 3c within 0.002% of 1 + c.
+CONGESTION_CAP_SHARPNESS = 8
+
+
+def capped_congestion(eta, cap):
+    """A congestion factor η ≥ 1 held below its ceiling 1 + c: 1 + smooth min(η − 1, c).
+
+    1 + (η − 1)·c / softmax₂,ₚ(η − 1, c) (p = :data:`CONGESTION_CAP_SHARPNESS`,
+    :func:`costmodel._smooth.soft_max2`): exactly 1 at η = 1, within (η − 1)·((η − 1)
+    / c)ᵖ / p of η while η − 1 ≪ c, 1 + c once η − 1 ≫ c; never above either.
+    all_to_all's congestion (n−1)ᵉ under ``ClusterParams.all_to_all_congestion_cap``:
+    on the emulated cluster (issue 22) its n − 1 flows per NIC cost 1.00× the wire
+    time at 2 ranks and 1.34–1.40× at 3 to 6, a step then flat (a NIC's loss with
+    several flows through it does not keep growing with more of them). Nothing is
+    capped at the default c = e^30.
+
+    Args:
+        eta: η ≥ 1, the uncapped factor (any shape).
+        cap: c > 0, broadcastable to ``eta``.
+
+    Returns:
+        The factor, in [1, min(η, 1 + c)], the broadcast shape.
+    """
+    xp = xp_of(eta, cap)
+    m = xp.maximum(eta - 1.0, 0.0)
+    return 1.0 + m * (cap / soft_max2(m, cap, p=CONGESTION_CAP_SHARPNESS))
+
+
 def _contended(share, contention):
     """``share`` × ``contention``; ``share`` itself for the default 1 (the sweeps' hot
     path: no array is made)."""
@@ -384,13 +415,19 @@ class CollectiveBatch(eqx.Module):
     contention: Float[Array, " M"] | None = None
 
     def congestion(self, params: ClusterParams) -> Float[Array, " N"]:
-        """η of every call under ``params``: base ** exponent, or the fixed factor."""
+        """η of every call under ``params``: base ** exponent, or the fixed factor.
+
+        all_to_all's (n−1)ᵉ is held under its ceiling (:func:`capped_congestion`).
+        """
         base = self.terms.congestion
         xp = xp_of(params, base)
         eta = base
         for code, prop in enumerate(_EXPONENT_PROPERTIES):
             if code:
-                eta = xp.where(self.exponent == code, base ** getattr(params, prop), eta)
+                factor = base ** getattr(params, prop)
+                if prop == "all_to_all_exponent":
+                    factor = capped_congestion(factor, params.all_to_all_congestion_cap)
+                eta = xp.where(self.exponent == code, factor, eta)
         return eta
 
 
