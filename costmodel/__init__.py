@@ -27,6 +27,7 @@ _EXPORTS = {
     "COLLECTIVE_NAMES": "._names",
     "LEVELS": "._params",
     "PARAMETER_UNITS": "._params",
+    "PARAMETER_NONE": "._params",
     "ClusterParams": "._params",
     "GRAD_DTYPES": "._precision",
     "accumulate": "._precision",

@@ -34,7 +34,7 @@ from ._names import COLLECTIVE_NAMES
 from ._smooth import soft_max2
 from ._xp import keep_freed_memory, to_jax, xp_of
 
-__all__ = ["ClusterParams", "LEVELS", "PARAMETER_UNITS"]
+__all__ = ["ClusterParams", "LEVELS", "PARAMETER_UNITS", "PARAMETER_NONE"]
 
 LEVELS = ("intra", "inter")
 
@@ -80,6 +80,16 @@ NO_HEAD_START = math.exp(-30.0)
 #: all_to_all_congestion_cap's default: e^30 ≈ 1.1e13, none (the congestion factor is
 #: (n−1)ᵉ at any rank count the cost model sees).
 NO_CONGESTION_CAP = math.exp(30.0)
+#: Parameters whose default stands for "no such effect", with that value: a profile
+#: whose data never moved one shows it as "none" (``ddltune show``, the report), not as
+#: 9.358e-14 or 1.069e+13.
+PARAMETER_NONE = {
+    "backward_hide": _NO_HIDE,
+    "latency_overlap": _NO_HIDE,
+    "gemm_half_dim": NO_GEMM_HALF,
+    "head_start_bytes": NO_HEAD_START,
+    "all_to_all_congestion_cap": NO_CONGESTION_CAP,
+}
 _OPTIONAL_KEYS = {
     "step_comm_factor": 1.0,
     "backward_hide": _NO_HIDE,

@@ -223,6 +223,46 @@ def test_parameter_rows_show_bytes_in_a_unit_of_their_size():
     assert row(9.4e-14)[:2] == ["9.4e-14", "B"]
 
 
+def test_parameters_the_data_never_moved_from_none_read_none():
+    """A new user read the default head start as 9.358e-14 B and the congestion cap as
+    1.069e+13: a parameter at its "no such effect" default (costmodel.PARAMETER_NONE)
+    and not identified reads "none", with no interval; the same name fitted, or an
+    identified one, keeps its number. `ddltune show` says what "none" means."""
+    from costmodel import PARAMETER_NONE, ClusterParams
+    from tuner import format_parameter_rows
+
+    d = ClusterParams.create().to_dict()
+    rows = []
+    for key in PARAMETER_NONE:
+        v = d[key]
+        for x in v if isinstance(v, list) else [v]:
+            rows.append(
+                {"name": key, "value": x, "low": x / 10, "high": x * 10, "identified": False}
+            )
+    got = format_parameter_rows(rows)
+    assert len(got) == 7 and all(r[1:] == ["none", "", "—", "no"] for r in got)
+    fitted = format_parameter_rows(
+        [
+            {"name": "head_start_bytes[inter]", "value": 2253.0, "identified": False},
+            {
+                "name": "all_to_all_congestion_cap",
+                "value": 0.387,
+                "low": 0.344,
+                "high": 0.435,
+                "identified": True,
+            },
+            {
+                "name": "latency_overlap[inter]",
+                "value": d["latency_overlap"][1],
+                "identified": True,
+            },
+        ]  # fmt: skip
+    )
+    assert fitted[0][1:3] == ["2.2", "KiB"]
+    assert fitted[1][1:] == ["0.387", "", "0.344 – 0.435", "yes"]
+    assert fitted[2][1] != "none"  # identified at the default value: a finding, shown
+
+
 def test_show_malformed_profile(tmp_path, capsys):
     bad = tmp_path / "profile.json"
     bad.write_text('{"schema": 99, "kind": "profile", "params": {}}\n')

@@ -52,6 +52,7 @@ from calibration import (
 )
 from costmodel import (
     DEFAULT_BUCKET_BYTES,
+    PARAMETER_NONE,
     PARAMETER_UNITS,
     bucket_schedule,
     collective_batch,
@@ -394,6 +395,10 @@ def _human_rows(table: Sequence[Mapping]) -> list[list[str]]:
         unit = str(p.get("unit") or PARAMETER_UNITS.get(name.split("[")[0], ""))
         value = float(p["value"])
         lo, hi = float(p.get("low", math.nan)), float(p.get("high", math.nan))
+        none = PARAMETER_NONE.get(name.split("[")[0])
+        if none is not None and not p.get("identified") and math.isclose(value, none, rel_tol=1e-6):
+            rows.append([name, "none", "", "—", "no"])  # at its "no such effect" default
+            continue
         if unit == "s/byte":  # show bandwidth: the interval's ends swap
             lo, hi = hi, lo
         v, u = _fmt_value(value, unit)

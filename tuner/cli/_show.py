@@ -351,11 +351,12 @@ def _print_profile(s: dict) -> None:
             "--json lists every one)"
         )
     print(
-        "  (gemm_half_dim: a matrix product whose smallest dimension is m runs at m / (m + "
-        "gemm_half_dim) of flops_per_s; a value near 1e-13 is the default, none. "
-        "latency_overlap, backward_hide: shares in (0, 1), near 1e-13 by default. "
+        "  ('none': at its default, no such effect, which the data did not move. "
+        "gemm_half_dim: a matrix product whose smallest dimension is m runs at m / (m + "
+        "gemm_half_dim) of flops_per_s. latency_overlap, backward_hide: shares in (0, 1). "
         "head_start_bytes: bytes of a call that cross before the link's rate applies, a "
-        "shaper's burst; near 9e-14 B by default, none)"
+        "shaper's burst. all_to_all_congestion_cap: c, all_to_all's congestion factor "
+        "stays below 1 + c)"
     )
     if s["series"]:
         print("\nfit error per series (absolute % error of the fitted statistic)")
