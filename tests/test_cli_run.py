@@ -164,6 +164,20 @@ def test_run_bad_arguments(tmp_path, capsys, argv, code, needle):
     assert not (tmp_path / "out").exists()  # nothing written on a usage error
 
 
+def test_run_into_an_existing_file_is_one_line_and_leaves_the_file(tmp_path, capsys):
+    """-o naming an existing file: one line naming it, no Python exception name (a new
+    user's trial saw "error: NotADirectoryError: -o notes.txt: …"), the file untouched."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    m = tmp_path / "m.jsonl"
+    _noisy_file(m)
+    assert main(["run", "--measurements", str(m), "-o", str(notes)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(notes) in err and "not a folder" in err
+    assert "Error" not in err
+    assert notes.read_text() == "mine\n"
+
+
 def test_run_malformed_measurements_names_file_and_line(tmp_path, capsys):
     m = tmp_path / "m.jsonl"
     _noisy_file(m)

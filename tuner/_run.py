@@ -43,6 +43,7 @@ from pathlib import Path
 
 import calibration
 from calibration import (
+    OutputPathError,
     atomic_replace_dir,
     atomic_write_text,
     read_records,
@@ -118,7 +119,7 @@ def _check_out_dir(out: Path, overwrite: bool) -> Path:
     refuse_current_folder(out, "-o")
     refuse_symlink(out, "-o")
     if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"-o {out}: exists and is not a folder; choose another -o")
+        raise OutputPathError(out, "-o: exists and is not a folder; choose another -o")
     if out.exists() and any(out.iterdir()) and not overwrite:
         names = sorted(p.name for p in out.iterdir())
         raise FileExistsError(
