@@ -406,6 +406,27 @@ def test_report_cli_reliable_profile(preset_files, tmp_path, capsys):
     assert "--overwrite" in capsys.readouterr().err
 
 
+@pytest.mark.timeout(900)
+def test_report_cli_on_an_unreliable_profile_advises_options_not_python(
+    preset_files, tmp_path, capsys
+):
+    """The refusal of an unreliable profile, as `ddltune report` prints it and the report
+    writes it, names --force, not the Python call (a new user's trial read
+    "recommend(..., force=True)" in the command's warning)."""
+    doc = json.loads((preset_files / "profile.json").read_text())
+    doc.update(reliable=False, heldout_p90=0.3)
+    bad = tmp_path / "unreliable.json"
+    bad.write_text(json.dumps(doc))
+    argv = ["report", "--profile", str(bad), "--model", "resnet50", "--max-workers", "4"]
+    assert main([*argv, "-o", str(tmp_path / "rep")]) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "(--force)" in err and "UNRELIABLE" in err
+    assert "recommend(" not in err and "force=True" not in err
+    assert main([*argv, "-o", str(tmp_path / "rep2"), "--json"]) == 0
+    refusal = json.loads(capsys.readouterr().out)["refusal"]
+    assert "(--force)" in refusal and "force=True" not in refusal
+
+
 @pytest.mark.parametrize(
     ("extra", "code", "needle"),
     [

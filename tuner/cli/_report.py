@@ -11,6 +11,7 @@ from ._common import (
     CLIError,
     add_model_arguments,
     add_precision_arguments,
+    cli_phrases,
     load_profile,
     positive_int_arg,
     preset_compute,
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             rec = tuner.recommend(profile, workload, **kwargs)
         except tuner.UnreliableProfileError as e:
-            refusal = str(e)
+            refusal = cli_phrases(str(e))  # options, not recommend(..., force=True)
             rec = tuner.recommend(profile, workload, force=True, **kwargs)
     files = tuner.build_report(
         out,
