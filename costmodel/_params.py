@@ -19,6 +19,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import numbers
 import weakref
@@ -106,6 +107,10 @@ _OPTIONAL_KEYS = {
 MAX_HEAD_START_BYTES = float(2**30)
 #: The most host links per node :meth:`ClusterParams.create` accepts.
 MAX_HOST_LINKS = 64
+#: The largest all_to_all congestion cap :meth:`ClusterParams.create` accepts (none,
+#: the default, is e^30 ≈ 1.1e13; a file that says 1e308 is wrong, and its interval's
+#: sigma points overflowed).
+MAX_CONGESTION_CAP = 1e15
 
 
 def _check_host_links(host_links) -> None:
@@ -164,6 +169,40 @@ def _pair(x, name: str, upper: float = math.inf) -> np.ndarray:
             f"{name} must be finite and > 0{bound} for both levels (intra, inter), got {x!r}"
         )
     return arr
+
+
+def _congestion_cap(x) -> float:
+    v = _pos(x, "all_to_all_congestion_cap")
+    if v > MAX_CONGESTION_CAP:
+        raise ValueError(
+            f"all_to_all_congestion_cap must be ≤ {MAX_CONGESTION_CAP:.0e} (none is about "
+            f"{NO_CONGESTION_CAP:.3g}; leave the key out for none), got {x!r}"
+        )
+    return v
+
+
+def _check_json_numbers(value, name: str) -> None:
+    """Refuse a JSON value that is not a number or a (nested) list of numbers: a hand
+    edit's "5" or true converted silently (float("5"), float(True)), null read as
+    Python's None.
+
+    Raises:
+        ValueError: naming ``name`` and the value as JSON spells it.
+    """
+    if isinstance(value, list):
+        for v in value:
+            _check_json_numbers(v, name)
+        return
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        shown = (
+            "null"
+            if value is None
+            else json.dumps(value)
+            if isinstance(value, bool | str)
+            else repr(value)
+        )
+        hint = " (leave the key out for none)" if name in PARAMETER_NONE else ""
+        raise ValueError(f"invalid parameters: {name} must be a number, got {shown}{hint}")
 
 
 def _pos(x, name: str) -> float:
@@ -463,9 +502,7 @@ class ClusterParams(eqx.Module):
             log_head_start=f(
                 np.log(_pair(head_start_bytes, "head_start_bytes", MAX_HEAD_START_BYTES))
             ),
-            log_all_to_all_cap=f(
-                math.log(_pos(all_to_all_congestion_cap, "all_to_all_congestion_cap"))
-            ),
+            log_all_to_all_cap=f(math.log(_congestion_cap(all_to_all_congestion_cap))),
             n_regimes=R,
             host_links=int(host_links),
         )
@@ -836,6 +873,9 @@ class ClusterParams(eqx.Module):
         )
         if need:
             raise ValueError(f"parameters lack {', '.join(need)}")
+        for key in PARAMETER_UNITS:
+            if key in d:
+                _check_json_numbers(d[key], key)
         if list(d.get("collectives", COLLECTIVE_NAMES)) != list(COLLECTIVE_NAMES):
             raise ValueError(
                 f"parameters list collectives {d.get('collectives')}; this ddltune expects {list(COLLECTIVE_NAMES)}"

@@ -319,9 +319,32 @@ def test_all_to_all_congestion_cap_round_trips_and_an_older_profile_has_none():
     b = float(before.beta_s_per_byte[1])
     a = float(before.alpha_s[1]) * 63 + float(before.call_overhead_s)
     assert t == pytest.approx(a + 63 / 64 * 1e8 * b * 63**0.5, rel=1e-6)
-    for bad in (0.0, -1.0, float("nan"), "abc"):
+    for bad in (0.0, -1.0, float("nan"), "abc", 1e308):
         with pytest.raises(ValueError, match="all_to_all_congestion_cap must be"):
             ClusterParams.create(all_to_all_congestion_cap=bad)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("5", '"5"'), (True, "true"), (None, "null"), ("none", '"none"'), ([1.0, "x"], '"x"')],
+)
+def test_a_hand_edited_parameter_that_is_no_json_number_is_refused_as_json_spells_it(value, shown):
+    """A new user's trial: "5" and true were taken as 5 and 1 (float() converts them), null
+    read "got None"; each is refused naming the key and the value as JSON writes it, and a
+    parameter whose default is "none" says to leave the key out. 1e308 for the cap (its
+    interval's sigma points overflowed exp) is over the largest accepted."""
+    d = ClusterParams.create().to_dict()
+    for key in ("all_to_all_congestion_cap", "alpha_s", "flops_per_s"):
+        with pytest.raises(ValueError) as e:
+            ClusterParams.from_dict({**d, key: value})
+        msg = str(e.value)
+        assert f"{key} must be a number, got {shown}" in msg
+        assert ("leave the key out for none" in msg) == (key == "all_to_all_congestion_cap")
+    with pytest.raises(ValueError, match="must be ≤ 1e\\+15 .*leave the key out for none"):
+        ClusterParams.from_dict({**d, "all_to_all_congestion_cap": 1e308})
+    # numbers as numpy writes them still load
+    np_d = {**d, "flops_per_s": np.float32(1e12), "host_links": np.int64(2)}
+    assert ClusterParams.from_dict(np_d).host_links == 2
 
 
 @pytest.mark.parametrize("logit", [40.0, -800.0])
