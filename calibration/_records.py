@@ -630,7 +630,8 @@ class RecordWriter:
     ``path`` and later records are appended to it (same file, so each is on
     disk as soon as it is written and ``--resume`` can continue an interrupted
     run). A run interrupted before its first record (or one that writes none)
-    leaves the previous file byte-identical and removes the temporary file.
+    leaves the previous file byte-identical and removes the temporary file; in the
+    other modes a file the writer created and wrote nothing to is removed on close.
 
     ``"resume"``: appends to ``path`` with flush + fsync per record; the file's
     records must come from this machine (host fingerprint, and the emulated
@@ -697,6 +698,11 @@ class RecordWriter:
                 self.existing_keys.add(record_key(rec))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp: Path | None = None
+        # a file this writer creates and never writes a record to is removed on close: a
+        # collect interrupted before its first point was complete left an empty
+        # measurements.jsonl (a new user's trial)
+        self._created = mode != "overwrite" and not self.path.exists()
+        self.written = 0
         if mode == "overwrite":
             fd, tmp = tempfile.mkstemp(
                 prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
@@ -751,12 +757,20 @@ class RecordWriter:
             os.replace(self._tmp, self.path)
             self._tmp = None
             _fsync_dir(self.path.parent)
+        self.written += 1
         self.existing_keys.add(record_key(rec))
 
     def close(self) -> None:
-        """Close the file; in ``"overwrite"`` mode with no record written, keep the old one."""
+        """Close the file; in ``"overwrite"`` mode with no record written, keep the old one;
+        a file this writer created and wrote no record to is removed (nothing half-made
+        stays behind an interrupted run)."""
         if not self._fh.closed:
             self._fh.close()
+        if self._created and not self.written:
+            with contextlib.suppress(FileNotFoundError):
+                if self.path.stat().st_size == 0:
+                    self.path.unlink()
+            self._created = False
         if self._tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 self._tmp.unlink()

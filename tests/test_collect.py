@@ -601,3 +601,61 @@ def test_collect_fails_a_job_on_wrong_results_except_the_gloo_reduce_scatter_bug
     err = capsys.readouterr().err
     assert "1 measured calls returned wrong results" in err
     assert ("jax-ml/jax#40830" in err) == (code == 0)
+
+
+def _a_record(size: int) -> dict:
+    from calibration import provenance, time_statistics
+
+    t = 1e-4
+    rec = {
+        "schema": 1,
+        "kind": "collective",
+        "collective": "all_reduce",
+        "message_bytes": size,
+        "num_ranks": 2,
+        "ranks_per_node": 2,
+        "dtype": "float32",
+        "wrong": 0,
+        "time_s": time_statistics([t, 1.1 * t]),
+        "samples_s": [t, 1.1 * t],
+    }
+    return rec | provenance("test", backend="cpu", device_kind="cpu")
+
+
+@pytest.mark.parametrize("complete", [0, 2])
+def test_an_interrupted_collect_says_what_it_kept_and_leaves_no_empty_file(
+    tmp_path, capsys, monkeypatch, complete
+):
+    """Ctrl-C in `ddltune collect` (no -o: measurements.jsonl in the current folder, as
+    its own advice runs it): before any point was complete a new user's trial found only
+    "ddltune: interrupted" and an empty measurements.jsonl; now no file is left and the
+    message says why nothing was written. With points written, it names how many and
+    --resume. Exit 130 either way; a file that existed before is never removed."""
+    import calibration
+
+    def interrupted_collect(path, **kw):
+        with calibration.RecordWriter(path, "resume" if kw.get("resume") else "new") as w:
+            for k in range(complete):
+                w.write(_a_record(1024 * (k + 1) * (3 if kw.get("resume") else 1)))
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(calibration, "collect", interrupted_collect)
+    monkeypatch.chdir(tmp_path)
+    assert main(["collect", "--max-bytes", "4K", "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    out = tmp_path / "measurements.jsonl"
+    if complete:
+        assert "interrupted: 2 records written to measurements.jsonl stay valid" in err
+        assert "--resume" in err and out.read_text().count("\n") == 2
+        # resumed and interrupted again: the new records follow the old ones, counted alone
+        before = out.read_bytes()
+        assert main(["collect", "--max-bytes", "4K", "--no-progress", "--resume"]) == 130
+        assert "interrupted: 2 records written" in capsys.readouterr().err
+        assert out.read_bytes().startswith(before) and out.read_text().count("\n") == 4
+    else:
+        assert "interrupted before any point was complete" in err and "nothing written" in err
+        assert not out.exists()
+        # an (empty) file the user had is never removed
+        out.write_text("")
+        assert main(["collect", "--max-bytes", "4K", "--no-progress", "--resume"]) == 130
+        assert out.exists()

@@ -324,9 +324,19 @@ _OPTIONS = (
 )  # fmt: skip
 
 
+def _record_lines(path) -> int:
+    """Complete lines of a records file (0 where there is none)."""
+    try:
+        with open(path, "rb") as fh:
+            return sum(1 for line in fh if line.endswith(b"\n"))
+    except OSError:
+        return 0
+
+
 def _run(args: argparse.Namespace, progress: bool) -> int:
     from calibration import CollectError, collect, summary_rows
 
+    before = _record_lines(args.output)
     try:
         result = collect(
             args.output,
@@ -355,6 +365,21 @@ def _run(args: argparse.Namespace, progress: bool) -> int:
         )
     except (CollectError, FileExistsError) as e:
         raise CLIError(str(e)) from e
+    except KeyboardInterrupt:  # say what was kept and how to go on (then exit 130)
+        kept = _record_lines(args.output) - before
+        if kept > 0:
+            print(
+                f"ddltune collect: interrupted: {kept} records written to {args.output} stay "
+                "valid; rerun the same command with --resume to measure only the rest",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"ddltune collect: interrupted before any point was complete (each is timed in "
+                f"--rounds {args.rounds} interleaved passes): nothing written to {args.output}",
+                file=sys.stderr,
+            )
+        raise
     except InputFileError:
         raise
     except ValueError as e:  # the library names its parameters: say the options
