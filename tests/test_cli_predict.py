@@ -177,6 +177,24 @@ def test_collective_rows_follow_nccl_tests_definitions(capsys):
     assert all(a["busbw"] < b["busbw"] for a, b in zip(rows, rows[1:], strict=False))
 
 
+def test_collective_mode_takes_several_rank_counts(capsys):
+    """--num-ranks 2,3,8 (a new user's trial expected a list, as --workers takes): a table
+    per rank count in that order, each row as the one-count command gives it; --json rows
+    carry their num_ranks; a repeated count is predicted once."""
+    argv = ("--preset", "ethernet-10g", "--collective", "all_to_all", "--message-bytes", "1M,4M")
+    doc = _json(capsys, *argv, "--num-ranks", "2,3,8,3")
+    assert [(r["num_ranks"], r["message_bytes"]) for r in doc["rows"]] == [
+        (n, s) for n in (2, 3, 8) for s in (2**20, 2**22)
+    ]
+    for n in (2, 3, 8):
+        one = _json(capsys, *argv, "--num-ranks", str(n))["rows"]
+        assert [r for r in doc["rows"] if r["num_ranks"] == n] == one
+    assert main(["predict", *argv, "--num-ranks", "2,3,8"]) == 0
+    text = capsys.readouterr().out
+    heads = [ln for ln in text.splitlines() if ln.startswith("all_to_all (pairwise)")]
+    assert [h.split(",")[1].strip() for h in heads] == ["2 ranks", "3 ranks", "8 ranks"]
+
+
 @pytest.mark.parametrize(
     ("collective", "factor"),
     [("all_gather", 7 / 8), ("reduce_scatter", 7 / 8), ("broadcast", 1.0), ("ps_push", 1.0)],
@@ -270,6 +288,8 @@ COLL = ("--preset", "ethernet-10g", "--collective", "all_reduce", "--num-ranks",
         ((*ITER[:-1], "0,4"), ["--workers", "≥ 1"]),
         ((*ITER[:-1], "4,,8"), ["--workers", "empty item", "4,,8"]),
         ((*COLL[:-1], "0", "--message-bytes", "1K"), ["--num-ranks", "≥ 1"]),
+        ((*COLL[:-1], "2,,3", "--message-bytes", "1K"), ["--num-ranks", "empty item"]),
+        ((*COLL[:-1], "2,3x", "--message-bytes", "1K"), ["--num-ranks", "2,3x"]),
         ((*COLL, "--message-bytes=-1K"), ["--message-bytes", "-1K"]),
         ((*COLL, "--message-bytes", "1Q"), ["--message-bytes", "suffix"]),
         ((*COLL, "--message-bytes", "1K,,2K"), ["--message-bytes", "empty item", "1K,,2K"]),

@@ -44,8 +44,8 @@ backward, all communication, the part of it not hidden behind backward
 all workers) and scaling efficiency (%: throughput / (workers × one worker's
 throughput without any communication)).
 
-collective mode (--collective with --num-ranks and --message-bytes): one row
-per message size with the time (µs), algbw = S/t and busbw = algbw × factor
+collective mode (--collective with --num-ranks and --message-bytes): a table
+per rank count, one row per message size with the time (µs), algbw = S/t and busbw = algbw × factor
 (GB/s = 1e9 bytes/s), as nccl-tests defines them (factor: all_reduce
 2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n; others 1).
 
@@ -70,6 +70,10 @@ examples:
   # a collective: all_reduce over 16 ranks (2 nodes of 8), at 1 KiB, 1 MiB, 64 MiB and 1 GiB
   ddltune predict --preset ib-edr-100g,nvlink-v100 --collective all_reduce \\
       --num-ranks 16 --ranks-per-node 8 --message-bytes 1K,1M,64M,1G
+
+  # all_to_all's congestion against the rank count, one rank per node
+  ddltune predict --preset ethernet-10g --collective all_to_all --num-ranks 2,3,8 \
+      --message-bytes 1M
 
 Exit codes: 0 success; 2 bad arguments (unknown names, values out of range);
 1 a file that cannot be read or is malformed."""
@@ -184,7 +188,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "XLA:CPU runs and a CPU profile measured)",
     )
     co.add_argument(
-        "--num-ranks", type=positive_int_arg, metavar="N", help="ranks in the collective, ≥ 1"
+        "--num-ranks",
+        type=int_list_arg,
+        metavar="LIST",
+        help="ranks in the collective n ≥ 1, comma-separated (one table per count)",
     )
     co.add_argument(
         "--message-bytes",
@@ -364,22 +371,27 @@ def _collective_rows(args, cluster) -> list[dict]:
     from costmodel import get_collective
     from tuner import predict_collective
 
-    if args.num_ranks > 2**24:
-        raise UsageError(f"--num-ranks: at most 2^24 = {2**24:,} ranks, got {args.num_ranks:,}")
+    big = [n for n in args.num_ranks if n > 2**24]
+    if big:
+        raise UsageError(f"--num-ranks: at most 2^24 = {2**24:,} ranks, got {big[0]:,}")
     try:
         get_collective(args.collective, args.algorithm)
     except ValueError as e:  # lists the valid names
         flag = "--collective" if "unknown collective" in str(e) else "--algorithm"
         raise UsageError(f"{flag}: {e}") from None
-    return predict_collective(
-        cluster,
-        args.collective,
-        args.message_bytes,
-        args.num_ranks,
-        ranks_per_node=args.ranks_per_node,
-        algorithm=args.algorithm,
-        level=LEVEL,
-    )
+    return [
+        row
+        for n in dict.fromkeys(args.num_ranks)
+        for row in predict_collective(
+            cluster,
+            args.collective,
+            args.message_bytes,
+            n,
+            ranks_per_node=args.ranks_per_node,
+            algorithm=args.algorithm,
+            level=LEVEL,
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------
@@ -514,7 +526,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(doc)
         else:
-            _print_collectives(rows, cluster)
+            for k, n in enumerate(dict.fromkeys(r["num_ranks"] for r in rows)):
+                _say() if k else None
+                _print_collectives([r for r in rows if r["num_ranks"] == n], cluster)
         return 0
     rows, w = _iteration_rows(args, source)
     grad_bytes = rows[0]["gradient_bytes"] if rows else w.total_param_bytes
