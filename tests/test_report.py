@@ -215,6 +215,38 @@ def test_figures_are_pngs(setup, tmp_path):
         assert data[:8] == PNG and len(data) > 5000, path
 
 
+def test_every_architecture_has_its_own_colour_and_log_axes_read_plain():
+    """A new user's trial: ps (dedicated) and hsdp were both red, p2p and fsdp both green
+    (the sharded ones took the cycle's colours), and the iteration-time axis read
+    2.8×10¹. Every architecture (and colocated ps) has a colour of its own, whatever its
+    position; a log axis within a decade labels its minor ticks as plain numbers, a wider
+    one its decades (10, 100), never in scientific notation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from costmodel import ARCHITECTURE_NAMES
+    from tuner._figures import _plain_log_labels, arch_colour
+
+    cols = [arch_colour(a, i, a) for i, a in enumerate(ARCHITECTURE_NAMES)]
+    cols.append(arch_colour("ps", 0, "ps (colocated)"))
+    assert len(set(cols)) == len(cols) == len(ARCHITECTURE_NAMES) + 1
+    assert arch_colour("hsdp", 3) == arch_colour("hsdp", 7)  # not the cycle's
+    for lo, hi, want in ((22.0, 35.0, {"30"}), (4.0, 200.0, {"10", "100"})):
+        fig, ax = plt.subplots()
+        ax.set_yscale("log")
+        ax.set_ylim(lo, hi)
+        _plain_log_labels(ax)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_yticklabels(minor=False)]
+        labels += [t.get_text() for t in ax.get_yticklabels(minor=True)]
+        shown = {x for x in labels if x}
+        plt.close(fig)
+        assert want <= shown and all(float(x.replace(",", "")) > 0 for x in shown), shown
+        assert not any("times" in x or "$" in x or "e+" in x for x in shown)
+
+
 def test_figures_refuse_empty_data(tmp_path):
     for fn, arg in (
         (plot_collective_fit, []),

@@ -46,6 +46,12 @@ _ARCH_COLOURS = {
     "ps": "#d62728",
     "ps_host": "#ff7f0e",
     "hybrid": "#8c564b",
+    # the sharded ones had the cycle's colours, which repeat ps' and p2p's (a new user's
+    # trial: "ps (dedicated) and hsdp both red, p2p and fsdp both green")
+    "zero1": "#bcbd22",
+    "zero2": "#7f7f7f",
+    "fsdp": "#393b79",
+    "hsdp": "#e7ba52",
 }
 _CYCLE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 _DPI = 110
@@ -206,6 +212,22 @@ def _int_formatter():
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda x, _pos: f"{x:.0f}" if x >= 1 else f"{x:.2g}")
+
+
+def _plain_log_labels(ax) -> None:
+    """Plain numbers (28, 30, 40) on a log y axis, not 2.8×10¹: major ticks always, minor
+    ones where the axis spans under a decade (else they would crowd)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    def plain(v, _pos):
+        if not v > 0:
+            return ""
+        return f"{v:.3g}" if v < 1000 else f"{v:,.0f}"  # 1,000 not 1e+03
+
+    ax.yaxis.set_major_formatter(FuncFormatter(plain))
+    lo, hi = ax.get_ylim()
+    narrow = lo > 0 and hi / lo < 10.0
+    ax.yaxis.set_minor_formatter(FuncFormatter(plain) if narrow else NullFormatter())
 
 
 def arch_colour(architecture: str, i: int = 0, label: str = "") -> str:
@@ -392,6 +414,8 @@ def plot_scaling(
         ax.grid(True, alpha=0.3)
     for ax in panels:  # small panels: decades only (minor ticks cost most of the drawing)
         ax.yaxis.set_minor_locator(NullLocator())
+    for ax in [*top[:2], *panels]:  # log axes read as plain numbers
+        _plain_log_labels(ax)
     fig.suptitle(
         "Scaling per architecture: each point is that architecture's best "
         "configuration at that worker count"
