@@ -457,8 +457,9 @@ def parse_record_line(line: str, path: str, lineno: int) -> dict:
         InputFileError: ``path:lineno`` and what is wrong (not JSON, nested
             deeper than :data:`MAX_JSON_DEPTH`, out of the physical bounds).
     """
+    text = line.rstrip("\r\n")  # a column past the newline read "column 1" (of the next line)
     try:
-        rec = json.loads(line, parse_constant=_reject_constant)
+        rec = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         hint = (
             ""
@@ -466,6 +467,8 @@ def parse_record_line(line: str, path: str, lineno: int) -> dict:
             else " (the line is truncated: was the run cut short? The lines before it are "
             "whole: delete this one, or rerun 'ddltune collect' with --resume, which drops it)"
         )
+        if not hint and not text.rstrip().endswith("}"):  # a record line ends with }
+            hint = " (the line ends before its record does: it was cut short)"
         raise InputFileError(
             path, lineno, f"not valid JSON: {e.msg} (column {e.colno}){hint}"
         ) from None

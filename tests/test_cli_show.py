@@ -140,6 +140,29 @@ def test_show_truncated_line_names_the_line(measurements, tmp_path, capsys):
     assert "(column " in err and "The lines before it are whole" in err and "--resume" in err
 
 
+def test_a_line_cut_short_in_the_middle_names_the_column_where_it_ends(
+    measurements, tmp_path, capsys
+):
+    """A record cut at 60 characters in the middle of the file (a new user's trial) read
+    "Expecting value (column 1)": the column past the newline. It names the column where
+    the line ends and says the record is cut short; the line is the right one."""
+    lines = measurements.read_text().splitlines(keepends=True)
+    head = lines[2][:60]
+    lines[2] = head + "\n"
+    cut = tmp_path / "mid.jsonl"
+    cut.write_text("".join(lines))
+    assert main(["show", str(cut)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"{cut}:3: not valid JSON" in err and err.count("\n") == 0
+    import json
+
+    try:
+        json.loads(head)
+    except json.JSONDecodeError as e:
+        assert f"(column {e.colno})" in err and e.colno > 1
+    assert "cut short" in err and "--resume" not in err  # not the last line's advice
+
+
 def test_show_a_cut_off_profile_names_where_its_json_breaks(tmp_path, capsys):
     """A profile cut short was called measurements ('give it as --profile …')."""
     from calibration import Profile
