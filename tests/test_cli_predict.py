@@ -177,6 +177,32 @@ def test_collective_rows_follow_nccl_tests_definitions(capsys):
     assert all(a["busbw"] < b["busbw"] for a, b in zip(rows, rows[1:], strict=False))
 
 
+def test_a_profile_measured_on_one_node_says_its_network_across_nodes_is_the_prior():
+    """A new user's trial: `ddltune run` on one machine (2 ranks, 2 per node) recommended
+    64 workers on 32 nodes, whose network no record measured, saying so only as the
+    report's "prior: ethernet-10g,shm:cpu". Predictions across nodes from such a profile
+    now say the network there is the prior preset's datasheet link; within one node, or
+    from a profile with records across nodes, they do not."""
+    from tuner._predict import topology_warnings, unmeasured_network_warning
+
+    class OneNode:
+        measured_ranges = {"num_ranks": [2, 2], "ranks_per_node": [2, 2]}
+        prior = {"network": "ethernet-10g,shm", "device": "cpu"}
+
+    class Across:
+        measured_ranges = {"num_ranks": [2, 4], "ranks_per_node": [1, 1]}
+        prior = OneNode.prior
+
+    w = unmeasured_network_warning(OneNode(), 64, 2)
+    assert w is not None and "32 nodes" in w and "ethernet-10g datasheet link" in w
+    assert "--prior-preset" in w and ",shm" not in w
+    assert w in topology_warnings(OneNode(), 64, 2)
+    assert unmeasured_network_warning(OneNode(), 2, 2) is None  # within the node
+    assert unmeasured_network_warning(OneNode(), 2, 8) is None
+    assert unmeasured_network_warning(Across(), 64, 1) is None  # measured across nodes
+    assert unmeasured_network_warning(None, 64, 1) is None
+
+
 def test_collective_mode_takes_several_rank_counts(capsys):
     """--num-ranks 2,3,8 (a new user's trial expected a list, as --workers takes): a table
     per rank count in that order, each row as the one-count command gives it; --json rows

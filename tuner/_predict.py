@@ -116,6 +116,42 @@ def measured_ranks_per_node(profile) -> int | None:
     return int(span[0])
 
 
+def unmeasured_network_warning(profile, num_ranks, ranks_per_node) -> str | None:
+    """The warning for a prediction across nodes from a profile none of whose records
+    crossed nodes, or ``None``.
+
+    Such a profile's inter-node α and β are its prior preset's datasheet values (no
+    record depends on them), so a multi-node answer rests on that preset, not on the
+    cluster (a new user's trial: ``ddltune run`` on one machine recommended 64 workers on
+    32 nodes of the ethernet-10g prior, saying so only in the report's provenance).
+
+    Args:
+        profile: a :class:`calibration.Profile` (``measured_ranges``, ``prior``), or
+            ``None`` (no warning).
+        num_ranks: n ≥ 1 of the prediction.
+        ranks_per_node: g ≥ 1 of the prediction.
+
+    Returns:
+        One sentence where n > g and the measured ranges show no record across nodes
+        (the most ranks measured ≤ the fewest ranks per node); else ``None``.
+    """
+    if profile is None or int(num_ranks) <= int(ranks_per_node):
+        return None
+    ranks, rpn = _span(profile, "num_ranks"), _span(profile, "ranks_per_node")
+    if ranks is None or rpn is None or ranks[1] > rpn[0]:
+        return None
+    prior = getattr(profile, "prior", None) or {}
+    net = str(prior.get("network") or prior.get("preset") or "").split(":")[0].split(",")[0]
+    link = f"the prior preset's {net} datasheet link" if net else "the prior preset's link"
+    return (
+        f"no measurement crossed nodes (every record ran within one node): across the "
+        f"{int(num_ranks) / int(ranks_per_node):.0f} nodes of this prediction the network is "
+        f"{link}, not your cluster's; measure across nodes (srun or mpirun ddltune collect, "
+        "the README's 'Calibrating on a cluster') or calibrate with --prior-preset naming your "
+        "network"
+    )
+
+
 def topology_warnings(profile, num_ranks, ranks_per_node) -> list[str]:
     """Warnings for a prediction at a topology the profile never measured.
 
@@ -129,7 +165,8 @@ def topology_warnings(profile, num_ranks, ranks_per_node) -> list[str]:
         ranks_per_node: g ≥ 1 of the prediction (compared as min(g, n)).
 
     Returns:
-        Zero, one or two messages (``[]`` for a profile with no measured ranges).
+        Zero to three messages (``[]`` for a profile with no measured ranges): ranks
+        per node, rank count, and :func:`unmeasured_network_warning`.
 
     Example:
         >>> class P: measured_ranges = {"num_ranks": [8, 8], "ranks_per_node": [8, 8]}
@@ -155,7 +192,8 @@ def topology_warnings(profile, num_ranks, ranks_per_node) -> list[str]:
             f"extrapolation: {n} rank{'s were' if n != 1 else ' was'} never measured (the "
             f"profile measured {format_range(*ranks)} ranks)"
         )
-    return out
+    net = unmeasured_network_warning(profile, n, g)
+    return out if net is None else [*out, net]
 
 
 def node_capacity_note(workers: int, ranks_per_node: int) -> str | None:

@@ -31,7 +31,7 @@ from costmodel import (
 )
 
 from ._format import format_percent, format_range
-from ._predict import bucket_size_warnings, node_capacity_note
+from ._predict import bucket_size_warnings, node_capacity_note, unmeasured_network_warning
 from ._search import (
     Sweep,
     TimeSpec,
@@ -1161,6 +1161,10 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
             f"extrapolation: {placed} rank{'s' if placed != 1 else ''} per node "
             f"{'are' if placed != 1 else 'is'} outside the measured {format_range(*rpn)}"
         )
+    if not bare:
+        net = unmeasured_network_warning(profile, int(chosen.n), placed)
+        if net is not None:
+            out.append(net)
     measured = mr.get("collectives") if isinstance(mr, Mapping) else None
     if measured:
         missing = [c for c in _collectives_used(chosen, ctx.ranks_per_node) if c not in measured]
