@@ -354,7 +354,11 @@ class Profile:
             ``regime_beta_s_per_byte[all_reduce,intra,0]`` — α and β of a
             regime are base × factor, what a collective uses), ``value``,
             ``unit``, ``low``, ``high`` (the central ``level`` interval of the
-            log-normal posterior), ``identified``.
+            log-normal posterior), ``identified``, and ``at_prior``: True where no
+            measurement depends on it (the fit held all its leaves at the prior, or
+            nothing was measured: a preset), so its value is the prior preset's
+            datasheet value; ``None`` where the profile does not say (written
+            before ``fit.free_leaves``).
 
         Raises:
             ValueError: if ``level`` is not in (0, 1).
@@ -362,6 +366,14 @@ class Profile:
         level = _check_level(level)
         z = _z(level)
         th = self.params.flat()
+        free = self.fit.get("free_leaves")
+        if isinstance(free, list):
+            names = set(map(str, free))
+            free_mask = np.array([n in names for n in self.leaf_names])
+        elif not self.measured_ranges.get("message_bytes") and not self.fit:
+            free_mask = np.zeros(len(self.leaf_names), dtype=bool)  # a preset: all prior
+        else:
+            free_mask = None
         out = []
         for q in self._layout.quantities():
             m = float(q.coef @ th)
@@ -377,6 +389,11 @@ class Profile:
                     "low": float(lo),
                     "high": float(hi),
                     "identified": bool(sd < IDENTIFIED_SD and sd < 0.5 * math.sqrt(var0)),
+                    "at_prior": (
+                        None
+                        if free_mask is None
+                        else not bool(np.any(free_mask & (np.asarray(q.coef) != 0)))
+                    ),
                 }
             )
         return out

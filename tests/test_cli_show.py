@@ -286,6 +286,34 @@ def test_parameters_the_data_never_moved_from_none_read_none():
     assert fitted[2][1] != "none"  # identified at the default value: a finding, shown
 
 
+def test_a_parameter_no_measurement_depends_on_reads_prior(measurements, tmp_path, capsys):
+    """A new user's trial read alpha_s[inter] 25 µs and step_overhead_s 1000 µs of a
+    one-node profile as measurements: they are the prior preset's, which no record
+    depends on. parameter_table marks them at_prior (from the fit's free leaves; every
+    parameter of a preset; unknown for a profile written without them) and show's table
+    says "prior" in the identified column, "no" for what the data moved but did not pin."""
+    from calibration import Profile, calibrate
+
+    prof = calibrate(str(measurements))  # every record within one node (n = g)
+    table = {r["name"]: r for r in prof.parameter_table()}
+    assert table["alpha_s[inter]"]["at_prior"] is True
+    assert table["step_overhead_s"]["at_prior"] is True
+    assert table["call_overhead_s"]["at_prior"] is False
+    assert table["alpha_s[intra]"]["at_prior"] is False
+    path = prof.save(tmp_path / "p.json")
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    rows = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if ln.startswith("  ")}
+    assert rows["alpha_s[inter]"] == "prior" and rows["step_overhead_s"] == "prior"
+    assert rows["call_overhead_s"] in ("yes", "no")
+    assert "'prior' = no measurement depends on it" in out
+    preset = Profile.from_preset("ethernet-10g", "v100").parameter_table()
+    assert all(r["at_prior"] is True for r in preset)
+    doc = json.loads(path.read_text())
+    del doc["fit"]["free_leaves"]
+    assert all(r["at_prior"] is None for r in Profile.from_dict(doc).parameter_table())
+
+
 def test_show_malformed_profile(tmp_path, capsys):
     bad = tmp_path / "profile.json"
     bad.write_text('{"schema": 99, "kind": "profile", "params": {}}\n')

@@ -334,7 +334,7 @@ def test_parameter_table_matches_params(fitted):
     assert rows["regime_beta_s_per_byte[all_gather,intra,0]"]["value"] == pytest.approx(want)
     for r in table:
         assert r["low"] <= r["value"] <= r["high"], r["name"]
-        assert set(r) == {"name", "value", "unit", "low", "high", "identified"}
+        assert set(r) == {"name", "value", "unit", "low", "high", "identified", "at_prior"}
     assert rows["regime_beta_s_per_byte[all_gather,intra,0]"]["identified"]
     assert not rows["beta_s_per_byte[inter]"]["identified"]
 

@@ -397,7 +397,7 @@ def _human_rows(table: Sequence[Mapping]) -> list[list[str]]:
         lo, hi = float(p.get("low", math.nan)), float(p.get("high", math.nan))
         none = PARAMETER_NONE.get(name.split("[")[0])
         if none is not None and not p.get("identified") and math.isclose(value, none, rel_tol=1e-6):
-            rows.append([name, "none", "", "—", "no"])  # at its "no such effect" default
+            rows.append([name, "none", "", "—", "prior" if p.get("at_prior") else "no"])
             continue
         if unit == "s/byte":  # show bandwidth: the interval's ends swap
             lo, hi = hi, lo
@@ -411,7 +411,11 @@ def _human_rows(table: Sequence[Mapping]) -> list[list[str]]:
                 v,
                 u,
                 f"{lo_s} – {hi_s}" if math.isfinite(lo) and math.isfinite(hi) else "—",
-                "yes" if ident else ("no" if ident is not None else "—"),
+                "yes"
+                if ident
+                else "prior"  # the prior preset's datasheet value: no measurement moved it
+                if p.get("at_prior")
+                else ("no" if ident is not None else "—"),
             ]
         )
     return rows

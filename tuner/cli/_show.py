@@ -337,7 +337,8 @@ def _print_profile(s: dict) -> None:
         )
     print(
         "\nparameters (90% interval; 'no' = not identified: the data cannot pin it down; "
-        "its value may have moved from the prior, within a wide interval)"
+        "its value may have moved from the prior, within a wide interval; 'prior' = no "
+        "measurement depends on it: the prior preset's datasheet value)"
     )
     main = [r for r in s["parameters"] if not str(r["name"]).startswith("regime_")]
     regimes = [r for r in s["parameters"] if str(r["name"]).startswith("regime_")]
