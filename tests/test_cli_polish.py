@@ -57,13 +57,15 @@ def test_profile_of_one_node_defaults_to_its_ranks_per_node_and_warns_otherwise(
     code, out8, _ = _run(capsys, *base, "--num-ranks", "8", "--ranks-per-node", "8", "--json")
     assert [r["time_s"] for r in json.loads(out8)["rows"]] == [r["time_s"] for r in rows]
 
-    # 8 ranks on 8 nodes was never measured: warned in JSON rows and on stderr, naming 8
+    # 8 ranks on 8 nodes was never measured: warned in JSON rows and on stderr, naming 8;
+    # and no record crossed nodes, so the network between them is the prior's
     code, out, err = _run(capsys, *base, "--num-ranks", "8", "--ranks-per-node", "1", "--json")
     assert code == 0
     for r in json.loads(out)["rows"]:
-        assert len(r["warnings"]) == 1 and "measured 8 ranks per node" in r["warnings"][0]
+        assert len(r["warnings"]) == 2 and "measured 8 ranks per node" in r["warnings"][0]
+        assert r["warnings"][1].startswith("no measurement crossed nodes")
     warn = [line for line in err.splitlines() if "warning" in line]
-    assert len(warn) == 1 and warn[0].startswith("ddltune predict: warning: extrapolation")
+    assert len(warn) == 2 and warn[0].startswith("ddltune predict: warning: extrapolation")
     # across nodes (16 ranks): the rank count is named too; text mode warns as well
     code, out, err = _run(capsys, *base, "--num-ranks", "16")
     assert code == 0 and "measured 8 ranks)" in err and "16 ranks were never measured" in err

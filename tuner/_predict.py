@@ -170,9 +170,13 @@ def topology_warnings(profile, num_ranks, ranks_per_node) -> list[str]:
 
     Example:
         >>> class P: measured_ranges = {"num_ranks": [8, 8], "ranks_per_node": [8, 8]}
-        >>> topology_warnings(P(), 8, 1)  # doctest: +NORMALIZE_WHITESPACE
-        ['extrapolation: 1 rank per node was never measured (the profile measured 8 ranks
-        per node); predict at 8 ranks per node for the measured topology']
+        >>> topology_warnings(P(), 8, 1)[0]  # doctest: +NORMALIZE_WHITESPACE
+        'extrapolation: 1 rank per node was never measured (the profile measured 8 ranks
+        per node); predict at 8 ranks per node for the measured topology'
+        >>> topology_warnings(P(), 8, 1)[1][:29]  # and no record crossed nodes
+        'no measurement crossed nodes '
+        >>> topology_warnings(P(), 8, 8)
+        []
     """
     if profile is None:
         return []
