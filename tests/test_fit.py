@@ -488,12 +488,9 @@ def test_latency_overlap_is_fitted_where_small_sizes_take_the_same_time(d):
     assert float(fit.params.head_start_bytes[1]) < 1e-3
 
 
-def test_a_token_buckets_head_start_is_fitted_and_identifies_the_link():
-    """Two-rank inter-node curves 1 KiB … 16 MiB (every power of 2, the main job's)
-    of a 100 Mbit/s link whose shaper passes its first 2 kB at once (issue 22's
-    emulated cluster: a 2 KiB sendrecv in 0.094 ms against 0.164 ms of wire time).
-    The fit finds the head start within 10% and the link's β within 2%, names both
-    identified, and predicts held-out sizes within 3%."""
+def _head_start_records():
+    """(truth, records): a 100 Mbit/s link whose shaper passes its first 2 kB at once, four
+    collectives on 2 ranks across nodes at every power of 2 from 1 KiB to 16 MiB, 1% noise."""
     rng = np.random.default_rng(5)
     truth = ClusterParams.create(
         alpha_s=(2e-6, 60e-6),
@@ -507,6 +504,16 @@ def test_a_token_buckets_head_start_is_fitted_and_identifies_the_link():
         for c in ("all_reduce", "all_gather", "sendrecv", "ps_push")
         for S in sizes
     ]
+    return truth, recs
+
+
+def test_a_token_buckets_head_start_is_fitted_and_identifies_the_link():
+    """Two-rank inter-node curves 1 KiB … 16 MiB (every power of 2, the main job's)
+    of a 100 Mbit/s link whose shaper passes its first 2 kB at once (issue 22's
+    emulated cluster: a 2 KiB sendrecv in 0.094 ms against 0.164 ms of wire time).
+    The fit finds the head start within 10% and the link's β within 2%, names both
+    identified, and predicts held-out sizes within 3%."""
+    truth, recs = _head_start_records()
     fit = calibrate(recs, n_regimes=1)
     assert float(fit.params.head_start_bytes[1]) == pytest.approx(2000.0, rel=0.1)
     assert fit.identified["head_start_bytes[inter]"]
@@ -569,19 +576,7 @@ def test_the_line_search_never_takes_a_step_that_raises_the_objective(monkeypatc
     −g. The fit of test_a_token_buckets_head_start_… , each start, at 100 … 1,000."""
     from calibration import _fit
 
-    rng = np.random.default_rng(5)
-    truth = ClusterParams.create(
-        alpha_s=(2e-6, 60e-6),
-        beta_s_per_byte=(1 / 5e9, 8 / 100e6),
-        call_overhead_s=30e-6,
-        head_start_bytes=(1e-13, 2000.0),
-    )
-    sizes = [1024 * 2**i for i in range(15)]
-    recs = [
-        coll(c, S, 2, 1, float(collective_time(truth, c, S, 2, 1)) * math.exp(0.01 * rng.normal()))
-        for c in ("all_reduce", "all_gather", "sendrecv", "ps_push")
-        for S in sizes
-    ]
+    _, recs = _head_start_records()
     orig = _fit._Batch.run
     losses = []
 
