@@ -839,8 +839,9 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     CNN's, :func:`costmodel.device_flops_per_s`), so a CNN's interval must not
     count the compute spread twice — and log ``head_start_bytes`` (both levels)
     at 0.1%: a datasheet link (α + S·β) has no shaper's burst; and log
-    ``all_to_all_congestion_cap`` at 0.1%: a preset's congestion (n−1)ᵉ has no ceiling. Calibration keeps ``PRIOR_SD`` (×4 on
-    both), a weak regulariser that measurements override.
+    ``all_to_all_congestion_cap`` at 0.1%: a preset's congestion (n−1)ᵉ has no
+    ceiling. Calibration keeps ``PRIOR_SD`` (×4 on both), a weak regulariser that
+    measurements override.
     """
     sd = layout.prior_sd()
     sd[layout.slices["log_conv_efficiency"]] = _PRESET_CONV_SD
