@@ -68,8 +68,6 @@ PARAMETER_UNITS = {
     "host_links": "links",
 }
 
-#: Keys :meth:`ClusterParams.from_dict` accepts missing (profiles written before them),
-#: with the value that leaves every prediction as it was.
 #: backward_hide's default: logit −30, a share of about 1e-13 (no hiding; exactly
 #: representable in (0, 1), which a logit needs).
 _NO_HIDE = 1.0 / (1.0 + math.exp(30.0))
@@ -91,15 +89,13 @@ PARAMETER_NONE = {
     "head_start_bytes": NO_HEAD_START,
     "all_to_all_congestion_cap": NO_CONGESTION_CAP,
 }
+#: Keys :meth:`ClusterParams.from_dict` accepts missing (profiles written before them),
+#: with the value that leaves every prediction as it was.
 _OPTIONAL_KEYS = {
+    **PARAMETER_NONE,
     "step_comm_factor": 1.0,
-    "backward_hide": _NO_HIDE,
     "conv_efficiency": 1.0,
     "conv_backward_efficiency": 1.0,
-    "latency_overlap": _NO_HIDE,
-    "gemm_half_dim": NO_GEMM_HALF,
-    "head_start_bytes": NO_HEAD_START,
-    "all_to_all_congestion_cap": NO_CONGESTION_CAP,
     "host_links": 1,
 }
 #: The largest head start :meth:`ClusterParams.create` accepts, bytes (1 GiB: a
