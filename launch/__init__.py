@@ -35,6 +35,7 @@ from ._launch import detect_cluster as detect_cluster
 from ._launch import free_port as free_port
 from ._launch import heartbeat as heartbeat
 from ._launch import initialize_worker as initialize_worker
+from ._launch import keeps_binding as keeps_binding
 from ._launch import launch_local as launch_local
 from ._launch import rank_hosts as rank_hosts
 from ._launch import rank_processes as rank_processes

@@ -65,6 +65,7 @@ __all__ = [
     "WorkerInfo",
     "detect_cluster",
     "core_binding",
+    "keeps_binding",
     "free_port",
     "heartbeat",
     "initialize_worker",
@@ -82,6 +83,8 @@ ENV_MESSAGE_FD = "DDLTUNE_MESSAGE_FD"
 ENV_PARENT_PID = "DDLTUNE_PARENT_PID"
 ENV_TIMEOUT = "DDLTUNE_TIMEOUT_S"
 ENV_CPU_CORES = "DDLTUNE_CPU_CORES"
+#: Set ("1") where every local rank has a core of its own: the rank keeps its binding.
+ENV_CPU_KEEP = "DDLTUNE_CPU_KEEP"
 
 _PORT_TAKEN_SIGNS = ("Failed to add port", "Address already in use", "address already in use")
 
@@ -595,7 +598,7 @@ def initialize_worker(
                 initialization_timeout=init_timeout,
                 heartbeat_timeout_seconds=max(init_timeout, 30),
             )
-        if released is not None:
+        if released is not None and not os.environ.get(ENV_CPU_KEEP):
             jax.devices()  # start the backend with the compute pool of the bound cores
             _bind_this_process(sorted(released))
         if n > 1:
@@ -835,6 +838,8 @@ def _run_once(
             child_env = dict(base_env, **{ENV_PROCESS_ID: str(rank), ENV_MESSAGE_FD: str(wfd)})
             if cores is not None:
                 child_env[ENV_CPU_CORES] = ",".join(map(str, cores[rank]))
+                if keeps_binding(cores):
+                    child_env[ENV_CPU_KEEP] = "1"
             log_path = log_dir / f"rank{rank}.log"
             argv = [python, "-m", module, *args]
             if emulate is not None:  # same process after each exec: PID and pipe kept
@@ -1059,15 +1064,18 @@ def core_binding(
     process may use, ``os.sched_getaffinity``) while its backend starts, so
     that XLA:CPU sizes its compute thread pool to one thread; then the binding
     is released (:func:`initialize_worker`), so that the rank's threads may
-    run on any core. A rank then computes alike alone (the single-worker step)
-    and beside others, as the cost model's per-rank compute assumes.
+    run on any core — unless every rank has a core of its own
+    (:func:`keeps_binding`), which it then keeps. A rank computes alike alone
+    (the single-worker step) and beside others, as the cost model's per-rank
+    compute assumes.
 
     Measured on 2 cores (``ddltune validate`` diagnosis, 2026-11-30, MLP step,
     p10): unbound, each rank's pool spans every core, so 2 ranks took 2.2× the
     single-rank step and the in-step all-reduce 1.9× its microbenchmark; with
     one compute thread per rank, 1.2× and about 1×. Binding a rank to one core
     for good instead stalls small collectives (2–3 ms per call: gloo's threads
-    wait for the compute thread's time slice).
+    wait for the compute thread's time slice; measured before gloo's I/O thread
+    ran under ``SCHED_BATCH``, and on shared cores).
 
     Args:
         num_processes: ranks to start on this machine, ≥ 1.
@@ -1099,6 +1107,35 @@ def core_binding(
         if not on_cpu:
             return None
     return [[avail[r % len(avail)]] for r in range(num_processes)]
+
+
+def keeps_binding(cores: Sequence[Sequence[int]] | None) -> bool:
+    """Whether the ranks of a :func:`core_binding` keep their cores for good.
+
+    They do where every rank has cores no other rank shares (ranks ≤ cores):
+    a rank's threads (its compute thread, gloo's I/O thread under
+    ``SCHED_BATCH``, :func:`gloo_io_threads_batch`) then stay on its own core
+    instead of being moved between cores by the scheduler. Measured with the
+    main job's 2 processes on 2 cores (1 KiB – 64 KiB, 7 collectives, two
+    collections each): the p10 of a size differed between two collections by a
+    median 4.3% (p90 19%) kept, 9.5% (p90 35%) released, and the second
+    difference of log p10 along the sizes, the roughness a smooth curve cannot
+    follow, was 0.06–0.07 (median) kept against 0.15–0.17 released; the main
+    job's held-out p90 was 15.7% and 16.6% kept, 18.1–23.9% released.
+    With more ranks than cores they share cores, and keeping them there would
+    let one rank's compute delay another's communication by a time slice: the
+    binding is released as before.
+
+    Args:
+        cores: :func:`core_binding`'s result (one list of core ids per rank), or ``None``.
+
+    Returns:
+        ``True`` when no core is in two ranks' lists; ``False`` for ``None``.
+    """
+    if not cores:
+        return False
+    flat = [c for rank in cores for c in rank]
+    return len(flat) == len(set(flat))
 
 
 GLOO_LOOP_EPOLL = (64, 10)
@@ -1217,7 +1254,8 @@ def launch_local(
         on_spawn: called as ``on_spawn(rank, pid)`` after each worker starts
             (e.g. to check afterwards that every PID is gone).
         bind_cores: start each rank's backend with one compute thread (bound
-            to core r while it starts, then released): ``True``, ``False`` or
+            to core r while it starts, then released unless every rank has a
+            core of its own, :func:`keeps_binding`): ``True``, ``False`` or
             ``"auto"`` (when the workers run JAX on CPU); see :func:`core_binding`.
         emulate: a started :class:`launch.EmulatedCluster`: rank r runs inside
             node ``r // ranks_per_node``'s network namespace under that node's

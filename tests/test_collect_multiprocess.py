@@ -313,6 +313,37 @@ def test_launcher_binds_each_rank_while_its_backend_starts_then_releases(worker_
         assert m["batch_threads"] == 1
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux CPU affinity")
+def test_ranks_with_a_core_each_keep_it(worker_env):
+    # As many ranks as cores (2 at most): each keeps its own core for good, its
+    # threads stay there (launch.keeps_binding); more ranks than cores: released.
+    cores = sorted(os.sched_getaffinity(0))
+    n = min(2, len(cores))
+    msgs = {}
+    launch_local(
+        "ddltune_test_worker",
+        ["affinity"],
+        n,
+        timeout_s=60,
+        env=worker_env,
+        bind_cores=True,
+        on_message=lambda r, m: msgs.__setitem__(r, m),
+    )
+    assert sorted(msgs) == list(range(n))
+    for r, m in msgs.items():
+        assert m["cores"] == str(cores[r]) and m["affinity"] == [cores[r]]
+        assert m["batch_threads"] == 1
+
+
+def test_keeps_binding_only_where_no_core_is_shared():
+    from launch import keeps_binding
+
+    assert keeps_binding([[0], [1]]) and keeps_binding([[0, 1], [2, 3]])
+    assert not keeps_binding([[0], [1], [0]])  # 3 ranks on 2 cores: released
+    assert not keeps_binding([[0, 1], [1, 2]])
+    assert not keeps_binding(None) and not keeps_binding([])
+
+
 def test_core_binding_round_robin_and_auto(monkeypatch):
     from launch import _launch, core_binding
 
