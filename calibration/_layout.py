@@ -76,6 +76,11 @@ PRIOR_SD = {
     # (issue 22: 1.00× at 2 ranks, 1.34–1.40× at 3–6 on the emulated cluster) move it
     # to any share
     "log_all_to_all_cap": 15.0,
+    # centred at e^30 bytes and e^−30 (none: each byte costs β at any size); wide (sd
+    # 15) so that intra-node curves whose cost per byte rises past a cache (issue 22:
+    # doubling between 512 KiB and 2 MiB on 2 CPU cores) move them anywhere
+    "log_cache_bytes": 15.0,
+    "log_cache_excess": 15.0,
 }
 _DEFAULT_SD = math.log(4.0)
 
@@ -103,6 +108,8 @@ _PHYSICAL = {
     "logit_latency_overlap": "latency_overlap",
     "log_head_start": "head_start_bytes",
     "log_all_to_all_cap": "all_to_all_congestion_cap",
+    "log_cache_bytes": "cache_bytes",
+    "log_cache_excess": "cache_excess",
 }
 
 #: Leaves that only training steps inform (the step terms less the compute rate, which

@@ -840,7 +840,8 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     count the compute spread twice — and log ``head_start_bytes`` (both levels)
     at 0.1%: a datasheet link (α + S·β) has no shaper's burst; and log
     ``all_to_all_congestion_cap`` at 0.1%: a preset's congestion (n−1)ᵉ has no
-    ceiling. Calibration keeps ``PRIOR_SD`` (×4 on both), a weak regulariser that
+    ceiling; and log ``cache_bytes`` and ``cache_excess`` at 0.1%: a datasheet
+    link's bytes all cost β. Calibration keeps ``PRIOR_SD`` (×4 on both), a weak regulariser that
     measurements override.
     """
     sd = layout.prior_sd()
@@ -849,6 +850,8 @@ def preset_sd(layout: ParamLayout) -> np.ndarray:
     sd[layout.slices["log_gemm_half"]] = _PRESET_CONV_SD
     sd[layout.slices["log_head_start"]] = _PRESET_CONV_SD
     sd[layout.slices["log_all_to_all_cap"]] = _PRESET_CONV_SD
+    sd[layout.slices["log_cache_bytes"]] = _PRESET_CONV_SD
+    sd[layout.slices["log_cache_excess"]] = _PRESET_CONV_SD
     sd[layout.slices["log_flops"]] = PRESET_FLOPS_SD
     return sd
 
@@ -865,6 +868,8 @@ _NEW_LEAVES = (
     "log_gemm_half",
     "log_head_start",
     "log_all_to_all_cap",
+    "log_cache_bytes",
+    "log_cache_excess",
 )
 
 

@@ -65,6 +65,8 @@ PARAMETER_UNITS = {
     "latency_overlap": "1",
     "gemm_half_dim": "elements",
     "head_start_bytes": "bytes",
+    "cache_bytes": "bytes",
+    "cache_excess": "1",
     "host_links": "links",
 }
 
@@ -79,6 +81,10 @@ NO_HEAD_START = math.exp(-30.0)
 #: all_to_all_congestion_cap's default: e^30 ≈ 1.1e13, none (the congestion factor is
 #: (n−1)ᵉ at any rank count the cost model sees).
 NO_CONGESTION_CAP = math.exp(30.0)
+#: cache_bytes' default: e^30 ≈ 1.1e13 bytes, none (every message fits).
+NO_CACHE_BYTES = math.exp(30.0)
+#: cache_excess' default: e^−30 ≈ 9e-14, none (a byte beyond the cache costs what one in it does).
+NO_CACHE_EXCESS = math.exp(-30.0)
 #: Parameters whose default stands for "no such effect", with that value: a profile
 #: whose data never moved one shows it as "none" (``ddltune show``, the report), not as
 #: 9.358e-14 or 1.069e+13.
@@ -88,6 +94,8 @@ PARAMETER_NONE = {
     "gemm_half_dim": NO_GEMM_HALF,
     "head_start_bytes": NO_HEAD_START,
     "all_to_all_congestion_cap": NO_CONGESTION_CAP,
+    "cache_bytes": NO_CACHE_BYTES,
+    "cache_excess": NO_CACHE_EXCESS,
 }
 #: Keys :meth:`ClusterParams.from_dict` accepts missing (profiles written before them),
 #: with the value that leaves every prediction as it was.
@@ -107,6 +115,11 @@ MAX_HOST_LINKS = 64
 #: the default, is e^30 ≈ 1.1e13; a file that says 1e308 is wrong, and its interval's
 #: sigma points overflowed).
 MAX_CONGESTION_CAP = 1e15
+#: The largest cache size and cache excess :meth:`ClusterParams.create` accepts (none is
+#: e^30 ≈ 1.1e13 bytes and e^−30; a byte beyond a cache costing over 1,000× one in it
+#: is a wrong file, not a memory hierarchy).
+MAX_CACHE_BYTES = 1e15
+MAX_CACHE_EXCESS = 1e3
 
 
 def _check_host_links(host_links) -> None:
@@ -306,6 +319,18 @@ class ClusterParams(eqx.Module):
       one line through 1 … 16 MiB fitted every size's held-out time within
       1–9% with b ≈ 2 kB against up to 76% without. Default e^−30 ≈ 9e-14
       bytes: none (Hockney's α + S·β).
+    * ``log_cache_bytes``, ``log_cache_excess`` (L,): per level, log C and log k
+      of a memory hierarchy under the link: beyond C of the B bytes through the
+      busiest link, each byte costs (1 + k) times what one within C does, so the
+      bandwidth term is β·(B + k·max(0, B − C)) (smoothly, as the head start's
+      max; convex in B, which the regimes' soft minimum, concave, cannot be).
+      Within a node a CPU's collectives copy through its caches (gloo over
+      loopback: user buffer, socket buffer, user buffer): measured with the
+      main job's 2 processes on 2 cores of 512 KiB L2 each (issue 22), the
+      marginal cost of a byte doubled between 512 KiB and 2 MiB in every
+      series (all_gather 0.20 → 0.40–0.45 ms/MiB), and a line through 1–16 MiB
+      put every held-out 512 KiB point 16% (median of 7 series) above its
+      measurement. Defaults C = e^30 ≈ 1.1e13 bytes and k = e^−30: none.
 
     Static (not fitted, not in θ): ``n_regimes`` (R) and ``host_links``, the
     independent links over which a node's devices reach host memory (one per
@@ -341,6 +366,8 @@ class ClusterParams(eqx.Module):
     log_gemm_half: Float[Array, ""]
     log_head_start: Float[Array, "2"]
     log_all_to_all_cap: Float[Array, ""]
+    log_cache_bytes: Float[Array, "2"]
+    log_cache_excess: Float[Array, "2"]
     n_regimes: int = eqx.field(static=True, default=1)
     host_links: int = eqx.field(static=True, default=1)
 
@@ -373,6 +400,8 @@ class ClusterParams(eqx.Module):
         gemm_half_dim: float = NO_GEMM_HALF,
         head_start_bytes: float | Sequence[float] = NO_HEAD_START,
         all_to_all_congestion_cap: float = NO_CONGESTION_CAP,
+        cache_bytes: float | Sequence[float] = NO_CACHE_BYTES,
+        cache_excess: float | Sequence[float] = NO_CACHE_EXCESS,
         host_links: int = 1,
     ) -> ClusterParams:
         """Build parameters from physical values (SI units).
@@ -421,6 +450,12 @@ class ClusterParams(eqx.Module):
                 that cross before the link's rate applies (a token bucket's
                 burst), in (0, :data:`MAX_HEAD_START_BYTES`]; a scalar sets both
                 (default about 9e-14: none).
+            cache_bytes: per level (intra, inter), the bytes through a link
+                beyond which each byte costs (1 + ``cache_excess``) times one
+                within them, in (0, :data:`MAX_CACHE_BYTES`]; a scalar sets both
+                (default about 1.1e13: none).
+            cache_excess: per level, k in (0, :data:`MAX_CACHE_EXCESS`] (default
+                about 9e-14: none).
             host_links: the independent links over which a node's devices
                 reach host memory (one per PCIe switch uplink), an integer in
                 [1, :data:`MAX_HOST_LINKS`] (static, not fitted). ``ps_host``
@@ -432,7 +467,7 @@ class ClusterParams(eqx.Module):
             ValueError: on any non-finite, non-positive or out-of-range value,
                 naming the argument.
 
-        (Long for its documentation: the body is 70 lines.)
+        (Long for its documentation: the body is 72 lines.)
         """
         if not isinstance(n_regimes, int) or n_regimes < 1 or n_regimes > 8:
             raise ValueError(f"n_regimes must be an integer in [1, 8], got {n_regimes!r}")
@@ -499,6 +534,8 @@ class ClusterParams(eqx.Module):
                 np.log(_pair(head_start_bytes, "head_start_bytes", MAX_HEAD_START_BYTES))
             ),
             log_all_to_all_cap=f(math.log(_congestion_cap(all_to_all_congestion_cap))),
+            log_cache_bytes=f(np.log(_pair(cache_bytes, "cache_bytes", MAX_CACHE_BYTES))),
+            log_cache_excess=f(np.log(_pair(cache_excess, "cache_excess", MAX_CACHE_EXCESS))),
             n_regimes=R,
             host_links=int(host_links),
         )
@@ -719,6 +756,16 @@ class ClusterParams(eqx.Module):
         return self._xp.exp(self.log_head_start)
 
     @property
+    def cache_bytes(self) -> Float[Array, "2"]:
+        """Per level (intra, inter), the bytes through a link beyond which each byte costs more."""
+        return self._xp.exp(self.log_cache_bytes)
+
+    @property
+    def cache_excess(self) -> Float[Array, "2"]:
+        """Per level, k: a byte beyond ``cache_bytes`` costs (1 + k) times one within them."""
+        return self._xp.exp(self.log_cache_excess)
+
+    @property
     def latency_overlap(self) -> Float[Array, "2"]:
         """Per level (intra, inter), the share of a collective's latency under its bandwidth term."""
         return 1.0 / (1.0 + self._xp.exp(-self.logit_latency_overlap))
@@ -852,6 +899,8 @@ class ClusterParams(eqx.Module):
             "latency_overlap": tolist(self.latency_overlap),
             "gemm_half_dim": tolist(self.gemm_half_dim),
             "head_start_bytes": tolist(self.head_start_bytes),
+            "cache_bytes": tolist(self.cache_bytes),
+            "cache_excess": tolist(self.cache_excess),
         }
 
     @classmethod
@@ -903,6 +952,8 @@ class ClusterParams(eqx.Module):
                 gemm_half_dim=d.get("gemm_half_dim", NO_GEMM_HALF),
                 head_start_bytes=d.get("head_start_bytes", NO_HEAD_START),
                 all_to_all_congestion_cap=d.get("all_to_all_congestion_cap", NO_CONGESTION_CAP),
+                cache_bytes=d.get("cache_bytes", NO_CACHE_BYTES),
+                cache_excess=d.get("cache_excess", NO_CACHE_EXCESS),
                 host_links=_integer(d.get("host_links", 1)),
             ).replace_sharpness(d["regime_sharpness"])
         except (TypeError, ValueError) as e:
@@ -1058,6 +1109,8 @@ _PHYSICAL_PROPERTIES = (
     "latency_overlap",
     "gemm_half_dim",
     "head_start_bytes",
+    "cache_bytes",
+    "cache_excess",
 )
 
 

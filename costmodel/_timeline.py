@@ -47,7 +47,7 @@ from ._params import ClusterParams, numpy_params
 from ._smooth import soft_max
 from ._xp import cummax, is_traced, xp_of
 from .architectures import AbstractArchitecture, get_architecture
-from .collectives import NEGLIGIBLE_HEAD_START_BYTES, NEGLIGIBLE_OVERLAP
+from .collectives import NEGLIGIBLE_HEAD_START_BYTES, NEGLIGIBLE_OVERLAP, cache_is_none
 
 __all__ = [
     "Breakdown",
@@ -242,16 +242,19 @@ def costs_are_affine(params) -> bool:
     regime, no latency overlap (``ClusterParams.latency_overlap`` ≤
     :data:`costmodel.collectives.NEGLIGIBLE_OVERLAP`) and no head start
     (``ClusterParams.head_start_bytes`` ≤
-    :data:`costmodel.collectives.NEGLIGIBLE_HEAD_START_BYTES`) on both
-    levels, checked on concrete values; traced parameters count as not affine)."""
+    :data:`costmodel.collectives.NEGLIGIBLE_HEAD_START_BYTES`) and no cache
+    (:func:`costmodel.collectives.cache_is_none`) on both levels, checked on
+    concrete values; traced parameters count as not affine)."""
     if params.n_regimes != 1:
         return False
     lo, hs = params.latency_overlap, params.head_start_bytes
-    if is_traced(lo) or is_traced(hs):
+    kx, cb = params.cache_excess, params.cache_bytes
+    if any(is_traced(x) for x in (lo, hs, kx, cb)):
         return False
     return bool(
         np.all(np.asarray(lo) <= NEGLIGIBLE_OVERLAP)
         and np.all(np.asarray(hs) <= NEGLIGIBLE_HEAD_START_BYTES)
+        and cache_is_none(kx, cb)
     )
 
 

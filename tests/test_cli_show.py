@@ -263,7 +263,7 @@ def test_parameters_the_data_never_moved_from_none_read_none():
                 {"name": key, "value": x, "low": x / 10, "high": x * 10, "identified": False}
             )
     got = format_parameter_rows(rows)
-    assert len(got) == 7 and all(r[1:] == ["none", "", "—", "no"] for r in got)
+    assert len(got) == 11 and all(r[1:] == ["none", "", "—", "no"] for r in got)
     fitted = format_parameter_rows(
         [
             {"name": "head_start_bytes[inter]", "value": 2253.0, "identified": False},

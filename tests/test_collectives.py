@@ -570,6 +570,44 @@ def test_a_head_start_passes_its_bytes_before_the_links_rate():
     assert float(g.log_head_start[1]) < 0.0 and float(g.log_head_start[0]) == 0.0
 
 
+def test_bytes_beyond_a_cache_cost_more():
+    """A memory hierarchy under the link (``cache_bytes`` C, ``cache_excess`` k, one level
+    at a time): the bandwidth term is β·(B + k·h(B, C)), h the head start's smooth
+    max(0, B − C), against that closed form for a ring all_gather of 8 ranks on one
+    node (B = 7/8·S) and a sendrecv (B = S). Limits: the plain α + B·β far below C
+    (within k·C/2ᵖ/p of it up to B = C/2), slope (1 + k)·β far above, convex and
+    monotone in S; the other level untouched; the default (none) exactly the plain
+    time; and ∂T/∂log k > 0, ∂T/∂log C < 0 where bytes pass C."""
+    from costmodel.collectives import HEAD_START_SHARPNESS as p_
+    from costmodel.collectives import after_head_start
+
+    C, k = 2.0**20, 1.5
+    p = exact_params(cache_bytes=(C, 1e13), cache_excess=(k, 1e-13))
+    S = np.concatenate([[0.0], np.geomspace(1.0, 1e10, 61)])
+    for name, n, share in (("all_gather", 8, 7 / 8), ("sendrecv", 2, 1.0)):
+        got = np.asarray(collective_time(p, name, S, n, n))
+        plain = np.array([closed_form(name, None, s, n, n) for s in S])
+        B = share * S
+        np.testing.assert_allclose(got, plain + BETA[0] * k * after_head_start(B, C), rtol=1e-12)
+        assert np.all(got >= plain * (1 - 1e-12)) and np.all(np.diff(got) >= 0)
+        below = B <= C / 2
+        assert np.all(got[below] - plain[below] <= BETA[0] * k * C / 2**p_ / p_ + 1e-15)
+        far = B >= 8 * C
+        slope = np.diff(got[far]) / np.diff(B[far])
+        np.testing.assert_allclose(slope, (1 + k) * BETA[0], rtol=1e-3)
+        x = np.geomspace(C / 8, 8 * C, 200) / share  # convex around the knee
+        t = np.asarray(collective_time(p, name, x, n, n))
+        assert np.all(np.diff(np.diff(t) / np.diff(x)) >= -1e-12 * BETA[0])
+        across = np.asarray(collective_time(p, name, S, n, 1))  # inter-node: none there
+        want = np.array([closed_form(name, None, s, n, 1) for s in S])
+        np.testing.assert_allclose(across, want, rtol=1e-12)
+        none = np.asarray(collective_time(exact_params(), name, S, n, n))
+        np.testing.assert_allclose(none, plain, rtol=1e-12)
+    g = jax.grad(lambda q: collective_time(q, "sendrecv", 4.0 * C, 2, 2))(p)
+    assert float(g.log_cache_excess[0]) > 0.0 and float(g.log_cache_bytes[0]) < 0.0
+    assert float(g.log_cache_excess[1]) == 0.0
+
+
 def test_all_to_alls_congestion_stops_at_its_ceiling():
     """all_to_all's congestion (n−1)ᵉ under a ceiling 1 + c (issue 22: one flow per NIC
     at 2 ranks, 1.00× the wire time; 1.34–1.40× at 3 to 6, flat): the bandwidth term

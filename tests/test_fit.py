@@ -568,6 +568,46 @@ def test_all_to_alls_congestion_ceiling_is_fitted_where_its_curves_step_and_stay
     assert float(fit.params.all_to_all_exponent) == pytest.approx(0.25, rel=0.1)
 
 
+def test_a_cache_within_nodes_is_fitted_where_the_cost_per_byte_rises():
+    """Two-rank intra-node curves 1 KiB … 16 MiB (the main job's sizes) whose bytes
+    beyond 1 MiB through the link cost 2.5× those within (issue 22's 2 CPU cores of
+    512 KiB L2: marginal cost 0.1–0.3 ms/MiB up to 512 KiB, 0.25–0.9 above). The fit
+    finds C and k within 25% and names both identified, and predicts every held-out
+    size within 3%. _cache_evidence finds such a knee exactly on a noiseless curve
+    (C in link bytes) and none on a line; with no knee in the data the fit keeps the
+    prior's none."""
+    from calibration._fit import _cache_evidence
+
+    rng = np.random.default_rng(5)
+    sizes = [1024 * 2**i for i in range(15)]
+    kw = dict(alpha_s=(60e-6, 150e-6), beta_s_per_byte=(1 / 4e9, 8 / 100e6), call_overhead_s=40e-6)
+    truth = ClusterParams.create(**kw, cache_bytes=(1 << 20, 1e13), cache_excess=(1.5, 1e-13))
+
+    def records(params):
+        return [
+            coll(c, S, 2, 2, float(collective_time(params, c, S, 2, 2)) * math.exp(0.01 * rng.normal()))
+            for c in ("all_reduce", "all_gather", "sendrecv", "ps_push")
+            for S in sizes
+        ]  # fmt: skip
+
+    fit = calibrate(records(truth), n_regimes=1)
+    assert float(fit.params.cache_bytes[0]) == pytest.approx(1 << 20, rel=0.25)
+    assert float(fit.params.cache_excess[0]) == pytest.approx(1.5, rel=0.25)
+    assert fit.identified["cache_bytes[intra]"] and fit.identified["cache_excess[intra]"]
+    assert fit.heldout_p90 < 0.03
+    # a line: every marginal cost alike, no split rises by 1.4×
+    S = np.asarray(sizes, np.float64)
+    assert _cache_evidence(S, 1e-4 + S / 4e9, 1.0) is None
+    knee = 1e-4 + (S + 1.5 * np.maximum(S - 2**20, 0)) / 4e9
+    assert _cache_evidence(S, knee, 1.0) == (pytest.approx(2**20), pytest.approx(1.5))
+    assert _cache_evidence(S, knee, 0.5) == (pytest.approx(2**19), pytest.approx(1.5))
+    # no knee in the data: the fit keeps the prior's none
+    line = ClusterParams.create(**kw)
+    fit = calibrate(records(line), n_regimes=1)
+    assert float(fit.params.cache_excess[0]) < 1e-3 or float(fit.params.cache_bytes[0]) > 1e12
+    assert not fit.identified.get("cache_excess[intra]", False)
+
+
 def test_the_line_search_never_takes_a_step_that_raises_the_objective(monkeypatch):
     """The fit's L-BFGS objective after k iterations never rises with k (Adam first, 100
     steps): a line search whose 20 shrinks all fail Armijo neither takes its last trial

@@ -59,6 +59,13 @@ def _params_sets():
         lambda p: (p.log_all_to_all, p.log_all_to_all_cap), pre, (jnp.asarray(0.0), jnp.log(0.3))
     )
     out.append(("ethernet-10g:v100 all_to_all ceiling", capped))
+    # a cache inside a node (bytes beyond 1 MiB at 2.5× the cost): not affine either
+    cache = eqx.tree_at(
+        lambda p: (p.log_cache_bytes, p.log_cache_excess),
+        pre,
+        (jnp.log(jnp.asarray([2.0**20, 1e13])), jnp.log(jnp.asarray([1.5, 1e-13]))),
+    )
+    out.append(("ethernet-10g:v100 cache", cache))
     # small GEMMs below the rate (the CPU preset's m½ = 16): the numpy path's one
     # evaluation of the GEMM term per batch size against the traced one per configuration
     out.append(("ethernet-10g:cpu", preset("ethernet-10g", "cpu")))

@@ -324,6 +324,31 @@ def test_all_to_all_congestion_cap_round_trips_and_an_older_profile_has_none():
             ClusterParams.create(all_to_all_congestion_cap=bad)
 
 
+def test_cache_round_trips_and_an_older_profile_has_none():
+    """cache_bytes and cache_excess per level through the profile's dict (JSON); a dict
+    written before them (no keys) loads with none (the defaults, which change no cost:
+    costmodel.collectives.cache_is_none), as ``create`` does; a non-positive,
+    non-numeric or absurd value is an error naming it."""
+    from costmodel.collectives import cache_is_none
+
+    p = ClusterParams.create(cache_bytes=(2.0**20, 1e13), cache_excess=(1.5, 1e-13))
+    back = ClusterParams.from_dict(json.loads(json.dumps(p.to_dict())))
+    np.testing.assert_allclose(np.asarray(back.cache_bytes), [2.0**20, 1e13], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(back.cache_excess), [1.5, 1e-13], rtol=1e-12)
+    assert not cache_is_none(back.cache_excess, back.cache_bytes)
+    old = p.to_dict()
+    del old["cache_bytes"], old["cache_excess"]
+    before = ClusterParams.from_dict(old)
+    assert cache_is_none(before.cache_excess, before.cache_bytes)
+    assert cache_is_none(ClusterParams.create().cache_excess, ClusterParams.create().cache_bytes)
+    for key, bad in (("cache_bytes", 0.0), ("cache_bytes", 1e300), ("cache_excess", -1.0),
+                     ("cache_excess", 1e4), ("cache_excess", "abc"), ("cache_bytes", [1, 2, 3])):  # fmt: skip
+        with pytest.raises(ValueError, match=f"{key} must be"):
+            ClusterParams.create(**{key: bad})
+        with pytest.raises(ValueError, match=f"invalid parameters: {key} must be"):
+            ClusterParams.from_dict({**p.to_dict(), key: bad})
+
+
 @pytest.mark.parametrize(
     ("value", "shown"),
     [("5", '"5"'), (True, "true"), (None, "null"), ("none", '"none"'), ([1.0, "x"], '"x"')],

@@ -20,11 +20,13 @@ from ._base import _EXPONENT_PROPERTIES, check_static_ranks
 from ._base import CONGESTION_CAP_SHARPNESS as CONGESTION_CAP_SHARPNESS
 from ._base import CONGESTION_EXPONENT as CONGESTION_EXPONENT
 from ._base import HEAD_START_SHARPNESS as HEAD_START_SHARPNESS
+from ._base import NEGLIGIBLE_CACHE_EXCESS as NEGLIGIBLE_CACHE_EXCESS
 from ._base import NEGLIGIBLE_HEAD_START_BYTES as NEGLIGIBLE_HEAD_START_BYTES
 from ._base import NEGLIGIBLE_OVERLAP as NEGLIGIBLE_OVERLAP
 from ._base import CollectiveBatch as CollectiveBatch
 from ._base import Terms as Terms
 from ._base import after_head_start as after_head_start
+from ._base import cache_is_none as cache_is_none
 from ._base import capped_congestion as capped_congestion
 from ._base import collective_batch_time as collective_batch_time
 from ._base import evaluate as evaluate

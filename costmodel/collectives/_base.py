@@ -59,6 +59,8 @@ __all__ = [
     "NEGLIGIBLE_OVERLAP",
     "NODE_CAP_SHARPNESS",
     "NEGLIGIBLE_HEAD_START_BYTES",
+    "NEGLIGIBLE_CACHE_EXCESS",
+    "cache_is_none",
     "HEAD_START_SHARPNESS",
     "after_head_start",
     "capped_congestion",
@@ -210,6 +212,12 @@ def evaluate(
     else:
         b = xp.where(inter, hs[..., 1], hs[..., 0])
         bw = beta * (after_head_start(cap * t.congestion, b) * wire)
+    kx, cb = params.cache_excess, params.cache_bytes
+    if is_traced(kx) or is_traced(cb) or not cache_is_none(kx, cb):
+        # beyond C bytes each byte costs (1 + k)·β: the memory hierarchy under the link
+        k = xp.where(inter, kx[..., 1], kx[..., 0])
+        C = xp.where(inter, cb[..., 1], cb[..., 0])
+        bw = bw + beta * (k * after_head_start(cap * t.congestion, C) * wire)
     lat = alpha * (t.steps * share)
     xfer = bw + t.reduce_bytes * params.gamma_s_per_byte * share
     lo = params.latency_overlap
@@ -350,6 +358,22 @@ _LONE_FLOW_RTOL = 1e-9
 #: every cost affine in its bytes. A thousandth of a byte moves no call of ≥ 1 byte
 #: by more than 0.1%.
 NEGLIGIBLE_HEAD_START_BYTES = 1e-3
+#: Cache excess (``ClusterParams.cache_excess``) at or below which it is taken as none,
+#: as is a cache of ``NO_CACHE_BYTES / 2`` bytes or more (no link carries 5e12 bytes in
+#: a call), so that the defaults keep every cost affine in its bytes: a millionth more
+#: per byte moves no call by more than 1e-6 of its bandwidth term.
+NEGLIGIBLE_CACHE_EXCESS = 1e-6
+_NEGLIGIBLE_CACHE_BYTES = 5e12
+
+
+def cache_is_none(excess, cache_bytes) -> bool:
+    """Whether concrete ``ClusterParams.cache_excess`` / ``cache_bytes`` values (per level,
+    any leading batch axes) change no cost: on each level k ≤ :data:`NEGLIGIBLE_CACHE_EXCESS`
+    or C ≥ 5e12 bytes (the defaults are e^−30 and e^30 ≈ 1.1e13)."""
+    k, c = np.asarray(excess, np.float64), np.asarray(cache_bytes, np.float64)
+    return bool(np.all((k <= NEGLIGIBLE_CACHE_EXCESS) | (c >= _NEGLIGIBLE_CACHE_BYTES)))
+
+
 #: Sharpness p of :func:`after_head_start`'s smooth min(B, b): at B = b the bytes at
 #: the link's rate are (1 − 2^(−1/p))·b (8% of b at p = 8), at B = 2b within 0.05% of b
 #: of B − b.

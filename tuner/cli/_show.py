@@ -357,7 +357,8 @@ def _print_profile(s: dict) -> None:
         "gemm_half_dim) of flops_per_s. latency_overlap, backward_hide: shares in (0, 1). "
         "head_start_bytes: bytes of a call that cross before the link's rate applies, a "
         "shaper's burst. all_to_all_congestion_cap: c, all_to_all's congestion factor "
-        "stays below 1 + c)"
+        "stays below 1 + c. cache_bytes, cache_excess: beyond cache_bytes through a link "
+        "each byte costs 1 + cache_excess times one within, a memory hierarchy)"
     )
     if s["series"]:
         print("\nfit error per series (absolute % error of the fitted statistic)")
