@@ -288,24 +288,29 @@ def test_launcher_relays_messages_and_reports_a_crash(worker_env):
     assert len(pids) == 4 and [p for p in pids if _alive(p)] == []
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux CPU affinity")
-@pytest.mark.parametrize("bind", [True, False])
-def test_launcher_binds_each_rank_while_its_backend_starts_then_releases(worker_env, bind):
-    # One compute thread per rank: bound to core r mod cores while the backend
-    # starts, then free to run anywhere (what the parent may use).
+def _affinities(worker_env, n: int, bind) -> dict:
+    """Each of ``n`` local ranks' message: its DDLTUNE_CPU_CORES, affinity, SCHED_BATCH threads."""
     msgs = {}
     launch_local(
         "ddltune_test_worker",
         ["affinity"],
-        3,
+        n,
         timeout_s=60,
         env=worker_env,
         bind_cores=bind,
         on_message=lambda r, m: msgs.__setitem__(r, m),
     )
+    assert sorted(msgs) == list(range(n))
+    return msgs
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux CPU affinity")
+@pytest.mark.parametrize("bind", [True, False])
+def test_launcher_binds_each_rank_while_its_backend_starts_then_releases(worker_env, bind):
+    # More ranks than cores: each bound to core r mod cores while the backend
+    # starts (one compute thread), then free to run anywhere (what the parent may use).
     cores = sorted(os.sched_getaffinity(0))
-    assert sorted(msgs) == [0, 1, 2]
-    for r, m in msgs.items():
+    for r, m in _affinities(worker_env, len(cores) + 1, bind).items():
         assert m["cores"] == (str(cores[r % len(cores)]) if bind else None)
         assert m["affinity"] == cores
         # gloo's TCP loop thread, and only it, never preempts on wakeup
@@ -315,22 +320,10 @@ def test_launcher_binds_each_rank_while_its_backend_starts_then_releases(worker_
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux CPU affinity")
 def test_ranks_with_a_core_each_keep_it(worker_env):
-    # As many ranks as cores (2 at most): each keeps its own core for good, its
-    # threads stay there (launch.keeps_binding); more ranks than cores: released.
+    # No more ranks than cores (2 at most here): each keeps its own core for good,
+    # its threads stay there (launch.keeps_binding).
     cores = sorted(os.sched_getaffinity(0))
-    n = min(2, len(cores))
-    msgs = {}
-    launch_local(
-        "ddltune_test_worker",
-        ["affinity"],
-        n,
-        timeout_s=60,
-        env=worker_env,
-        bind_cores=True,
-        on_message=lambda r, m: msgs.__setitem__(r, m),
-    )
-    assert sorted(msgs) == list(range(n))
-    for r, m in msgs.items():
+    for r, m in _affinities(worker_env, min(2, len(cores)), True).items():
         assert m["cores"] == str(cores[r]) and m["affinity"] == [cores[r]]
         assert m["batch_threads"] == 1
 
