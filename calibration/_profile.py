@@ -43,6 +43,7 @@ from costmodel import ClusterParams, InputFileError, preset
 
 from ._layout import STEPS_ONLY_LEAVES, ParamLayout, apply_transform
 from ._records import atomic_write_text, package_versions, utc_timestamp
+from ._validation import RELIABLE_P90_LIMIT
 
 __all__ = ["Profile", "PROFILE_SCHEMA_VERSION", "PROFILE_KIND", "PRESET_FLOPS_SD", "preset_sd"]
 
@@ -768,6 +769,13 @@ class Profile:
         hp = doc.get("heldout_p90")
         if hp is not None and not (isinstance(hp, int | float) and hp >= 0):
             raise ValueError(f"'heldout_p90' must be a fraction ≥ 0 or null, got {hp!r}")
+        if doc["reliable"] and hp is not None and hp > RELIABLE_P90_LIMIT:
+            # a hand edit that would let the tuner trust what calibration refused
+            raise ValueError(
+                f"'reliable' is true but 'heldout_p90' {hp:.4g} is over the "
+                f"{RELIABLE_P90_LIMIT:g} limit that makes a profile unreliable; set it to "
+                "false (and use --force), or calibrate again"
+            )
         mr = doc["measured_ranges"]
         _check_ranges(mr)
         for k in ("prior", "provenance"):

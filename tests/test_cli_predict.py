@@ -203,6 +203,33 @@ def test_a_profile_measured_on_one_node_says_its_network_across_nodes_is_the_pri
     assert unmeasured_network_warning(None, 64, 1) is None
 
 
+def test_an_unreliable_profile_is_named_with_every_prediction(tmp_path, capsys):
+    """A new user's trial: `predict` answered from an UNRELIABLE profile (held-out p90
+    15.7%) without a word, where `recommend` refused it. Both modes now warn, with the
+    figure and the limit; a reliable profile gives no such warning. A hand-edited
+    "reliable": true over a p90 beyond the limit is refused, naming the key."""
+    from calibration import Profile
+
+    path = tmp_path / "p.json"
+    Profile.from_preset("ethernet-10g", "v100").save(path)
+    doc = json.loads(path.read_text())
+    clean = ("--profile", str(path), "--model", "resnet50", "--arch", "ring", "--workers", "4")
+    code, _, err = _run(capsys, *clean)
+    assert code == 0 and "UNRELIABLE" not in err
+    path.write_text(json.dumps({**doc, "reliable": False, "heldout_p90": 0.157}))
+    code, _, err = _run(capsys, *clean)
+    assert (
+        code == 0
+        and "the profile is marked UNRELIABLE (held-out p90 error 15.7%, limit 15%)" in err
+    )
+    code, _, err = _run(capsys, "--profile", str(path), "--collective", "all_reduce",
+                        "--num-ranks", "4", "--message-bytes", "1M")  # fmt: skip
+    assert code == 0 and err.count("UNRELIABLE") == 1
+    path.write_text(json.dumps({**doc, "reliable": True, "heldout_p90": 0.157}))
+    code, _, err = _run(capsys, *clean)
+    assert code == 1 and "'reliable' is true but 'heldout_p90' 0.157" in _one_line_error(err)
+
+
 def test_collective_mode_takes_several_rank_counts(capsys):
     """--num-ranks 2,3,8 (a new user's trial expected a list, as --workers takes): a table
     per rank count in that order, each row as the one-count command gives it; --json rows

@@ -307,6 +307,10 @@ def test_a_parameter_no_measurement_depends_on_reads_prior(measurements, tmp_pat
     assert rows["alpha_s[inter]"] == "prior" and rows["step_overhead_s"] == "prior"
     assert rows["call_overhead_s"] in ("yes", "no")
     assert "'prior' = no measurement depends on it" in out
+    # the cache's two parameters are explained where they are listed (a new user's trial)
+    from tuner import CACHE_NOTE
+
+    assert CACHE_NOTE in " ".join(out.split()) and "cache_excess[intra]" in rows
     preset = Profile.from_preset("ethernet-10g", "v100").parameter_table()
     assert all(r["at_prior"] is True for r in preset)
     doc = json.loads(path.read_text())

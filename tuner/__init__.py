@@ -50,6 +50,7 @@ _EXPORTS = {
     "build_report": "._report",
     "check_report_dir": "._report",
     "format_parameter_rows": "._report",
+    "CACHE_NOTE": "._report",
     "iteration_timeline": "._report",
     "profile_summary": "._report",
     "report_owns": "._report",

@@ -116,6 +116,30 @@ def measured_ranks_per_node(profile) -> int | None:
     return int(span[0])
 
 
+def unreliable_warning(profile) -> str | None:
+    """The warning for a prediction from a profile marked unreliable, or ``None``.
+
+    ``recommend`` refuses such a profile unless forced; ``predict`` answers, and
+    says so with every answer.
+
+    Example:
+        >>> class P: reliable, heldout_p90 = False, 0.157
+        >>> unreliable_warning(P())[:62]
+        'the profile is marked UNRELIABLE (held-out p90 error 15.7%, li'
+    """
+    from calibration import RELIABLE_P90_LIMIT
+
+    if profile is None or bool(getattr(profile, "reliable", True)):
+        return None
+    p90 = getattr(profile, "heldout_p90", None)
+    shown = "unknown" if p90 is None or not math.isfinite(float(p90)) else f"{100 * p90:.1f}%"
+    return (
+        f"the profile is marked UNRELIABLE (held-out p90 error {shown}, limit "
+        f"{100 * RELIABLE_P90_LIMIT:.0f}%): its own microbenchmarks miss by that much, so these "
+        "predictions may too ('ddltune show PROFILE' lists the misses per series)"
+    )
+
+
 def unmeasured_network_warning(profile, num_ranks, ranks_per_node) -> str | None:
     """The warning for a prediction across nodes from a profile none of whose records
     crossed nodes, or ``None``.
@@ -459,6 +483,7 @@ def predict_iterations(
             row.update({f: out[f][i] for f in Breakdown.FIELDS})
             row["warnings"] = _placement_notes(n, ranks_per_node)
             row["warnings"] += topology_warnings(profile, n, ranks_per_node)
+            row["warnings"] += [w for w in (unreliable_warning(profile),) if w]
             if n > 1:  # one worker exchanges nothing
                 row["warnings"] += bucket_size_warnings(profile, workload, b, arch)
             if interval is not None:
@@ -537,6 +562,7 @@ def predict_collective(
             "busbw": None if algbw is None else algbw * factor,
         }
         row["warnings"] = _placement_notes(n, g) + topology_warnings(profile, n, g)
+        row["warnings"] += [w for w in (unreliable_warning(profile),) if w]
         row["warnings"] += size_warnings(profile, s)
         if interval is not None:
             row["interval_s"] = [float(interval[0][i]), float(interval[1][i])]

@@ -1114,7 +1114,7 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
     out = []
     if forced_unreliable:
         out.append(
-            f"unreliable profile: held-out p90 error {format_percent(heldout_p90(profile), 0)} is over the "
+            f"unreliable profile: held-out p90 error {format_percent(heldout_p90(profile))} is over the "
             f"{format_percent(RELIABLE_P90_LIMIT, 0)} limit; this recommendation was forced and may be wrong"
         )
     if bare:
@@ -1476,7 +1476,7 @@ def _check_reliable(prof, force: bool) -> bool:
     reliable = bool(getattr(prof, "reliable", True))
     if not reliable and not force:
         p90 = heldout_p90(prof)
-        shown = "unknown" if not math.isfinite(p90) else format_percent(p90, 0)
+        shown = "unknown" if not math.isfinite(p90) else format_percent(p90)
         raise UnreliableProfileError(
             f"the profile's held-out p90 error is {shown}, over the {format_percent(RELIABLE_P90_LIMIT, 0)} "
             "limit: its predictions are not trustworthy enough to recommend from. Recalibrate "

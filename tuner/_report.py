@@ -867,6 +867,15 @@ def profile_summary(profile) -> dict:
     }
 
 
+#: What ``cache_bytes`` and ``cache_excess`` mean, for ``show``, ``calibrate`` and the report.
+CACHE_NOTE = (
+    "cache_bytes C, cache_excess k: of the bytes a call moves through one link (for a "
+    "2-rank sendrecv or ps_push the message, for a ring all-reduce 2(n−1)/n of it), "
+    "those beyond C cost (1 + k) times β (k = 1: twice), as a CPU's caches make its "
+    "copies; 'none' where the data show no such knee"
+)
+
+
 def format_parameter_rows(table: Sequence[Mapping]) -> list[list[str]]:
     """Parameter-table rows in human units: name, value, unit, 90% interval, identified.
 
@@ -1236,7 +1245,7 @@ def _parameter_tables(summary) -> list[dict]:
             "note": "β (s/byte) is shown as a bandwidth, 1/β. conv_efficiency: a convolution's "
             "FLOP rate / flops_per_s (1 = a matmul's rate); conv_backward_efficiency: its backward "
             "rate / its forward rate; gemm_half_dim: the smallest GEMM dimension at which a "
-            "matrix product runs at half of flops_per_s. 'no' (not identified): the measurements "
+            f"matrix product runs at half of flops_per_s. {CACHE_NOTE}. 'no' (not identified): the measurements "
             "do not pin it down (its 90% interval is wider than about ±16%); it may have "
             f"moved from the prior preset ({summary['prior'] or 'none'}) but not far enough "
             "to trust, and predictions that depend on it extrapolate.",

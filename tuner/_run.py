@@ -699,7 +699,7 @@ def _recommend(profile, workload, max_workers, ranks_per_node, log, again: bool 
         p90 = float(getattr(profile, "heldout_p90", math.nan))
         _say(
             log,
-            f"  the tuner refuses this profile (held-out p90 error {100 * p90:.0f}%, limit "
+            f"  the tuner refuses this profile (held-out p90 error {100 * p90:.1f}%, limit "
             f"{100 * RELIABLE_P90_LIMIT:.0f}%): recommending anyway, marked UNRELIABLE",
         )
         return recommend(profile, workload, force=True, **kwargs), str(e)

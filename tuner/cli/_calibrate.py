@@ -651,6 +651,10 @@ def _print_text(profile, out: Path, steps: bool = False) -> None:
             "(conv_backward_efficiency: a convolution's backward FLOP rate / its forward rate, "
             "1 = the same)"
         )
+    if any(r["name"].startswith(("cache_bytes", "cache_excess")) for r in ident):
+        from tuner import CACHE_NOTE
+
+        print(f"({CACHE_NOTE})")
     gemm = next((r for r in table if r["name"] == "gemm_half_dim"), None)
     if gemm is not None and "log_gemm_half" in profile.fit.get("free_leaves", ()):
         print(

@@ -396,7 +396,7 @@ def _print_summary(args: argparse.Namespace, res) -> None:
             else "measure again with a larger --budget-s or on a quieter machine"
         )
         print(
-            f"  warning: the profile's held-out p90 error is {100 * p90:.0f}% (the tuner's limit "
+            f"  warning: the profile's held-out p90 error is {100 * p90:.1f}% (the tuner's limit "
             f"is {100 * tuner.RELIABLE_P90_LIMIT:.0f}%): {what}; the report lists the errors "
             "per collective"
         )

@@ -275,7 +275,7 @@ def _span(r) -> str:
 
 
 def _print_profile(s: dict) -> None:
-    from tuner import format_parameter_rows, format_percent
+    from tuner import CACHE_NOTE, format_parameter_rows, format_percent
 
     state = "reliable" if s["reliable"] else "UNRELIABLE (the tuner refuses it without --force)"
     print(f"{s['file']}: profile — {state}")
@@ -357,8 +357,7 @@ def _print_profile(s: dict) -> None:
         "gemm_half_dim) of flops_per_s. latency_overlap, backward_hide: shares in (0, 1). "
         "head_start_bytes: bytes of a call that cross before the link's rate applies, a "
         "shaper's burst. all_to_all_congestion_cap: c, all_to_all's congestion factor "
-        "stays below 1 + c. cache_bytes, cache_excess: beyond cache_bytes through a link "
-        "each byte costs 1 + cache_excess times one within, a memory hierarchy)"
+        f"stays below 1 + c. {CACHE_NOTE})"
     )
     if s["series"]:
         print("\nfit error per series (absolute % error of the fitted statistic)")

@@ -749,7 +749,7 @@ def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
         p90 = getattr(prof, "heldout_p90", None)
         out.append(
             "the profile is marked UNRELIABLE"
-            + (f" (held-out p90 error {p90 * 100:.0f}%)" if isinstance(p90, float) else "")
+            + (f" (held-out p90 error {p90 * 100:.1f}%)" if isinstance(p90, float) else "")
             + ": its own microbenchmarks miss by that much, so these predictions may too"
         )
     ranks = ranges.get("num_ranks")
