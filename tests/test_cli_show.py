@@ -353,3 +353,15 @@ def test_show_on_a_ddltune_folder_names_the_files_to_show(tmp_path, capsys):
     other.mkdir()
     assert main(["show", str(other)]) == 1
     assert "give a .jsonl or .json file" in capsys.readouterr().err
+
+
+def test_show_prints_the_profiles_notes(tmp_path, capsys):
+    """A profile's notes (a training point the fit does not follow, an optimiser that
+    stopped early) were printed by calibrate and the report, not by show."""
+    from calibration import Profile
+
+    path = Profile.from_preset("ethernet-10g", "v100").save(tmp_path / "p.json")
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "notes": ["the fit does not follow 1 measured point"]}))
+    assert main(["show", str(path)]) == 0
+    assert "note: the fit does not follow 1 measured point" in capsys.readouterr().out

@@ -378,6 +378,8 @@ def _print_profile(s: dict) -> None:
             print("  " + line)
     for w in s.get("warnings") or []:
         print(f"warning: {w}")
+    for n in s.get("notes") or []:
+        print(f"note: {n}")
 
 
 # --------------------------------------------------------------------------- run
