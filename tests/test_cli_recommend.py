@@ -243,7 +243,7 @@ def test_infeasible_and_refused_exit_1_with_one_line(tmp_path, capsys):
     code = main([*argv, "--arch", "ring", "--no-refine"])
     _, err = capsys.readouterr()
     assert code == 1
-    assert "31%" in err and "15%" in err and "--force" in err
+    assert "31.0%" in err and "15%" in err and "--force" in err
     doc = _json(capsys, [*argv, "--arch", "ring", "--no-refine", "--force"])
     assert doc["reliable"] is False
     assert any("unreliable" in w for w in doc["warnings"])

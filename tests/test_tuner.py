@@ -508,7 +508,7 @@ def test_curve_is_the_best_configuration_per_worker_count(resnet18_sweeps):
 
 def test_unreliable_profile_is_refused_unless_forced(resnet18, preset_profile):
     bad = _scaled_profile(preset_profile, 1.0, reliable=False, heldout_p90=0.2)
-    with pytest.raises(tuner.UnreliableProfileError, match=r"20%.*15%.*--force"):
+    with pytest.raises(tuner.UnreliableProfileError, match=r"20\.0%.*15%.*--force"):
         tuner.recommend(bad, resnet18, max_workers=4, architectures=["ring"])
     rec = tuner.recommend(
         bad, resnet18, max_workers=4, architectures=["ring"], force=True, refine=False

@@ -455,7 +455,7 @@ def test_warns_when_the_profile_is_unreliable():
 
     prof = SimpleNamespace(reliable=False, heldout_p90=0.6, measured_ranges={})
     (w,) = _coverage_warnings(prof, _grid())
-    assert "UNRELIABLE" in w and "60%" in w
+    assert "UNRELIABLE" in w and "60.0%" in w
 
 
 def test_coverage_counts_processes_not_ranks_per_node_on_an_emulated_cluster():
