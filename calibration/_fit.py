@@ -1552,7 +1552,7 @@ def _training_outliers_note(pts: list[dict], pred, train) -> str:
     predicted 12.3 ms, the largest size measured, and no text said so (the held-out
     figures leave training points out, and its series' training p90 left it out too).
     """
-    from costmodel import format_bytes, format_seconds
+    from costmodel import format_bytes, format_first, format_seconds
 
     pred = np.asarray(pred, np.float64)
     meas = np.asarray([p["time_s"] for p in pts], np.float64)
@@ -1569,12 +1569,16 @@ def _training_outliers_note(pts: list[dict], pred, train) -> str:
     def size(p):
         return format_bytes(int(p["size"])) if p.get("kind") == "collective" else f"{p['size']:.3g}"
 
-    named = "; ".join(
-        f"{series_label(pts[i]['series'], always_ranks_per_node=True)} {size(pts[i])}: measured "
-        f"{format_seconds(meas[i])}, predicted {format_seconds(pred[i])} "
-        f"({100 * (ratio[i] - 1):+.0f}%){where(pts[i])}"
-        for i in far[:3]
-    ) + (f"; and {len(far) - 3} more" if len(far) > 3 else "")
+    named = format_first(
+        (
+            f"{series_label(pts[i]['series'], always_ranks_per_node=True)} {size(pts[i])}: "
+            f"measured {format_seconds(meas[i])}, predicted {format_seconds(pred[i])} "
+            f"({100 * (ratio[i] - 1):+.0f}%){where(pts[i])}"
+            for i in far
+        ),
+        3,
+        "; ",
+    )
     return (
         f"the fit does not follow {len(far)} measured point{'s' if len(far) > 1 else ''} "
         f"({_OUTLIER_FACTOR:g}× off or more; the robust loss gives them little weight, and "

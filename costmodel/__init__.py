@@ -58,6 +58,7 @@ _EXPORTS = {
     "format_bandwidth": "._units",
     "format_bytes": "._units",
     "format_seconds": "._units",
+    "format_first": "._units",
     "parse_bytes": "._units",
     "parse_bytes_list": "._units",
     "AbstractArchitecture": ".architectures",

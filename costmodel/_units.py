@@ -14,7 +14,14 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["parse_bytes", "parse_bytes_list", "format_bytes", "format_seconds", "format_bandwidth"]
+__all__ = [
+    "parse_bytes",
+    "parse_bytes_list",
+    "format_bytes",
+    "format_seconds",
+    "format_bandwidth",
+    "format_first",
+]
 
 _SUFFIX = {
     "": 1,
@@ -140,6 +147,20 @@ def format_bytes(nbytes: float) -> str:
             v = nbytes / mult
             return f"{v:.0f} {unit}" if v == int(v) or abs(v) >= 100 else f"{v:.3g} {unit}"
     return f"{nbytes:.0f} B"
+
+
+def format_first(items, limit: int, sep: str = ", ") -> str:
+    """The first ``limit`` strings of ``items`` joined by ``sep``, and how many more.
+
+    Example:
+        >>> format_first(["a", "b", "c"], 2), format_first(["a"], 2), format_first("abc", 1, "; ")
+        ('a, b and 1 more', 'a', 'a; and 2 more')
+    """
+    items = list(items)
+    more = len(items) - limit
+    joint = " " if sep.strip() == "," else sep  # "a, b and 1 more"; "a; b; and 1 more"
+    tail = "" if more <= 0 else f"{joint}and {more} more"
+    return sep.join(items[:limit]) + tail
 
 
 def format_seconds(seconds: float, digits: int = 3) -> str:

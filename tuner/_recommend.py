@@ -26,6 +26,7 @@ from costmodel import (
     Workload,
     format_bytes,
     format_choices,
+    format_first,
     format_seconds,
     get_architecture,
 )
@@ -1178,9 +1179,7 @@ def _warnings(profile, ctx, chosen: _Row, forced_unreliable: bool, excluded, bar
         relevant = _relevant_names(chosen, ctx.ranks_per_node, ident)
         not_id = sorted(str(k) for k, v in ident.items() if not v and relevant(str(k)))
         if not_id:
-            shown = ", ".join(not_id[:6]) + (
-                f" and {len(not_id) - 6} more" if len(not_id) > 6 else ""
-            )
+            shown = format_first(not_id, 6)
             out.append(
                 "parameters this configuration depends on that the measurements could not "
                 f"identify (wide 90% intervals: their values may have moved from the prior, "

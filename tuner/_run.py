@@ -50,7 +50,14 @@ from calibration import (
     refuse_current_folder,
     refuse_symlink,
 )
-from costmodel import WorkloadTerms, format_bytes, format_seconds, get_workload, load_layers
+from costmodel import (
+    WorkloadTerms,
+    format_bytes,
+    format_first,
+    format_seconds,
+    get_workload,
+    load_layers,
+)
 
 from ._defaults import RUN_DEFAULTS
 from ._format import jsonable
@@ -647,11 +654,14 @@ def _wrong_results_note(records: list[dict]) -> str | None:
     if not bad:
         return None
     calls = sum(int(r["wrong"]) for r in bad)
-    what = ", ".join(
-        f"{r['collective']} {format_bytes(r['message_bytes'])} on {r['num_ranks']} ranks "
-        f"({int(r['wrong'])} of its calls)"
-        for r in bad[:4]
-    ) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+    what = format_first(
+        (
+            f"{r['collective']} {format_bytes(r['message_bytes'])} on {r['num_ranks']} ranks "
+            f"({int(r['wrong'])} of its calls)"
+            for r in bad
+        ),
+        4,
+    )
     return (
         f"{calls} measured call{'s' if calls != 1 else ''} returned a wrong result (checked "
         f"against the expected sum), in {len(bad)} record{'s' if len(bad) != 1 else ''}: "
