@@ -1131,11 +1131,11 @@ def _initial_thetas(points, train_w, layout: ParamLayout, mu: np.ndarray, n_star
     shown = [e for e in caches if e is not None]
     if caches and len(shown) >= max(2, (len(caches) + 1) // 2):
         plain = starts[0].copy()
-        for th in starts:
-            cb, kx = th[sl["log_cache_bytes"]], th[sl["log_cache_excess"]]
-            cb[0] = math.log(float(np.median([e[0] for e in shown])))
-            kx[0] = math.log(float(np.median([e[1] for e in shown])))
-            th[sl["log_cache_bytes"]], th[sl["log_cache_excess"]] = cb, kx
+        log_c = math.log(float(np.median([e[0] for e in shown])))
+        log_k = math.log(float(np.median([e[1] for e in shown])))
+        for th in starts:  # slices of θ are views: set in place
+            th[sl["log_cache_bytes"].start] = log_c  # the intra level
+            th[sl["log_cache_excess"].start] = log_k
         starts.append(plain)
     return np.stack(starts)
 

@@ -60,6 +60,7 @@ from costmodel import (
 
 from .._defaults import DEFAULT_VALIDATE_BUCKETS
 from .._format import format_range
+from .._predict import unreliable_warning
 from .._uncertainty import takes_batched
 from ._harness import (
     StepConfig,
@@ -745,13 +746,9 @@ def _coverage_warnings(prof, records: Sequence[dict]) -> tuple[str, ...]:
     """What the configurations need that the profile never measured (its ``measured_ranges``)."""
     ranges = getattr(prof, "measured_ranges", None) or {}
     out = []
-    if getattr(prof, "reliable", True) is False:
-        p90 = getattr(prof, "heldout_p90", None)
-        out.append(
-            "the profile is marked UNRELIABLE"
-            + (f" (held-out p90 error {p90 * 100:.1f}%)" if isinstance(p90, float) else "")
-            + ": its own microbenchmarks miss by that much, so these predictions may too"
-        )
+    unreliable = unreliable_warning(prof)
+    if unreliable:
+        out.append(unreliable)
     ranks = ranges.get("num_ranks")
     if ranks:
         # Processes of the run (workers + dedicated servers); older records lack it.
