@@ -241,7 +241,7 @@ def _check_collective(rec: dict) -> None:
     if not _is_pos_int(rec.get("message_bytes"), 1, MAX_MESSAGE_BYTES):
         raise ValueError(
             f"'message_bytes' must be an integer in [1, 2^50 = {MAX_MESSAGE_BYTES}] B, "
-            f"got {_short(rec.get('message_bytes'))}"
+            f"got {_short(rec.get('message_bytes', MISSING))}"
         )
     _check_ranks(rec)
     if not isinstance(rec.get("dtype"), str):
@@ -314,7 +314,7 @@ def _check_compute(rec: dict) -> None:
     """The fields of a ``kind: "compute"`` record."""
     if not isinstance(rec.get("op"), str):
         raise ValueError("missing field 'op'")
-    flops = rec.get("flops")
+    flops = rec.get("flops", MISSING)
     if not (_is_pos_finite(flops) and flops <= MAX_FLOPS):
         raise ValueError(f"'flops' must be finite, > 0 and ≤ {MAX_FLOPS:g}, got {_short(flops)}")
     _check_ranks(rec)
@@ -327,27 +327,38 @@ def _check_step(rec: dict) -> None:
         raise ValueError(f"unknown architecture {arch!r}; valid: {', '.join(ARCHITECTURE_NAMES)}")
     if not _is_pos_int(rec.get("workers"), 1, MAX_RANKS):
         raise ValueError(
-            f"'workers' must be an integer in [1, {MAX_RANKS}], got {_short(rec.get('workers'))}"
+            f"'workers' must be an integer in [1, {MAX_RANKS}], got {_short(rec.get('workers', MISSING))}"
         )
     if not _is_pos_int(rec.get("servers", 0), 0, MAX_RANKS):
         raise ValueError(
-            f"'servers' must be an integer in [0, {MAX_RANKS}], got {_short(rec.get('servers'))}"
+            f"'servers' must be an integer in [0, {MAX_RANKS}], got {_short(rec.get('servers', MISSING))}"
         )
     if not _is_pos_int(rec.get("bucket_bytes", 0), 0, MAX_MESSAGE_BYTES):
         raise ValueError(
             f"'bucket_bytes' must be an integer in [0, 2^50] B, "
-            f"got {_short(rec.get('bucket_bytes'))}"
+            f"got {_short(rec.get('bucket_bytes', MISSING))}"
         )
     if not _is_pos_int(rec.get("batch_size"), 1, MAX_BATCH):
         raise ValueError(
-            f"'batch_size' must be an integer in [1, 2^31], got {_short(rec.get('batch_size'))}"
+            f"'batch_size' must be an integer in [1, 2^31], got {_short(rec.get('batch_size', MISSING))}"
         )
     if not isinstance(rec.get("model"), str):
         raise ValueError("missing field 'model'")
 
 
+class _Missing:
+    """The value of a field the record lacks (``rec.get(key, MISSING)``)."""
+
+    def __repr__(self) -> str:
+        return "nothing (the field is missing)"
+
+
+MISSING = _Missing()
+
+
 def _short(v) -> str:
-    """``repr(v)`` cut to 40 characters (a 10^308 integer has 309 digits)."""
+    """``repr(v)`` cut to 40 characters (a 10^308 integer has 309 digits); a missing field reads
+    "nothing (the field is missing)" rather than ``None``."""
     r = repr(v)
     return r if len(r) <= 40 else f"{r[:20]}…({len(r)} characters)"
 
@@ -357,7 +368,7 @@ assert tuple(_KIND_CHECKS) == KINDS
 
 
 def _check_ranks(rec: dict) -> None:
-    n, g = rec.get("num_ranks"), rec.get("ranks_per_node")
+    n, g = rec.get("num_ranks", MISSING), rec.get("ranks_per_node", MISSING)
     if not _is_pos_int(n, 1, MAX_RANKS):
         raise ValueError(f"'num_ranks' must be an integer in [1, 2^24], got {_short(n)}")
     if not _is_pos_int(g, 1, MAX_RANKS):

@@ -178,7 +178,7 @@ def test_transform_workload_for_recommend():
 @pytest.mark.parametrize(
     "argv",
     [
-        ["recommend", "--preset", "ethernet-10g", "--model", "resnet50"],  # no --max-workers
+        ["recommend", "--preset", "ethernet-10g", "--model", "resnet50", "--max-workers", "0"],
         ["calibrate", "--no-such-flag"],
         ["report", "--profile", "p.json"],
         ["run", "--budget-s", "x"],

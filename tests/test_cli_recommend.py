@@ -305,6 +305,13 @@ def test_help_explains_with_an_example(capsys):
     assert "examples:" in out and "--max-workers" in out and "ddltune recommend --preset" in out
 
 
+def test_max_workers_defaults_to_reports_64(capsys):
+    assert main([*BASE, "--arch", "ring", "--no-refine"]) == 0
+    out = capsys.readouterr().out
+    assert "up to 64 workers" in out
+    assert 1 <= _figure(out, r"(\d+) workers?\b") <= 64
+
+
 def test_sharding_for_memory_names_the_whole_need_per_rank(capsys):
     """Llama-2-7B on 8 DGX A100 nodes, bf16, 8 micro-batches: a replica does not fit, so fsdp
     wins for memory. The rationale's figure per rank is the chosen configuration's whole

@@ -246,6 +246,22 @@ def test_parameter_rows_show_bytes_in_a_unit_of_their_size():
     assert row(9.4e-14)[:2] == ["9.4e-14", "B"]
 
 
+def test_a_share_fitted_to_almost_zero_reads_zero():
+    """A new user read latency_overlap 5.2e-14 (a share in (0, 1)): it reads 0; a share of
+    0.0001 and above keeps its figures, and so does a dimensionless value above 1."""
+    from tuner import format_parameter_rows
+
+    def value(v):
+        return format_parameter_rows([{"name": "latency_overlap[intra]", "value": v, "unit": "1"}])[
+            0
+        ][1]
+
+    assert value(5.2e-14) == "0"
+    assert value(1.2e-4) == "0.00012"
+    assert value(0.387) == "0.387"
+    assert value(2.5) == "2.5"
+
+
 def test_parameters_the_data_never_moved_from_none_read_none():
     """A new user read the default head start as 9.358e-14 B and the congestion cap as
     1.069e+13: a parameter at its "no such effect" default (costmodel.PARAMETER_NONE)
@@ -340,19 +356,31 @@ def test_show_says_how_many_hosts_the_measuring_jobs_spanned(tmp_path, capsys):
     assert "written on 1 machine(s); jobs across 1, 4 host(s)" in capsys.readouterr().out
 
 
-def test_show_on_a_ddltune_folder_names_the_files_to_show(tmp_path, capsys):
-    """A run folder given to show: the two commands that read its files (it said only
-    'Is a directory'); any other folder asks for a file."""
-    (tmp_path / "profile.json").write_text("{}")
-    (tmp_path / "measurements.jsonl").write_text("")
-    assert main(["show", str(tmp_path)]) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert f"ddltune show {tmp_path / 'profile.json'} or ddltune show " in err
+def test_show_on_a_ddltune_folder_summarises_its_profile(tmp_path, capsys):
+    """A run folder given to show: a new user expected its summary (it said 'Is a
+    directory'): the profile's, with the commands for the folder's other files; a folder
+    with measurements only shows those; any other folder asks for a file."""
+    from calibration import Profile
+
+    Profile.from_preset("ethernet-10g", "v100").save(tmp_path / "profile.json")
+    (tmp_path / "measurements.jsonl").write_text(
+        json.dumps(_collective("all_reduce", 1024, 2, 1e-4)) + "\n"
+    )
+    assert main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "parameters (90% interval" in out
+    assert f"the folder also holds: ddltune show {tmp_path / 'measurements.jsonl'})" in out
+    assert main(["show", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["file"] == str(tmp_path / "profile.json")
+    (tmp_path / "profile.json").unlink()
+    assert main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "measurement records" in out and "folder also holds" not in out
     other = tmp_path / "empty"
     other.mkdir()
     assert main(["show", str(other)]) == 1
-    assert "give a .jsonl or .json file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a ddltune folder" in err and "give a .jsonl" in err
 
 
 def test_show_prints_the_profiles_notes(tmp_path, capsys):

@@ -418,6 +418,21 @@ def test_out_of_range_numbers_name_the_line(tmp_path, over, match):
         read_records(path)
 
 
+@pytest.mark.parametrize("key", ["num_ranks", "ranks_per_node", "message_bytes"])
+def test_a_missing_field_reads_missing_not_none(tmp_path, key):
+    rec = _record()
+    del rec[key]
+    path = _write_jsonl(tmp_path / "m.jsonl", [_record(), rec])
+    with pytest.raises(
+        InputFileError, match=rf"m\.jsonl:2: '{key}' .*got nothing \(the field is missing\)$"
+    ):
+        read_records(path)
+    rec[key] = None  # a JSON null is a value, and says so
+    path = _write_jsonl(tmp_path / "m.jsonl", [_record(), rec])
+    with pytest.raises(InputFileError, match=rf"m\.jsonl:2: '{key}' .*got None$"):
+        read_records(path)
+
+
 def test_deep_json_names_the_line_not_a_recursion_error(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text(json.dumps(_record()) + "\n" + "[" * 200_000 + "]" * 200_000 + "\n")

@@ -448,6 +448,8 @@ def _fmt_value(value: float, unit: str, like: float | None = None) -> tuple[str,
         ref = value if like is None or not like > 0 else like
         scale, name = next(((k, n) for k, n in _BYTE_UNITS if ref >= k), _BYTE_UNITS[-1])
         return f"{value / scale:.4g}", name
+    if unit == "1" and 0 < abs(value) < 5e-5:  # a share fitted to 5e-14 reads 0, not 5e-14
+        return "0", ""
     return f"{value:.4g}", "" if unit == "1" else unit
 
 

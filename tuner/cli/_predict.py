@@ -72,7 +72,7 @@ examples:
       --num-ranks 16 --ranks-per-node 8 --message-bytes 1K,1M,64M,1G
 
   # all_to_all's congestion against the rank count, one rank per node
-  ddltune predict --preset ethernet-10g --collective all_to_all --num-ranks 2,3,8 \
+  ddltune predict --preset ethernet-10g --collective all_to_all --num-ranks 2,3,8 \\
       --message-bytes 1M
 
 Exit codes: 0 success; 2 bad arguments (unknown names, values out of range);

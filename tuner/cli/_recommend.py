@@ -129,9 +129,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--max-workers",
         type=positive_int_arg,
-        required=True,
+        default=64,
         metavar="N",
-        help="the most workers (ranks, e.g. GPUs) to consider, ≥ 1",
+        help="the most workers (ranks, e.g. GPUs) to consider, ≥ 1 (default 64, as report's)",
     )
     s.add_argument(
         "--ranks-per-node",

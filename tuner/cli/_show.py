@@ -30,17 +30,25 @@ data identified each, the fit errors per series (training and held out),
 whether the profile is reliable enough to recommend from, and the measured
 ranges beyond which predictions extrapolate.
 
+A ddltune folder (from 'ddltune run' or 'ddltune report'): its profile.json,
+else its measurements.jsonl, else its validation.jsonl, with the commands that
+show the others.
+
 The kind of file is recognised from its content, not its name."""
 EPILOG = """\
 examples:
+  ddltune show ddltune-report                       # the folder's profile
   ddltune show ddltune-report/measurements.jsonl
-  ddltune show ddltune-report/profile.json
   ddltune show profile.json --json"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ddltune show``."""
-    parser.add_argument("file", metavar="FILE", help="a measurement file or a profile")
+    parser.add_argument(
+        "file",
+        metavar="FILE",
+        help="a measurement file, a profile, or a ddltune folder holding them",
+    )
     parser.add_argument(
         "--json", action="store_true", help="print the summary as one JSON document"
     )
@@ -385,23 +393,26 @@ def _print_profile(s: dict) -> None:
 # --------------------------------------------------------------------------- run
 
 
+#: A ddltune folder's files, in the order ``show FOLDER`` reads them: the profile first.
+_FOLDER_FILES = ("profile.json", "measurements.jsonl", "validation.jsonl")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Summarise FILE."""
+    """Summarise FILE, or the first of a ddltune folder's files (``_FOLDER_FILES``)."""
     from calibration import summarize_measurements
 
     path = Path(args.file)
     if not path.exists():
         raise FileNotFoundError(2, "No such file", str(path))
+    others: list[Path] = []
     if path.is_dir():
-        own = [n for n in ("profile.json", "measurements.jsonl", "validation.jsonl")
-               if (path / n).is_file()]  # fmt: skip
-        hint = (
-            "a ddltune folder: show one of its files, e.g. "
-            + " or ".join(f"ddltune show {path / n}" for n in own[:2])
-            if own
-            else "give a .jsonl or .json file"
-        )
-        raise IsADirectoryError(21, f"Is a directory ({hint})", str(path))
+        own = [path / n for n in _FOLDER_FILES if (path / n).is_file()]
+        if not own:
+            raise IsADirectoryError(
+                21, f"Is a directory, not a ddltune folder (none of {', '.join(_FOLDER_FILES)}): "
+                "give a .jsonl or .json file", str(path)
+            )  # fmt: skip
+        path, others = own[0], own[1:]
     kind = detect_kind(path)
     if kind == "profile":
         summary = summarize_profile(path)
@@ -413,4 +424,7 @@ def run(args: argparse.Namespace) -> int:
         _print_profile(safe_tree(summary))
     else:
         _print_measurements(safe_tree(summary))
+    if others and not args.json:
+        print(f"\n(the summary of {path}; the folder also holds: "
+              + "; ".join(f"ddltune show {p}" for p in others) + ")")  # fmt: skip
     return 0
