@@ -117,6 +117,28 @@ def test_model_description_matches_module(spec):
     assert w.tensor_names == tuple(t["name"] for t in layers)
 
 
+@pytest.mark.parametrize("spec", ["mlp", "cnn"])
+def test_initial_weights_follow_equinoxs_default_and_the_seed(spec):
+    """Every tensor is U(−1/√fan_in, 1/√fan_in) (equinox's default for Linear and Conv;
+    fan_in the inputs of one output): it spans most of that range and stays inside it, the
+    same seed gives the same model on every process, another seed another one."""
+
+    def leaves(seed):
+        return jax.tree_util.tree_leaves(eqx.filter(build_model(spec, seed), eqx.is_array))
+
+    a, b, c = leaves(0), leaves(0), leaves(1)
+    # pytree order: each layer's weight (out, in[, k, k]), then its bias, of the same fan-in
+    fans = [int(np.prod(a[i - i % 2].shape[1:])) for i in range(len(a))]
+    for x, fan in zip(a, fans, strict=True):
+        lim = 1.0 / np.sqrt(fan)
+        assert np.abs(x).max() <= lim and np.abs(x).max() > 0.8 * lim
+        if x.size >= 1000:  # a uniform's mean and spread
+            assert abs(float(x.mean())) < 0.05 * lim
+            assert float(x.std()) == pytest.approx(lim / np.sqrt(3), rel=0.05)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not any(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
+
+
 def test_mlp_flops_closed_form():
     s = model_spec({"model": "mlp", "in": 100, "width": 30, "depth": 2, "classes": 7})
     dims = [100, 30, 30, 7]

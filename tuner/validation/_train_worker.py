@@ -179,11 +179,45 @@ def build_model(spec: dict | str, seed: int = 0):
       (``in_channels`` → ``channels`` → … → ``channels``), global average
       pooling, then a linear classifier.
 
+    The layers are built abstractly (``eqx.filter_eval_shape``) and every weight
+    and bias is drawn with numpy (``np.random.default_rng(seed)``, in pytree
+    order) from equinox's own default, U(−1/√fan_in, 1/√fan_in) with fan_in the
+    inputs of one output (``in_features``; ``in_channels · k²`` for a
+    convolution): jax's PRNG compiled a program per tensor shape, 2.5 s of
+    every training process's start for the CNN on this machine, 0.9 s for the MLP.
+
     Raises:
         ValueError: see :func:`model_spec`.
     """
     s = model_spec(spec)
-    key = jax.random.PRNGKey(seed)
+    model = eqx.filter_eval_shape(_layers, s)
+    rng = np.random.default_rng(seed)
+
+    def draw(layer):
+        if not isinstance(layer, eqx.nn.Linear | eqx.nn.Conv):
+            return layer
+        w = layer.weight
+        lim = 1.0 / np.sqrt(np.prod(w.shape[1:]))  # Linear (out, in); Conv (out, in, k, k)
+
+        def uniform(shape):
+            return jnp.asarray(rng.uniform(-lim, lim, shape).astype(np.float32))
+
+        b = layer.bias
+        return eqx.tree_at(
+            lambda m: (m.weight, m.bias),
+            layer,
+            (uniform(w.shape), None if b is None else uniform(b.shape)),
+            is_leaf=lambda x: x is None,
+        )
+
+    return jax.tree_util.tree_map(
+        draw, model, is_leaf=lambda x: isinstance(x, eqx.nn.Linear | eqx.nn.Conv)
+    )
+
+
+def _layers(s: dict):
+    """The layers of model spec ``s`` (for :func:`build_model`, which only takes their shapes)."""
+    key = jax.random.PRNGKey(0)
     f32 = jnp.float32
     if s["model"] == "mlp":
         return eqx.nn.MLP(
