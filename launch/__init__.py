@@ -29,6 +29,7 @@ from ._launch import LaunchError as LaunchError
 from ._launch import LaunchResult as LaunchResult
 from ._launch import WorkerInfo as WorkerInfo
 from ._launch import announce_alive as announce_alive
+from ._launch import compute_on_calling_thread as compute_on_calling_thread
 from ._launch import core_binding as core_binding
 from ._launch import describe_silent as describe_silent
 from ._launch import detect_cluster as detect_cluster

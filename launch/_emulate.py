@@ -730,7 +730,7 @@ class EmulatedCluster:
             head = (
                 f"self-check failed: link {worst.sender}→{worst.receiver} carried "
                 f"{worst.wire_bits_per_s / 1e6:.1f} Mbit/s, "
-                f"{worst.wire_bits_per_s / self.spec.rate_bits_per_s:.0%} of the set "
+                f"{worst.wire_bits_per_s / self.spec.rate_bits_per_s:.1%} of the set "
                 f"{self.spec.rate_bits_per_s / 1e6:g} Mbit/s (needs ≥ {min_fraction:.0%}; "
                 f"{tries} attempts) with {len(checks)} links busy: "
             )

@@ -234,6 +234,7 @@ _WORKER = textwrap.dedent(
         send_message({"type": "msg", "where": "affinity", "rank": info.process_id,
                       "cores": os.environ.get("DDLTUNE_CPU_CORES"),
                       "affinity": sorted(os.sched_getaffinity(0)),
+                      "xla_flags": os.environ.get("XLA_FLAGS", ""),
                       "batch_threads": sum(_policy(t) == os.SCHED_BATCH
                                            for t in os.listdir("/proc/self/task"))})
         sys.exit(0)
@@ -313,6 +314,8 @@ def test_launcher_binds_each_rank_while_its_backend_starts_then_releases(worker_
     for r, m in _affinities(worker_env, len(cores) + 1, bind).items():
         assert m["cores"] == (str(cores[r % len(cores)]) if bind else None)
         assert m["affinity"] == cores
+        # a backend started on one core computes on its calling thread (no spinning pool)
+        assert ("--xla_cpu_multi_thread_eigen=false" in m["xla_flags"]) == (bind or len(cores) == 1)
         # gloo's TCP loop thread, and only it, never preempts on wakeup
         # (launch.gloo_io_threads_batch: else a 1 KiB psum waits a 4 ms tick).
         assert m["batch_threads"] == 1
@@ -326,6 +329,25 @@ def test_ranks_with_a_core_each_keep_it(worker_env):
     for r, m in _affinities(worker_env, min(2, len(cores)), True).items():
         assert m["cores"] == str(cores[r]) and m["affinity"] == [cores[r]]
         assert m["batch_threads"] == 1
+        assert m["xla_flags"].split().count("--xla_cpu_multi_thread_eigen=false") == 1
+
+
+def test_a_backend_on_one_core_computes_on_its_calling_thread(monkeypatch):
+    """launch.compute_on_calling_thread: one CPU adds XLA's flag (once, after the user's
+    other flags); several CPUs, or the user's own setting of it, change nothing."""
+    from launch import compute_on_calling_thread
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    assert compute_on_calling_thread(1)
+    assert os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_cpu_multi_thread_eigen=false"
+    assert not compute_on_calling_thread(1)  # already there: not twice
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true")
+    assert not compute_on_calling_thread(1)  # the user's choice stays
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=true"
+    monkeypatch.delenv("XLA_FLAGS")
+    assert not compute_on_calling_thread(2) and "XLA_FLAGS" not in os.environ
+    assert compute_on_calling_thread(1)
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false"
 
 
 def test_keeps_binding_only_where_no_core_is_shared():
