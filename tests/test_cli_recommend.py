@@ -183,7 +183,7 @@ def test_objective_cost_reports_the_cost(capsys):
     "argv,needle",
     [
         ([*BASE, "--max-workers", "0"], "--max-workers"),
-        ([*BASE], "--max-workers"),
+        ([*BASE, "--max-workers", "many"], "--max-workers"),
         ([*BASE, "--max-workers", "4", "--arch", "rings"], "unknown architecture 'rings'"),
         ([*BASE, "--max-workers", "4", "--objective", "fastest"], "unknown objective 'fastest'"),
         ([*BASE, "--max-workers", "4", "--objective", "cost"], "--price-per-hour"),

@@ -259,7 +259,7 @@ def test_self_check_failure_names_the_rate_it_can(monkeypatch):
     with pytest.raises(EmulationError) as info:
         c.self_check()
     msg = str(info.value)
-    assert "50%" in msg and "80mbit" in msg and "--emulate 3x1@80mbit" in msg
+    assert "50.0%" in msg and "80mbit" in msg and "--emulate 3x1@80mbit" in msg
     assert "cores cannot keep up" in msg and "3 attempts" in msg and len(calls) == 3
     assert c.check_steal_fraction == 0.0
     assert c.provenance()["goodput_bytes_per_s"] == 12e6
