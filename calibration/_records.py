@@ -358,8 +358,8 @@ MISSING = _Missing()
 
 def _short(v) -> str:
     """``repr(v)`` cut to 40 characters (a 10^308 integer has 309 digits); a missing field reads
-    "nothing (the field is missing)" rather than ``None``."""
-    r = repr(v)
+    "nothing (the field is missing)", a JSON ``null`` reads null (not Python's None)."""
+    r = "null" if v is None else repr(v)
     return r if len(r) <= 40 else f"{r[:20]}…({len(r)} characters)"
 
 

@@ -39,8 +39,9 @@ FIGURES = {
 DATA = {"measurements.jsonl", "profile.json", "recommendation.json"}
 
 
-def _noisy_file(path: Path) -> int:
-    """Records from a CPU preset, each time × exp(U(−0.7, 0.7)): unexplainable by any fit."""
+def _noisy_file(path: Path, spike: int | None = None) -> int:
+    """Records from a CPU preset, each time × exp(U(−0.7, 0.7)): unexplainable by any fit;
+    ``spike``: all_reduce at that many bytes 8× slower still (a point the fit cannot follow)."""
     p = preset("ethernet-10g", "cpu")
     rng = np.random.default_rng(1)
     n_rec = 0
@@ -49,6 +50,8 @@ def _noisy_file(path: Path) -> int:
             for s in 2 ** np.arange(10, 25, 2):
                 t = float(collective_time(p, name, float(s), 2.0, 2.0))
                 samples = [t * float(np.exp(rng.uniform(-0.7, 0.7)))] * 3
+                if name == "all_reduce" and s == spike:
+                    samples = [8 * x for x in samples]
                 w.write(
                     {
                         "schema": 1,
@@ -80,7 +83,7 @@ def _images_exist(out: Path, validated: bool = False) -> None:
 @pytest.mark.timeout(900)
 def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
     m = tmp_path / "m.jsonl"
-    n_rec = _noisy_file(m)
+    n_rec = _noisy_file(m, spike=2**24)
     out = tmp_path / "rep"
     code = main(
         ["run", "--measurements", str(m), "--max-workers", "8", "-o", str(out), "--no-progress"]
@@ -108,6 +111,9 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
     assert [e["path"] for e in prof["provenance"]["inputs"]] == [final]
     worst = prof["validation"]["worst"]
     assert worst and {w["file"] for w in worst} == {final}
+    # the notes' file:line too (a new user read '.ddltune-report.new-f3jhr1jd/measurements.jsonl:30')
+    assert ".new-" not in (out / "profile.json").read_text()
+    assert any(f"{final}:" in n for n in prof["notes"]), prof["notes"]
     _images_exist(out)
     # a new user copied the rounded '97.5 MiB buckets' into DDP, which then bucketed
     # differently from the 97.46 MiB chosen: the exact bytes of recommendation.json,

@@ -427,9 +427,9 @@ def test_a_missing_field_reads_missing_not_none(tmp_path, key):
         InputFileError, match=rf"m\.jsonl:2: '{key}' .*got nothing \(the field is missing\)$"
     ):
         read_records(path)
-    rec[key] = None  # a JSON null is a value, and says so
+    rec[key] = None  # a JSON null is a value, and reads as the file spells it
     path = _write_jsonl(tmp_path / "m.jsonl", [_record(), rec])
-    with pytest.raises(InputFileError, match=rf"m\.jsonl:2: '{key}' .*got None$"):
+    with pytest.raises(InputFileError, match=rf"m\.jsonl:2: '{key}' .*got null$"):
         read_records(path)
 
 

@@ -689,6 +689,9 @@ def _calibrate(m_path: Path, prof_path: Path, prior_preset, progress, log, shown
     for point in profile.validation.get("worst") or []:  # the worst points' file:line too
         if isinstance(point, dict) and point.get("file") in names:
             point["file"] = names[point["file"]]
+    for staged, final in names.items():  # and the notes' (a point the fit does not follow)
+        profile.notes = [n.replace(staged, final) for n in profile.notes]
+        profile.warnings = [w.replace(staged, final) for w in profile.warnings]
     profile.save(prof_path, overwrite=True)
     return profile
 
