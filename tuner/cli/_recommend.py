@@ -80,6 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     Long because it declares one option per line, each with its help; nothing to split.
     """
+    from tuner import RUN_DEFAULTS
+
     src = parser.add_argument_group("cluster (one of)")
     g = src.add_mutually_exclusive_group(required=True)
     g.add_argument("--profile", metavar="FILE", help="a fitted profile (from 'ddltune calibrate')")
@@ -129,9 +131,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--max-workers",
         type=positive_int_arg,
-        default=64,
+        default=RUN_DEFAULTS["max_workers"],
         metavar="N",
-        help="the most workers (ranks, e.g. GPUs) to consider, ≥ 1 (default 64, as report's)",
+        help="the most workers (ranks, e.g. GPUs) to consider, ≥ 1 "
+        f"(default {RUN_DEFAULTS['max_workers']}, as run's and report's)",
     )
     s.add_argument(
         "--ranks-per-node",

@@ -56,6 +56,8 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ddltune report``."""
+    from tuner import RUN_DEFAULTS
+
     parser.add_argument(
         "--profile", required=True, metavar="FILE", help="a profile from 'ddltune calibrate'"
     )
@@ -78,9 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-workers",
         type=positive_int_arg,
-        default=64,
+        default=RUN_DEFAULTS["max_workers"],
         metavar="N",
-        help="the most workers to consider (default 64)",
+        help=f"the most workers to consider (default {RUN_DEFAULTS['max_workers']})",
     )
     parser.add_argument(
         "--ranks-per-node",
