@@ -44,7 +44,9 @@ Common fields (every record):
     ``architecture`` (``ps``, ``ps_host``, ``hybrid``, ``p2p``, ``ring``,
     ``tree``, ``hierarchical``); ``servers`` (int ≥ 0); ``colocated`` (bool);
     ``workers`` (int ≥ 1); ``ranks_per_node`` (int ≥ 1); ``bucket_bytes``
-    (int ≥ 0); ``model`` (str); ``batch_size`` (int ≥ 1, per worker).
+    (int ≥ 0); ``model`` (str); ``batch_size`` (int ≥ 1, per worker);
+    ``same_buckets_at`` (optional list of ints ≥ 0: other caps that cut the
+    model into the same buckets, measured as this one).
 """
 
 from __future__ import annotations
@@ -344,6 +346,11 @@ def _check_step(rec: dict) -> None:
         )
     if not isinstance(rec.get("model"), str):
         raise ValueError("missing field 'model'")
+    same = rec.get("same_buckets_at", [])
+    if not isinstance(same, list) or not all(_is_pos_int(b, 0, MAX_MESSAGE_BYTES) for b in same):
+        raise ValueError(
+            f"'same_buckets_at' must be a list of integers in [0, 2^50] B, got {_short(same)}"
+        )
 
 
 class _Missing:

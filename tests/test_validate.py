@@ -636,6 +636,8 @@ def test_cli_a_bad_emulated_provenance_names_file_line_and_field(tmp_path, capsy
          "processes: 2, but 3 workers run 3"),
         ({"architecture": "ps", "servers": 1, "workers": 2, "processes": 2},
          "processes: 2, but 2 workers and 1 dedicated server run 3"),
+        ({"same_buckets_at": [-1]},
+         "'same_buckets_at' must be a list of integers in [0, 2^50] B, got [-1]"),
     ],
 )  # fmt: skip
 def test_cli_an_inconsistent_step_record_names_file_line_and_field(tmp_path, capsys, change, words):
@@ -649,3 +651,132 @@ def test_cli_an_inconsistent_step_record_names_file_line_and_field(tmp_path, cap
     assert main(["validate", "--profile", str(prof), "--from", str(path)]) == 1
     err = capsys.readouterr().err
     assert f"steps.jsonl:4: {words}" in err, err
+
+
+# --------------------------------------------------------------------------- same programs
+
+CNN_CAPS = (0, 3 << 19, 16 << 20)  # the default validation caps
+
+
+def test_caps_that_make_the_same_buckets_are_one_program():
+    """The CNN's gradients (about 77 KiB) make one bucket under 1.5 MiB and under 16 MiB:
+    one program; per tensor is another; servers, their place and the P2P exchange are part
+    of the program; the MLP's 3.6 MiB make different buckets under the two caps."""
+    from tuner.validation import StepConfig, program_key, same_programs
+
+    grad = {m: 4 * model_workload(m).total_params for m in ("cnn", "mlp")}
+    assert grad["cnn"] < 3 << 19 < grad["mlp"] < 16 << 20
+    key = program_key
+    assert key(StepConfig("ring", 3 << 19), "cnn") == key(StepConfig("ring", 16 << 20), "cnn")
+    assert key(StepConfig("ring", 3 << 19), "mlp") != key(StepConfig("ring", 16 << 20), "mlp")
+    assert key(StepConfig("ring", 0), "cnn") != key(StepConfig("ring", 3 << 19), "cnn")
+    big = 16 << 20
+    for a, b in (
+        (StepConfig("ps", big, 1, True), StepConfig("ps", big, 2, True)),
+        (StepConfig("ps", big, 1, True), StepConfig("ps", big, 1, False)),
+        (StepConfig("p2p", big), StepConfig("p2p", big, p2p_exchange="reduce_scatter")),
+        (StepConfig("ring", big), StepConfig("hierarchical", big)),
+    ):
+        assert key(a, "cnn") != key(b, "cnn")
+    configs = [StepConfig("ring", b) for b in CNN_CAPS] + [StepConfig("p2p", 3 << 19)]
+    kept = same_programs(configs, "cnn")
+    assert [(c.architecture, c.bucket_bytes, o) for c, o in kept] == [
+        ("ring", 0, ()),
+        ("ring", 16 << 20, (3 << 19,)),  # the largest cap stands for both, where the first was
+        ("p2p", 3 << 19, ()),
+    ]
+    assert [o for _, o in same_programs(configs, "mlp")] == [()] * 4
+
+
+def _fake_launch(launched):
+    """A training launch that records its configurations and answers as rank 0 does."""
+
+    from calibration import provenance
+
+    def launch(config, nproc, on_message, *args, **kwargs):
+        launched.append((config["workers"], [(c["architecture"], c["bucket_bytes"]) for c in
+                                             config["configs"]]))  # fmt: skip
+        for i, c in enumerate(config["configs"]):
+            on_message(0, {
+                "type": "step", "config_index": i, "config": c, "workers": config["workers"],
+                "processes": nproc, "ranks_per_node": nproc, "batch_size": 32, "num_buckets": 1,
+                "samples_s": [0.01 * (i + 1)] * 3, "compile_s": 0.1, "warmup_steps": 1,
+                "provenance": provenance("test"),
+            })  # fmt: skip
+
+    return launch
+
+
+def test_configurations_of_one_program_are_measured_once(tmp_path, monkeypatch):
+    """measure_configurations launches the CNN's ring once for 1.5 MiB and 16 MiB (at 16
+    MiB, whose record names 1.5 MiB) and the MLP's twice; every record reaches the file."""
+    from calibration import RecordWriter
+    from tuner.validation import _harness, measure_configurations, seed_configurations
+
+    shared, _ = seed_configurations(CNN_CAPS)
+    for model, rings in (("cnn", [0, 16 << 20]), ("mlp", [0, 3 << 19, 16 << 20])):
+        launched: list = []
+        monkeypatch.setattr(_harness, "_launch_training", _fake_launch(launched))
+        path = tmp_path / f"{model}.jsonl"
+        with RecordWriter(path, "new") as w:
+            base, got = measure_configurations(model, [2, 3], shared, writer=w)
+        multi = [cs for n, cs in launched if n > 1]
+        assert len(multi) == 2
+        for cs in multi:
+            assert [b for a, b in cs if a == "ring"] == rings
+        for m in got:
+            one_bucket = (
+                model == "cnn" and m.config.architecture == "ring" and m.config.bucket_bytes
+            )
+            assert m.record.get("same_buckets_at") == ([3 << 19] if one_bucket else None)
+        on_file = read_records(path)
+        assert len(on_file) == len(got) + 1  # and the single-worker step
+        assert [r.get("same_buckets_at") for r in on_file if r["workers"] > 1] == [
+            m.record.get("same_buckets_at") for m in got
+        ]
+
+
+def test_records_of_one_program_are_one_row_with_their_samples_pooled():
+    """Two caps of the CNN measured apart (files before the harness merged them) are one
+    row: at the larger cap, its measured time the p10 of both measurements' samples, the
+    other cap named; so the pick between identical programs is no longer scored as regret.
+    Other worker counts, caps that differ and the per-tensor ring stay rows of their own."""
+    from tuner.validation import pool_same_programs
+
+    cnn = {"model": "cnn", "batch_size": 16}
+
+    def rec(arch, n, cap, samples, **kw):
+        r = _rec(arch, n, cap, min(samples), spec=cnn, **kw)
+        r["samples_s"] = list(samples)
+        return r
+
+    a = rec("ring", 4, 3 << 19, [0.040, 0.041, 0.042])
+    b = rec("ring", 4, 16 << 20, [0.032, 0.033, 0.034])
+    recs = [
+        rec("ring", 1, 0, [0.005]),
+        a,
+        rec("ring", 4, 0, [0.050, 0.051]),
+        b,
+        rec("ring", 2, 3 << 19, [0.020]),
+        rec("ring", 2, 16 << 20, [0.021]),
+    ]
+    pooled = pool_same_programs(recs[1:])
+    assert [(r["workers"], r["bucket_bytes"], r.get("same_buckets_at")) for r in pooled] == [
+        (4, 16 << 20, [3 << 19]),
+        (4, 0, None),
+        (2, 16 << 20, [3 << 19]),
+    ]
+    assert sorted(pooled[0]["samples_s"]) == sorted(a["samples_s"] + b["samples_s"])
+    assert pooled[0]["time_s"]["count"] == 6 and pooled[0]["repeats"] == 2
+    assert a["bucket_bytes"] == 3 << 19 and "same_buckets_at" not in b  # inputs untouched
+    res = compare_steps(PARAMS, recs)
+    assert len(res.rows) == 3
+    row = next(r for r in res.rows if r.workers == 4 and r.bucket_bytes)
+    assert row.measured_s == pytest.approx(np.percentile(a["samples_s"] + b["samples_s"], 10))
+    assert row.same_buckets_at == (3 << 19,)
+    assert row.bucket_label == "16 MiB (= 1.5 MiB)"
+    assert row.to_dict()["same_buckets_at"] == [3 << 19]
+    # another emulated cluster is another program
+    c = rec("ring", 4, 16 << 20, [0.03])
+    c["emulated"] = {"nodes": 4}
+    assert len(pool_same_programs([a, c])) == 2

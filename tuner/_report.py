@@ -1427,7 +1427,7 @@ def _validation_tables(v) -> list[dict]:
         [
             r.label,
             str(r.workers),
-            "per tensor" if r.bucket_bytes == 0 else format_bytes(r.bucket_bytes),
+            r.bucket_label,
             format_seconds(r.measured_s),
             format_seconds(r.predicted_s),
             band(r),

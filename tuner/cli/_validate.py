@@ -242,8 +242,9 @@ def format_table(result: ValidationResult) -> str:
             f"{result.baseline_step_s * 1e3:.3f} ms; time = {result.statistic} of the steps; "
             f"ring predicted {'with' if result.overlap else 'without'} overlap"
         )
+    wb = max([10] + [len(r.bucket_label) for r in rows])
     out.append(
-        f"# {'architecture':<22} {'workers':>7} {'procs/node':>10} {'bucket':>10} "
+        f"# {'architecture':<22} {'workers':>7} {'procs/node':>10} {'bucket':>{wb}} "
         f"{'measured(ms)':>12} {'iqr(ms)':>8} {'predicted(ms)':>13} {'90% interval(ms)':>17} "
         f"{'error':>7}"
     )
@@ -251,14 +252,13 @@ def format_table(result: ValidationResult) -> str:
         mark = (" <- picked" if i == result.chosen else "") + (
             " <- best measured" if i == result.best else ""
         )
-        bucket = format_bytes(r.bucket_bytes) if r.bucket_bytes else "per-tensor"
         interval = (
             f"{r.interval_low_s * 1e3:.2f}-{r.interval_high_s * 1e3:.2f}"
             if r.interval_low_s == r.interval_low_s
             else "-"
         )
         out.append(
-            f"  {r.label:<22} {r.workers:>7d} {r.ranks_per_node:>10d} {bucket:>10} "
+            f"  {r.label:<22} {r.workers:>7d} {r.ranks_per_node:>10d} {r.bucket_label:>{wb}} "
             f"{r.measured_s * 1e3:>12.3f} {r.spread_s * 1e3:>8.3f} {r.predicted_s * 1e3:>13.3f} "
             f"{interval:>17} {r.error * 100:>+6.1f}%{mark}"
         )
@@ -286,8 +286,8 @@ def format_table(result: ValidationResult) -> str:
         c, b = rows[result.chosen], rows[result.best]
         out.append(
             f"regret {result.regret * 100:.1f}%: the model picks {c.label} at {c.workers} workers, "
-            f"bucket {format_bytes(c.bucket_bytes)}; best measured per sample: {b.label} at "
-            f"{b.workers} workers, bucket {format_bytes(b.bucket_bytes)}"
+            f"bucket {c.bucket_label}; best measured per sample: {b.label} at "
+            f"{b.workers} workers, bucket {b.bucket_label}"
         )
         within = ", ".join(
             f"{n} workers {v * 100:.1f}%" for n, v in result.regret_by_workers.items()
@@ -422,9 +422,15 @@ def _run(args: argparse.Namespace) -> int:
                     if c.architecture == "ps"
                     else ""
                 )
+                same = m.record.get("same_buckets_at") or ()
+                same = (
+                    " (= " + ", ".join(format_bytes(b) if b else "per tensor" for b in same) + ")"
+                    if same
+                    else ""
+                )
                 print(
                     f"ddltune validate: {m.workers} worker(s) {what} bucket "
-                    f"{format_bytes(c.bucket_bytes)}: {m.time_s['p10'] * 1e3:.3f} ms p10, "
+                    f"{format_bytes(c.bucket_bytes)}{same}: {m.time_s['p10'] * 1e3:.3f} ms p10, "
                     f"{m.time_s['median'] * 1e3:.3f} ms median",
                     file=sys.stderr,
                     flush=True,

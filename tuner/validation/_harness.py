@@ -35,7 +35,7 @@ from calibration import RecordWriter, time_statistics
 from costmodel import Workload
 from launch import launch_local
 
-from ._train_worker import ARCHITECTURES, model_layers, model_spec
+from ._train_worker import ARCHITECTURES, bucket_indices, model_layers, model_spec
 
 __all__ = [
     "StepConfig",
@@ -47,6 +47,8 @@ __all__ = [
     "run_training",
     "measure_configurations",
     "launch_groups",
+    "program_key",
+    "same_programs",
 ]
 
 
@@ -121,6 +123,58 @@ def processes_needed(config: StepConfig, workers: int) -> int:
     if config.architecture == "ps" and not config.colocated:
         return workers + config.servers
     return workers
+
+
+def program_key(config: StepConfig, spec: dict | str) -> tuple:
+    """What decides the step program of a configuration: equal keys run the same program.
+
+    The architecture, its servers and their placement, the P2P exchange and
+    the gradient buckets the cap makes of the model's tensors
+    (:func:`tuner.validation._train_worker.bucket_indices`, DDP's rule). Two
+    caps that cut the tensors into the same buckets — for example 1.5 MiB and
+    16 MiB on a model with 77 KiB of gradients, one bucket either way — give
+    the same program and the same prediction.
+
+    Args:
+        config: a :class:`StepConfig`.
+        spec: the model (``"mlp"``, ``"cnn"`` or a spec dict).
+
+    Example:
+        >>> program_key(StepConfig("ring", 3 << 19), "cnn") == program_key(StepConfig("ring", 16 << 20), "cnn")
+        True
+        >>> program_key(StepConfig("ring", 0), "cnn") == program_key(StepConfig("ring", 16 << 20), "cnn")
+        False
+    """
+    leaf_bytes = [int(t["count"]) * 4 for t in model_layers(model_spec(spec))]
+    buckets = tuple(tuple(b) for b in bucket_indices(leaf_bytes, config.bucket_bytes))
+    exchange = config.p2p_exchange if config.architecture == "p2p" else ""
+    return (config.architecture, config.servers, config.colocated, exchange, buckets)
+
+
+def same_programs(
+    configs: Sequence[StepConfig], spec: dict | str
+) -> list[tuple[StepConfig, tuple[int, ...]]]:
+    """The configurations with one per program: ``(configuration, the other caps it stands for)``.
+
+    Of configurations that run the same program (:func:`program_key`), the one
+    with the largest bucket cap is kept, in the place of the first of them; the
+    others' caps (ascending) go with it. Measuring it once measures them all:
+    timing identical programs twice only adds noise between them.
+
+    Example:
+        >>> [(c.bucket_bytes, o) for c, o in same_programs(
+        ...     [StepConfig("ring", 0), StepConfig("ring", 3 << 19), StepConfig("ring", 16 << 20)], "cnn")]
+        [(0, ()), (16777216, (1572864,))]
+    """
+    groups: dict[tuple, list[StepConfig]] = {}
+    for c in configs:
+        groups.setdefault(program_key(c, spec), []).append(c)
+    out = []
+    for same in groups.values():
+        keep = max(same, key=lambda c: c.bucket_bytes)
+        others = sorted({c.bucket_bytes for c in same} - {keep.bucket_bytes})
+        out.append((keep, tuple(others)))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +327,7 @@ def run_training(
     on_spawn: Callable[[int, int], None] | None = None,
     emulate=None,
     node_ranks: int | None = None,
+    same_buckets_at: Sequence[Sequence[int]] | None = None,
 ) -> TrainingRun:
     """Train ``model`` with every configuration in one local multi-process launch.
 
@@ -311,6 +366,9 @@ def run_training(
             dividing the processes) for ``hierarchical`` and the records'
             ``ranks_per_node``, instead of grouping by host name (tests of the
             two-level exchange on one host); default: by host.
+        same_buckets_at: per configuration, the other bucket caps (bytes) that
+            make the same buckets (:func:`same_programs`); each step record
+            names them as ``same_buckets_at``. Default: none.
 
     Returns:
         A :class:`TrainingRun`.
@@ -339,7 +397,12 @@ def run_training(
               "return_params": bool(return_params), "source": source}  # fmt: skip
     if node_ranks is not None:
         config["node_ranks"] = node_ranks
-    receiver = _Receiver(configs, spec, writer, on_measurement, emulate)
+    if same_buckets_at is not None and len(same_buckets_at) != len(configs):
+        raise ValueError(
+            f"same_buckets_at needs one entry per configuration ({len(configs)}), "
+            f"got {len(same_buckets_at)}"
+        )
+    receiver = _Receiver(configs, spec, writer, on_measurement, emulate, same_buckets_at)
     t0 = time.monotonic()
     _launch_training(config, nproc, receiver.on_message, timeout_s, log_dir, on_spawn, emulate)
     if len(receiver.measurements) != len(configs):
@@ -393,8 +456,9 @@ class _Receiver:
     ``params``.
     """
 
-    def __init__(self, configs, spec: dict, writer, on_measurement, emulate=None):
+    def __init__(self, configs, spec: dict, writer, on_measurement, emulate=None, same=None):
         self.configs, self.spec, self.emulate = configs, spec, emulate
+        self.same = same
         self.writer, self.on_measurement = writer, on_measurement
         self.measurements: list[StepMeasurement] = []
         self.params: dict = {}
@@ -412,6 +476,8 @@ class _Receiver:
             rec = _step_record(msg, self.spec)
             if self.emulate is not None:
                 rec["emulated"] = self.emulate.provenance()
+            if self.same is not None and self.same[msg["config_index"]]:
+                rec["same_buckets_at"] = [int(b) for b in self.same[msg["config_index"]]]
             m = StepMeasurement(
                 self.configs[msg["config_index"]],
                 rec["workers"],
@@ -478,6 +544,9 @@ def measure_configurations(
     One launch per (worker count, process count): every configuration that
     runs on the same processes (all but dedicated parameter servers with
     different k) shares a launch, looping over bucket sizes and servers inside.
+    Configurations that run the same program (:func:`same_programs`: bucket
+    caps that make the same buckets) are measured once, at the largest cap;
+    its record names the others (``same_buckets_at``).
     The single-worker step (one process, no exchange: what the cost model's
     compute comes from) runs first and again last, on CPU like the
     multi-worker runs; its record pools both runs' samples, so that the
@@ -493,7 +562,8 @@ def measure_configurations(
         baseline: measure the single-worker step (before and after the others).
 
     Returns:
-        ``(baseline measurement or None, measurements)``.
+        ``(baseline measurement or None, measurements)``: one measurement
+        per program, so fewer than the configurations where caps coincide.
 
     Raises:
         ValueError: on a worker count < 2 or no configuration.
@@ -513,9 +583,11 @@ def measure_configurations(
     try:
         for n in workers:
             for group in launch_groups(configs, n):
+                kept = same_programs(group, model)
                 out += run_training(
-                    model, n, group, writer=writer, on_measurement=on_measurement, **timing
-                ).measurements
+                    model, n, [c for c, _ in kept], writer=writer, on_measurement=on_measurement,
+                    same_buckets_at=[o for _, o in kept], **timing,
+                ).measurements  # fmt: skip
     except BaseException:
         # A late failure keeps what it measured: the rows are in the file as they
         # finished; the baseline they need to be scored (--from) is added now.

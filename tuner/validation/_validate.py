@@ -50,6 +50,7 @@ from calibration import (
     fit_steps,
     run_architecture,
     step_record_run,
+    time_statistics,
 )
 from costmodel import (
     ClusterParams,
@@ -68,6 +69,7 @@ from ._harness import (
     measure_configurations,
     model_workload,
     processes_needed,
+    program_key,
 )
 from ._train_worker import ARCHITECTURES, model_spec
 
@@ -80,6 +82,7 @@ __all__ = [
     "regret",
     "check_validation_plan",
     "compare_steps",
+    "pool_same_programs",
     "validate",
     "seed_configurations",
     "seed_experiment",
@@ -100,6 +103,9 @@ class ValidationRow:
         interval_low_s, interval_high_s: the profile's 90% prediction
             interval, s (NaN when the profile has no uncertainty, e.g. bare
             parameters).
+        same_buckets_at: the other bucket caps, bytes, that make the same
+            buckets of this model: the same program, measured and scored as
+            this one row (:func:`compare_steps`).
     """
 
     architecture: str
@@ -115,6 +121,7 @@ class ValidationRow:
     predicted_s: float
     interval_low_s: float = float("nan")
     interval_high_s: float = float("nan")
+    same_buckets_at: tuple[int, ...] = ()
 
     @property
     def error(self) -> float:
@@ -128,9 +135,21 @@ class ValidationRow:
             return f"ps k={self.servers} ({'colocated' if self.colocated else 'dedicated'})"
         return self.architecture
 
+    @property
+    def bucket_label(self) -> str:
+        """The cap for tables: ``per tensor``, ``16 MiB``, ``16 MiB (= 1.5 MiB)``."""
+        text = "per tensor" if self.bucket_bytes == 0 else format_bytes(self.bucket_bytes)
+        if self.same_buckets_at:
+            same = ", ".join(
+                "per tensor" if b == 0 else format_bytes(b) for b in self.same_buckets_at
+            )
+            text += f" (= {same})"
+        return text
+
     def to_dict(self) -> dict:
         """JSON-ready: the configuration, ``measured_s``, ``predicted_s``, ``error``, ``spread_s``."""
         d = dataclasses.asdict(self)
+        d["same_buckets_at"] = list(self.same_buckets_at)
         d["error"] = self.error
         return d
 
@@ -140,7 +159,8 @@ class ValidationResult:
     """What :func:`compare_steps` and :func:`validate` return.
 
     Attributes:
-        rows: one :class:`ValidationRow` per configuration.
+        rows: one :class:`ValidationRow` per configuration; configurations
+            that run the same program are one row (:func:`compare_steps`).
         mape: mean absolute percentage error, a fraction.
         mape_by_workers: MAPE per worker count.
         kendall_tau: τ over the distinguishable pairs (NaN if none).
@@ -538,6 +558,12 @@ def compare_steps(
             steps the profile's interval carries those terms' prior (×3 on the
             communication), which is honest but no test of the model.
 
+    Configurations that run the same program — the same architecture,
+    servers, worker and process counts and place, whose bucket caps cut the
+    model's tensors into the same buckets (:func:`pool_same_programs`) — are
+    one row: the model predicts them alike, and scoring them apart would rank
+    noise between identical programs.
+
     Returns:
         A :class:`ValidationResult`.
 
@@ -565,6 +591,7 @@ def compare_steps(
         )
     if not rows_in:
         raise ValueError("no step record with workers ≥ 2 to compare")
+    rows_in = pool_same_programs(rows_in)
     models = {r["model"] for r in rows_in} | {base[-1]["model"]}
     if len(models) != 1:
         raise ValueError(f"records of several models ({', '.join(sorted(models))}); give one")
@@ -597,6 +624,7 @@ def compare_steps(
             float(p),
             float(lo),
             float(hi),
+            tuple(int(b) for b in r.get("same_buckets_at", ())),
         )
         for r, p, lo, hi in zip(rows_in, predicted, low, high, strict=True)
     ]
@@ -609,6 +637,70 @@ def compare_steps(
         step_fit=fit_mode,
         step_fit_note=_step_fit_note(fit_mode, prof, rows_in),
     )
+
+
+def pool_same_programs(records: Sequence[dict]) -> list[dict]:
+    """Step records of configurations that run the same program, pooled into one each.
+
+    Two records run the same program when their architecture, servers,
+    placement, P2P exchange, worker, process and per-node counts, batch,
+    emulated cluster and model match and their bucket caps make the same
+    buckets (:func:`tuner.validation.program_key`). The pooled record is the
+    one with the largest cap; its samples are all of theirs (each a separate
+    measurement: ``time_s`` recomputed over them, ``repeats`` summed) and
+    ``same_buckets_at`` names the other caps. A record whose configuration is
+    not one the harness runs is kept as it is. Order: where each program first
+    appears.
+
+    Args:
+        records: ``kind: "step"`` records with ``model_spec``.
+
+    Returns:
+        New list; records that pool nothing are returned unchanged (not copied).
+
+    Example:
+        >>> r = {"architecture": "ring", "workers": 2, "processes": 2, "batch_size": 8,
+        ...      "model_spec": {"model": "cnn"}, "samples_s": [1.0], "time_s": {}}
+        >>> [p["bucket_bytes"] for p in pool_same_programs(
+        ...     [r | {"bucket_bytes": 3 << 19}, r | {"bucket_bytes": 16 << 20}])]
+        [16777216]
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for i, r in enumerate(records):
+        try:
+            cfg = StepConfig(
+                r["architecture"], int(r.get("bucket_bytes", 0)), int(r.get("servers", 0)),
+                bool(r.get("colocated", False)), r.get("p2p_exchange", "all_to_all"),
+            )  # fmt: skip
+            key = (
+                program_key(cfg, r["model_spec"]),
+                int(r["workers"]),
+                int(r.get("processes", r["workers"])),
+                int(r.get("ranks_per_node", r["workers"])),
+                int(r["batch_size"]),
+                json.dumps(r.get("emulated"), sort_keys=True),
+                json.dumps(r["model_spec"], sort_keys=True),
+            )
+        except (KeyError, TypeError, ValueError):
+            key = ("as it is", i)
+        groups.setdefault(key, []).append(r)
+    out = []
+    for same in groups.values():
+        keep = max(same, key=lambda r: int(r.get("bucket_bytes", 0)))
+        if len(same) == 1:
+            out.append(keep)
+            continue
+        caps = {int(r.get("bucket_bytes", 0)) for r in same}
+        caps |= {int(b) for r in same for b in r.get("same_buckets_at", ())}
+        pooled = dict(keep)
+        pooled["same_buckets_at"] = sorted(caps - {int(keep.get("bucket_bytes", 0))})
+        if all(r.get("samples_s") for r in same):
+            samples = [float(t) for r in same for t in r["samples_s"]]
+            pooled["samples_s"] = samples
+            pooled["time_s"] = time_statistics(samples)
+            pooled["repeats"] = sum(int(r.get("repeats", 1)) for r in same)
+        out.append(pooled)
+    return out
 
 
 def _step_fit_note(mode: str, prof, rows_in: Sequence[dict]) -> str:
