@@ -349,3 +349,31 @@ def test_a_missing_or_folder_profile_names_the_option(command, tmp_path, capsys)
         err = capsys.readouterr().err
         assert code == 1 and err.count("\n") == 1
         assert err.startswith(f"ddltune {command}: error: --profile {bad}: {words}")
+
+
+def test_a_folder_given_for_a_file_names_the_files_in_it(tmp_path, capsys):
+    """A run folder given where a file belongs (`calibrate R`, `--profile R`, `validate
+    --from R`): the error names the files to give, the command's own kind first; an empty
+    folder says to give a file. From a trial where it said only "Is a directory"."""
+    from tuner.cli import main
+
+    run = tmp_path / "R"
+    run.mkdir()
+    for name in ("measurements.jsonl", "profile.json", "validation.jsonl", "report.md"):
+        (run / name).write_text("{}\n")
+    code = main(["calibrate", str(run), "-o", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"ddltune calibrate: error: {run}: Is a directory; give a file, for "
+                          f"example {run / 'measurements.jsonl'}, {run / 'profile.json'}, "
+                          f"{run / 'validation.jsonl'}\n"), err  # fmt: skip
+    assert "report.md" not in err and not (tmp_path / "p.json").exists()
+    code = main(["predict", "--profile", str(run), "--model", "resnet50", "--arch", "ring",
+                 "--workers", "4"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and f"Is a directory; give a file, for example {run / 'profile.json'}," in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code = main(["calibrate", str(empty), "-o", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.endswith("Is a directory; give a file, not a folder\n"), err

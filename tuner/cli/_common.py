@@ -371,6 +371,9 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
         code = 1
         if getattr(exc, "filename", None):
             msg = safe_text(f"{exc.filename}: {exc.strerror}")  # a name is the user's text
+            if isinstance(exc, IsADirectoryError):
+                first = {"calibrate": "measurements.jsonl", "validate": "validation.jsonl"}
+                msg += folder_hint(exc.filename, first.get(command, "profile.json"))
     else:
         code = 1
         msg = f"{type(exc).__name__}: {msg}"
@@ -401,7 +404,26 @@ def load_profile(path, option: str = "--profile"):
     try:
         return Profile.load(path)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
-        raise CLIError(safe_text(f"{option} {path}: {e.strerror}")) from None
+        hint = folder_hint(path, "profile.json") if isinstance(e, IsADirectoryError) else ""
+        raise CLIError(safe_text(f"{option} {path}: {e.strerror}") + hint) from None
+
+
+def folder_hint(path, first: str = "") -> str:
+    """What to give instead of a folder: ``"; give a file, for example R/profile.json, R/…"``
+    (its JSON and JSON Lines files, at most three, the one named ``first`` before the
+    others), or ``"; give a file, not a folder"`` where it has none."""
+    import glob
+
+    try:
+        names = sorted(glob.glob(os.path.join(glob.escape(str(path)), "*.json*")))
+    except OSError:
+        names = []
+    names = [n for n in names if n.endswith((".json", ".jsonl")) and os.path.isfile(n)]
+    names.sort(key=lambda n: os.path.basename(n) != first)  # stable: the rest stay sorted
+    if not names:
+        return "; give a file, not a folder"
+    more = ", …" if len(names) > 3 else ""
+    return "; give a file, for example " + ", ".join(safe_text(n) for n in names[:3]) + more
 
 
 def print_json(doc) -> None:
