@@ -809,6 +809,14 @@ def _check_header(doc) -> None:
     if not isinstance(doc, dict):
         raise ValueError(f"expected a JSON object (a ddltune profile), got {type(doc).__name__}")
     if doc.get("kind") != PROFILE_KIND and "schema" not in doc:
+        if "iteration_time_s" in doc and "architecture" in doc:
+            inputs = doc.get("inputs") if isinstance(doc.get("inputs"), dict) else {}
+            prof = inputs.get("profile")
+            raise ValueError(
+                "this is a recommendation ('ddltune run' writes it, as 'recommend --json' "
+                "prints it), not a profile"
+                + (f"; the profile it came from: {prof}" if isinstance(prof, str) else "")
+            )
         raise ValueError("not a ddltune profile (no 'schema' and 'kind' keys)")
     if doc.get("schema") != PROFILE_SCHEMA_VERSION:
         raise ValueError(

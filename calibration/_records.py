@@ -365,8 +365,12 @@ MISSING = _Missing()
 
 def _short(v) -> str:
     """``repr(v)`` cut to 40 characters (a 10^308 integer has 309 digits); a missing field reads
-    "nothing (the field is missing)", a JSON ``null`` reads null (not Python's None)."""
+    "nothing (the field is missing)", a JSON ``null`` reads null (not Python's None), and
+    true/false, lists and objects read as JSON (``[true]``, not ``[True]``)."""
     r = "null" if v is None else repr(v)
+    if isinstance(v, bool | list | dict):  # as the file spells it: true, [1, true], {"a": 1}
+        with contextlib.suppress(TypeError, ValueError):
+            r = json.dumps(v)
     return r if len(r) <= 40 else f"{r[:20]}…({len(r)} characters)"
 
 
@@ -450,6 +454,18 @@ def _precheck(fh, path: Path) -> None:
             "this is a ddltune profile (the output of 'ddltune calibrate'), not measurements: "
             "give it as --profile to recommend, predict or report; calibrate reads the "
             "JSON Lines records that 'ddltune collect' or 'ddltune import-nccl-tests' write",
+        )
+    if stripped.split(b"\n", 1)[0].strip() == b"{":  # a record's line is the whole record
+        what = (
+            "a recommendation ('ddltune run' writes it, as 'recommend --json' prints it)"
+            if b'"iteration_time_s"' in head
+            else "one JSON document over several lines"
+        )
+        raise InputFileError(
+            str(path),
+            None,
+            f"this is {what}, not JSON Lines measurement records (one record per line, as "
+            "'ddltune collect' and 'ddltune import-nccl-tests' write them)",
         )
     if stripped and not stripped.startswith(b"{"):
         line = head[: head.find(stripped[:1])].count(b"\n") + 1

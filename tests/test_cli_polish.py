@@ -352,28 +352,48 @@ def test_a_missing_or_folder_profile_names_the_option(command, tmp_path, capsys)
 
 
 def test_a_folder_given_for_a_file_names_the_files_in_it(tmp_path, capsys):
-    """A run folder given where a file belongs (`calibrate R`, `--profile R`, `validate
-    --from R`): the error names the files to give, the command's own kind first; an empty
-    folder says to give a file. From a trial where it said only "Is a directory"."""
+    """A run folder given where a file belongs (`calibrate R`, `--profile R`): the error
+    names the files of the kind the command reads (records for calibrate, profiles for
+    --profile), the usual one first; a folder without one says to give a file. From two
+    trials: it said only "Is a directory", then it offered recommendation.json to calibrate."""
     from tuner.cli import main
 
     run = tmp_path / "R"
     run.mkdir()
-    for name in ("measurements.jsonl", "profile.json", "validation.jsonl", "report.md"):
+    Profile.from_preset("ethernet-10g", "cpu").save(run / "profile.json")
+    for name in ("validation.jsonl", "measurements.jsonl", "report.md"):
         (run / name).write_text("{}\n")
+    (run / "recommendation.json").write_text(
+        '{\n  "architecture": "ring",\n  "iteration_time_s": 1\n}\n'
+    )
     code = main(["calibrate", str(run), "-o", str(tmp_path / "p.json")])
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1
-    assert err.startswith(f"ddltune calibrate: error: {run}: Is a directory; give a file, for "
-                          f"example {run / 'measurements.jsonl'}, {run / 'profile.json'}, "
-                          f"{run / 'validation.jsonl'}\n"), err  # fmt: skip
-    assert "report.md" not in err and not (tmp_path / "p.json").exists()
+    assert err == (f"ddltune calibrate: error: {run}: Is a directory; give a file, for example "
+                   f"{run / 'measurements.jsonl'}, {run / 'validation.jsonl'}\n"), err  # fmt: skip
+    assert not (tmp_path / "p.json").exists()
     code = main(["predict", "--profile", str(run), "--model", "resnet50", "--arch", "ring",
                  "--workers", "4"])  # fmt: skip
     err = capsys.readouterr().err
-    assert code == 1 and f"Is a directory; give a file, for example {run / 'profile.json'}," in err
+    assert code == 1 and err.endswith(
+        f"Is a directory; give a file, for example {run / 'profile.json'}\n"
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
     code = main(["calibrate", str(empty), "-o", str(tmp_path / "p.json")])
     err = capsys.readouterr().err
     assert code == 1 and err.endswith("Is a directory; give a file, not a folder\n"), err
+    # the files it does not name say what they are where they are given
+    code = main(["calibrate", str(run / "recommendation.json"), "-o", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert code == 1 and "this is a recommendation" in err and "not JSON Lines" in err, err
+    assert "cut short" not in err
+    code = main(["predict", "--profile", str(run / "recommendation.json"), "--model", "resnet50",
+                 "--arch", "ring", "--workers", "4"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and "this is a recommendation" in err and "not a profile" in err, err
+    pretty = tmp_path / "pretty.jsonl"
+    pretty.write_text('{\n  "kind": "collective"\n}\n')
+    code = main(["calibrate", str(pretty), "-o", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert code == 1 and "one JSON document over several lines, not JSON Lines" in err, err

@@ -638,6 +638,8 @@ def test_cli_a_bad_emulated_provenance_names_file_line_and_field(tmp_path, capsy
          "processes: 2, but 2 workers and 1 dedicated server run 3"),
         ({"same_buckets_at": [-1]},
          "'same_buckets_at' must be a list of integers in [0, 2^50] B, got [-1]"),
+        ({"same_buckets_at": [True]},  # as the file spells it, not Python's True
+         "'same_buckets_at' must be a list of integers in [0, 2^50] B, got [true]"),
     ],
 )  # fmt: skip
 def test_cli_an_inconsistent_step_record_names_file_line_and_field(tmp_path, capsys, change, words):

@@ -373,7 +373,8 @@ def fail(exc: BaseException, *, command: str, debug: bool) -> int:
             msg = safe_text(f"{exc.filename}: {exc.strerror}")  # a name is the user's text
             if isinstance(exc, IsADirectoryError):
                 first = {"calibrate": "measurements.jsonl", "validate": "validation.jsonl"}
-                msg += folder_hint(exc.filename, first.get(command, "profile.json"))
+                want = "records" if command in first else ""
+                msg += folder_hint(exc.filename, want, first.get(command, ""))
     else:
         code = 1
         msg = f"{type(exc).__name__}: {msg}"
@@ -404,26 +405,47 @@ def load_profile(path, option: str = "--profile"):
     try:
         return Profile.load(path)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
-        hint = folder_hint(path, "profile.json") if isinstance(e, IsADirectoryError) else ""
+        hint = folder_hint(path, "profile") if isinstance(e, IsADirectoryError) else ""
         raise CLIError(safe_text(f"{option} {path}: {e.strerror}") + hint) from None
 
 
-def folder_hint(path, first: str = "") -> str:
-    """What to give instead of a folder: ``"; give a file, for example R/profile.json, R/…"``
-    (its JSON and JSON Lines files, at most three, the one named ``first`` before the
-    others), or ``"; give a file, not a folder"`` where it has none."""
+def folder_hint(path, want: str = "", first: str = "") -> str:
+    """What to give instead of a folder: ``"; give a file, for example R/profile.json"``.
+
+    Args:
+        path: the folder.
+        want: ``"profile"`` (its JSON files that are ddltune profiles),
+            ``"records"`` (its JSON Lines files) or ``""`` (both kinds of file).
+        first: a file name to list before the others (sorted by name).
+
+    Returns:
+        The hint: at most three files, or ``"; give a file, not a folder"`` where
+        the folder has none of the kind.
+    """
     import glob
 
     try:
         names = sorted(glob.glob(os.path.join(glob.escape(str(path)), "*.json*")))
     except OSError:
         names = []
-    names = [n for n in names if n.endswith((".json", ".jsonl")) and os.path.isfile(n)]
+    ends = {"profile": (".json",), "records": (".jsonl",)}.get(want, (".json", ".jsonl"))
+    names = [n for n in names if n.endswith(ends) and os.path.isfile(n)]
+    if want == "profile":  # a profile says so at its top: {"schema": 1, "kind": "ddltune-profile"
+        names = [n for n in names if b"ddltune-profile" in _head(n)]
     names.sort(key=lambda n: os.path.basename(n) != first)  # stable: the rest stay sorted
     if not names:
         return "; give a file, not a folder"
     more = ", …" if len(names) > 3 else ""
     return "; give a file, for example " + ", ".join(safe_text(n) for n in names[:3]) + more
+
+
+def _head(path, size: int = 512) -> bytes:
+    """The first ``size`` bytes of a file (b"" where it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError:
+        return b""
 
 
 def print_json(doc) -> None:
