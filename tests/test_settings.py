@@ -219,7 +219,11 @@ def test_ddp_bucket_cap_mb_is_mib_and_gives_back_the_bytes(bucket):
 
 def test_ddp_snippet_is_python_with_documented_keywords_only():
     for arch in ("ring", "tree", "hierarchical", "zero1"):
-        snippet = framework_settings(_cfg(arch))["pytorch_ddp"]["snippet"]
+        ddp = framework_settings(_cfg(arch))["pytorch_ddp"]
+        snippet = ddp["snippet"]
+        # the first bucket is said once, in the notes (the snippet repeated it in short)
+        assert "first bucket" not in snippet
+        assert sum("first bucket" in n for n in ddp["notes"]) == 1, ddp["notes"]
         code = "\n".join(
             line for line in snippet.splitlines() if not line.startswith(("#", "export"))
         )
@@ -275,6 +279,10 @@ def test_horovod_cycle_time_when_backward_fills_a_bucket_slower_than_the_default
     hvd = framework_settings(_cfg("ring", 2**30, backward_s=0.2), w)["horovod"]
     assert hvd["cycle_time_ms"] == 10.0
     assert any("about 4.87 MiB" in n for n in hvd["notes"]), hvd["notes"]
+    # and reads as the consequence it is, with the cycle that would fill the buckets
+    # (a new user read "less than the threshold the prediction assumed" as a contradiction)
+    note = next(n for n in hvd["notes"] if "about 4.87 MiB" in n)
+    assert "not the 1 GiB buckets predicted" in note and "--cycle-time-ms 200 " in note, note
 
 
 @pytest.mark.parametrize(

@@ -343,9 +343,6 @@ def _pytorch_ddp(c: _Plain) -> dict:
         out["comm_hook"] = f"torch.distributed.algorithms.ddp_comm_hooks.default_hooks.{hook}"
     if "optimizer" in out:
         lines.append(f"optimizer = {out['optimizer']}")
-    lines.append(
-        f"# first bucket: the cap on PyTorch >= 2.4 ({format_bytes(DDP_FIRST_BUCKET_BYTES)} before)"
-    )
     K = c.accumulation
     if K > 1:
         out["accumulation"] = {"no_sync_micro_batches": K - 1, "micro_batches": K}
@@ -395,10 +392,13 @@ def _horovod(c: _Plain) -> dict:
             if fill_ms > HOROVOD_MAX_CYCLE_TIME_MS:
                 per_cycle = c.grad_bytes * HOROVOD_MAX_CYCLE_TIME_MS / (1e3 * c.backward_s)
                 note += (
-                    f", more than the {HOROVOD_MAX_CYCLE_TIME_MS:g} ms we set at most (a ready "
-                    "tensor waits up to one cycle): a fused message holds what backward "
-                    f"produces in {cycle:g} ms, about {format_bytes(per_cycle)}, less than the "
-                    "threshold the prediction assumed"
+                    f". We set at most {HOROVOD_MAX_CYCLE_TIME_MS:g} ms, because a ready tensor "
+                    f"waits up to one cycle. So Horovod will send messages of about "
+                    f"{format_bytes(per_cycle)}, what backward produces in {cycle:g} ms, not "
+                    f"the {format_bytes(c.bucket)} buckets predicted; expect more, smaller "
+                    "all-reduces and a somewhat slower step than predicted "
+                    f"(--cycle-time-ms {fill_ms:.3g} would fill the buckets, and each would "
+                    "wait up to that long)"
                 )
             else:
                 note += (
