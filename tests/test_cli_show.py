@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from calibration import RecordWriter, import_nccl_tests, provenance, time_statistics
+from calibration import Profile, RecordWriter, import_nccl_tests, provenance, time_statistics
+from costmodel import format_seconds
 from tuner.cli import main
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
@@ -114,10 +115,10 @@ def test_show_imported_nccl_tests(tmp_path, capsys):
         ("<!DOCTYPE html>\n<html><td>busbw</td></html>\n", "this is an HTML page"),
         # report.md, which says busbw too, was sent to import-nccl-tests, which refused it
         ("# ddltune report: resnet50\n\n| busbw |\n", "this is a ddltune report (Markdown)"),
+        # a recommendation (shown since; see below) without what recommend writes
         (
-            '{"architecture": "ring", "iteration_time_s": 1.0, "inputs": {"profile": "d/p.json"}}',
-            "this is a recommendation ('ddltune run' writes it, as 'recommend --json' prints "
-            "it), not a profile or measurement records; its profile: ddltune show d/p.json",
+            '{"architecture": "ring", "label": "ring", "iteration_time_s": 1.0, "bucket_bytes": 0}',
+            "'workers' must be an integer ≥ 1, got 'nothing'",
         ),
     ],
 )
@@ -393,3 +394,34 @@ def test_show_prints_the_profiles_notes(tmp_path, capsys):
     path.write_text(json.dumps({**doc, "notes": ["the fit does not follow 1 measured point"]}))
     assert main(["show", str(path)]) == 0
     assert "note: the fit does not follow 1 measured point" in capsys.readouterr().out
+
+
+def test_show_a_recommendation_and_the_folder_names_it(tmp_path, capsys):
+    """`show recommendation.json` (a new user's trial: no command showed the run's
+    recommendation again, and show refused the file) prints the configuration, its step
+    with the 90% interval, why, the runners-up and the warnings; --json gives the file's
+    fields back; a run folder's summary names it among the folder's other files."""
+    argv = ["recommend", "--preset", "ethernet-10g", "--device", "v100", "--model", "resnet50",
+            "--max-workers", "8", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    run = tmp_path / "R"
+    run.mkdir()
+    (run / "recommendation.json").write_text(json.dumps(doc))
+    assert main(["show", str(run / "recommendation.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == doc["message"]
+    lo, hi = doc["interval_s"]
+    assert f"step {format_seconds(doc['iteration_time_s'])} (90%: {format_seconds(lo)} – " \
+           f"{format_seconds(hi)})" in out  # fmt: skip
+    assert f"why: {doc['rationale']}" in out and "runners-up:" in out
+    assert doc["alternatives"][0]["label"] in out.split("runners-up:")[1]
+    assert main(["show", str(run / "recommendation.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] == doc["iteration_time_s"]
+    # the folder: its profile first where it has one, the recommendation named after it
+    Profile.from_preset("ethernet-10g", "cpu").save(run / "profile.json")
+    assert main(["show", str(run)]) == 0
+    assert f"ddltune show {run / 'recommendation.json'}" in capsys.readouterr().out
+    (run / "profile.json").unlink()
+    assert main(["show", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == doc["message"]

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from costmodel import InputFileError, format_bytes, format_seconds
 
+from .._format import format_percent
 from ._calibrate import step_interval_text, step_residual_half_width
 from ._common import CLIError, print_json, safe_tree
 
 NAME = "show"
-HELP = "summarise a measurement file (.jsonl) or a profile (.json)"
+HELP = "summarise a measurement file (.jsonl), a profile or a recommendation (.json)"
 DESCRIPTION = """\
 Print what a file holds, in words and tables.
 
@@ -30,9 +31,13 @@ data identified each, the fit errors per series (training and held out),
 whether the profile is reliable enough to recommend from, and the measured
 ranges beyond which predictions extrapolate.
 
+A recommendation (recommendation.json from 'ddltune run', or what
+'ddltune recommend --json' prints): the configuration, its step time with the
+90% interval, throughput, memory, why, the runners-up and the warnings.
+
 A ddltune folder (from 'ddltune run' or 'ddltune report'): its profile.json,
-else its measurements.jsonl, else its validation.jsonl, with the commands that
-show the others.
+else its recommendation.json, measurements.jsonl or validation.jsonl, with the
+commands that show the others.
 
 The kind of file is recognised from its content, not its name."""
 EPILOG = """\
@@ -83,10 +88,12 @@ def _load_json(path: Path):
 
 
 def detect_kind(path: Path) -> str:
-    """``"profile"`` or ``"measurements"`` from the file's content.
+    """``"profile"``, ``"recommendation"`` or ``"measurements"`` from the file's content.
 
     A profile is one JSON object (over any number of lines) with a ``params``
-    key; a measurement file has one JSON object per line.
+    key; a recommendation (``recommendation.json``, ``recommend --json``) one
+    with ``iteration_time_s`` and ``architecture``; a measurement file has one
+    JSON object per line.
 
     Raises:
         FileNotFoundError, IsADirectoryError: as ``open``.
@@ -108,15 +115,7 @@ def detect_kind(path: Path) -> str:
         if "kind" in doc or "time_s" in doc:
             return "measurements"  # a one-record measurement file: the reader validates it
         if "iteration_time_s" in doc and "architecture" in doc:
-            inputs = doc.get("inputs") if isinstance(doc.get("inputs"), dict) else {}
-            prof = inputs.get("profile")
-            raise InputFileError(
-                str(path),
-                None,
-                "this is a recommendation ('ddltune run' writes it, as 'recommend --json' "
-                "prints it), not a profile or measurement records"
-                + (f"; its profile: ddltune show {prof}" if isinstance(prof, str) else ""),
-            )
+            return "recommendation"
         raise InputFileError(
             str(path),
             None,
@@ -394,7 +393,99 @@ def _print_profile(s: dict) -> None:
 
 
 #: A ddltune folder's files, in the order ``show FOLDER`` reads them: the profile first.
-_FOLDER_FILES = ("profile.json", "measurements.jsonl", "validation.jsonl")
+def summarize_recommendation(path: Path) -> dict:
+    """The recommendation a file holds (``recommendation.json``, ``recommend --json``), checked.
+
+    Returns:
+        The document's fields (as written), for :func:`_print_recommendation` and ``--json``.
+
+    Raises:
+        InputFileError: naming the file and the field that is missing or not what
+            ``ddltune recommend`` writes.
+    """
+    doc = _load_json(path)
+
+    def need(key, ok, what):
+        if not ok(doc.get(key)):
+            raise InputFileError(
+                str(path), None, f"'{key}' must be {what}, got {doc.get(key, 'nothing')!r}"
+            )
+
+    def number(v):
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+    need("label", lambda v: isinstance(v, str), "the architecture's name")
+    need("workers", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1")
+    need("iteration_time_s", lambda v: number(v) and v > 0, "a time > 0 s")
+    need("bucket_bytes", lambda v: number(v) and v >= 0, "bytes ≥ 0")
+    return doc
+
+
+def _print_recommendation(s: dict) -> None:
+    def num(key):
+        v = s.get(key)
+        return (
+            v
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            else None
+        )
+
+    def bucket(b) -> str:
+        return "per tensor" if not b else format_bytes(b)
+
+    print(s.get("message") or f"recommended: {s['label']}, {s['workers']} workers")
+    lo_hi = s.get("interval_s")
+    band = (
+        f" (90%: {format_seconds(lo_hi[0])} – {format_seconds(lo_hi[1])})"
+        if isinstance(lo_hi, list)
+        and len(lo_hi) == 2
+        and all(isinstance(x, int | float) for x in lo_hi)
+        else ""
+    )
+    parts = [f"step {format_seconds(s['iteration_time_s'])}{band}"]
+    if num("throughput_samples_per_s") is not None:
+        parts.append(f"{num('throughput_samples_per_s'):,.1f} samples/s")
+    if num("scaling_efficiency") is not None:
+        parts.append(f"scaling efficiency {format_percent(num('scaling_efficiency'))}")
+    print("  " + "; ".join(parts))
+    more = []
+    if num("memory_bytes_per_rank") is not None:
+        more.append(f"memory per rank {format_bytes(num('memory_bytes_per_rank'))}")
+    if num("p_best") is not None:
+        more.append(f"chance it is the best of those compared {format_percent(num('p_best'), 0)}")
+    if more:
+        print("  " + "; ".join(more))
+    w = s.get("workload") if isinstance(s.get("workload"), dict) else {}
+    if w.get("name"):
+        print(f"  workload: {w['name']}, batch {w.get('batch_size', '?')} per worker"
+              + (f", {format_bytes(w['gradient_bytes'])} of gradients"
+                 if isinstance(w.get("gradient_bytes"), int | float) else ""))  # fmt: skip
+    reliable = s.get("reliable")
+    inputs = s.get("inputs") if isinstance(s.get("inputs"), dict) else {}
+    if isinstance(inputs.get("profile"), str):
+        print(f"  from the profile {inputs['profile']}"
+              + (" (UNRELIABLE: forced)" if reliable is False else ""))  # fmt: skip
+    if isinstance(s.get("rationale"), str):
+        print(f"\nwhy: {s['rationale']}")
+    alts = [a for a in s.get("alternatives") or [] if isinstance(a, dict)]
+    rows = []
+    for a in alts[:5]:
+        t = a.get("iteration_time_s")
+        rows.append([str(a.get("label", "?")), str(a.get("workers", "?")),
+                     bucket(a.get("bucket_bytes")),
+                     format_seconds(t) if isinstance(t, int | float) else "—"])  # fmt: skip
+    if rows:
+        print("\nrunners-up:")
+        for line in _table(["architecture", "workers", "bucket", "step"], rows):
+            print("  " + line)
+    warns = [w for w in s.get("warnings") or [] if isinstance(w, str)]
+    if warns:
+        print("\nwarnings:")
+        for x in warns:
+            print(f"  - {x}")
+
+
+_FOLDER_FILES = ("profile.json", "recommendation.json", "measurements.jsonl", "validation.jsonl")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -416,12 +507,16 @@ def run(args: argparse.Namespace) -> int:
     kind = detect_kind(path)
     if kind == "profile":
         summary = summarize_profile(path)
+    elif kind == "recommendation":
+        summary = summarize_recommendation(path)
     else:
         summary = summarize_measurements(path)  # InputFileError: file and line
     if args.json:
         print_json(summary)  # JSON escapes control characters itself (\u001b)
     elif kind == "profile":
         _print_profile(safe_tree(summary))
+    elif kind == "recommendation":
+        _print_recommendation(safe_tree(summary))
     else:
         _print_measurements(safe_tree(summary))
     if others and not args.json:
