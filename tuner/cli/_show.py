@@ -10,7 +10,6 @@ from pathlib import Path
 
 from costmodel import InputFileError, format_bytes, format_seconds
 
-from .._format import format_percent
 from ._calibrate import step_interval_text, step_residual_half_width
 from ._common import CLIError, print_json, safe_tree
 
@@ -422,6 +421,8 @@ def summarize_recommendation(path: Path) -> dict:
 
 
 def _print_recommendation(s: dict) -> None:
+    from tuner import format_percent  # here, not at the top: building the parser stays light
+
     def num(key):
         v = s.get(key)
         return (
