@@ -42,7 +42,13 @@ import numpy as np
 from costmodel import ClusterParams, InputFileError, preset
 
 from ._layout import STEPS_ONLY_LEAVES, ParamLayout, apply_transform
-from ._records import atomic_write_text, package_versions, utc_timestamp
+from ._records import (
+    RECOMMENDATION_WORDS,
+    atomic_write_text,
+    is_recommendation,
+    package_versions,
+    utc_timestamp,
+)
 from ._validation import RELIABLE_P90_LIMIT
 
 __all__ = ["Profile", "PROFILE_SCHEMA_VERSION", "PROFILE_KIND", "PRESET_FLOPS_SD", "preset_sd"]
@@ -809,12 +815,11 @@ def _check_header(doc) -> None:
     if not isinstance(doc, dict):
         raise ValueError(f"expected a JSON object (a ddltune profile), got {type(doc).__name__}")
     if doc.get("kind") != PROFILE_KIND and "schema" not in doc:
-        if "iteration_time_s" in doc and "architecture" in doc:
+        if is_recommendation(doc):
             inputs = doc.get("inputs") if isinstance(doc.get("inputs"), dict) else {}
             prof = inputs.get("profile")
             raise ValueError(
-                "this is a recommendation ('ddltune run' writes it, as 'recommend --json' "
-                "prints it), not a profile"
+                f"this is {RECOMMENDATION_WORDS}, not a profile"
                 + (f"; the profile it came from: {prof}" if isinstance(prof, str) else "")
             )
         raise ValueError("not a ddltune profile (no 'schema' and 'kind' keys)")

@@ -70,6 +70,8 @@ from costmodel import ALL_REDUCE_ALGORITHMS, ARCHITECTURE_NAMES, COLLECTIVE_NAME
 from ._output import OutputPathError, _fsync_dir, check_output_file
 
 __all__ = [
+    "RECOMMENDATION_WORDS",
+    "is_recommendation",
     "SCHEMA_VERSION",
     "KINDS",
     "TIME_STATISTICS",
@@ -353,6 +355,16 @@ def _check_step(rec: dict) -> None:
         )
 
 
+#: What ddltune calls a recommendation file given where another kind of file belongs.
+RECOMMENDATION_WORDS = "a recommendation ('ddltune run' writes it, as 'recommend --json' prints it)"
+
+
+def is_recommendation(doc) -> bool:
+    """Whether a JSON document is a recommendation (``recommendation.json``, ``recommend --json``):
+    an object with ``iteration_time_s`` and ``architecture``."""
+    return isinstance(doc, dict) and "iteration_time_s" in doc and "architecture" in doc
+
+
 class _Missing:
     """The value of a field the record lacks (``rec.get(key, MISSING)``)."""
 
@@ -457,8 +469,8 @@ def _precheck(fh, path: Path) -> None:
         )
     if stripped.split(b"\n", 1)[0].strip() == b"{":  # a record's line is the whole record
         what = (
-            "a recommendation ('ddltune run' writes it, as 'recommend --json' prints it)"
-            if b'"iteration_time_s"' in head
+            RECOMMENDATION_WORDS
+            if b'"iteration_time_s"' in head  # is_recommendation, from the head alone
             else "one JSON document over several lines"
         )
         raise InputFileError(

@@ -98,6 +98,8 @@ def detect_kind(path: Path) -> str:
         FileNotFoundError, IsADirectoryError: as ``open``.
         InputFileError: empty file, or neither kind.
     """
+    from calibration import is_recommendation
+
     with open(path, "rb") as fh:  # decide on the head: a junk file fails at once
         head = fh.read(_HEAD_BYTES)
     if not head.strip():
@@ -113,7 +115,7 @@ def detect_kind(path: Path) -> str:
             return "profile"
         if "kind" in doc or "time_s" in doc:
             return "measurements"  # a one-record measurement file: the reader validates it
-        if "iteration_time_s" in doc and "architecture" in doc:
+        if is_recommendation(doc):
             return "recommendation"
         raise InputFileError(
             str(path),
@@ -391,7 +393,11 @@ def _print_profile(s: dict) -> None:
 # --------------------------------------------------------------------------- run
 
 
-#: A ddltune folder's files, in the order ``show FOLDER`` reads them: the profile first.
+def _number(v) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def summarize_recommendation(path: Path) -> dict:
     """The recommendation a file holds (``recommendation.json``, ``recommend --json``), checked.
 
@@ -410,29 +416,20 @@ def summarize_recommendation(path: Path) -> dict:
                 str(path), None, f"'{key}' must be {what}, got {doc.get(key, 'nothing')!r}"
             )
 
-    def number(v):
-        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
     need("label", lambda v: isinstance(v, str), "the architecture's name")
     need("workers", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1")
-    need("iteration_time_s", lambda v: number(v) and v > 0, "a time > 0 s")
-    need("bucket_bytes", lambda v: number(v) and v >= 0, "bytes ≥ 0")
+    need("iteration_time_s", lambda v: _number(v) and v > 0, "a time > 0 s")
+    need("bucket_bytes", lambda v: _number(v) and v >= 0, "bytes ≥ 0")
     return doc
 
 
 def _print_recommendation(s: dict) -> None:
     from tuner import format_percent  # here, not at the top: building the parser stays light
+    from tuner.validation import bucket_text
 
     def num(key):
         v = s.get(key)
-        return (
-            v
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            else None
-        )
-
-    def bucket(b) -> str:
-        return "per tensor" if not b else format_bytes(b)
+        return v if _number(v) else None
 
     print(s.get("message") or f"recommended: {s['label']}, {s['workers']} workers")
     lo_hi = s.get("interval_s")
@@ -473,7 +470,7 @@ def _print_recommendation(s: dict) -> None:
     for a in alts[:5]:
         t = a.get("iteration_time_s")
         rows.append([str(a.get("label", "?")), str(a.get("workers", "?")),
-                     bucket(a.get("bucket_bytes")),
+                     bucket_text(a["bucket_bytes"]) if _number(a.get("bucket_bytes")) else "—",
                      format_seconds(t) if isinstance(t, int | float) else "—"])  # fmt: skip
     if rows:
         print("\nrunners-up:")
@@ -486,6 +483,7 @@ def _print_recommendation(s: dict) -> None:
             print(f"  - {x}")
 
 
+#: A ddltune folder's files, in the order ``show FOLDER`` reads them: the profile first.
 _FOLDER_FILES = ("profile.json", "recommendation.json", "measurements.jsonl", "validation.jsonl")
 
 

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from costmodel import format_bytes, format_choices
+from costmodel import format_choices
 
 from ..validation import DEFAULT_VALIDATE_BUCKETS
 from ._common import (
@@ -415,6 +415,8 @@ def _run(args: argparse.Namespace) -> int:
         progress = not args.no_progress
 
         def show(m) -> None:
+            from tuner.validation import bucket_text
+
             if progress:
                 c = m.config
                 what = c.architecture + (
@@ -422,15 +424,10 @@ def _run(args: argparse.Namespace) -> int:
                     if c.architecture == "ps"
                     else ""
                 )
-                same = m.record.get("same_buckets_at") or ()
-                same = (
-                    " (= " + ", ".join(format_bytes(b) if b else "per tensor" for b in same) + ")"
-                    if same
-                    else ""
-                )
+                bucket = bucket_text(c.bucket_bytes, m.record.get("same_buckets_at") or ())
                 print(
                     f"ddltune validate: {m.workers} worker(s) {what} bucket "
-                    f"{format_bytes(c.bucket_bytes)}{same}: {m.time_s['p10'] * 1e3:.3f} ms p10, "
+                    f"{bucket}: {m.time_s['p10'] * 1e3:.3f} ms p10, "
                     f"{m.time_s['median'] * 1e3:.3f} ms median",
                     file=sys.stderr,
                     flush=True,

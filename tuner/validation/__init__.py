@@ -29,6 +29,7 @@ _EXPORTS = {
     "DEFAULT_VALIDATE_BUCKETS": ".._defaults",
     "ValidationResult": "._validate",
     "ValidationRow": "._validate",
+    "bucket_text": "._validate",
     "check_validation_plan": "._validate",
     "can_fit_step_records": "._validate",
     "compare_steps": "._validate",

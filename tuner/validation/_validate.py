@@ -74,6 +74,7 @@ from ._harness import (
 from ._train_worker import ARCHITECTURES, model_spec
 
 __all__ = [
+    "bucket_text",
     "ValidationRow",
     "ValidationResult",
     "load_params",
@@ -88,6 +89,22 @@ __all__ = [
     "seed_experiment",
     "DEFAULT_VALIDATE_BUCKETS",
 ]
+
+
+def bucket_text(bucket_bytes: int, same_buckets_at: Sequence[int] = ()) -> str:
+    """A bucket cap for people: ``per tensor`` (0), ``16 MiB``, and the caps that make the
+    same buckets, ``16 MiB (= 1.5 MiB)``.
+
+    Example:
+        >>> bucket_text(16 << 20, [0, 3 << 19])
+        '16 MiB (= per tensor, 1.5 MiB)'
+    """
+
+    def one(b) -> str:
+        return "per tensor" if b == 0 else format_bytes(b)
+
+    same = ", ".join(one(b) for b in same_buckets_at)
+    return one(bucket_bytes) + (f" (= {same})" if same else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,14 +154,8 @@ class ValidationRow:
 
     @property
     def bucket_label(self) -> str:
-        """The cap for tables: ``per tensor``, ``16 MiB``, ``16 MiB (= 1.5 MiB)``."""
-        text = "per tensor" if self.bucket_bytes == 0 else format_bytes(self.bucket_bytes)
-        if self.same_buckets_at:
-            same = ", ".join(
-                "per tensor" if b == 0 else format_bytes(b) for b in self.same_buckets_at
-            )
-            text += f" (= {same})"
-        return text
+        """The cap for tables: ``per tensor``, ``16 MiB``, ``16 MiB (= 1.5 MiB)`` (:func:`bucket_text`)."""
+        return bucket_text(self.bucket_bytes, self.same_buckets_at)
 
     def to_dict(self) -> dict:
         """JSON-ready: the configuration, ``measured_s``, ``predicted_s``, ``error``, ``spread_s``."""
