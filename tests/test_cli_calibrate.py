@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,12 @@ BASE = {
     "source": "test",
     "dtype": "float32",
 }
+
+
+@pytest.fixture(autouse=True)
+def _no_persistent_cache(monkeypatch):
+    """Tests leave nothing in ~/.cache (calibrate keeps its compiled program there)."""
+    monkeypatch.setenv("DDLTUNE_NO_COMPILATION_CACHE", "1")
 
 
 @pytest.fixture(scope="module")
@@ -287,3 +296,32 @@ def test_a_calibration_that_holds_nothing_out_is_called_untested(tmp_path, capsy
     assert f"wrote {out} (untested: no point was held out" in text and "reliable;" not in text
     assert main(["calibrate", str(m), "-o", str(out), "--regimes", "1", "--overwrite"]) == 0
     assert "untested" not in capsys.readouterr().out  # a held-out point: tested
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_calibrate_keeps_its_compiled_program_for_the_next_run(tmp_path):
+    """A fresh `ddltune calibrate` writes the fit's program to ~/.cache/ddltune/jax (here
+    XDG_CACHE_HOME), which the next calibration, or one after `run`, reads instead of
+    compiling; DDLTUNE_NO_COMPILATION_CACHE=1 keeps the folder empty."""
+    root = Path(__file__).resolve().parents[1]
+    m = tmp_path / "ar.jsonl"
+    import_nccl_tests(
+        DATA / "nccl_all_reduce_a100-sxm4-superbench_8gpus_1.txt", m, collective="all_reduce"
+    )
+
+    def calibrate(cache: Path, **env) -> Path:
+        e = {k: v for k, v in os.environ.items() if k != "DDLTUNE_NO_COMPILATION_CACHE"}
+        e.update(XDG_CACHE_HOME=str(cache), PYTHONPATH=str(root), **env)
+        out = cache.parent / f"{cache.name}.json"
+        argv = [sys.executable, "-m", "tuner.cli", "calibrate", str(m), "-o", str(out)]
+        p = subprocess.run([*argv, "--regimes", "1"], env=e, capture_output=True, text=True,
+                           timeout=150)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert out.is_file()
+        return cache / "ddltune" / "jax"
+
+    kept = calibrate(tmp_path / "on")
+    assert kept.is_dir() and any(kept.iterdir())
+    off = calibrate(tmp_path / "off", DDLTUNE_NO_COMPILATION_CACHE="1")
+    assert not off.exists() or not any(off.iterdir())

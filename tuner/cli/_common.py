@@ -610,7 +610,8 @@ def configure_jax(*, x64: bool = False, compilation_cache: bool = False) -> None
     :func:`tuner.cli.main`: ``X64 = True`` (float64: ``predict``, ``calibrate``,
     ``report``, ``run``, whose printed digits or fits need it; ``recommend``
     keeps float32, which halves its search time) and ``COMPILATION_CACHE = True``
-    (:func:`enable_compilation_cache`: ``recommend``, ``report``, ``run``).
+    (:func:`enable_compilation_cache`: ``predict``, ``calibrate``, ``recommend``,
+    ``report``, ``run``).
     With neither, JAX is not even imported.
 
     Args:
