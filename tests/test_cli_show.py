@@ -381,7 +381,14 @@ def test_show_on_a_ddltune_folder_summarises_its_profile(tmp_path, capsys):
     other.mkdir()
     assert main(["show", str(other)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not a ddltune folder" in err and "give a .jsonl" in err
+    assert err.count("\n") == 1 and "not a ddltune folder" in err
+    assert err.count("give a file") == 1 and "give a file, not a folder" in err
+    # a folder of other files: the hint names them, and says "give a file" once (it said
+    # "give a .jsonl or .json file; give a file, for example …": a new user's trial)
+    (other / "mine.jsonl").write_text("")
+    assert main(["show", str(other)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("give a") == 1 and f"give a file, for example {other / 'mine.jsonl'}" in err
 
 
 def test_show_prints_the_profiles_notes(tmp_path, capsys):

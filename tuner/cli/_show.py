@@ -499,9 +499,11 @@ def run(args: argparse.Namespace) -> int:
         own = [path / n for n in _FOLDER_FILES if (path / n).is_file()]
         if not own:
             raise IsADirectoryError(
-                21, f"Is a directory, not a ddltune folder (none of {', '.join(_FOLDER_FILES)}): "
-                "give a .jsonl or .json file", str(path)
-            )  # fmt: skip
+                # the CLI's handler adds which of its files to give (folder_hint), once
+                21,
+                f"Is a directory, not a ddltune folder (none of {', '.join(_FOLDER_FILES)})",
+                str(path),
+            )
         path, others = own[0], own[1:]
     kind = detect_kind(path)
     if kind == "profile":
