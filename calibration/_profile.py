@@ -787,7 +787,7 @@ class Profile:
         for k in ("prior", "provenance"):
             if not isinstance(doc[k], dict):
                 raise ValueError(f"'{k}' must be an object")
-        return cls(
+        profile = cls(
             params=params,
             covariance=m,
             leaf_names=layout.names,
@@ -801,6 +801,8 @@ class Profile:
             warnings=doc.get("warnings") or [],
             notes=doc.get("notes") or [],
         )
+        _check_readable_copy(doc.get("parameters"), profile)
+        return profile
 
     def __repr__(self) -> str:
         hp = "n/a" if math.isnan(self.heldout_p90) else f"{100 * self.heldout_p90:.1f}%"
@@ -808,6 +810,38 @@ class Profile:
             f"Profile(prior={self.prior.get('preset')!r}, n_regimes={self.params.n_regimes}, "
             f"reliable={self.reliable}, heldout_p90={hp})"
         )
+
+
+def _check_readable_copy(rows, profile: Profile) -> None:
+    """Refuse a hand edit of ``parameters``, the readable copy of ``params``.
+
+    ``parameters`` (name, value, unit, interval) is written for people; the
+    model reads ``params``. An edit of a value there alone would change nothing
+    and go unnoticed (a new user's trial set an inter-node bandwidth negative
+    there, and ``show``, ``predict`` and ``recommend`` used the old one), so a
+    value that differs from what ``params`` gives is a ValueError naming both.
+    Names this version does not know (another version's table) are skipped;
+    an absent table is accepted.
+    """
+    if rows is None:
+        return
+    if not isinstance(rows, list):
+        raise ValueError(f"'parameters' must be a list, got {type(rows).__name__}")
+    have = {row["name"]: row["value"] for row in profile.parameter_table()}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or not isinstance(row.get("name"), str):
+            raise ValueError(f"'parameters'[{i}] must be an object with a 'name'")
+        name, value = row["name"], row.get("value")
+        if name not in have:
+            continue
+        want = have[name]
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-12):
+            raise ValueError(
+                f"'parameters' gives {name} = {value!r}, but 'params' (what ddltune uses) "
+                f"gives {want:.6g}: 'parameters' is only a readable copy; edit 'params' "
+                "instead, or calibrate again"
+            )
 
 
 def _check_header(doc) -> None:

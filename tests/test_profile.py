@@ -51,6 +51,37 @@ def fitted():
     return calibrate(recs, n_regimes=1)
 
 
+def test_an_edit_of_the_readable_parameters_alone_is_refused_naming_both(fitted, tmp_path):
+    """'parameters' is a copy of 'params' for people: a value edited there alone changed
+    nothing (a new user's trial made an inter-node bandwidth negative there, and show,
+    predict and recommend went on with the old one). It is now an error naming the entry
+    and what 'params' says; the file as written, and a table this version does not know,
+    still load."""
+    from costmodel import InputFileError
+
+    doc = json.loads(fitted.to_json())
+    names = [row["name"] for row in doc["parameters"]]
+    i = names.index("beta_s_per_byte[inter]")
+    for bad in (-8.9e-10, 1.5 * doc["parameters"][i]["value"], "fast", None):
+        edited = copy.deepcopy(doc)
+        edited["parameters"][i]["value"] = bad
+        path = tmp_path / "edited.json"
+        path.write_text(json.dumps(edited))
+        with pytest.raises(InputFileError) as info:
+            Profile.load(path)
+        msg = str(info.value)
+        assert str(path) in msg and "'parameters' gives beta_s_per_byte[inter] = " in msg
+        assert "edit 'params' instead" in msg
+    other = copy.deepcopy(doc)
+    other["parameters"].append({"name": "from_another_version", "value": -1.0})
+    back = Profile.from_dict(other)
+    assert np.asarray(ravel_pytree(back.params)[0]) == pytest.approx(
+        np.asarray(ravel_pytree(fitted.params)[0]), rel=1e-12
+    )
+    del other["parameters"]
+    assert Profile.from_dict(other).reliable == fitted.reliable
+
+
 def test_save_load_round_trip(fitted, tmp_path):
     path = fitted.save(tmp_path / "p.json")
     back = Profile.load(path)
