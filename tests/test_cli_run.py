@@ -133,6 +133,11 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
     # not only in recommend's warnings (a new user's trial found it missing there)
     (wide,) = [w for w in rec["warnings"] if w.startswith("the 90% interval of the step (")]
     assert "%) of its upper side's variance" in wide and f"  note: {wide}" in cap.out
+    # one node measured: the recommendation's nodes are the prior's network, said on the
+    # console too (a new user read a 32-node answer from one machine as measured)
+    assert rec["workers"] > rec["ranks_per_node"]
+    (net,) = [w for w in rec["warnings"] if w.startswith("no measurement crossed nodes")]
+    assert f"  warning: {net}" in cap.out
     # a second run into the same folder is refused before anything is measured
     assert main(["run", "--measurements", str(m), "-o", str(out)]) == 1
     assert "--overwrite" in capsys.readouterr().err

@@ -380,6 +380,10 @@ def _print_summary(args: argparse.Namespace, res) -> None:
         print(f"  runner-up: {a.describe()}, {a.throughput_samples_per_s:.4g} samples/s")
     for note in (w for w in rec.warnings if w.startswith("the 90% interval of the step (")):
         print(f"  note: {note}")  # what sets a wide interval, and what narrows it
+    for w in (w for w in rec.warnings if w.startswith("no measurement crossed nodes")):
+        # the headline's nodes are the prior's network: said here, not only in the report
+        # and 'recommend' (a new user read a 32-node answer from one machine as measured)
+        print(f"  warning: {w}")
     if res.refusal:
         p90 = res.profile.heldout_p90
         systematic = (res.profile.validation or {}).get("systematic")
