@@ -203,7 +203,7 @@ def test_objective_cost_reports_the_cost(capsys):
         ),
         (
             ["recommend", "--preset", "ethernet-10g", "--model", "resnet5", "--max-workers", "4"],
-            "unknown workload 'resnet5'",
+            "unknown model 'resnet5'",
         ),
         # a typo gets the nearest valid name (a new user's trial)
         (

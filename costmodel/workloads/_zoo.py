@@ -86,7 +86,7 @@ def get_workload(name: str, batch_size: int = 64, dtype_bytes: int = 4) -> Workl
     key = _BY_CANONICAL.get(_canonical(name)) if isinstance(name, str) else None
     if key is None:
         raise ValueError(
-            f"unknown workload {name!r}; valid names: {format_choices(WORKLOAD_NAMES, name)}. "
+            f"unknown model {name!r}; valid names: {format_choices(WORKLOAD_NAMES, name)}. "
             "For your own model use load_layers(path) or workload_from_pytree(params)."
         )
     base = _base(key)
