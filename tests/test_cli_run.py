@@ -98,6 +98,7 @@ def test_run_with_measurements_unreliable_profile(tmp_path, capsys):
     rec = json.loads((out / "recommendation.json").read_text())
     assert rec["reliable"] is False and "15%" in rec["refusal"]
     assert rec["workers"] <= 8 and rec["architecture"]
+    assert rec["workload"]["activations_in_memory"] is False  # resnet50: not a transformer
     # the measured topology (2 ranks on a node), as recommend and report take it from a
     # profile: no extrapolation in ranks per node (run alone used 1 per node)
     assert rec["ranks_per_node"] == 2

@@ -425,6 +425,18 @@ def test_show_a_recommendation_and_the_folder_names_it(tmp_path, capsys):
     assert doc["alternatives"][0]["label"] in out.split("runners-up:")[1]
     assert main(["show", str(run / "recommendation.json"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["iteration_time_s"] == doc["iteration_time_s"]
+    # run's file says whether the memory per rank counts activations (transformers only):
+    # a new user read ResNet-50's 292 MiB at batch 64 as what a run needs
+    from tuner import NO_ACTIVATIONS
+
+    for counted in (False, True):
+        (run / "recommendation.json").write_text(
+            json.dumps({**doc, "workload": {"name": "x", "activations_in_memory": counted}})
+        )
+        assert main(["show", str(run / "recommendation.json")]) == 0
+        line = next(ln for ln in capsys.readouterr().out.splitlines() if "memory per rank" in ln)
+        assert (f"({NO_ACTIVATIONS})" in line) is not counted
+    (run / "recommendation.json").write_text(json.dumps(doc))
     # the folder: its profile first where it has one, the recommendation named after it
     Profile.from_preset("ethernet-10g", "cpu").save(run / "profile.json")
     assert main(["show", str(run)]) == 0

@@ -358,6 +358,11 @@ def test_alternatives_table_shows_memory_per_rank_next_to_the_time():
     )
     table = _alternatives_table(rec)
     assert "memory per rank" in table["head"] and "iteration" in table["head"]
+    # a model without a transformer's activations: the head says what the memory leaves out
+    from tuner import NO_ACTIVATIONS
+
+    assert _alternatives_table(rec, w)["head"][-1] == f"memory per rank ({NO_ACTIVATIONS})"
+    assert _alternatives_table(rec, get_workload("gpt2", 8))["head"][-1] == "memory per rank"
     col, arch_col = table["head"].index("memory per rank"), table["head"].index("architecture")
     unit = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
     shown = {}

@@ -16,7 +16,8 @@ Public API:
   :func:`iteration_timeline`, :func:`profile_summary`) and the main job
   (:func:`run_main_job`);
 * text helpers shared with the CLI: :func:`format_percent`,
-  :func:`format_table`, :func:`series_label`, :func:`jsonable`.
+  :func:`format_table`, :func:`series_label`, :func:`jsonable`, the
+  memory caveat :data:`NO_ACTIVATIONS`.
 """
 
 # The public face is lazy (PEP 562): each name is imported from its module on
@@ -28,6 +29,7 @@ import importlib as _importlib
 #: Public name -> the module that defines it (relative to this package).
 _EXPORTS = {
     "RELIABLE_P90_LIMIT": "calibration",
+    "NO_ACTIVATIONS": "._format",
     "format_percent": "._format",
     "format_table": "._format",
     "jsonable": "._format",

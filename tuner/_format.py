@@ -11,7 +11,19 @@ from collections.abc import Iterable, Sequence
 
 from calibration import jsonable, series_label  # their home: calibration writes profiles
 
-__all__ = ["format_percent", "format_range", "format_table", "series_label", "jsonable"]
+__all__ = [
+    "NO_ACTIVATIONS",
+    "format_percent",
+    "format_range",
+    "format_table",
+    "series_label",
+    "jsonable",
+]
+
+#: What a memory per rank leaves out for a model that is not a transformer:
+#: :func:`costmodel.activation_bytes` knows a transformer's activations only (a new
+#: user read ResNet-50's 292 MiB at batch 64 as what a real run needs).
+NO_ACTIVATIONS = "model states and buffers; activations are counted for transformers only"
 
 
 def format_percent(x, digits: int = 1) -> str:

@@ -75,7 +75,7 @@ from ._figures import (
     plot_timeline,
     plot_validation,
 )
-from ._format import format_percent, series_label
+from ._format import NO_ACTIVATIONS, format_percent, series_label
 from ._search import central_differences
 from ._sensitivity import sensitivity
 from ._text import markdown_escape
@@ -1085,7 +1085,7 @@ def _context(profile, params, workload, rec, *, records, inputs, timings, refusa
         "unreliable": None if rec.reliable else _unreliable(summary, refusal),
         "rationale": rec.rationale,
         "warnings": list(rec.warnings),
-        "alternatives": _alternatives_table(rec),
+        "alternatives": _alternatives_table(rec, workload),
         "tables": {"calibration": tables},
         "notes": {"calibration": notes},
         "calibration_text": "Each point is a measured time (the fitted statistic); lines are "
@@ -1189,8 +1189,12 @@ def _unreliable(summary, refusal) -> dict:
     return {"reason": reason, "rows": rows, "advice": advice}
 
 
-def _alternatives_table(rec) -> dict:
-    """The chosen configuration and the runner-ups, one row each."""
+def _alternatives_table(rec, workload=None) -> dict:
+    """The chosen configuration and the runner-ups, one row each.
+
+    The memory column counts activations for transformers only
+    (:func:`costmodel.activation_bytes`); for other models its head says so.
+    """
     head = [
         "#",
         "architecture",
@@ -1203,6 +1207,8 @@ def _alternatives_table(rec) -> dict:
         "efficiency",
         "memory per rank",  # costmodel.memory_per_rank: model states + buffers
     ]
+    if workload is not None and getattr(workload, "transformer", None) is None:
+        head[-1] = f"memory per rank ({NO_ACTIVATIONS})"
     alt_rows = [_config_row(0, rec.config)] + [
         _config_row(i + 1, a) for i, a in enumerate(rec.alternatives)
     ]

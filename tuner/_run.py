@@ -923,6 +923,8 @@ def _write_recommendation(
         "batch_size": workload.batch_size,
         "parameters": workload.total_params,
         "gradient_bytes": workload.total_param_bytes,
+        # memory_bytes_per_rank holds activations only for a transformer (NO_ACTIVATIONS)
+        "activations_in_memory": workload.transformer is not None,
     }
     doc["inputs"] = {
         "measurements": str(m_path),

@@ -447,13 +447,16 @@ def _print_recommendation(s: dict) -> None:
         parts.append(f"scaling efficiency {format_percent(num('scaling_efficiency'))}")
     print("  " + "; ".join(parts))
     more = []
+    w = s.get("workload") if isinstance(s.get("workload"), dict) else {}
     if num("memory_bytes_per_rank") is not None:
-        more.append(f"memory per rank {format_bytes(num('memory_bytes_per_rank'))}")
+        from tuner import NO_ACTIVATIONS
+
+        caveat = f" ({NO_ACTIVATIONS})" if w.get("activations_in_memory") is False else ""
+        more.append(f"memory per rank {format_bytes(num('memory_bytes_per_rank'))}{caveat}")
     if num("p_best") is not None:
         more.append(f"chance it is the best of those compared {format_percent(num('p_best'), 0)}")
     if more:
         print("  " + "; ".join(more))
-    w = s.get("workload") if isinstance(s.get("workload"), dict) else {}
     if w.get("name"):
         print(f"  workload: {w['name']}, batch {w.get('batch_size', '?')} per worker"
               + (f", {format_bytes(w['gradient_bytes'])} of gradients"
