@@ -428,3 +428,27 @@ def test_run_emulate_refusals_name_emulate_and_only_runs_options(tmp_path, capsy
     assert "--emulate 64x4@100mbit (256 ranks)" in err and "--force" not in err
     assert "ddltune run --measurements FILE" in err
     assert not out.exists()
+
+
+def test_the_recommendation_names_its_inputs_by_absolute_paths(tmp_path, monkeypatch):
+    """recommendation.json's inputs are absolute: written from a relative -o, `ddltune show`
+    of the file from another folder named the profile relative to the run's folder."""
+    from costmodel import get_workload, preset
+    from tuner import recommend
+    from tuner._run import _write_recommendation
+
+    monkeypatch.chdir(tmp_path)
+    w = get_workload("resnet50", 32)
+    rec = recommend(preset("ethernet-10g", "v100"), w, max_workers=4, architectures=["ring"])
+    rel = Path("rep")
+    rel.mkdir()
+    _write_recommendation(
+        rel / "recommendation.json", rec, None, w, rel / "measurements.jsonl",
+        rel / "profile.json", [Path("m.jsonl")], (), {"total": 1.0},
+    )  # fmt: skip
+    doc = json.loads((tmp_path / "rep" / "recommendation.json").read_text())
+    assert doc["inputs"] == {
+        "measurements": str(tmp_path / "rep" / "measurements.jsonl"),
+        "profile": str(tmp_path / "rep" / "profile.json"),
+        "source_measurements": [str(tmp_path / "m.jsonl")],
+    }

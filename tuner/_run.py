@@ -926,10 +926,12 @@ def _write_recommendation(
         # memory_bytes_per_rank holds activations only for a transformer (NO_ACTIVATIONS)
         "activations_in_memory": workload.transformer is not None,
     }
+    # absolute: 'ddltune show' of this file from another folder named a path relative to
+    # the folder the run started in (a new user's trial)
     doc["inputs"] = {
-        "measurements": str(m_path),
-        "profile": str(prof_path),
-        "source_measurements": [str(p) for p in (measurements or [])],
+        "measurements": os.path.abspath(m_path),
+        "profile": os.path.abspath(prof_path),
+        "source_measurements": [os.path.abspath(p) for p in (measurements or [])],
     }
     if validation:
         doc["validation"] = validation[0].to_dict()
