@@ -54,7 +54,7 @@ def _worker(rank: int, coordinator: str, mode: str, nbytes: int, reps: int) -> N
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from launch._launch import gloo_io_threads_batch
+    from launch import gloo_io_threads_batch
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=2, process_id=rank)

@@ -34,6 +34,7 @@ from ._launch import core_binding as core_binding
 from ._launch import describe_silent as describe_silent
 from ._launch import detect_cluster as detect_cluster
 from ._launch import free_port as free_port
+from ._launch import gloo_io_threads_batch as gloo_io_threads_batch
 from ._launch import heartbeat as heartbeat
 from ._launch import initialize_worker as initialize_worker
 from ._launch import keeps_binding as keeps_binding
