@@ -300,7 +300,7 @@ def test_a_calibration_that_holds_nothing_out_is_called_untested(tmp_path, capsy
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_calibrate_keeps_its_compiled_program_for_the_next_run(tmp_path):
+def test_calibrate_keeps_its_compiled_program_for_the_next_run(tmp_path, monkeypatch):
     """A fresh `ddltune calibrate` writes the fit's program to ~/.cache/ddltune/jax (here
     XDG_CACHE_HOME), which the next calibration, or one after `run`, reads instead of
     compiling. (The opt-out, DDLTUNE_NO_COMPILATION_CACHE=1, is enable_compilation_cache's,
@@ -324,3 +324,13 @@ def test_calibrate_keeps_its_compiled_program_for_the_next_run(tmp_path):
 
     kept = calibrate(tmp_path / "on")
     assert kept.is_dir() and any(kept.iterdir())
+    # the opt-out (set here by the autouse fixture) leaves JAX's setting and the folder alone
+    import jax
+
+    from tuner.cli._common import enable_compilation_cache
+
+    before = jax.config.jax_compilation_cache_dir
+    off = tmp_path / "off"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(off))
+    enable_compilation_cache()
+    assert jax.config.jax_compilation_cache_dir == before and not off.exists()
