@@ -923,8 +923,9 @@ def _write_recommendation(
         "batch_size": workload.batch_size,
         "parameters": workload.total_params,
         "gradient_bytes": workload.total_param_bytes,
-        # memory_bytes_per_rank holds activations only for a transformer (NO_ACTIVATIONS)
-        "activations_in_memory": workload.transformer is not None,
+        # memory_bytes_per_rank holds activations only for a transformer (NO_ACTIVATIONS):
+        # the recommendation's own account of its memory says whether they were counted
+        "activations_in_memory": bool(rec.excluded.get("activations")),
     }
     # absolute: 'ddltune show' of this file from another folder named a path relative to
     # the folder the run started in (a new user's trial)

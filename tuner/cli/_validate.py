@@ -413,10 +413,9 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(f"--warmup-steps must be ≥ 0, got {args.warmup_steps}")
         spec = {"model": args.model, **args.size}
         progress = not args.no_progress
+        from tuner.validation import bucket_text  # here: building the parser stays free of jax
 
         def show(m) -> None:
-            from tuner.validation import bucket_text
-
             if progress:
                 c = m.config
                 what = c.architecture + (
