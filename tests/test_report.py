@@ -215,6 +215,76 @@ def test_figures_are_pngs(setup, tmp_path):
         assert data[:8] == PNG and len(data) > 5000, path
 
 
+def _texts_collide(fig) -> list[str]:
+    """Every title, axis label and shown tick label of ``fig`` after drawing: the ones
+    outside the figure, and each pair from different axes (or different roles of one axis)
+    whose boxes overlap by more than a pixel."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # savefig's canvas for PNG
+    canvas.draw()
+    r = canvas.get_renderer()
+    boxes = []
+    if fig._suptitle is not None:
+        boxes.append(("suptitle", fig._suptitle.get_window_extent(r)))
+    for i, ax in enumerate(fig.axes):
+        for role, texts in (
+            ("title", [ax.title]),
+            ("xlabel", [ax.xaxis.label]),
+            ("ylabel", [ax.yaxis.label]),
+            ("xticks", ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True)),
+            ("yticks", ax.get_yticklabels(minor=False) + ax.get_yticklabels(minor=True)),
+        ):
+            for t in texts:
+                if not (t.get_visible() and t.get_text()):
+                    continue
+                b = t.get_window_extent(r)
+                # a tick label is drawn only where its tick lies within the axis' view
+                a = ax.bbox
+                if role == "xticks" and not a.x0 - 1 <= (b.x0 + b.x1) / 2 <= a.x1 + 1:
+                    continue
+                if role == "yticks" and not a.y0 - 1 <= (b.y0 + b.y1) / 2 <= a.y1 + 1:
+                    continue
+                boxes.append((f"axes {i} {role} {t.get_text()!r}", b))
+    W, H = canvas.get_width_height()
+    bad = [n for n, b in boxes if b.x0 < -1 or b.y0 < -1 or b.x1 > W + 1 or b.y1 > H + 1]
+    for j, (n1, b1) in enumerate(boxes):
+        for n2, b2 in boxes[j + 1 :]:
+            if n1.rsplit(" ", 1)[0] == n2.rsplit(" ", 1)[0] and "ticks" in n1:
+                continue  # one tick row's own neighbours: matplotlib's locator spaces them
+            dx = min(b1.x1, b2.x1) - max(b1.x0, b2.x0)
+            dy = min(b1.y1, b2.y1) - max(b1.y0, b2.y0)
+            if dx > 1 and dy > 1:
+                bad.append(f"{n1} × {n2}")
+    return bad
+
+
+@pytest.mark.parametrize("sizes", ["1K-16M", "1K-64K"])
+def test_grid_figures_keep_every_label_inside_and_apart(setup, tmp_path, monkeypatch, sizes):
+    """The collectives, busbw and scaling grids are laid out by fixed margins in inches
+    (constrained layout took 60% of their drawing): no title, axis label or tick label
+    leaves the figure or overlaps another, for a wide time axis (decades labelled) and a
+    narrow one (1–64 KiB: every minor tick labelled), one to three columns."""
+    import tuner._figures as F
+
+    drawn = []
+    monkeypatch.setattr(F, "_save", lambda fig, path: drawn.append(fig) or Path(path))
+    p, w = setup
+    recs = _records(p)
+    if sizes == "1K-64K":
+        recs = [r for r in recs if r["message_bytes"] <= 64 * 1024]
+    series = collective_series(p, recs, heldout=[("all_reduce", 2, 2, 4096)])
+    one = [s for s in series if s.collective == "all_reduce"]
+    plot_collective_fit(series, tmp_path / "a.png")
+    plot_collective_fit(one, tmp_path / "a1.png")
+    plot_busbw(series, tmp_path / "b.png")
+    plot_scaling(_curves(p, w), tmp_path / "c.png", recommended=("ring", 8))
+    assert len(drawn) == 4
+    for fig in drawn:
+        assert fig.get_layout_engine() is None  # the fixed margins, not a layout pass
+        assert _texts_collide(fig) == []
+
+
 def test_every_architecture_has_its_own_colour_and_log_axes_read_plain():
     """A new user's trial: ps (dedicated) and hsdp were both red, p2p and fsdp both green
     (the sharded ones took the cycle's colours), and the iteration-time axis read
