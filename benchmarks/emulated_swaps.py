@@ -3,6 +3,7 @@
     python benchmarks/emulated_swaps.py                          # 2x1@100mbit, 1.9 MB, 12 swaps
     python benchmarks/emulated_swaps.py --queue-s 0.005          # a 5 ms queue instead of 50 ms
     python benchmarks/emulated_swaps.py --modes idle --reps 30
+    python benchmarks/emulated_swaps.py --modes late,late-together,late-psum
 
 Why: in real training on the emulated cluster, the steps whose exchange is a
 swap between two ranks (2 parameter servers at 2 workers, P2P at 2) are
@@ -15,18 +16,26 @@ processes, one in each node's namespaces (``EmulatedCluster.wrap``), joined by
 ``SCHED_BATCH`` as ddltune's workers run; every repetition is a barrier (a
 1-element ``psum``), then what the mode says, then the timed program:
 
-=========  ==================================================================
-plain      one swap (``lax.ppermute`` over pairs (0, 1), (1, 0)), right away
-idle       0.3 s asleep, then one swap (a step's compute leaves the link idle)
-two        two dependent swaps in one program (a parameter server's push, then
-           its pull), right away
-idle-two   0.3 s asleep, then the two swaps
-=========  ==================================================================
+=============  ==============================================================
+plain          one swap (``lax.ppermute`` over pairs (0, 1), (1, 0)), right away
+idle           0.3 s asleep, then one swap (a step's compute leaves the link idle)
+two            two dependent swaps in one program (a parameter server's push,
+               then its pull), right away
+idle-two       0.3 s asleep, then the two swaps
+late           rank 1 starts 20 ms after rank 0 (as after a longer compute),
+               then one swap
+late-together  the same, the swap behind two ``psum`` of 8 floats a rank
+               (the training harness's ``_together``)
+late-psum      the same lateness, an all-reduce (``lax.psum``) of the same
+               bytes each way instead of the swap, for contrast
+two-together   the two swaps, each behind the two small ``psum``
+=============  ==============================================================
 
-For each it prints the samples (ms, rank 0's, which waits for rank 1 as
-rank 1 waits for it), and the median and the slowest as multiples of one
-swap's wire time (the message's wire bytes at the rate, both directions at
-once). Results go to ``--out`` (JSON). Needs root or CAP_NET_ADMIN; every
+For each it prints the samples (ms) — in the ``late`` modes the late rank's
+own time from its start, otherwise the slower rank's — and the median and the
+slowest as multiples of one swap's wire time (the message's wire bytes at the
+rate, both directions at once). Results, both ranks' samples included, go to
+``--out`` (JSON). Needs root or CAP_NET_ADMIN; every
 namespace is removed at the end (the cluster's context manager), the
 processes are waited for by PID with a timeout and killed after it.
 """
@@ -42,11 +51,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("plain", "idle", "two", "idle-two")
+MODES = ("plain", "idle", "two", "idle-two", "late", "late-together", "late-psum", "two-together")
+#: How late rank 1 starts the timed program in the ``late`` modes, seconds.
+LATE_S = 0.02
 
 
 def _worker(rank: int, coordinator: str, mode: str, nbytes: int, reps: int) -> None:
-    """One rank: time ``reps`` repetitions of ``mode``; print rank 0's samples as JSON."""
+    """One rank: time ``reps`` repetitions of ``mode``; print its samples as JSON."""
     sys.path.insert(0, str(ROOT))
     import jax
     import numpy as np
@@ -62,10 +73,21 @@ def _worker(rank: int, coordinator: str, mode: str, nbytes: int, reps: int) -> N
     mesh = Mesh(np.array(jax.devices()), ("r",))
     pairs = [(0, 1), (1, 0)]
 
+    def together(x):  # the training harness's _together: two all-reduces of 8 floats a rank
+        t = jax.lax.psum(x[:16] * 0.0, "r")
+        t = jax.lax.psum(t, "r")
+        return x.at[0].add(t[0])
+
     def swaps(x):
-        y = jax.lax.ppermute(x, "r", pairs)
-        if mode.endswith("two"):  # depends on the first, as a pull on its push
-            y = jax.lax.ppermute(0.5 * y + x, "r", pairs)
+        if mode == "late-psum":  # an all-reduce of as many bytes each way, for contrast
+            return jax.lax.psum(x, "r")
+        first = together(x) if mode.endswith("together") else x
+        y = jax.lax.ppermute(first, "r", pairs)
+        if "two" in mode:  # depends on the first, as a pull on its push
+            second = 0.5 * y + x
+            y = jax.lax.ppermute(
+                together(second) if mode.endswith("together") else second, "r", pairs
+            )
         return y
 
     spec = P("r")
@@ -84,11 +106,12 @@ def _worker(rank: int, coordinator: str, mode: str, nbytes: int, reps: int) -> N
         jax.block_until_ready(barrier(z))
         if mode.startswith("idle"):
             time.sleep(0.3)
+        if mode.startswith("late") and rank == 1:
+            time.sleep(LATE_S)
         t0 = time.perf_counter()
         jax.block_until_ready(f(x))
         samples.append(time.perf_counter() - t0)
-    if rank == 0:
-        print(json.dumps({"mode": mode, "samples_s": samples}), flush=True)
+    print(json.dumps({"mode": mode, "samples_s": samples}), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,12 +177,19 @@ def main(argv: list[str] | None = None) -> int:
                 if p.returncode != 0:
                     raise SystemExit(f"{mode}: a rank failed: {(err or out).strip()[-800:]}")
                 outs.append(out)
-            samples = json.loads(outs[0].strip().splitlines()[-1])["samples_s"]
+            by_rank = [json.loads(o.strip().splitlines()[-1])["samples_s"] for o in outs]
+            # the exchange as the late rank sees it (from its own start), else the slower rank's
+            samples = (
+                by_rank[1]
+                if mode.startswith("late")
+                else [max(a0, a1) for a0, a1 in zip(*by_rank, strict=True)]
+            )
             med = statistics.median(samples)
-            row = {"mode": mode, "samples_s": samples, "median_s": med,
-                   "median_over_wire": med / wire_s, "max_over_wire": max(samples) / wire_s}  # fmt: skip
+            row = {"mode": mode, "samples_s": samples, "samples_s_by_rank": by_rank,
+                   "median_s": med, "median_over_wire": med / wire_s,
+                   "max_over_wire": max(samples) / wire_s}  # fmt: skip
             results.append(row)
-            print(f"{mode:>9}: " + " ".join(f"{1e3 * s:.0f}" for s in samples) + " ms; median "
+            print(f"{mode:>13}: " + " ".join(f"{1e3 * s:.0f}" for s in samples) + " ms; median "
                   f"{row['median_over_wire']:.2f}×, slowest {row['max_over_wire']:.2f}× the wire "
                   "time")  # fmt: skip
     doc = {"spec": a.spec, "queue_s": cluster.queue_s, "bytes": a.bytes, "wire_s": wire_s,

@@ -387,3 +387,66 @@ def test_dedicated_parameter_server_equals_single_process_training(tmp_path):
     initial, final = run.params[2][0]
     for i, f in zip(initial, final, strict=True):
         np.testing.assert_array_equal(i, f)
+
+
+def _collectives(jaxpr) -> list[tuple[str, int]]:
+    """(primitive name, operand size) of every collective in ``jaxpr``, in program order."""
+    out = []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name in ("psum", "psum2", "ppermute", "all_to_all", "all_gather", "reduce_scatter"):
+            out.append((name, int(np.prod(eqn.invars[0].aval.shape))))
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (list, tuple)) else [v]:
+                j = getattr(sub, "jaxpr", sub)
+                if hasattr(j, "eqns"):
+                    out += _collectives(j)
+    return out
+
+
+@pytest.mark.parametrize(
+    "cfg,workers,nproc,want",
+    [
+        # (arch, servers, colocated), workers, processes, [exchange preceded by 2 small psums]
+        (("p2p", 0, False), 2, 2, ["all_to_all", "all_gather"]),  # both phases swap at n = 2
+        (("p2p", 0, False), 3, 3, ["all_to_all"]),  # gloo's ring all-gather: no swap at n ≥ 3
+        (("ps", 2, True), 2, 2, ["ppermute", "ppermute"]),  # push and pull swap
+        (("ps", 1, True), 2, 2, []),  # 1 → 0, then 0 → 1: one way each
+        (("ps", 1, False), 2, 3, []),  # workers → dedicated server and back: no swap
+        (("ps", 4, True), 4, 4, ["ppermute", "ppermute"]),  # round 2 of 3: 0 ↔ 2, 1 ↔ 3
+        (("ps", 2, True), 4, 4, []),  # rounds 1 → 0, 2 → 1; 2 → 0, 3 → 1; 3 → 0, 0 → 1
+        (("ring", 0, False), 2, 2, []),
+    ],
+)
+def test_swaps_start_together_and_one_way_exchanges_do_not_wait(cfg, workers, nproc, want):
+    """Every exchange in which two ranks send to each other follows two small all-reduces
+    (``_together``: XLA:CPU's gloo swap doubles when one rank comes late,
+    benchmarks/emulated_swaps.py), and nothing else gets them: one bucket, so each
+    exchange appears once."""
+    from jax.sharding import AbstractMesh, PartitionSpec
+
+    from tuner.validation._train_worker import build_step
+
+    arch, servers, colocated = cfg
+    params, static = eqx.partition(build_model(TINY), eqx.is_array)
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    conf = {"architecture": arch, "bucket_bytes": 1 << 30, "servers": servers,
+            "colocated": colocated}  # fmt: skip
+    step, init_state, _ = build_step(conf, TINY, static, leaves, treedef, workers, nproc, 0.1, 0.9)
+    fn = jax.shard_map(
+        step, mesh=AbstractMesh((nproc,), ("r",)), in_specs=PartitionSpec("r"),
+        out_specs=PartitionSpec("r"), check_vma=False,
+    )  # fmt: skip
+    x, y = make_batch(TINY, 0)
+    stacked = jax.tree_util.tree_map(
+        lambda a: jnp.stack([jnp.asarray(a)] * nproc), (list(leaves), init_state(leaves), x, y)
+    )
+    ops = _collectives(jax.make_jaxpr(fn)(*stacked).jaxpr)
+    small = [
+        i for i, (name, size) in enumerate(ops) if name.startswith("psum") and size <= 8 * nproc
+    ]
+    # each pair of small psums is followed by the exchange it synchronises
+    assert len(small) == 2 * len(want), ops
+    got = [ops[small[2 * i + 1] + 1][0] for i in range(len(want))]
+    assert got == want, ops
+    assert all(small[2 * i + 1] == small[2 * i] + 1 for i in range(len(want))), ops

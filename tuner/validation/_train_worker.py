@@ -36,6 +36,12 @@ as JAX collectives inside one ``jax.shard_map`` program over a one-axis mesh
   ``ps_pull`` patterns, generalised to k servers as n rounds in which server j
   exchanges with worker (j + t) mod n (Li et al., OSDI 2014).
 
+An exchange in which two ranks send to each other (P2P's all-to-all, its
+all-gather at n = 2, a parameter-server round with a pair both ways) first
+passes two small all-reduces (:func:`_together`), so that no rank starts its
+half of the swap late: XLA:CPU's gloo swap then runs one direction after the
+other, twice its wire time, an artifact of that stack and not of any network.
+
 The exchanged value is the mean gradient over workers (each worker's loss is
 the mean over its batch), so one step equals single-process training on the
 concatenated batch (:func:`reference_step`); the optimizer is optax SGD with
@@ -438,6 +444,37 @@ def _after(x, token):
     return x.at[0].add(token.reshape(-1)[0] * 0.0)
 
 
+def _together(x, nproc: int):
+    """``x``, after two small all-reduces that depend on it: every rank starts what follows at once.
+
+    Put before each exchange in which two ranks send to each other (a swap).
+    XLA:CPU's CollectivePermute and AllToAll over gloo post each send before
+    its receive (xla ``backends/cpu/collectives/gloo_communicator.cc``), and
+    gloo's TCP pair sends an unbound buffer at once when the peer's
+    receive-ready notice is already there, queueing its own notice behind the
+    data in the same connection (gloo ``transport/tcp/pair.cc``,
+    ``Pair::send``/``Pair::recv``). A rank that reaches a swap later than its
+    peer (its compute took longer, or its previous exchange ended later)
+    therefore sends its whole buffer before its peer may start: the swap takes
+    twice its wire time, which no network does (MPI's and NCCL's rendezvous let
+    both directions flow). gloo's ring all-reduce posts each receive before its
+    send, and two of them, of 8 floats a rank (every ring segment non-empty),
+    leave the ranks close enough in time. Measured with
+    ``benchmarks/emulated_swaps.py --modes late,late-together,late-psum,two,two-together
+    --reps 12`` (2x1@100mbit, 1.9 MB each way): one rank 20 ms late, the swap
+    took 2.02–2.24× its wire time (``late``) and 1.04–1.14× behind this
+    (``late-together``), as an all-reduce of the same bytes does (1.03–1.19×,
+    ``late-psum``); two dependent swaps (a push, then its pull) took a median
+    3.08× one swap's wire time, up to 4.02× (``two``), and 2.13–2.40× behind
+    this (``two-together``; 2× is perfect). Costs two small all-reduces,
+    about 4(n − 1) α.
+    """
+    k = min(int(x.size), 8 * int(nproc))
+    t = lax.psum(x.reshape(-1)[:k] * 0.0, "r")
+    t = lax.psum(t, "r")
+    return x.at[0].add(t[0])
+
+
 def _unflat(flat, leaves, idx, out) -> None:
     off = 0
     for i in idx:
@@ -525,6 +562,7 @@ def _p2p(parts: _Parts, cfg: dict):
 
     def reduce_mine(flat, m):
         """The sum over workers of this rank's shard (m elements) of a bucket's gradients."""
+        flat = _together(flat, parts.nproc)  # every pair of workers swaps shards
         if mode == "reduce_scatter":
             return lax.psum_scatter(flat, "r", scatter_dimension=0, tiled=True)
         got = lax.all_to_all(flat.reshape(n, m), "r", 0, 0, tiled=True)
@@ -543,7 +581,10 @@ def _p2p(parts: _Parts, cfg: dict):
             p_mine = lax.dynamic_slice_in_dim(p_flat, me * m, m)
             upd, st = opt.update(mine * inv_n, st, p_mine)
             new_state.append(st)
-            full = lax.all_gather(p_mine + upd, "r", axis=0, tiled=True)
+            mine_new = p_mine + upd
+            if n == 2:  # gloo's ring all-gather: a swap between the two
+                mine_new = _together(mine_new, parts.nproc)
+            full = lax.all_gather(mine_new, "r", axis=0, tiled=True)
             token = full
             _unflat(full, params, b, out)
         return _stack(out), _stack(new_state)
@@ -555,6 +596,12 @@ def _ps_roles(cfg: dict, workers: int) -> tuple[int, list[int]]:
     k = int(cfg["servers"])
     servers = list(range(k)) if cfg["colocated"] else [workers + j for j in range(k)]
     return k, servers
+
+
+def _has_swap(pairs) -> bool:
+    """Whether two ranks of ``pairs`` ((source, target), …) send to each other."""
+    sent = {(int(a), int(b)) for a, b in pairs if a != b}
+    return any((b, a) in sent for a, b in sent)
 
 
 class _PsLayout:
@@ -574,6 +621,7 @@ class _PsLayout:
         self.shard = [-(-s // self.k) for s in parts.sizes]
         self.server_of = {r: j for j, r in enumerate(self.servers)}
         self.first_round = 1 if self.colocated else 0
+        self.nproc = parts.nproc
         k, servers = self.k, self.servers
         self.rounds = [
             [((j + t) % n, servers[j]) for j in range(k)] for t in range(self.first_round, n)
@@ -595,6 +643,8 @@ class _PsLayout:
             acc = jnp.where(is_server, shards[jnp.maximum(j, 0)], acc)
         for t, pairs in zip(range(self.first_round, n), self.rounds, strict=True):
             send = shards[jnp.clip((me - t) % n, 0, k - 1)]  # my server this round
+            if _has_swap(pairs):  # after the previous round, not hoisted before it
+                send = _together(_after(send, acc), self.nproc)
             acc = acc + lax.ppermute(send, "r", pairs)  # zeros where nothing arrives
         return acc
 
@@ -605,7 +655,9 @@ class _PsLayout:
         if self.colocated:
             full = jnp.where(is_server, full.at[jnp.maximum(j, 0)].set(p_shard), full)
         for t, pairs in zip(range(self.first_round, n), self.rounds, strict=True):
-            got = lax.ppermute(p_shard, "r", [(s, w) for w, s in pairs])
+            back = [(s, w) for w, s in pairs]
+            src = _together(_after(p_shard, full), self.nproc) if _has_swap(back) else p_shard
+            got = lax.ppermute(src, "r", back)
             full = full.at[jnp.clip((me - t) % n, 0, k - 1)].add(got)
         return full.reshape(-1)
 
