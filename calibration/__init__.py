@@ -33,6 +33,7 @@ _EXPORTS = {
     "run_architecture": "._steps",
     "step_record_run": "._steps",
     "step_time": "._steps",
+    "sync_time": "._steps",
     "default_prior_preset": "._fit",
     "parse_prior_preset": "._fit",
     "import_nccl_tests": "._nccl_tests",

@@ -46,7 +46,11 @@ Common fields (every record):
     ``workers`` (int ≥ 1); ``ranks_per_node`` (int ≥ 1); ``bucket_bytes``
     (int ≥ 0); ``model`` (str); ``batch_size`` (int ≥ 1, per worker);
     ``same_buckets_at`` (optional list of ints ≥ 0: other caps that cut the
-    model into the same buckets, measured as this one).
+    model into the same buckets, measured as this one); ``sync`` (optional
+    ``{"allreduces", "message_bytes", "num_ranks", "ranks_per_node"}``: small
+    all-reduces the
+    training harness ran in each step to start its swaps together, which a
+    prediction of the step adds: ``calibration.sync_time``).
 """
 
 from __future__ import annotations
@@ -352,6 +356,18 @@ def _check_step(rec: dict) -> None:
     if not isinstance(same, list) or not all(_is_pos_int(b, 0, MAX_MESSAGE_BYTES) for b in same):
         raise ValueError(
             f"'same_buckets_at' must be a list of integers in [0, 2^50] B, got {_short(same)}"
+        )
+    sync = rec.get("sync")
+    if sync is not None and not (
+        isinstance(sync, dict)
+        and _is_pos_int(sync.get("allreduces"), 1, 2**31)
+        and _is_pos_int(sync.get("message_bytes"), 1, MAX_MESSAGE_BYTES)
+        and _is_pos_int(sync.get("num_ranks"), 1, MAX_RANKS)
+        and _is_pos_int(sync.get("ranks_per_node", 1), 1, MAX_RANKS)
+    ):
+        raise ValueError(
+            '\'sync\' must be {"allreduces": int ≥ 1, "message_bytes": int ≥ 1, '
+            f'"num_ranks": int ≥ 1, "ranks_per_node": int ≥ 1}}, got {_short(sync)}'
         )
 
 

@@ -65,6 +65,7 @@ from costmodel import (
     ARCHITECTURE_NAMES,
     DEFAULT_BUCKET_BYTES,
     InputFileError,
+    collective_time,
     get_architecture,
     iteration_time,
     parse_bytes,
@@ -223,6 +224,7 @@ def step_record_run(rec: dict, step_time_s: float | None = None, *, path="<step 
     row["step_time_s"] = "" if t is None else repr(float(t))
     run = _run(path, line, row)
     run["model_spec"] = rec.get("model_spec")
+    run["sync"] = rec.get("sync")
     try:
         _check_processes(rec, run)
         run["compute_share"] = compute_contention(rec)
@@ -401,6 +403,33 @@ def _run(path, line, row: dict) -> dict:
     }
 
 
+def sync_time(params, syncs) -> np.ndarray:
+    """Seconds per step of the small all-reduces a step record declares (``"sync"``).
+
+    The training harness starts each swap behind two all-reduces of a few
+    floats (``tuner.validation``'s ``_together``: XLA:CPU's gloo swap runs one
+    direction after the other when one rank comes late); a record's ``sync``
+    says how many, how large and over how many processes. Their cost is the
+    model's own all-reduce (:func:`costmodel.collective_time`, ring), with the
+    record's ranks per node (default 1).
+
+    Args:
+        params: :class:`costmodel.ClusterParams`, or a batch of D sets.
+        syncs: one ``{"allreduces", "message_bytes", "num_ranks"[, "ranks_per_node"]}``
+            or None per run.
+
+    Returns:
+        (N,) seconds, or (D, N) for a batch; 0 where a run declares none.
+    """
+    syncs = list(syncs)
+    c = np.array([0.0 if s is None else float(s["allreduces"]) for s in syncs])
+    size = np.array([4.0 if s is None else float(s["message_bytes"]) for s in syncs])
+    ranks = np.array([1.0 if s is None else float(s["num_ranks"]) for s in syncs])
+    g = np.array([1.0 if s is None else float(s.get("ranks_per_node", 1)) for s in syncs])
+    t = collective_time(params, "all_reduce", size, ranks, np.minimum(g, ranks))
+    return c * np.asarray(t, dtype=np.float64)
+
+
 def step_time(params, workload, runs: list[dict], *, overlap: bool = True) -> np.ndarray:
     """Predicted step time of every run, seconds: :func:`costmodel.iteration_time`.
 
@@ -440,6 +469,7 @@ def step_time(params, workload, runs: list[dict], *, overlap: bool = True) -> np
             colocated=coloc,
         ).iteration_s
         t = np.asarray(t, dtype=np.float64)
+        t = t + sync_time(params.with_core_contention(share), [runs[i].get("sync") for i in rows])
         if out is None:
             out = np.zeros(t.shape[:-1] + (len(runs),))
         out[..., rows] = t

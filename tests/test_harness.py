@@ -276,6 +276,17 @@ def test_every_architecture_equals_single_process_training(tmp_path):
     _check_equal_parameters(run, configs, 2, tmp_path, 2)
     # Bucket counts are the costmodel's.
     assert [m.num_buckets for m in run.measurements][:2] == [4, 1]
+    # the records declare the small all-reduces before their swaps (p2p, 2 colocated
+    # servers at 2 workers), for the prediction to add; the ring and 1 server none
+    from tuner.validation._train_worker import sync_allreduces
+
+    for m in run.measurements:
+        r = m.record
+        want = sync_allreduces(r["architecture"], 2, r["servers"], r["colocated"], r["num_buckets"])
+        assert (r.get("sync") or {}).get("allreduces", 0) == want, r
+        assert (want > 0) == (r["architecture"] == "p2p" or r["servers"] == 2)
+        if want:
+            assert r["sync"]["num_ranks"] == 2 and r["sync"]["message_bytes"] == 4 * 8 * 2
 
 
 @pytest.mark.multiprocess
@@ -425,7 +436,7 @@ def test_swaps_start_together_and_one_way_exchanges_do_not_wait(cfg, workers, np
     exchange appears once."""
     from jax.sharding import AbstractMesh, PartitionSpec
 
-    from tuner.validation._train_worker import build_step
+    from tuner.validation._train_worker import build_step, sync_allreduces
 
     arch, servers, colocated = cfg
     params, static = eqx.partition(build_model(TINY), eqx.is_array)
@@ -450,3 +461,5 @@ def test_swaps_start_together_and_one_way_exchanges_do_not_wait(cfg, workers, np
     got = [ops[small[2 * i + 1] + 1][0] for i in range(len(want))]
     assert got == want, ops
     assert all(small[2 * i + 1] == small[2 * i] + 1 for i in range(len(want))), ops
+    # what the step record declares for the prediction to add (calibration.sync_time)
+    assert sync_allreduces(arch, workers, servers, colocated, 1) == len(small)

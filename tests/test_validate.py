@@ -119,6 +119,32 @@ def test_predict_records_matches_iteration_time():
     np.testing.assert_allclose(got, [float(want_ring.iteration_s), float(want_ps.iteration_s)])
 
 
+def test_a_records_sync_adds_the_models_small_all_reduces_to_prediction_and_fit():
+    """A step record's ``sync`` (the harness's all-reduces before its swaps) adds
+    count × the model's all-reduce of that size to the prediction, the same in
+    ``predict_records`` and in the step fit's ``calibration.step_time``; a record
+    without it is unchanged; a malformed one is refused, naming the field."""
+    from calibration import step_record_run, step_time, sync_time, validate_record
+    from costmodel import collective_time
+
+    plain = _rec("p2p", 2, 1 << 24, 1.0)
+    sync = {"allreduces": 4, "message_bytes": 64, "num_ranks": 2, "ranks_per_node": 1}
+    synced = {**plain, "sync": sync}
+    validate_record(synced)
+    want = 4 * float(collective_time(PARAMS, "all_reduce", 64.0, 2.0, 1.0))
+    assert want > 0
+    np.testing.assert_allclose(sync_time(PARAMS, [None, sync]), [0.0, want])
+    a, b = predict_records(PARAMS, [plain, synced], BASE, overlap=False)
+    np.testing.assert_allclose(b - a, want, rtol=1e-9)
+    w = model_workload(SPEC, step_time_s=BASE)
+    runs = [step_record_run(r) for r in (plain, synced)]
+    fa, fb = step_time(PARAMS, w, runs, overlap=False)
+    np.testing.assert_allclose([fa, fb], [a, b], rtol=1e-9)
+    for bad in ({"allreduces": 0, "message_bytes": 64, "num_ranks": 2}, {"allreduces": 2}, 3):
+        with pytest.raises(ValueError, match="'sync' must be"):
+            validate_record({**plain, "sync": bad})
+
+
 def test_no_overlap_is_compute_plus_all_communication():
     # Without overlap the ring's iteration is the plain sum of its parts
     # (forward + backward + every bucket's all-reduce + update + overhead);

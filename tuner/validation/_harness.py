@@ -35,7 +35,13 @@ from calibration import RecordWriter, time_statistics
 from costmodel import Workload
 from launch import launch_local
 
-from ._train_worker import ARCHITECTURES, bucket_indices, model_layers, model_spec
+from ._train_worker import (
+    ARCHITECTURES,
+    SYNC_FLOATS_PER_RANK,
+    bucket_indices,
+    model_layers,
+    model_spec,
+)
 
 __all__ = [
     "StepConfig",
@@ -302,6 +308,13 @@ def _step_record(msg: dict, spec: dict) -> dict:
     }
     if cfg["architecture"] == "p2p":
         rec["p2p_exchange"] = cfg.get("p2p_exchange", "all_to_all")
+    if int(msg.get("sync_allreduces", 0)) > 0:  # what the harness adds before its swaps
+        rec["sync"] = {
+            "allreduces": int(msg["sync_allreduces"]),
+            "message_bytes": 4 * SYNC_FLOATS_PER_RANK * int(msg["processes"]),
+            "num_ranks": int(msg["processes"]),
+            "ranks_per_node": int(msg["ranks_per_node"]),
+        }
     rec.update(msg["provenance"])
     return rec
 

@@ -444,6 +444,10 @@ def _after(x, token):
     return x.at[0].add(token.reshape(-1)[0] * 0.0)
 
 
+#: Floats a rank contributes to each all-reduce of :func:`_together` (every ring segment non-empty).
+SYNC_FLOATS_PER_RANK = 8
+
+
 def _together(x, nproc: int):
     """``x``, after two small all-reduces that depend on it: every rank starts what follows at once.
 
@@ -467,9 +471,10 @@ def _together(x, nproc: int):
     ``late-psum``); two dependent swaps (a push, then its pull) took a median
     3.08× one swap's wire time, up to 4.02× (``two``), and 2.13–2.40× behind
     this (``two-together``; 2× is perfect). Costs two small all-reduces,
-    about 4(n − 1) α.
+    about 4(n − 1) α, which the step records declare (:func:`sync_allreduces`)
+    and the prediction of a step adds (``calibration.sync_time``).
     """
-    k = min(int(x.size), 8 * int(nproc))
+    k = min(int(x.size), SYNC_FLOATS_PER_RANK * int(nproc))
     t = lax.psum(x.reshape(-1)[:k] * 0.0, "r")
     t = lax.psum(t, "r")
     return x.at[0].add(t[0])
@@ -604,6 +609,42 @@ def _has_swap(pairs) -> bool:
     return any((b, a) in sent for a, b in sent)
 
 
+def _ps_rounds(workers: int, servers: list[int], colocated: bool) -> list[list[tuple[int, int]]]:
+    """A parameter-server step's rounds: round t pairs server j with worker (j + t) mod n,
+    as (worker, server) pairs; colocated servers keep their own worker's share (no round 0)."""
+    n = int(workers)
+    first = 1 if colocated else 0
+    return [[((j + t) % n, s) for j, s in enumerate(servers)] for t in range(first, n)]
+
+
+def sync_allreduces(
+    architecture: str, workers: int, servers: int, colocated: bool, num_buckets: int
+) -> int:
+    """All-reduces per step that :func:`_together` adds before the step's swaps (two each).
+
+    P2P: before every bucket's all-to-all, and its all-gather at 2 workers;
+    parameter servers: before every push and pull round in which two ranks send
+    to each other (2 colocated servers at 2 workers; k = n colocated at even n);
+    the ring and hierarchical: none. Each is an all-reduce of
+    ``SYNC_FLOATS_PER_RANK`` floats a rank (fewer where a bucket's shard is
+    smaller) over all the job's processes.
+
+    Example:
+        >>> sync_allreduces("p2p", 2, 0, False, 3), sync_allreduces("ps", 2, 2, True, 1)
+        (12, 4)
+        >>> sync_allreduces("ps", 4, 1, False, 2), sync_allreduces("ring", 2, 0, False, 5)
+        (0, 0)
+    """
+    n, b = int(workers), int(num_buckets)
+    if architecture == "p2p":
+        return 2 * b * (2 if n == 2 else 1)
+    if architecture == "ps":
+        _, srv = _ps_roles({"servers": max(int(servers), 1), "colocated": bool(colocated)}, n)
+        swaps = sum(_has_swap(pairs) for pairs in _ps_rounds(n, srv, bool(colocated)))
+        return 2 * b * 2 * swaps  # push and pull: the reversed pairs swap alike
+    return 0
+
+
 class _PsLayout:
     """Who serves what in a parameter-server step.
 
@@ -622,10 +663,7 @@ class _PsLayout:
         self.server_of = {r: j for j, r in enumerate(self.servers)}
         self.first_round = 1 if self.colocated else 0
         self.nproc = parts.nproc
-        k, servers = self.k, self.servers
-        self.rounds = [
-            [((j + t) % n, servers[j]) for j in range(k)] for t in range(self.first_round, n)
-        ]
+        self.rounds = _ps_rounds(n, self.servers, self.colocated)
         srv_index = np.full((parts.nproc,), -1, np.int32)
         for r, j in self.server_of.items():
             srv_index[r] = j
@@ -879,7 +917,8 @@ def run(config: dict, emit: Callable[[dict], None]) -> dict:
     Every process calls it (after ``jax.distributed`` is initialised, when
     there are several). Rank 0 emits ``{"type": "step", "config", "workers",
     "processes", "ranks_per_node", "model", "batch_size", "num_buckets",
-    "samples_s", "compile_s", "warmup_steps", "provenance"}`` per configuration; with ``return_params`` every
+    "sync_allreduces", "samples_s", "compile_s", "warmup_steps", "provenance"}`` per
+    configuration; with ``return_params`` every
     rank also emits ``{"type": "params", "rank", "config_index", "initial",
     "final"}`` (lists of leaves, for the equal-parameters test).
 
@@ -1039,6 +1078,13 @@ class _Job:
             "model": spec,
             "batch_size": spec["batch_size"],
             "num_buckets": len(prep["buckets"]),
+            "sync_allreduces": sync_allreduces(
+                self.configs[ci]["architecture"],
+                self.workers,
+                self.configs[ci].get("servers", 0),
+                bool(self.configs[ci].get("colocated", False)),
+                len(prep["buckets"]),
+            ),
             "samples_s": prep["samples"],
             "compile_s": prep["compile_s"],
             "warmup_steps": self.warmup,

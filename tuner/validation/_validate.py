@@ -50,6 +50,7 @@ from calibration import (
     fit_steps,
     run_architecture,
     step_record_run,
+    sync_time,
     time_statistics,
 )
 from costmodel import (
@@ -500,18 +501,22 @@ def predict_records(
 def _iteration_fn(workload, arch, sel: Sequence[dict], contention: float = 1.0):
     """``params -> iteration times (s)`` of the records ``sel`` (one architecture), batched;
     their communication under the cores' ``contention``
-    (:meth:`costmodel.ClusterParams.with_core_contention`)."""
+    (:meth:`costmodel.ClusterParams.with_core_contention`), plus the small all-reduces
+    a record declares the harness ran (:func:`calibration.sync_time`)."""
     n = np.array([r["workers"] for r in sel], dtype=np.float64)
     g = np.array([r.get("ranks_per_node", r["workers"]) for r in sel], dtype=np.float64)
     k = np.array([max(r.get("servers", 1), 1) for r in sel], dtype=np.float64)
     bb = np.array([r.get("bucket_bytes", 0) for r in sel], dtype=np.float64)
     batch = np.array([r["batch_size"] for r in sel], dtype=np.float64)
 
+    syncs = [r.get("sync") for r in sel]
+
     def fn(p):
         p = p.with_core_contention(contention)
-        return iteration_time(
+        t = iteration_time(
             p, workload, arch, n, ranks_per_node=g, servers=k, bucket_bytes=bb, batch_size=batch
         ).iteration_s
+        return t + sync_time(p, syncs)  # the harness's own small all-reduces (its "sync")
 
     return fn
 
