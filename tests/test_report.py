@@ -581,3 +581,24 @@ def test_report_warns_of_measurements_the_profile_was_not_fitted_on(tmp_path, ca
     # a preset lists no inputs: nothing to compare
     _warn_foreign_measurements(Profile.from_preset("ethernet-10g", "v100"), "p.json", [other])
     assert capsys.readouterr().err == ""
+
+
+def test_bucket_sweep_draws_the_refined_cap_where_the_recommendation_puts_it():
+    """A new user's trial: the refined cap (97.5 MiB for ResNet-50) lies between the grid's
+    powers of two, and the star, interpolated between them, sat above the curve (25.42 s
+    against 25.27 s): the recommended size looked like the slowest. The curve now holds the
+    chosen cap at the recommendation's own time, the lowest of the curve."""
+    from tuner import recommend
+    from tuner._report import _bucket_sweep
+
+    p, w = preset("ethernet-10g", "v100"), get_workload("resnet50", 64)
+    rec = recommend(p, w, max_workers=64, ranks_per_node=2, architectures=["ring"])
+    assert rec.config.refined
+    grid = rec.bucket_curve()["bucket_bytes"]
+    assert rec.config.bucket_bytes not in grid  # between grid points
+    d = _bucket_sweep(None, p, w, rec)
+    caps, t = np.asarray(d["bucket_bytes"]), np.asarray(d["iteration_s"])
+    assert np.all(np.diff(caps) > 0)
+    i = int(np.flatnonzero(caps == rec.config.bucket_bytes)[0])
+    assert t[i] == rec.config.iteration_time_s
+    assert t[i] <= t.min() * (1 + 1e-12)

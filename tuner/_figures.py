@@ -341,7 +341,7 @@ def plot_collective_fit(series: Sequence[CollectiveSeries], path: str | os.PathL
     all_t = np.concatenate([np.asarray(s.measured_s, float) for s in series])
     scale, unit = _time_unit(all_t)
     for i, (name, group) in enumerate(groups.items()):
-        inner = outer[i // ncol, i % ncol].subgridspec(2, 1, height_ratios=(3, 1), hspace=0.05)
+        inner = outer[i // ncol, i % ncol].subgridspec(2, 1, height_ratios=(3, 1), hspace=0.12)
         ax = fig.add_subplot(inner[0])
         res = fig.add_subplot(inner[1], sharex=ax)
         for j, s in enumerate(group):
@@ -369,6 +369,7 @@ def plot_collective_fit(series: Sequence[CollectiveSeries], path: str | os.PathL
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", ncol=1 if len(group) < 3 else 2)
         res.axhline(0.0, color="k", lw=0.8)
+        res.margins(y=0.2)  # the extreme residuals' markers whole, not cut by the frame
         res.set_ylabel("error (%)")
         res.set_xlabel("message size (bytes)")
         res.xaxis.set_major_formatter(_size_formatter())
@@ -415,6 +416,7 @@ def plot_busbw(series: Sequence[CollectiveSeries], path: str | os.PathLike) -> P
         ax.set_title(f"{name}: bus bandwidth")
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("busbw (GB/s)")
+        _plain_log_labels(ax)  # 0.01, 0.1, 1 as the other figures read, not 10⁻²
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     return _save(fig, path)

@@ -959,6 +959,13 @@ def _bucket_sweep(profile, params, workload, rec) -> dict:
     times = np.asarray(bc["iteration_s"], dtype=np.float64)
     servers = np.maximum(np.asarray(bc["servers"], dtype=np.float64), 1.0)
     cfg = rec.config
+    if cfg.bucket_bytes > 0 and not np.any(caps == cfg.bucket_bytes):
+        # the refined cap lies between grid points, where the curve may dip: draw it
+        # there (else the star, interpolated between its neighbours, sits above it)
+        at = int(np.searchsorted(caps, cfg.bucket_bytes))
+        caps = np.insert(caps, at, float(cfg.bucket_bytes))
+        times = np.insert(times, at, float(cfg.iteration_time_s))
+        servers = np.insert(servers, at, float(max(cfg.servers, 1)))
     arch = get_architecture(cfg.architecture, colocated=cfg.colocated)
     out = {
         "bucket_bytes": caps,
