@@ -344,30 +344,35 @@ def _convolutions_under_cond(jaxpr, under: bool = False) -> list[bool]:
     return out
 
 
+def _step_jaxpr(spec: dict, cfg: dict, workers: int, nproc: int):
+    """The jaxpr of one configuration's training step over ``nproc`` ranks (traced, not run)."""
+    from jax.sharding import AbstractMesh, PartitionSpec
+
+    from tuner.validation._train_worker import build_step
+
+    params, static = eqx.partition(build_model(spec), eqx.is_array)
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    step, init_state, _ = build_step(cfg, spec, static, leaves, treedef, workers, nproc, 0.1, 0.9)
+    fn = jax.shard_map(
+        step, mesh=AbstractMesh((nproc,), ("r",)), in_specs=PartitionSpec("r"),
+        out_specs=PartitionSpec("r"), check_vma=False,
+    )  # fmt: skip
+    x, y = make_batch(spec, 0)
+    stacked = jax.tree_util.tree_map(
+        lambda a: jnp.stack([jnp.asarray(a)] * nproc), (list(leaves), init_state(leaves), x, y)
+    )
+    return jax.make_jaxpr(fn)(*stacked).jaxpr
+
+
 @pytest.mark.parametrize("colocated", [False, True])
 def test_parameter_server_workers_compute_outside_a_conditional(colocated):
     """XLA:CPU runs a convolution inside ``lax.cond`` about 20× slower (the default CNN's
     backward: 7.8 → 163 ms, jax 0.10.2): a dedicated server's step that skipped its
     gradient in a cond timed that on every worker (1PS dedicated 88 ms against 14.6 ms
     colocated on the emulated 4 × 1 cluster). Every rank's convolutions run unconditionally."""
-    from jax.sharding import AbstractMesh, PartitionSpec
 
-    from tuner.validation._train_worker import build_step
-
-    params, static = eqx.partition(build_model(TINY_CNN), eqx.is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(params)
     cfg = {"architecture": "ps", "bucket_bytes": 0, "servers": 1, "colocated": colocated}
-    nproc = 2 if colocated else 3
-    step, init_state, _ = build_step(cfg, TINY_CNN, static, leaves, treedef, 2, nproc, 0.1, 0.9)
-    fn = jax.shard_map(
-        step, mesh=AbstractMesh((nproc,), ("r",)), in_specs=PartitionSpec("r"),
-        out_specs=PartitionSpec("r"), check_vma=False,
-    )  # fmt: skip
-    x, y = make_batch(TINY_CNN, 0)
-    stacked = jax.tree_util.tree_map(
-        lambda a: jnp.stack([jnp.asarray(a)] * nproc), (list(leaves), init_state(leaves), x, y)
-    )
-    convs = _convolutions_under_cond(jax.make_jaxpr(fn)(*stacked).jaxpr)
+    convs = _convolutions_under_cond(_step_jaxpr(TINY_CNN, cfg, 2, 2 if colocated else 3))
     assert convs and not any(convs), convs
 
 
@@ -434,25 +439,13 @@ def test_swaps_start_together_and_one_way_exchanges_do_not_wait(cfg, workers, np
     (``_together``: XLA:CPU's gloo swap doubles when one rank comes late,
     benchmarks/emulated_swaps.py), and nothing else gets them: one bucket, so each
     exchange appears once."""
-    from jax.sharding import AbstractMesh, PartitionSpec
 
-    from tuner.validation._train_worker import build_step, sync_allreduces
+    from tuner.validation._train_worker import sync_allreduces
 
     arch, servers, colocated = cfg
-    params, static = eqx.partition(build_model(TINY), eqx.is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(params)
     conf = {"architecture": arch, "bucket_bytes": 1 << 30, "servers": servers,
             "colocated": colocated}  # fmt: skip
-    step, init_state, _ = build_step(conf, TINY, static, leaves, treedef, workers, nproc, 0.1, 0.9)
-    fn = jax.shard_map(
-        step, mesh=AbstractMesh((nproc,), ("r",)), in_specs=PartitionSpec("r"),
-        out_specs=PartitionSpec("r"), check_vma=False,
-    )  # fmt: skip
-    x, y = make_batch(TINY, 0)
-    stacked = jax.tree_util.tree_map(
-        lambda a: jnp.stack([jnp.asarray(a)] * nproc), (list(leaves), init_state(leaves), x, y)
-    )
-    ops = _collectives(jax.make_jaxpr(fn)(*stacked).jaxpr)
+    ops = _collectives(_step_jaxpr(TINY, conf, workers, nproc))
     small = [
         i for i, (name, size) in enumerate(ops) if name.startswith("psum") and size <= 8 * nproc
     ]
