@@ -47,10 +47,9 @@ Common fields (every record):
     (int ≥ 0); ``model`` (str); ``batch_size`` (int ≥ 1, per worker);
     ``same_buckets_at`` (optional list of ints ≥ 0: other caps that cut the
     model into the same buckets, measured as this one); ``sync`` (optional
-    ``{"allreduces", "message_bytes", "num_ranks", "ranks_per_node"}``: small
-    all-reduces the
-    training harness ran in each step to start its swaps together, which a
-    prediction of the step adds: ``calibration.sync_time``).
+    ``{"allreduces", "message_bytes", "num_ranks", "ranks_per_node"}``: the
+    small all-reduces the training harness ran in each step to start its swaps
+    together, which a prediction of the step adds: ``calibration.sync_time``).
 """
 
 from __future__ import annotations

@@ -419,7 +419,8 @@ def sync_time(params, syncs) -> np.ndarray:
             or None per run.
 
     Returns:
-        (N,) seconds, or (D, N) for a batch; 0 where a run declares none.
+        (N,) seconds, or (D, N) for a batch; 0 where a run declares none. Traceable
+        by jax when ``params`` are.
     """
     syncs = list(syncs)
     c = np.array([0.0 if s is None else float(s["allreduces"]) for s in syncs])
@@ -427,7 +428,7 @@ def sync_time(params, syncs) -> np.ndarray:
     ranks = np.array([1.0 if s is None else float(s["num_ranks"]) for s in syncs])
     g = np.array([1.0 if s is None else float(s.get("ranks_per_node", 1)) for s in syncs])
     t = collective_time(params, "all_reduce", size, ranks, np.minimum(g, ranks))
-    return c * np.asarray(t, dtype=np.float64)
+    return t * c  # numpy, or jax under tracing (a profile's own interval differentiates it)
 
 
 def step_time(params, workload, runs: list[dict], *, overlap: bool = True) -> np.ndarray:
