@@ -542,12 +542,23 @@ def test_report_cli_on_an_unreliable_profile_advises_options_not_python(
         (["--model", "resnet51", "--profile", "PROFILE"], 2, "resnet51"),
         (["--model", "resnet50", "--profile", "BAD"], 1, "bad.json"),
         (["--model", "resnet50", "--profile", "PROFILE", "--measurements", "BAD"], 1, "bad.json"),
+        # a new user's trial: a folder or a missing file named the path but not the option
+        (
+            ["--model", "resnet50", "--profile", "PROFILE", "--measurements", "DIR"],
+            1,
+            "--measurements ",
+        ),
+        (
+            ["--model", "resnet50", "--profile", "PROFILE", "--measurements", "nope.jsonl"],
+            1,
+            "--measurements nope.jsonl: No such file",
+        ),
     ],
 )
 def test_report_cli_bad_input(preset_files, tmp_path, capsys, extra, code, needle):
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": 1, "kind": "profile", "params": {"alpha_s": "x"}}\n')
-    sub = {"PROFILE": str(preset_files / "profile.json"), "BAD": str(bad)}
+    sub = {"PROFILE": str(preset_files / "profile.json"), "BAD": str(bad), "DIR": str(tmp_path)}
     argv = ["report", "-o", str(tmp_path / "o")] + [sub.get(a, a) for a in extra]
     if "--profile" not in argv:
         argv += ["--profile", str(preset_files / "profile.json")]

@@ -12,10 +12,12 @@ from ._common import (
     add_model_arguments,
     add_precision_arguments,
     cli_phrases,
+    folder_hint,
     load_profile,
     positive_int_arg,
     preset_compute,
     print_json,
+    safe_text,
 )
 
 NAME = "report"
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     except FileExistsError as e:
         raise CLIError(f"-o {e}") from None
     profile = load_profile(args.profile)
-    records = calibration.read_records(args.measurements) if args.measurements else []
+    records = _read_measurements(calibration, args.measurements)
     _warn_foreign_measurements(profile, args.profile, args.measurements or [])
     workload = (
         load_layers(args.layers, batch_size=args.batch_size)
@@ -175,6 +177,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {files.html}")
     print(f"        {files.markdown}")
     return 0
+
+
+def _read_measurements(calibration, paths) -> list:
+    """``--measurements`` files' records; a missing file, a folder or an unreadable one is a
+    one-line error naming the option (as ``--profile``'s is)."""
+    if not paths:
+        return []
+    try:
+        return calibration.read_records(paths)
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        path = e.filename or paths[0]
+        hint = folder_hint(path, "records") if isinstance(e, IsADirectoryError) else ""
+        raise CLIError(safe_text(f"--measurements {path}: {e.strerror}") + hint) from None
 
 
 def _warn_foreign_measurements(profile, profile_path, measurements) -> None:
