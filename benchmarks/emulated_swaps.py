@@ -25,7 +25,7 @@ idle-two       0.3 s asleep, then the two swaps
 late           rank 1 starts 20 ms after rank 0 (as after a longer compute),
                then one swap
 late-together  the same, the swap behind two ``psum`` of 8 floats a rank
-               (the training harness's ``_together``)
+               (the training harness's ``start_together``)
 late-psum      the same lateness, an all-reduce (``lax.psum``) of the same
                bytes each way instead of the swap, for contrast
 two-together   the two swaps, each behind the two small ``psum``
@@ -66,6 +66,7 @@ def _worker(rank: int, coordinator: str, mode: str, nbytes: int, reps: int) -> N
     from jax.sharding import PartitionSpec as P
 
     from launch import gloo_io_threads_batch
+    from tuner.validation import start_together
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=2, process_id=rank)
@@ -73,10 +74,8 @@ def _worker(rank: int, coordinator: str, mode: str, nbytes: int, reps: int) -> N
     mesh = Mesh(np.array(jax.devices()), ("r",))
     pairs = [(0, 1), (1, 0)]
 
-    def together(x):  # the training harness's _together: two all-reduces of 8 floats a rank
-        t = jax.lax.psum(x[:16] * 0.0, "r")
-        t = jax.lax.psum(t, "r")
-        return x.at[0].add(t[0])
+    def together(x):  # the training harness's own barrier before a swap
+        return start_together(x, 2)
 
     def swaps(x):
         if mode == "late-psum":  # an all-reduce of as many bytes each way, for contrast

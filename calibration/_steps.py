@@ -407,7 +407,7 @@ def sync_time(params, syncs) -> np.ndarray:
     """Seconds per step of the small all-reduces a step record declares (``"sync"``).
 
     The training harness starts each swap behind two all-reduces of a few
-    floats (``tuner.validation``'s ``_together``: XLA:CPU's gloo swap runs one
+    floats (``tuner.validation``'s ``start_together``: XLA:CPU's gloo swap runs one
     direction after the other when one rank comes late); a record's ``sync``
     says how many, how large and over how many processes. Their cost is the
     model's own all-reduce (:func:`costmodel.collective_time`, ring), with the

@@ -436,7 +436,7 @@ def _collectives(jaxpr) -> list[tuple[str, int]]:
 )
 def test_swaps_start_together_and_one_way_exchanges_do_not_wait(cfg, workers, nproc, want):
     """Every exchange in which two ranks send to each other follows two small all-reduces
-    (``_together``: XLA:CPU's gloo swap doubles when one rank comes late,
+    (``start_together``: XLA:CPU's gloo swap doubles when one rank comes late,
     benchmarks/emulated_swaps.py), and nothing else gets them: one bucket, so each
     exchange appears once."""
 

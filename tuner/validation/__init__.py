@@ -26,6 +26,7 @@ _EXPORTS = {
     "program_key": "._harness",
     "same_programs": "._harness",
     "run_training": "._harness",
+    "start_together": "._train_worker",
     "DEFAULT_VALIDATE_BUCKETS": ".._defaults",
     "ValidationResult": "._validate",
     "ValidationRow": "._validate",

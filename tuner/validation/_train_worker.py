@@ -38,7 +38,7 @@ as JAX collectives inside one ``jax.shard_map`` program over a one-axis mesh
 
 An exchange in which two ranks send to each other (P2P's all-to-all, its
 all-gather at n = 2, a parameter-server round with a pair both ways) first
-passes two small all-reduces (:func:`_together`), so that no rank starts its
+passes two small all-reduces (:func:`start_together`), so that no rank starts its
 half of the swap late: XLA:CPU's gloo swap then runs one direction after the
 other, twice its wire time, an artifact of that stack and not of any network.
 
@@ -444,11 +444,11 @@ def _after(x, token):
     return x.at[0].add(token.reshape(-1)[0] * 0.0)
 
 
-#: Floats a rank contributes to each all-reduce of :func:`_together` (every ring segment non-empty).
+#: Floats a rank contributes to each all-reduce of :func:`start_together` (every ring segment non-empty).
 SYNC_FLOATS_PER_RANK = 8
 
 
-def _together(x, nproc: int):
+def start_together(x, nproc: int):
     """``x``, after two small all-reduces that depend on it: every rank starts what follows at once.
 
     Put before each exchange in which two ranks send to each other (a swap).
@@ -473,6 +473,15 @@ def _together(x, nproc: int):
     this (``two-together``; 2× is perfect). Costs two small all-reduces,
     about 4(n − 1) α, which the step records declare (:func:`sync_allreduces`)
     and the prediction of a step adds (``calibration.sync_time``).
+
+    Args:
+        x: a float array (any shape, ≥ 1 element) inside ``shard_map`` over the
+            one-axis mesh ``"r"`` of all ``nproc`` ranks.
+        nproc: the ranks on axis ``"r"``, ≥ 1.
+
+    Returns:
+        ``x`` unchanged in value (0.0 added to its first element), now
+        depending on the two all-reduces.
     """
     k = min(int(x.size), SYNC_FLOATS_PER_RANK * int(nproc))
     t = lax.psum(x.reshape(-1)[:k] * 0.0, "r")
@@ -567,7 +576,7 @@ def _p2p(parts: _Parts, cfg: dict):
 
     def reduce_mine(flat, m):
         """The sum over workers of this rank's shard (m elements) of a bucket's gradients."""
-        flat = _together(flat, parts.nproc)  # every pair of workers swaps shards
+        flat = start_together(flat, parts.nproc)  # every pair of workers swaps shards
         if mode == "reduce_scatter":
             return lax.psum_scatter(flat, "r", scatter_dimension=0, tiled=True)
         got = lax.all_to_all(flat.reshape(n, m), "r", 0, 0, tiled=True)
@@ -588,7 +597,7 @@ def _p2p(parts: _Parts, cfg: dict):
             new_state.append(st)
             mine_new = p_mine + upd
             if n == 2:  # gloo's ring all-gather: a swap between the two
-                mine_new = _together(mine_new, parts.nproc)
+                mine_new = start_together(mine_new, parts.nproc)
             full = lax.all_gather(mine_new, "r", axis=0, tiled=True)
             token = full
             _unflat(full, params, b, out)
@@ -620,7 +629,7 @@ def _ps_rounds(workers: int, servers: list[int], colocated: bool) -> list[list[t
 def sync_allreduces(
     architecture: str, workers: int, servers: int, colocated: bool, num_buckets: int
 ) -> int:
-    """All-reduces per step that :func:`_together` adds before the step's swaps (two each).
+    """All-reduces per step that :func:`start_together` adds before the step's swaps (two each).
 
     P2P: before every bucket's all-to-all, and its all-gather at 2 workers;
     parameter servers: before every push and pull round in which two ranks send
@@ -682,7 +691,7 @@ class _PsLayout:
         for t, pairs in zip(range(self.first_round, n), self.rounds, strict=True):
             send = shards[jnp.clip((me - t) % n, 0, k - 1)]  # my server this round
             if _has_swap(pairs):  # after the previous round, not hoisted before it
-                send = _together(_after(send, acc), self.nproc)
+                send = start_together(_after(send, acc), self.nproc)
             acc = acc + lax.ppermute(send, "r", pairs)  # zeros where nothing arrives
         return acc
 
@@ -694,7 +703,7 @@ class _PsLayout:
             full = jnp.where(is_server, full.at[jnp.maximum(j, 0)].set(p_shard), full)
         for t, pairs in zip(range(self.first_round, n), self.rounds, strict=True):
             back = [(s, w) for w, s in pairs]
-            src = _together(_after(p_shard, full), self.nproc) if _has_swap(back) else p_shard
+            src = start_together(_after(p_shard, full), self.nproc) if _has_swap(back) else p_shard
             got = lax.ppermute(src, "r", back)
             full = full.at[jnp.clip((me - t) % n, 0, k - 1)].add(got)
         return full.reshape(-1)
