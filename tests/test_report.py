@@ -613,3 +613,26 @@ def test_bucket_sweep_draws_the_refined_cap_where_the_recommendation_puts_it():
     i = int(np.flatnonzero(caps == rec.config.bucket_bytes)[0])
     assert t[i] == rec.config.iteration_time_s
     assert t[i] <= t.min() * (1 + 1e-12)
+
+
+def test_timelines_show_the_fastest_other_architectures_runner_up_first():
+    """A new user's report drew the recommendation and the first four architectures in
+    sweep order (ps, ps, p2p, tree), not its runner-up (zero1 at 232 samples/s, left
+    out): the other rows are now each architecture's best, fastest first."""
+    from tuner import recommend
+    from tuner._report import _timelines
+
+    p, w = preset("ethernet-10g", "v100"), get_workload("resnet50", 64)
+    rec = recommend(p, w, max_workers=16, ranks_per_node=2)
+    assert len(rec.sweeps) > 5  # more architectures than the figure shows
+    tl = _timelines(p, w, rec, limit=5)
+    assert len(tl) == 5 and tl[0].label.startswith("recommended: ")
+    best = {}
+    for label, sw in rec.sweeps.items():
+        ok = sw.feasible & np.isfinite(sw.iteration_s)
+        if label != rec.config.label and ok.any():
+            best[label] = float(sw.throughput[ok].max())
+    ranked = sorted(best, key=lambda lab: -best[lab])
+    shown = [t.label.split(":")[0].removeprefix("best ") for t in tl[1:]]
+    assert shown == ranked[:4]
+    assert rec.alternatives[0].label in shown  # the runner-up's architecture is drawn

@@ -100,7 +100,10 @@ FIGURES = {
     "busbw.png": "Bus bandwidth vs message size, measured and predicted",
     "scaling.png": "Iteration time, throughput and scaling efficiency vs workers per architecture",
     "buckets.png": "Iteration time vs bucket size for the recommended architecture and workers",
-    "timeline.png": "One iteration as a timeline, recommended and best of each other architecture",
+    "timeline.png": (
+        "One iteration as a timeline: the recommendation, then the best configuration of the"
+        " four fastest other architectures"
+    ),
     "sensitivity.png": "Sensitivity of the iteration time to each hardware parameter",
     "validation.png": "Real training: measured vs predicted iteration time vs workers per architecture",
 }
@@ -999,6 +1002,9 @@ def _bucket_sweep(profile, params, workload, rec) -> dict:
 
 
 def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
+    """The recommendation's timeline, then the best configuration of each other
+    architecture, fastest first (highest best throughput), ``limit`` in all: the
+    runner-up's architecture is always among them."""
     cfg = rec.config
 
     def one(arch, colocated, n, k, b, batch, label):
@@ -1026,13 +1032,16 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
             "recommended: " + cfg.describe(),
         )
     ]
+    best = []  # (throughput, label, sweep, index) of each other architecture's best
     for label, sw in rec.sweeps.items():
-        if label == cfg.label or len(out) >= limit:
+        if label == cfg.label:
             continue
         ok = np.flatnonzero(sw.feasible & np.isfinite(sw.iteration_s))
-        if ok.size == 0:
-            continue
-        i = ok[np.argmax(sw.throughput[ok])]
+        if ok.size:
+            i = int(ok[np.argmax(sw.throughput[ok])])
+            best.append((float(sw.throughput[i]), label, sw, i))
+    best.sort(key=lambda b: -b[0])
+    for _, label, sw, i in best[: max(limit - 1, 0)]:
         n, k, b = int(sw.workers[i]), int(sw.servers[i]), int(sw.bucket_bytes[i])
         srv = f", {k} server{'s' if k != 1 else ''}" if k else ""
         bb = "per tensor" if b == 0 else format_bytes(b)
