@@ -636,3 +636,42 @@ def test_timelines_show_the_fastest_other_architectures_runner_up_first():
     shown = [t.label.split(":")[0].removeprefix("best ") for t in tl[1:]]
     assert shown == ranked[:4]
     assert rec.alternatives[0].label in shown  # the runner-up's architecture is drawn
+    # fsdp exchanges per wrapped block: its bucket_bytes is not a setting to show
+    for t in tl[1:]:
+        arch = t.label.split(":")[0].removeprefix("best ")
+        assert ("per block" in t.label) == (arch in ("fsdp", "hsdp")), t.label
+        assert ("bucket" in t.label) == (arch not in ("fsdp", "hsdp")), t.label
+
+
+def test_scaling_legend_stays_off_the_curves(setup, tmp_path, monkeypatch):
+    """A new user's report: the top row's legends sat inside the throughput and
+    efficiency panels, over the ps and tree curves. The legend has a row of its own: no
+    legend box inside a data panel overlaps a curve of the overview, and every curve is
+    in it."""
+    import tuner._figures as F
+
+    drawn = []
+    monkeypatch.setattr(F, "_save", lambda fig, path: drawn.append(fig) or Path(path))
+    p, w = setup
+    curves = _curves(p, w)
+    plot_scaling(curves, tmp_path / "c.png", recommended=("ring", 8))
+    (fig,) = drawn
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # savefig's canvas for PNG
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    overview = [
+        ax
+        for ax in fig.axes
+        if ax.get_title() in ("Iteration time", "Throughput", "Scaling efficiency")
+    ]
+    assert len(overview) == 3
+    assert all(ax.get_legend() is None for ax in overview)
+    keys = [ax for ax in fig.axes if not ax.axison and ax.get_legend() is not None]
+    assert len(keys) == 1
+    box = keys[0].get_legend().get_window_extent(renderer)
+    for ax in overview:
+        assert not box.overlaps(ax.get_window_extent(renderer))
+    shown = {t.get_text() for t in keys[0].get_legend().get_texts()}
+    assert {c.label for c in curves} <= shown and "recommended" in shown

@@ -454,25 +454,34 @@ def plot_scaling(
         "Scaling per architecture: each point is that architecture's best "
         "configuration at that worker count"
     )
+    # the top row's legend has a row of its own under it: inside the panels it
+    # covered the curves (a new user's report: ps and tree under the efficiency's)
+    entries = len(curves) + 3  # the curves, the band, the star, linear scaling
+    legend_rows = math.ceil(entries / 6)
     fig, gs = _grid_figure(
         13.0,
-        4.2 + 2.6 * nsmall,
-        1 + nsmall,
+        4.2 + 2.6 * nsmall + 0.25 * legend_rows,
+        2 + nsmall,
         12,
         title,
         top=0.8,
-        height_ratios=[1.6] + [1.0] * nsmall,
+        hspace=0.7,
+        height_ratios=[1.6, 0.12 * legend_rows] + [1.0] * nsmall,
     )
     top = [fig.add_subplot(gs[0, 4 * i : 4 * i + 4]) for i in range(3)]
     colours = [arch_colour(c.architecture, i, c.label) for i, c in enumerate(curves)]
     rec_curve = next((c for c in curves if recommended and c.label == recommended[0]), None)
     _scaling_overview(top, curves, colours, rec_curve, recommended)
+    key = fig.add_subplot(gs[1, :])
+    key.axis("off")
+    handles, labels = top[1].get_legend_handles_labels()
+    key.legend(handles, labels, loc="center", ncol=6, fontsize=8, frameon=False)
     panels = []
     width = 12 // ncol
     for i, (c, col) in enumerate(zip(curves, colours, strict=True)):
         r, q = divmod(i, ncol)
         share = panels[0] if panels else None
-        panels.append(fig.add_subplot(gs[1 + r, q * width : (q + 1) * width], sharey=share))
+        panels.append(fig.add_subplot(gs[2 + r, q * width : (q + 1) * width], sharey=share))
         _scaling_panel(panels[-1], c, col, rec_curve)
     from matplotlib.ticker import NullLocator
 
@@ -489,7 +498,8 @@ def plot_scaling(
 
 
 def _scaling_overview(axes, curves, colours, rec_curve, recommended) -> None:
-    """The top row: iteration time, throughput and efficiency of every curve together."""
+    """The top row: iteration time, throughput and efficiency of every curve together
+    (their legend is the throughput panel's handles, drawn by the caller)."""
     ax_t, ax_x, ax_e = axes
     scale, unit = _time_unit(np.concatenate([np.asarray(c.iteration_s, float) for c in curves]))
     for c, col in zip(curves, colours, strict=True):
@@ -533,8 +543,6 @@ def _scaling_overview(axes, curves, colours, rec_curve, recommended) -> None:
     ax_e.set_ylabel("scaling efficiency (%)")
     ax_e.set_ylim(0, 105)
     ax_e.set_title("Scaling efficiency")
-    ax_e.legend(fontsize=7, loc="lower left")
-    ax_x.legend(fontsize=7, loc="upper left")
 
 
 def _scaling_panel(ax, c: ScalingCurve, col: str, rec_curve) -> None:

@@ -1044,7 +1044,10 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
     for _, label, sw, i in best[: max(limit - 1, 0)]:
         n, k, b = int(sw.workers[i]), int(sw.servers[i]), int(sw.bucket_bytes[i])
         srv = f", {k} server{'s' if k != 1 else ''}" if k else ""
-        bb = "per tensor" if b == 0 else format_bytes(b)
+        if not getattr(sw.variant.arch, "uses_bucket_bytes", True):
+            bb = "per block"  # fsdp/hsdp: as recommend and the alternatives table say
+        else:
+            bb = "per tensor" if b == 0 else format_bytes(b)
         out.append(
             one(
                 sw.variant.name,
@@ -1053,7 +1056,7 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
                 k,
                 b,
                 float(sw.batch_size[i]),
-                f"best {label}: {n} workers{srv}, bucket {bb}",
+                f"best {label}: {n} workers{srv}, " + (bb if bb == "per block" else f"bucket {bb}"),
             )
         )
     return out
