@@ -65,8 +65,7 @@ def _worker(rank: int, coordinator: str, mode: str, nbytes: int, reps: int) -> N
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from launch import gloo_io_threads_batch
-    from tuner.validation import start_together
+    from launch import gloo_io_threads_batch, start_together
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=2, process_id=rank)

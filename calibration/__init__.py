@@ -25,6 +25,7 @@ _EXPORTS = {
     "STEP_TERMS": "._steps",
     "compute_contention": "._records",
     "core_sharing": "._records",
+    "sync_batch": "._records",
     "contended": "._steps",
     "fit_steps": "._steps",
     "read_steps": "._steps",

@@ -52,6 +52,7 @@ References:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import math
@@ -91,6 +92,7 @@ from ._records import (
     file_entry,
     package_versions,
     read_records,
+    sync_batch,
     utc_timestamp,
     validate_record,
 )
@@ -408,6 +410,7 @@ def _collective_point(rec: dict, t: float, used: str) -> dict:
         "ranks_per_node": g,
         "time_s": t,
         "statistic": used,
+        "sync": rec.get("sync"),
         "series": series
         | ({"algorithm": algo} if algo else {})
         | ({"nodes_at_once": int(rec["nodes_at_once"])} if rec.get("nodes_at_once") else {}),
@@ -439,11 +442,18 @@ class _Data(eqx.Module):
     small_gemm: jax.Array
     logt: jax.Array
     n_coll: int = eqx.field(static=True)
+    # the all-reduces a swap pattern ran before itself (records' "sync",
+    # calibration.sync_batch): one row per collective row, counts 0 where none;
+    # None where no record declares any (nccl-tests, older collections)
+    sync: CollectiveBatch | None = None
+    sync_c: jax.Array | None = None
 
 
 def _predict(params: ClusterParams, data: _Data):
     """Seconds of every point (model order): costmodel's collective and compute times."""
     t = collective_batch_time(params, data.coll)
+    if data.sync is not None:  # a swap's two small all-reduces, inside its timed call
+        t = t + data.sync_c * collective_batch_time(params, data.sync)
     if data.flops.shape[-1] == 0:  # no compute points: nothing to trace and compile for them
         return t
     # one timed call each
@@ -512,6 +522,13 @@ def _build_data(points: list[dict]) -> tuple[_Data, np.ndarray]:
         logt=f(np.log([points[i]["time_s"] for i in src_rows])),
         n_coll=len(coll),
     )
+    if any(points[i].get("sync") for i in coll):
+        batch, counts = sync_batch(
+            [points[i].get("sync") for i in coll],
+            [points[i]["share_ranks"] for i in coll],
+            [points[i].get("contention", 1.0) for i in coll],
+        )
+        data = dataclasses.replace(data, sync=batch, sync_c=f(counts))
     return data, order
 
 

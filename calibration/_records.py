@@ -29,7 +29,10 @@ Common fields (every record):
     once); ``ranks_per_machine`` (int ≥ ranks_per_node, optional: the job's
     ranks on one machine, sharing its cores, where that is more than a node's:
     the nodes of an emulated cluster share this machine; absent, a node's ranks
-    have its cores to themselves); ``num_hosts`` (int, optional: the distinct
+    have its cores to themselves); ``sync`` (optional, as a step's below: the
+    small all-reduces a swap pattern ran before the collective inside each timed
+    call, ``calibration.plan_points``, which a prediction of it adds);
+    ``num_hosts`` (int, optional: the distinct
     host names among the job's ranks, as ``ddltune collect`` counts them, in
     [⌈num_ranks / ranks_per_node⌉, num_ranks − ranks_per_node + 1]; a host name
     itself is never written).
@@ -262,6 +265,7 @@ def _check_collective(rec: dict) -> None:
                 f"'ranks_per_machine' (the job's ranks sharing one machine's cores) must be an "
                 f"integer in [ranks_per_node = {g}, 2^24], got {_short(m)}"
             )
+    _check_sync(rec)
     if "nodes_at_once" in rec:
         k = rec["nodes_at_once"]
         if not _is_pos_int(k, 2, MAX_RANKS) or rec["num_ranks"] != rec["ranks_per_node"]:
@@ -356,6 +360,11 @@ def _check_step(rec: dict) -> None:
         raise ValueError(
             f"'same_buckets_at' must be a list of integers in [0, 2^50] B, got {_short(same)}"
         )
+    _check_sync(rec)
+
+
+def _check_sync(rec: dict) -> None:
+    """The optional ``sync`` of a step or collective record (see the module doc)."""
     sync = rec.get("sync")
     if sync is not None and not (
         isinstance(sync, dict)
@@ -1107,3 +1116,54 @@ def core_sharing(rec: dict) -> tuple[int, float]:
     if rec.get("emulated") is not None:
         return min(g, n), compute_contention(rec)
     return int(rec.get("ranks_per_machine", min(g, n))), 1.0
+
+
+def sync_batch(syncs, share_ranks=None, contention=None):
+    """The small all-reduces N records declare (``"sync"``), as rows for the model.
+
+    A record's ``sync`` (a training step's, or a collector's swap pattern's:
+    :func:`launch.start_together` inside the timed program) says how many
+    all-reduces ran, of how many bytes, over how many ranks; their cost is
+    the model's own all-reduce (ring, :func:`costmodel.collective_batch_time`),
+    with the record's core sharing, and a prediction of the record adds
+    ``counts × time``.
+
+    Args:
+        syncs: N entries, each a record's ``sync`` dict or None.
+        share_ranks, contention: None or N values as :func:`core_sharing`
+            gives them per record (default: a node's ranks have its cores, 1).
+
+    Returns:
+        ``(batch, counts)``: a :class:`costmodel.CollectiveBatch` of N
+        all_reduce rows (4 bytes on one rank where a record declares none) and
+        the (N,) all-reduce count of each record (0 where none).
+
+    Example:
+        >>> from costmodel import ClusterParams, collective_batch_time, collective_time
+        >>> p = ClusterParams.create()
+        >>> s = {"allreduces": 2, "message_bytes": 64, "num_ranks": 2, "ranks_per_node": 1}
+        >>> b, c = sync_batch([s, None])
+        >>> t = c * collective_batch_time(p, b)
+        >>> bool(abs(t[0] - 2 * collective_time(p, "all_reduce", 64, 2, 1)) < 1e-12), float(t[1])
+        (True, 0.0)
+    """
+    import numpy as np
+
+    from costmodel import collective_batch
+
+    syncs = list(syncs)
+    n = np.array([1.0 if s is None else float(s["num_ranks"]) for s in syncs])
+    g = np.array([1.0 if s is None else float(s.get("ranks_per_node", 1)) for s in syncs])
+    g = np.minimum(g, n)
+    share = g if share_ranks is None else np.maximum(np.asarray(share_ranks, float), g)
+    share = np.where([s is None for s in syncs], g, share) if syncs else share
+    batch = collective_batch(
+        ["all_reduce"] * len(syncs),
+        [4.0 if s is None else float(s["message_bytes"]) for s in syncs],
+        n,
+        g,
+        share_ranks=share,
+        contention=None if contention is None else np.asarray(contention, float),
+    )
+    counts = np.array([0.0 if s is None else float(s["allreduces"]) for s in syncs])
+    return batch, counts

@@ -76,12 +76,20 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from costmodel import format_bytes
-from launch import Ranks, heartbeat, hierarchical_psum, waiting, worker_main
+from launch import (
+    SYNC_FLOATS_PER_RANK,
+    Ranks,
+    heartbeat,
+    hierarchical_psum,
+    start_together,
+    waiting,
+    worker_main,
+)
 
 from ._names import COLLECT_PATTERNS
 from ._records import provenance, record_key, time_statistics
 
-__all__ = ["COLLECT_PATTERNS", "plan_points", "message_sizes", "run", "main", "Faults"]
+__all__ = ["COLLECT_PATTERNS", "plan_points", "message_sizes", "run", "main", "Faults", "swaps"]
 
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 _SPLIT = ("reduce_scatter", "all_gather", "all_to_all")  # S must split into n equal blocks
@@ -213,8 +221,33 @@ def plan_points(
     return points
 
 
+def swaps(collective: str, num_ranks: int) -> bool:
+    """Whether the pattern has two ranks send to each other (a swap).
+
+    all_to_all at every n (each pair swaps blocks), and at n = 2 the one-step
+    patterns whose only peer is the other rank: sendrecv, all_gather and
+    reduce_scatter (gloo's ring at 2). XLA:CPU over gloo runs such a swap one
+    direction after the other when one rank comes late
+    (:func:`launch.start_together`); the collector's host-side barrier leaves the ranks
+    a latency apart, and on the emulated 5 × 1 cluster (200 Mbit/s, 2026-12-07)
+    every 16 MiB all_to_all on 2 ranks took 2.17–2.27× its wire time and the
+    all_gather 1.69–2.28×, where an all_reduce of the same bytes each way took
+    1.17–1.21×. The all-reduce (gloo's ring posts each receive before its send)
+    and the parameter-server patterns (one direction per pair) do not swap.
+    """
+    n = int(num_ranks)
+    if collective == "all_to_all":
+        return n >= 2
+    return n == 2 and collective in ("sendrecv", "all_gather", "reduce_scatter")
+
+
 def _collective_points(config: dict, num_ranks: int, ranks_per_node: int) -> list[dict]:
-    """Every collective × size of ``config`` on ``num_ranks`` ranks (sizes too small to split dropped)."""
+    """Every collective × size of ``config`` on ``num_ranks`` ranks (sizes too small to split dropped).
+
+    A swap pattern (:func:`swaps`) runs behind :func:`launch.start_together`
+    inside its timed program; its point (and record) declares those two small
+    all-reduces as ``sync``, which calibration adds to the pattern's own time
+    (``calibration.sync_time``)."""
     dtype = config["dtype"]
     itemsize = _DTYPE_BYTES[dtype]
     points = []
@@ -224,18 +257,25 @@ def _collective_points(config: dict, num_ranks: int, ranks_per_node: int) -> lis
             if count < (num_ranks if name in _SPLIT else 1):
                 continue
             nbytes = count * itemsize
-            points.append(
-                {
-                    "kind": "collective",
-                    "collective": name,
-                    "message_bytes": nbytes,
+            point = {
+                "kind": "collective",
+                "collective": name,
+                "message_bytes": nbytes,
+                "num_ranks": num_ranks,
+                "ranks_per_node": ranks_per_node,
+                "dtype": dtype,
+                "count": count,
+                "desc": f"{name} {format_bytes(nbytes)} on {num_ranks} ranks",
+            }
+            if swaps(name, num_ranks):
+                block = count // num_ranks if name == "all_gather" else count  # a rank's input
+                point["sync"] = {
+                    "allreduces": 2,
+                    "message_bytes": min(block, SYNC_FLOATS_PER_RANK * num_ranks) * itemsize,
                     "num_ranks": num_ranks,
                     "ranks_per_node": ranks_per_node,
-                    "dtype": dtype,
-                    "count": count,
-                    "desc": f"{name} {format_bytes(nbytes)} on {num_ranks} ranks",
                 }
-            )
+            points.append(point)
     return points
 
 
@@ -575,6 +615,12 @@ def _collective_step(ranks: Ranks, point: dict, faults: Faults):
         f, rows, expect = _patterns(g, "hierarchical", count, jdtype, name in faults.wrong)
     else:
         f, rows, expect = _patterns(g, name, count, jdtype, name in faults.wrong)
+    if point.get("sync"):  # a swap: every rank starts it at once, as the record declares
+        inner = f
+
+        def f(a):
+            return inner(start_together(a, g))
+
     x = ranks.put_rows(lambda i: rows(i % g))
     if mesh is not ranks.mesh:  # the same blocks on the same devices, another mesh
         x = jax.make_array_from_single_device_arrays(

@@ -10,8 +10,10 @@ starts ranks into (``emulate=``). The collector (:mod:`calibration`) and the tra
 (:mod:`tuner.validation`) both use it; it imports no other ddltune package.
 """
 
+from ._devices import SYNC_FLOATS_PER_RANK as SYNC_FLOATS_PER_RANK
 from ._devices import Ranks as Ranks
 from ._devices import hierarchical_psum as hierarchical_psum
+from ._devices import start_together as start_together
 from ._emulate import STOLEN_FRACTION as STOLEN_FRACTION
 from ._emulate import STOLEN_RETRIES as STOLEN_RETRIES
 from ._emulate import EmulatedCluster as EmulatedCluster

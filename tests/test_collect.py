@@ -137,6 +137,47 @@ def test_collect_tables_name_the_series_within_nodes_and_the_hierarchical_all_re
     ]
 
 
+def test_plan_puts_every_swap_behind_start_together_and_declares_it():
+    """A swap (two ranks sending to each other) runs one direction after the other
+    on XLA:CPU over gloo when one rank comes late: on an emulated 5 × 1 cluster every
+    16 MiB all_to_all on 2 ranks took 2.2× its wire time. The collector starts each
+    swap behind launch.start_together and the record says so ("sync"): all_to_all at
+    every n, sendrecv, all_gather and reduce_scatter at n = 2 (their only peer)."""
+    from calibration._worker import swaps
+
+    def synced(plan):
+        return {
+            (p["collective"], p["message_bytes"]): p.get("sync")
+            for p in plan
+            if p["kind"] == "collective" and not p.get("nodes_at_once")
+        }
+
+    two = synced(plan_points(CONFIG, 2, 1, num_processes=2))
+    for (name, size), sync in two.items():
+        if name in ("all_to_all", "sendrecv", "all_gather", "reduce_scatter"):
+            block = size // 4 // (2 if name == "all_gather" else 1)  # a rank's input floats
+            assert sync == {
+                "allreduces": 2,
+                "message_bytes": 4 * min(block, 16),
+                "num_ranks": 2,
+                "ranks_per_node": 1,
+            }, name
+        else:
+            assert sync is None, name
+    three = synced(plan_points(CONFIG, 3, 3, num_processes=3))
+    assert {k[0] for k, v in three.items() if v} == {"all_to_all"}
+    assert not swaps("all_reduce", 2) and not swaps("ps_push", 2) and not swaps("all_to_all", 1)
+    # within each node at once: the swap of a node's ranks, over those ranks
+    within = [
+        p
+        for p in plan_points(CONFIG, 8, 2, num_processes=8, nodes=4)
+        if p.get("nodes_at_once") and p["collective"] == "all_to_all"
+    ]
+    assert within and all(
+        p["sync"]["num_ranks"] == 2 == p["sync"]["ranks_per_node"] for p in within
+    )
+
+
 def test_plan_single_rank_measures_no_collective():
     plan = plan_points(CONFIG, 1, 1, num_processes=1)
     assert plan and all(p["kind"] == "compute" for p in plan)
@@ -284,9 +325,10 @@ _VIRTUAL = textwrap.dedent(
     recs = [m["record"] for m in msgs if m["type"] == "record"]
     # A deliberately wrong reduction (pmax for psum) and a wrong fan-out must be flagged.
     msgs = []
-    cfg = dict(base, collectives=["all_reduce", "sendrecv", "ps_pull"], sizes=[1024],
-               dtype="bfloat16", suite=["collectives"])
-    out["wrong"] = run(cfg, msgs.append, faults=Faults("wrong:all_reduce,wrong:ps_pull"))
+    cfg = dict(base, collectives=["all_reduce", "sendrecv", "ps_pull", "all_to_all"],
+               sizes=[1024], dtype="bfloat16", suite=["collectives"])
+    out["wrong"] = run(cfg, msgs.append,
+                       faults=Faults("wrong:all_reduce,wrong:ps_pull,wrong:all_to_all"))
     out["wrong_msgs"] = msgs
     # Resume: points already in the file are skipped.
     msgs = []
@@ -394,6 +436,14 @@ def test_virtual_devices_every_record_valid(virtual_run):
     ):
         with pytest.raises(ValueError, match=msg):
             validate_record(rec)
+    # 4 ranks: only the all_to_all swaps, behind two all-reduces of 8 floats a rank
+    for r in coll:
+        want = {"allreduces": 2, "message_bytes": 128, "num_ranks": 4, "ranks_per_node": 4}
+        assert r.get("sync") == (want if r["collective"] == "all_to_all" else None), r
+    a2a = next(r for r in coll if r["collective"] == "all_to_all")
+    for bad_sync in ({"allreduces": 0, "message_bytes": 8, "num_ranks": 4}, [2], {"allreduces": 2}):
+        with pytest.raises(ValueError, match="'sync' must be"):
+            validate_record(dict(a2a, sync=bad_sync))
     comp = [r for r in recs if r["kind"] == "compute"]
     assert {r["op"] for r in comp} == {"matmul", "forward", "backward"}
     # One process: compute ran once, by itself (no "rank 0 alone" duplicate).
@@ -415,6 +465,8 @@ def test_wrong_results_are_flagged(virtual_run):
     assert recs["all_reduce"]["wrong"] == recs["all_reduce"]["time_s"]["count"] > 0
     assert recs["ps_pull"]["wrong"] > 0
     assert recs["sendrecv"]["wrong"] == 0  # bfloat16 results are exact otherwise
+    assert recs["all_to_all"]["wrong"] > 0  # checked behind its start_together too
+    assert recs["all_to_all"]["sync"]["message_bytes"] == 32 * 2  # 8 bfloat16 a rank
     assert all(r["dtype"] == "bfloat16" for r in recs.values())
 
 

@@ -675,3 +675,34 @@ def test_scaling_legend_stays_off_the_curves(setup, tmp_path, monkeypatch):
         assert not box.overlaps(ax.get_window_extent(renderer))
     shown = {t.get_text() for t in keys[0].get_legend().get_texts()}
     assert {c.label for c in curves} <= shown and "recommended" in shown
+
+
+def test_collective_series_predicts_a_swap_with_its_declared_all_reduces():
+    """The fit figure's prediction of a record is the fit's: a swap's declared
+    all-reduces ("sync", launch.start_together in the collector's program) are added."""
+    p = preset("ethernet-10g", "v100")
+    sync = {"allreduces": 2, "message_bytes": 64, "num_ranks": 2, "ranks_per_node": 1}
+
+    def rec(c, S, **kw):
+        return {
+            "kind": "collective",
+            "collective": c,
+            "message_bytes": S,
+            "num_ranks": 2,
+            "ranks_per_node": 1,
+            "time_s": {"p10": 1e-3},
+            **kw,
+        }
+
+    sizes = (1024, 65536)
+    series = collective_series(
+        p, [rec("all_to_all", S, sync=sync) for S in sizes] + [rec("all_reduce", S) for S in sizes]
+    )
+    got = {s.collective: s.predicted_s for s in series}
+    barrier = 2 * float(collective_time(p, "all_reduce", 64, 2, 1))
+    for i, S in enumerate(sizes):
+        want = float(collective_time(p, "all_to_all", S, 2, 1)) + barrier
+        assert got["all_to_all"][i] == pytest.approx(want, rel=1e-5)
+        assert got["all_reduce"][i] == pytest.approx(
+            float(collective_time(p, "all_reduce", S, 2, 1)), rel=1e-5
+        )

@@ -48,6 +48,7 @@ from calibration import (
     holdout_mask,
     refuse_current_folder,
     refuse_symlink,
+    sync_batch,
     systematic_note,
 )
 from costmodel import (
@@ -338,6 +339,7 @@ def collective_series(
     # (collective, n, g, bytes[, algorithm]): the counts as ints, the names as they are
     held = {tuple(int(v) if 1 <= i <= 3 else v for i, v in enumerate(h)) for h in (heldout or ())}
     groups: dict[tuple, dict[int, float]] = {}
+    syncs: dict[tuple, dict[int, dict | None]] = {}
     shares: dict[tuple, int] = {}
     for r in recs:
         algo = cost_algorithm(r) or ""  # as the fit times it (gloo's reduce_scatter on CPU)
@@ -346,7 +348,9 @@ def collective_series(
         t = _stat(r, stat)
         sizes = groups.setdefault(key, {})
         b = int(r["message_bytes"])
-        sizes[b] = min(t, sizes.get(b, math.inf))
+        if t < sizes.get(b, math.inf):
+            sizes[b] = t
+            syncs.setdefault(key, {})[b] = r.get("sync")  # the kept record's own
         # the ranks sharing the cores and the emulated CPUs' contention, as the fit had them
         share, contention = core_sharing(r)
         old = shares.get(key, (0, 1.0))
@@ -361,6 +365,12 @@ def collective_series(
             np.full(x.size, float(share)), np.full(x.size, float(contention)),
         )  # fmt: skip
         pred = np.asarray(collective_batch_time(params, batch), dtype=np.float64)
+        sync = [syncs.get((name, algo, n, g), {}).get(int(b)) for b in x]
+        if any(sync):  # a swap's two small all-reduces, in its timed call as in the fit
+            sb, counts = sync_batch(
+                sync, np.full(x.size, float(share)), np.full(x.size, float(contention))
+            )
+            pred = pred + counts * np.asarray(collective_batch_time(params, sb), np.float64)
         tag = (algo,) if algo else ()
         mask = np.array([(name, n, g, int(b), *tag) in held for b in x], dtype=bool)
         out.append(CollectiveSeries(name, n, g, x, meas, pred, mask, algo or None))

@@ -33,11 +33,10 @@ import numpy as np
 
 from calibration import RecordWriter, time_statistics
 from costmodel import Workload
-from launch import launch_local
+from launch import SYNC_FLOATS_PER_RANK, launch_local
 
 from ._train_worker import (
     ARCHITECTURES,
-    SYNC_FLOATS_PER_RANK,
     bucket_indices,
     model_layers,
     model_spec,

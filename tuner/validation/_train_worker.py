@@ -76,7 +76,13 @@ from jax.sharding import PartitionSpec as P
 
 from calibration import provenance
 from costmodel.workloads import conv_gemm, dense_gemm
-from launch import Ranks, heartbeat, hierarchical_psum, worker_main
+from launch import (
+    Ranks,
+    heartbeat,
+    hierarchical_psum,
+    start_together,
+    worker_main,
+)
 
 __all__ = [
     "ARCHITECTURES",
@@ -442,51 +448,6 @@ def _after(x, token):
     # A true data dependency (XLA:CPU removes optimization barriers before
     # combining collectives): one element of x plus 0 × one element of token.
     return x.at[0].add(token.reshape(-1)[0] * 0.0)
-
-
-#: Floats a rank contributes to each all-reduce of :func:`start_together` (every ring segment non-empty).
-SYNC_FLOATS_PER_RANK = 8
-
-
-def start_together(x, nproc: int):
-    """``x``, after two small all-reduces that depend on it: every rank starts what follows at once.
-
-    Put before each exchange in which two ranks send to each other (a swap).
-    XLA:CPU's CollectivePermute and AllToAll over gloo post each send before
-    its receive (xla ``backends/cpu/collectives/gloo_communicator.cc``), and
-    gloo's TCP pair sends an unbound buffer at once when the peer's
-    receive-ready notice is already there, queueing its own notice behind the
-    data in the same connection (gloo ``transport/tcp/pair.cc``,
-    ``Pair::send``/``Pair::recv``). A rank that reaches a swap later than its
-    peer (its compute took longer, or its previous exchange ended later)
-    therefore sends its whole buffer before its peer may start: the swap takes
-    twice its wire time, which no network does (MPI's and NCCL's rendezvous let
-    both directions flow). gloo's ring all-reduce posts each receive before its
-    send, and two of them, of 8 floats a rank (every ring segment non-empty),
-    leave the ranks close enough in time. Measured with
-    ``benchmarks/emulated_swaps.py --modes late,late-together,late-psum,two,two-together
-    --reps 12`` (2x1@100mbit, 1.9 MB each way): one rank 20 ms late, the swap
-    took 2.02–2.24× its wire time (``late``) and 1.04–1.14× behind this
-    (``late-together``), as an all-reduce of the same bytes does (1.03–1.19×,
-    ``late-psum``); two dependent swaps (a push, then its pull) took a median
-    3.08× one swap's wire time, up to 4.02× (``two``), and 2.13–2.40× behind
-    this (``two-together``; 2× is perfect). Costs two small all-reduces,
-    about 4(n − 1) α, which the step records declare (:func:`sync_allreduces`)
-    and the prediction of a step adds (``calibration.sync_time``).
-
-    Args:
-        x: a float array (any shape, ≥ 1 element) inside ``shard_map`` over the
-            one-axis mesh ``"r"`` of all ``nproc`` ranks.
-        nproc: the ranks on axis ``"r"``, ≥ 1.
-
-    Returns:
-        ``x`` unchanged in value (0.0 added to its first element), now
-        depending on the two all-reduces.
-    """
-    k = min(int(x.size), SYNC_FLOATS_PER_RANK * int(nproc))
-    t = lax.psum(x.reshape(-1)[:k] * 0.0, "r")
-    t = lax.psum(t, "r")
-    return x.at[0].add(t[0])
 
 
 def _unflat(flat, leaves, idx, out) -> None:
