@@ -583,3 +583,20 @@ def test_predictions_with_a_profile_run_its_interval_in_numpy_and_match_the_jitt
     for a, b in zip(rows["numpy"], rows["jax"], strict=True):
         assert a[0] < a[1]
         np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_steps_of_ten_seconds_and_more_are_tabled_in_seconds(capsys):
+    """A new user's CPU steps of 25 s read '25000.00' under 'iteration ms': a table whose
+    longest step takes 10 s or more is in seconds, every time column alike, and still adds up."""
+    argv = ("--preset", "ethernet-10g", "--device", "cpu", "--model", "resnet50")
+    code, out, _ = _run(capsys, *argv, "--arch", "ring", "--workers", "2,4")
+    assert code == 0
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("arch"))
+    assert "iteration s" in header and "overhead s" in header and " ms" not in header
+    doc = _json(capsys, *argv, "--arch", "ring", "--workers", "2,4")
+    rows = [line for line in lines if line.startswith("ring")]
+    for line, r in zip(rows, doc["rows"], strict=True):
+        it = float(line.split()[6])  # after the bucket, "25 MiB"
+        assert r["iteration_s"] >= 10.0
+        assert it == pytest.approx(r["iteration_s"], abs=0.0006)

@@ -407,17 +407,27 @@ def _table(head: list[str], lines: list[list[str]], right: set[int]) -> None:
     _say("\n".join(format_table(lines, head=head, right=right)))
 
 
-def _ms(x: float) -> str:
-    return f"{x * 1e3:.2f}"
+def _time_unit(rows) -> tuple[float, str]:
+    """The table's one time unit: seconds where a step takes 10 s or more (a new user's
+    25-s steps read "25000.00" in ms), else milliseconds."""
+    top = max((float(r["iteration_s"]) for r in rows), default=0.0)
+    return (1.0, "s") if top >= 10.0 else (1e-3, "ms")
 
 
 def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
     from costmodel import format_bytes
 
     with_interval = rows and "interval_s" in rows[0]
-    head = ["arch", "servers", "workers", "ranks/node", "bucket", "iteration ms"]
-    head += ["90% interval ms"] if with_interval else []
-    head += ["forward ms", "backward ms", "comm ms", "exposed ms", "update ms", "overhead ms"]
+    scale, unit = _time_unit(rows)
+
+    def _t(x: float) -> str:
+        return f"{x / scale:.2f}" if unit == "ms" else f"{x:.3f}"
+
+    head = ["arch", "servers", "workers", "ranks/node", "bucket", f"iteration {unit}"]
+    head += [f"90% interval {unit}"] if with_interval else []
+    head += [
+        f"{what} {unit}" for what in ("forward", "backward", "comm", "exposed", "update", "overhead")
+    ]
     head += ["samples/s", "efficiency %"]
     lines = []
     for r in rows:
@@ -428,18 +438,18 @@ def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
             str(r["workers"]),
             str(r["ranks_per_node"]),
             "per tensor" if r["bucket_bytes"] == 0 else format_bytes(r["bucket_bytes"]),
-            _ms(r["iteration_s"]),
+            _t(r["iteration_s"]),
         ]
         if with_interval:
             lo, hi = r["interval_s"]
-            line.append(f"{lo * 1e3:.2f} – {hi * 1e3:.2f}")
+            line.append(f"{_t(lo)} – {_t(hi)}")
         line += [
-            _ms(r["forward_s"]),
-            _ms(r["backward_s"]),
-            _ms(r["communication_s"]),
-            _ms(r["exposed_communication_s"]),
-            _ms(r["update_s"]),
-            _ms(r["overhead_s"]),
+            _t(r["forward_s"]),
+            _t(r["backward_s"]),
+            _t(r["communication_s"]),
+            _t(r["exposed_communication_s"]),
+            _t(r["update_s"]),
+            _t(r["overhead_s"]),
             f"{r['throughput_samples_per_s']:.1f}",
             f"{100 * r['scaling_efficiency']:.1f}",
         ]
