@@ -222,23 +222,32 @@ def plan_points(
 
 
 def swaps(collective: str, num_ranks: int) -> bool:
-    """Whether the pattern has two ranks send to each other (a swap).
+    """Whether the pattern is a swap the collector starts behind :func:`launch.start_together`.
 
-    all_to_all at every n (each pair swaps blocks), and at n = 2 the one-step
-    patterns whose only peer is the other rank: sendrecv, all_gather and
-    reduce_scatter (gloo's ring at 2). XLA:CPU over gloo runs such a swap one
-    direction after the other when one rank comes late
-    (:func:`launch.start_together`); the collector's host-side barrier leaves the ranks
-    a latency apart, and on the emulated 5 × 1 cluster (200 Mbit/s, 2026-12-07)
-    every 16 MiB all_to_all on 2 ranks took 2.17–2.27× its wire time and the
-    all_gather 1.69–2.28×, where an all_reduce of the same bytes each way took
-    1.17–1.21×. The all-reduce (gloo's ring posts each receive before its send)
-    and the parameter-server patterns (one direction per pair) do not swap.
+    On 2 ranks the one-step patterns whose only peer is the other rank:
+    all_to_all, sendrecv, all_gather and reduce_scatter (gloo's ring at 2).
+    XLA:CPU over gloo runs such a swap one direction after the other when one
+    rank comes late (:func:`launch.start_together`), and the collector's
+    host-side barrier leaves the ranks a latency apart: on the emulated 5 × 1
+    cluster (200 Mbit/s, 2026-12-07) every 16 MiB all_to_all on 2 ranks took
+    2.17–2.27× its wire time and the all_gather 1.69–2.28×, where an
+    all_reduce of the same bytes each way took 1.17–1.21×; behind the barrier
+    they took 403 and 435 ms (1.20×, 1.30×). The all-reduce (gloo's ring posts
+    each receive before its send) and the parameter-server patterns (one
+    direction per pair) do not swap.
+
+    Not on 3 or more ranks: there the barrier cost more than the exchange it
+    guards at small sizes (on the same cluster, whose 5 nodes share 2 CPUs, it
+    added 1.0, 2.0 and 2.8 ms to a 1 KiB all_to_all on 3, 4 and 5 ranks that took
+    0.5–1.1 ms without it), the model's two all-reduces overstated it by about
+    half, and the fit could not follow it (held-out p90 22.5% → 47.5%).
     """
-    n = int(num_ranks)
-    if collective == "all_to_all":
-        return n >= 2
-    return n == 2 and collective in ("sendrecv", "all_gather", "reduce_scatter")
+    return int(num_ranks) == 2 and collective in (
+        "all_to_all",
+        "sendrecv",
+        "all_gather",
+        "reduce_scatter",
+    )
 
 
 def _collective_points(config: dict, num_ranks: int, ranks_per_node: int) -> list[dict]:

@@ -426,7 +426,8 @@ def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
     head = ["arch", "servers", "workers", "ranks/node", "bucket", f"iteration {unit}"]
     head += [f"90% interval {unit}"] if with_interval else []
     head += [
-        f"{what} {unit}" for what in ("forward", "backward", "comm", "exposed", "update", "overhead")
+        f"{what} {unit}"
+        for what in ("forward", "backward", "comm", "exposed", "update", "overhead")
     ]
     head += ["samples/s", "efficiency %"]
     lines = []
