@@ -1135,7 +1135,7 @@ def sync_batch(syncs, share_ranks=None, contention=None):
 
     Returns:
         ``(batch, counts)``: a :class:`costmodel.CollectiveBatch` of N
-        all_reduce rows (4 bytes on one rank where a record declares none) and
+        all_reduce rows (4 bytes on 2 ranks where a record declares none) and
         the (N,) all-reduce count of each record (0 where none).
 
     Example:
@@ -1152,7 +1152,10 @@ def sync_batch(syncs, share_ranks=None, contention=None):
     from costmodel import collective_batch
 
     syncs = list(syncs)
-    n = np.array([1.0 if s is None else float(s["num_ranks"]) for s in syncs])
+    # a record without: a real all-reduce (4 bytes on 2 ranks) counted 0 times. On one
+    # rank the model's time is exactly 0, and its gradient NaN in float32, which
+    # 0 × NaN keeps: the fit stopped before its first step (calibration's default dtype)
+    n = np.array([2.0 if s is None else float(s["num_ranks"]) for s in syncs])
     g = np.array([1.0 if s is None else float(s.get("ranks_per_node", 1)) for s in syncs])
     g = np.minimum(g, n)
     share = g if share_ranks is None else np.maximum(np.asarray(share_ranks, float), g)
