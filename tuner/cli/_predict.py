@@ -407,17 +407,6 @@ def _table(head: list[str], lines: list[list[str]], right: set[int]) -> None:
     _say("\n".join(format_table(lines, head=head, right=right)))
 
 
-#: The step's parts, in the table's order after the iteration (and its interval).
-_PARTS = (
-    "forward_s",
-    "backward_s",
-    "communication_s",
-    "exposed_communication_s",
-    "update_s",
-    "overhead_s",
-)
-
-
 def _time_unit(rows) -> tuple[float, str]:
     """The table's one time unit: seconds where a step takes 10 s or more (a new user's
     25-s steps read "25000.00" in ms), else milliseconds."""
@@ -426,8 +415,9 @@ def _time_unit(rows) -> tuple[float, str]:
 
 
 def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
-    from costmodel import format_bytes
+    from costmodel import Breakdown, format_bytes
 
+    parts = Breakdown.FIELDS[: Breakdown.FIELDS.index("iteration_s")]  # forward … overhead
     with_interval = rows and "interval_s" in rows[0]
     scale, unit = _time_unit(rows)
 
@@ -455,7 +445,7 @@ def _print_iterations(rows, cluster: dict, workload_line: str) -> None:
         if with_interval:
             lo, hi = r["interval_s"]
             line.append(f"{_t(lo)} – {_t(hi)}")
-        line += [_t(r[k]) for k in _PARTS] + [
+        line += [_t(r[k]) for k in parts] + [
             f"{r['throughput_samples_per_s']:.1f}",
             f"{100 * r['scaling_efficiency']:.1f}",
         ]
