@@ -30,8 +30,8 @@ Common fields (every record):
     ranks on one machine, sharing its cores, where that is more than a node's:
     the nodes of an emulated cluster share this machine; absent, a node's ranks
     have its cores to themselves); ``sync`` (optional, as a step's below: the
-    small all-reduces a swap pattern ran before the collective inside each timed
-    call, ``calibration.plan_points``, which a prediction of it adds);
+    small all-reduces ``ddltune collect`` ran before a swap on 2 ranks inside each
+    timed call, which a prediction of it adds: :func:`sync_batch`);
     ``num_hosts`` (int, optional: the distinct
     host names among the job's ranks, as ``ddltune collect`` counts them, in
     [⌈num_ranks / ranks_per_node⌉, num_ranks − ranks_per_node + 1]; a host name

@@ -240,7 +240,9 @@ def swaps(collective: str, num_ranks: int) -> bool:
     guards at small sizes (on the same cluster, whose 5 nodes share 2 CPUs, it
     added 1.0, 2.0 and 2.8 ms to a 1 KiB all_to_all on 3, 4 and 5 ranks that took
     0.5–1.1 ms without it), the model's two all-reduces overstated it by about
-    half, and the fit could not follow it (held-out p90 22.5% → 47.5%).
+    half, and the fit could not follow it (that collection's held-out p90 45.6%,
+    25.0% with the declarations stripped; the collection without the barrier
+    22.5%).
     """
     return int(num_ranks) == 2 and collective in (
         "all_to_all",
@@ -256,7 +258,7 @@ def _collective_points(config: dict, num_ranks: int, ranks_per_node: int) -> lis
     A swap pattern (:func:`swaps`) runs behind :func:`launch.start_together`
     inside its timed program; its point (and record) declares those two small
     all-reduces as ``sync``, which calibration adds to the pattern's own time
-    (``calibration.sync_time``)."""
+    (``calibration.sync_batch``)."""
     dtype = config["dtype"]
     itemsize = _DTYPE_BYTES[dtype]
     points = []

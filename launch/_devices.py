@@ -81,9 +81,9 @@ def start_together(x, nproc: int):
     3.08× one swap's wire time, up to 4.02× (``two``), and 2.13–2.40× behind
     this (``two-together``; 2× is perfect). Costs two small all-reduces,
     about 4(n − 1) α, which the records declare (``"sync"``: the training
-    harness's steps, ``tuner.validation.sync_allreduces``; the collector's swap
-    patterns, ``calibration.plan_points``) and their predictions add
-    (``calibration.sync_time``).
+    harness's steps, ``tuner.validation.sync_allreduces``; ``ddltune collect``'s
+    swaps on 2 ranks) and their predictions add (``calibration.sync_time``,
+    ``calibration.sync_batch``).
 
     Args:
         x: a float array (any shape, ≥ 1 element) inside ``shard_map`` over the
