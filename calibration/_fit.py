@@ -1584,7 +1584,11 @@ def _training_outliers_note(pts: list[dict], pred, train) -> str:
         return f" ({p['file']}:{p['line']})" if p.get("file") and p.get("line") else ""
 
     def size(p):
-        return format_bytes(int(p["size"])) if p.get("kind") == "collective" else f"{p['size']:.3g}"
+        return (
+            format_bytes(int(p["size"]))
+            if p.get("kind") == "collective"
+            else f"{p['size']:.3g} FLOP"
+        )
 
     named = format_first(
         (

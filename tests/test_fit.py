@@ -1238,3 +1238,15 @@ def test_records_without_a_sync_give_the_fit_a_finite_gradient():
             assert bool(jnp.all(jnp.isfinite(g))), regimes
         t = np.asarray(jnp.asarray(c) * collective_batch_time(ClusterParams.create(), b))
         assert t[0] == 0.0 == t[2] and t[1] > 0
+
+
+def test_a_compute_point_the_fit_does_not_follow_is_named_with_its_unit():
+    """A new user's report read "backward conv2d n=2 g=2 2.72e+09: measured 53.3 ms": a
+    compute point's size in the note carries its unit, FLOP."""
+    _, recs = _head_start_records()
+    rate = 5e10
+    mm = [comp(2.0 * m**3, 1, 30e-6 + 2.0 * m**3 / rate) for m in (128, 256, 384, 512, 768, 1024)]
+    mm[-1] = {**mm[-1], "time_s": {"p10": 4 * mm[-1]["time_s"]["p10"]}}
+    notes = calibrate(recs + mm, n_regimes=1).notes
+    (note,) = [n for n in notes if "does not follow" in n]
+    assert "2.15e+09 FLOP: measured" in note, note

@@ -636,6 +636,22 @@ def test_timelines_show_the_fastest_other_architectures_runner_up_first():
     shown = [t.label.split(":")[0].removeprefix("best ") for t in tl[1:]]
     assert shown == ranked[:4]
     assert rec.alternatives[0].label in shown  # the runner-up's architecture is drawn
+    # a runner-up is drawn as recommend refined it, the alternatives table's bucket (a
+    # new user's figure said "hierarchical, bucket 4 MiB" where the table said 97.4 MiB):
+    # on A100s over HDR the ring's, tree's and zero1's buckets are refined off the grid
+    from costmodel import format_bytes
+
+    p8 = preset("ib-hdr-200g", "a100")
+    rec8 = recommend(p8, w, max_workers=64, ranks_per_node=8)
+    tl8 = _timelines(p8, w, rec8, limit=5)
+    checked = 0
+    for alt in rec8.alternatives:
+        t = next((t for t in tl8 if t.label.startswith(f"best {alt.label}:")), None)
+        if t is not None and alt.uses_bucket_bytes:
+            assert t.label.endswith(f"bucket {format_bytes(alt.bucket_bytes)}"), t.label
+            assert f" {alt.workers} workers" in t.label
+            checked += alt.refined
+    assert checked >= 2
     # fsdp exchanges per wrapped block: its bucket_bytes is not a setting to show
     for t in tl[1:]:
         arch = t.label.split(":")[0].removeprefix("best ")

@@ -1042,33 +1042,38 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
             "recommended: " + cfg.describe(),
         )
     ]
-    best = []  # (throughput, label, sweep, index) of each other architecture's best
+    # each other architecture's best: the runner-ups as recommend refined them (the
+    # alternatives table's, whose bucket a new user found different from the figure's
+    # grid point), then the sweeps' bests of the others
+    alts = {c.label: c for c in rec.alternatives}
+    best = []  # (throughput, label, architecture, colocated, n, k, bucket, batch, per block)
     for label, sw in rec.sweeps.items():
         if label == cfg.label:
+            continue
+        per_block = not getattr(sw.variant.arch, "uses_bucket_bytes", True)
+        if label in alts:
+            c = alts[label]
+            best.append(
+                (c.throughput_samples_per_s, label, c.architecture, c.colocated, c.workers,
+                 c.servers, c.bucket_bytes, c.batch_size, per_block)
+            )  # fmt: skip
             continue
         ok = np.flatnonzero(sw.feasible & np.isfinite(sw.iteration_s))
         if ok.size:
             i = int(ok[np.argmax(sw.throughput[ok])])
-            best.append((float(sw.throughput[i]), label, sw, i))
+            best.append(
+                (float(sw.throughput[i]), label, sw.variant.name, sw.variant.colocated,
+                 int(sw.workers[i]), int(sw.servers[i]), int(sw.bucket_bytes[i]),
+                 float(sw.batch_size[i]), per_block)
+            )  # fmt: skip
     best.sort(key=lambda b: -b[0])
-    for _, label, sw, i in best[: max(limit - 1, 0)]:
-        n, k, b = int(sw.workers[i]), int(sw.servers[i]), int(sw.bucket_bytes[i])
+    for _, label, arch, colocated, n, k, b, batch, per_block in best[: max(limit - 1, 0)]:
         srv = f", {k} server{'s' if k != 1 else ''}" if k else ""
-        if not getattr(sw.variant.arch, "uses_bucket_bytes", True):
-            bb = "per block"  # fsdp/hsdp: as recommend and the alternatives table say
+        if per_block:  # fsdp/hsdp: as recommend and the alternatives table say
+            what = "per block"
         else:
-            bb = "per tensor" if b == 0 else format_bytes(b)
-        out.append(
-            one(
-                sw.variant.name,
-                sw.variant.colocated,
-                n,
-                k,
-                b,
-                float(sw.batch_size[i]),
-                f"best {label}: {n} workers{srv}, " + (bb if bb == "per block" else f"bucket {bb}"),
-            )
-        )
+            what = "bucket " + ("per tensor" if b == 0 else format_bytes(b))
+        out.append(one(arch, colocated, n, k, b, batch, f"best {label}: {n} workers{srv}, {what}"))
     return out
 
 
