@@ -505,11 +505,12 @@ def _precheck(fh, path: Path) -> None:
         )
     if stripped and not stripped.startswith(b"{"):
         line = head[: head.find(stripped[:1])].count(b"\n") + 1
+        first = stripped.splitlines()[0][:20].decode("utf-8", "replace")  # that line only
         raise InputFileError(
             str(path),
             line,
             f"not a JSON Lines measurement file: a record starts with '{{', this line with "
-            f"{stripped[:20].decode('utf-8', 'replace')!r}",
+            f"{first!r}",
         )
 
 

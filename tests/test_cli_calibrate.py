@@ -193,6 +193,10 @@ def test_usage_errors_exit_2(measurements, tmp_path, capsys, args, message):
             "# nThread 1 nGpus 8\n   1024  256  float  sum  34.1  0.03  0.05  0\n",
             "not a JSON Lines measurement file",
         ),
+        (  # the quote is line 1's own, not line 2 after it (a new user's trial)
+            "hello world\n{{{\n",
+            "a record starts with '{', this line with 'hello world'\n",
+        ),
     ],
 )
 def test_bad_input_exits_1_naming_file_and_line_and_writes_nothing(

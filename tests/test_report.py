@@ -722,3 +722,22 @@ def test_collective_series_predicts_a_swap_with_its_declared_all_reduces():
         assert got["all_reduce"][i] == pytest.approx(
             float(collective_time(p, "all_reduce", S, 2, 1)), rel=1e-5
         )
+
+
+def test_timeline_legend_lists_only_what_its_rows_draw(setup, tmp_path, monkeypatch):
+    """A new user's figure of ring-family rows listed "second phase (pull / all-gather)",
+    which none of them draws: the legend names only the parts some row has."""
+    import tuner._figures as F
+
+    drawn = []
+    monkeypatch.setattr(F, "_save", lambda fig, path: drawn.append(fig) or Path(path))
+    p, w = setup
+
+    def legend(archs):
+        tls = [iteration_timeline(p, w, a, 8, bucket_bytes=25 * 2**20) for a in archs]
+        plot_timeline(tls, tmp_path / "t.png")
+        return {t.get_text() for t in drawn[-1].legends[0].get_texts()}
+
+    ring = legend(["ring"])
+    assert "second phase (pull / all-gather)" not in ring and "forward" in ring
+    assert "second phase (pull / all-gather)" in legend(["ring", "ps"])

@@ -704,15 +704,27 @@ def plot_timeline(timelines: Sequence[Timeline], path: str | os.PathLike) -> Pat
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_xlim(0, max(t.iteration_s for t in timelines) * 1.15 / scale)
     c = _TIMELINE_COLOURS
+
+    def drawn(field: str) -> bool:  # some timeline has this part: its entry in the legend
+        return any(float(np.sum(getattr(t, field))) > 0 for t in timelines)
+
+    # only what some row draws (a new user's ring-only figure listed a second phase and
+    # a hatch that it did not have)
     handles = [
         Patch(color=c["forward"], label="forward"),
         Patch(color=c["backward"][0], label="backward (per bucket)"),
         Patch(color=c["comm"][0], label="bucket communication"),
-        Patch(color=c["phase2"], label="second phase (pull / all-gather)"),
-        Patch(color=c["update"], label="update"),
-        Patch(color=c["overhead"], label="fixed overhead"),
-        Patch(facecolor="none", edgecolor="k", hatch="///", label="exposed communication"),
     ]
+    if drawn("phase2_s"):
+        handles.append(Patch(color=c["phase2"], label="second phase (pull / all-gather)"))
+    if drawn("update_s"):
+        handles.append(Patch(color=c["update"], label="update"))
+    if drawn("overhead_s"):
+        handles.append(Patch(color=c["overhead"], label="fixed overhead"))
+    if drawn("exposed_s"):
+        handles.append(
+            Patch(facecolor="none", edgecolor="k", hatch="///", label="exposed communication")
+        )
     fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7)
     return _save(fig, path)
 
