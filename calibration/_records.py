@@ -1127,7 +1127,9 @@ def sync_batch(syncs, share_ranks=None, contention=None):
     all-reduces ran, of how many bytes, over how many ranks; their cost is
     the model's own all-reduce (ring, :func:`costmodel.collective_batch_time`),
     with the record's core sharing, and a prediction of the record adds
-    ``counts × time``.
+    ``counts × time``. Batched rows for the fit's objective and the report's
+    fit figure; a step prediction costs the same all-reduce directly
+    (``calibration.sync_time``, numpy without building a batch).
 
     Args:
         syncs: N entries, each a record's ``sync`` dict or None.

@@ -1069,12 +1069,19 @@ def _timelines(params, workload, rec, limit: int = 5) -> list[Timeline]:
     best.sort(key=lambda b: -b[0])
     for _, label, arch, colocated, n, k, b, batch, per_block in best[: max(limit - 1, 0)]:
         srv = f", {k} server{'s' if k != 1 else ''}" if k else ""
-        if per_block:  # fsdp/hsdp: as recommend and the alternatives table say
-            what = "per block"
-        else:
-            what = "bucket " + ("per tensor" if b == 0 else format_bytes(b))
+        what = _bucket_text(b, not per_block)
+        what = what if per_block else f"bucket {what}"
         out.append(one(arch, colocated, n, k, b, batch, f"best {label}: {n} workers{srv}, {what}"))
     return out
+
+
+def _bucket_text(bucket_bytes: int, uses_bucket_bytes: bool) -> str:
+    """A configuration's bucket as recommend prints it: fsdp/hsdp gather and scatter per
+    wrapped block, and their bucket_bytes is not a setting (the report said "128 MiB"
+    where recommend said "per block"; from a new user's trial)."""
+    if not uses_bucket_bytes:
+        return "per block"
+    return "per tensor" if bucket_bytes == 0 else format_bytes(bucket_bytes)
 
 
 def _interval_text(lo, hi) -> str:
@@ -1088,14 +1095,7 @@ def _config_row(i: int, c) -> list[str]:
         c.label,
         str(c.servers) if c.servers else "—",
         str(c.workers),
-        # as recommend prints it: fsdp/hsdp gather and scatter per wrapped block, and
-        # their bucket_bytes is not a setting (the report said "128 MiB" where
-        # recommend said "per block"; from a new user's trial)
-        "per block"
-        if not getattr(c, "uses_bucket_bytes", True)
-        else "per tensor"
-        if c.bucket_bytes == 0
-        else format_bytes(c.bucket_bytes),
+        _bucket_text(c.bucket_bytes, getattr(c, "uses_bucket_bytes", True)),
         format_seconds(c.iteration_time_s),
         _interval_text(lo, hi),
         f"{c.throughput_samples_per_s:.4g}",
